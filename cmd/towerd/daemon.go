@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/upstream"
+)
+
+// daemon is a running towerd: the sockets, the handler and what a reload
+// replaces.
+type daemon struct {
+	log     *slog.Logger
+	opts    *options
+	cfg     Config
+	handler *resolver.Handler
+	groups  []*upstream.Group
+}
+
+func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
+	c, err := cache.New(cacheConfig(cfg))
+	if err != nil {
+		d.log.Error("cache", "err", err)
+		return exitConfig
+	}
+	rcfg, groups, err := d.resolverConfig(cfg, zones)
+	if err != nil {
+		d.log.Error("upstreams", "err", err)
+		return exitConfig
+	}
+	h, err := resolver.NewHandler(rcfg, c, d.log, nil)
+	if err != nil {
+		closeGroups(groups)
+		d.log.Error("resolver", "err", err)
+		return exitConfig
+	}
+	d.cfg, d.handler, d.groups = cfg, h, groups
+
+	srv := &resolver.Server{Handler: h, OnInvalid: func(err error) {
+		d.log.Debug("dropped unparsable packet", "err", err)
+	}}
+	if err := srv.Listen(cfg.Listen); err != nil {
+		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
+		closeGroups(groups)
+		return exitFail
+	}
+	for _, z := range zones {
+		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
+	}
+	if source != "" {
+		d.log.Info("zone \".\" servers taken from the system", "file", source)
+	}
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
+
+	ready := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(func() { close(ready) }) }()
+
+	for {
+		select {
+		case err := <-served:
+			d.log.Error("serving stopped", "err", err)
+			h.Close()
+			closeGroups(d.groups)
+			return exitFail
+		case <-ready:
+			ready = nil
+			d.log.Info("serving", "addrs", strings.Join(srv.Addrs(), " "),
+				"try", "dig @"+digTarget(cfg.Listen[0]))
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				d.reload()
+				continue
+			}
+			return d.shutdown(srv, sig)
+		}
+	}
+}
+
+// shutdown drains: the listeners stop taking queries, the ones being answered
+// finish (a client waits at most query_timeout), then upstream work stops.
+func (d *daemon) shutdown(srv *resolver.Server, sig os.Signal) int {
+	d.log.Info("shutting down", "signal", sig.String(), "inflight", d.handler.Inflight())
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.QueryTimeout.Duration+time.Second)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	d.handler.Close()
+	closeGroups(d.groups)
+	if err != nil {
+		d.log.Warn("queries still running at shutdown were dropped", "err", err)
+	}
+	d.log.Info("stopped")
+	return exitOK
+}
+
+// reload re-reads the config file and swaps in zones, upstreams, timeouts,
+// serve-stale timers and the allow-list. The cache and queries in flight survive; a bad
+// file leaves the running config alone.
+func (d *daemon) reload() {
+	cfg, err := d.opts.load()
+	if err == nil {
+		var zones []ZoneConfig
+		zones, _, err = cfg.zones("/")
+		if err == nil {
+			var rcfg resolver.Config
+			var groups []*upstream.Group
+			rcfg, groups, err = d.resolverConfig(cfg, zones)
+			if err == nil {
+				if err = d.handler.Reconfigure(rcfg); err != nil {
+					closeGroups(groups)
+				} else {
+					old := d.groups
+					d.groups = groups
+					// Resolutions started before the swap may still use the old
+					// groups; close them once those are surely done.
+					time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
+				}
+			}
+		}
+	}
+	if err != nil {
+		d.log.Error("reload rejected; the running configuration stays", "err", err)
+		return
+	}
+	if !equalStrings(cfg.Listen, d.cfg.Listen) || cfg.Cache != d.cfg.Cache {
+		d.log.Warn("listen addresses and [cache] settings change only on restart")
+	}
+	d.cfg = cfg
+	d.log.Info("reloaded", "config", d.opts.configPath)
+}
+
+func (d *daemon) resolverConfig(cfg Config, zones []ZoneConfig) (resolver.Config, []*upstream.Group, error) {
+	var groups []*upstream.Group
+	rcfg := resolver.Config{
+		QueryTimeout:       cfg.QueryTimeout.Duration,
+		UpstreamTimeout:    cfg.Upstream.Timeout.Duration,
+		MaxInflight:        cfg.Upstream.MaxInflight,
+		Prefetch:           cfg.Cache.Prefetch,
+		ServeStale:         cfg.ServeStale.Enabled,
+		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
+		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
+		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+	}
+	for _, a := range cfg.Allow {
+		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
+	}
+	for _, z := range zones {
+		g, err := upstream.NewGroup(z.Name, z.Servers, upstream.GroupOptions{
+			MaxAttempts:   cfg.Upstream.MaxAttempts,
+			FailThreshold: cfg.Upstream.FailThreshold,
+			OnHealthChange: func(server string, up bool) {
+				if up {
+					d.log.Info("upstream is back up", "zone", z.Name, "server", server)
+				} else {
+					d.log.Warn("upstream marked down", "zone", z.Name, "server", server)
+				}
+			},
+		})
+		if err != nil {
+			closeGroups(groups)
+			return rcfg, nil, fmt.Errorf("zone %q: %w", z.Name, err)
+		}
+		groups = append(groups, g)
+		rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: g})
+	}
+	return rcfg, groups, nil
+}
+
+func cacheConfig(cfg Config) cache.Config {
+	maxStale := cfg.ServeStale.MaxAge.Duration
+	if !cfg.ServeStale.Enabled {
+		maxStale = 0
+	}
+	return cache.Config{
+		Capacity:    cfg.Cache.Size,
+		MinTTL:      cfg.Cache.MinTTL.Duration,
+		MaxTTL:      cfg.Cache.MaxTTL.Duration,
+		MaxStaleAge: maxStale,
+	}
+}
+
+func closeGroups(groups []*upstream.Group) {
+	for _, g := range groups {
+		g.Close()
+	}
+}
+
+// bindHint says what usually holds a DNS port and how to find out.
+func bindHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "another process serves DNS on this address, often systemd-resolved or dnsmasq; " +
+			"find it with: sudo ss -lunp 'sport = :53' (and ss -ltnp for TCP); " +
+			"`towerd install` turns off resolved's stub listener"
+	case errors.Is(err, syscall.EACCES):
+		return "ports below 1024 need root, CAP_NET_BIND_SERVICE or socket activation (towerd.socket); " +
+			"to try towerd without root use -listen 127.0.0.1:1053"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no interface of this machine has that address"
+	}
+	return ""
+}
+
+// digTarget turns "127.0.0.1:1053" into "127.0.0.1 -p 1053 example.org".
+func digTarget(listen string) string {
+	ap, err := netip.ParseAddrPort(listen)
+	if err != nil {
+		return listen
+	}
+	return fmt.Sprintf("%s -p %d example.org", ap.Addr(), ap.Port())
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,189 @@
+// Command towerd is a per-node DNS caching resolver: split forwarding (consul.
+// to the local agent, everything else to the site's resolvers), an LRU cache
+// that serves stale answers when the upstream fails, and never caches NXDOMAIN.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFail   = 1 // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
+	exitConfig = 2 // bad flags or configuration
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version":
+			fmt.Fprintln(stdout, "towerd", version)
+			return exitOK
+		case "check":
+			return serveCommand(args[1:], stdout, stderr, true)
+		case "serve":
+			args = args[1:]
+		case "help":
+			usage(stderr)
+			return exitOK
+		}
+	}
+	return serveCommand(args, stdout, stderr, false)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: towerd [serve] [flags]   run the resolver (the default)
+       towerd check [flags]     validate the configuration and exit
+       towerd version           print the version
+
+Run "towerd -h" for the flags.
+`)
+}
+
+// options are the command-line flags of serve and check.
+type options struct {
+	configPath  string
+	listen      string
+	upstreams   string
+	consulDNS   string
+	cacheSize   int
+	logLevel    string
+	checkConfig bool
+	showVersion bool
+	set         map[string]bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{set: map[string]bool{}}
+	fs := flag.NewFlagSet("towerd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.configPath, "config", DefaultConfigPath, "config file (TOML); a missing file at the default path means built-in defaults; \"\" = built-in defaults only")
+	fs.StringVar(&o.listen, "listen", "", "comma-separated ip:port addresses to serve on (UDP and TCP); overrides the listen key")
+	fs.StringVar(&o.upstreams, "upstream", "", "comma-separated servers for zone \".\"; overrides the file and resolv.conf")
+	fs.StringVar(&o.consulDNS, "consul-dns", "", "server for zone \"consul.\" (default 127.0.0.1:8600)")
+	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
+	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
+	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o, nil
+}
+
+// load reads the config file and applies the flags over it.
+func (o *options) load() (Config, error) {
+	optional := !o.set["config"] || o.configPath == ""
+	cfg, err := LoadConfig(o.configPath, optional)
+	if err != nil {
+		return cfg, err
+	}
+	if o.set["listen"] {
+		cfg.Listen = splitList(o.listen)
+	}
+	if o.set["cache-size"] {
+		cfg.Cache.Size = o.cacheSize
+	}
+	if o.set["log-level"] {
+		cfg.LogLevel = o.logLevel
+	}
+	if o.set["upstream"] {
+		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))
+	}
+	if o.set["consul-dns"] {
+		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
+	}
+	if err := cfg.validate(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Msg += " (after applying flags)"
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func setZone(zones []ZoneConfig, name string, servers []string) []ZoneConfig {
+	out := make([]ZoneConfig, 0, len(zones)+1)
+	for _, z := range zones {
+		if !strings.EqualFold(strings.TrimSuffix(z.Name, ".")+".", name) {
+			out = append(out, z)
+		}
+	}
+	return append(out, ZoneConfig{Name: name, Servers: servers})
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated already
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitConfig
+	}
+	if o.showVersion {
+		fmt.Fprintln(stdout, "towerd", version)
+		return exitOK
+	}
+	cfg, err := o.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
+		return exitConfig
+	}
+	zones, source, err := cfg.zones("/")
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
+		return exitConfig
+	}
+	if check || o.checkConfig {
+		fmt.Fprintf(stdout, "config ok: listen %s\n", strings.Join(cfg.Listen, ", "))
+		for _, z := range zones {
+			fmt.Fprintf(stdout, "  zone %-20s -> %s\n", z.Name, strings.Join(z.Servers, ", "))
+		}
+		if source != "" {
+			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
+		}
+		return exitOK
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	d := &daemon{log: log, opts: o}
+	return d.serve(cfg, zones, source)
+}

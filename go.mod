@@ -1,0 +1,12 @@
+module github.com/towerd/towerd
+
+go 1.26.8
+
+require (
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/miekg/dns v1.1.73 // indirect
+	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -1,0 +1,116 @@
+package resolver
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// Config is the part of towerd's configuration the handler acts on. It can be
+// replaced at run time (SIGHUP) with Handler.Reconfigure; the cache and the
+// queries in flight survive the swap.
+type Config struct {
+	// Zones route queries to upstreams by longest suffix; one must be ".".
+	Zones []Zone
+	// Allow lists the client networks that get answers; everyone else gets
+	// REFUSED. Empty means loopback only: towerd must never become an open
+	// resolver because someone bound it to a public address.
+	Allow []netip.Prefix
+
+	// QueryTimeout is the longest a client waits for an answer when nothing
+	// usable is cached; it then gets SERVFAIL. Zero means 1.8 s.
+	QueryTimeout time.Duration
+	// UpstreamTimeout bounds one upstream resolution (all its attempts). It
+	// runs detached from the client, so a late answer still fills the cache
+	// for the client's retry. Zero means 5 s.
+	UpstreamTimeout time.Duration
+	// MaxInflight caps concurrent upstream resolutions (dnsmasq's
+	// dns-forward-max, default 150). Over the cap a query is answered stale
+	// or SERVFAIL at once, never queued. Zero means 150.
+	MaxInflight int
+
+	// Prefetch refreshes an entry in the background when it is hit in the
+	// last tenth of its TTL, so popular names rarely expire at all.
+	Prefetch bool
+
+	// ServeStale answers from expired entries when refreshing fails (RFC 8767).
+	// How old an entry may be is the cache's MaxStaleAge.
+	ServeStale bool
+	// StaleClientTimeout is how long a client whose question has a stale
+	// answer waits for the upstream before getting the stale answer (RFC 8767
+	// §5 "client response timer", 1.8 s). Zero means immediate: answer stale
+	// at once and refresh in the background.
+	StaleClientTimeout time.Duration
+	// StaleAnswerTTL is the TTL on stale answers (RFC 8767 §4: 30 s).
+	StaleAnswerTTL time.Duration
+	// FailureRecheck is how long after a failed refresh stale answers are
+	// given without asking the upstream again (RFC 8767 §4: 30 s).
+	FailureRecheck time.Duration
+
+	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
+	Now func() time.Time
+}
+
+// Defaults of Config fields whose zero value means "use the default".
+const (
+	DefaultQueryTimeout    = 1800 * time.Millisecond
+	DefaultUpstreamTimeout = 5 * time.Second
+	DefaultMaxInflight     = 150
+)
+
+// loopbackOnly is the allow-list used when Config.Allow is empty.
+var loopbackOnly = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+}
+
+// settings is the validated, immutable form of Config the handler reads
+// through an atomic pointer.
+type settings struct {
+	Config
+	router *router
+}
+
+func newSettings(cfg Config) (*settings, error) {
+	r, err := newRouter(cfg.Zones)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.QueryTimeout < 0 || cfg.UpstreamTimeout < 0 || cfg.StaleClientTimeout < 0 ||
+		cfg.StaleAnswerTTL < 0 || cfg.FailureRecheck < 0 || cfg.MaxInflight < 0 {
+		return nil, errors.New("negative timeout, TTL or limit")
+	}
+	if cfg.QueryTimeout == 0 {
+		cfg.QueryTimeout = DefaultQueryTimeout
+	}
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.StaleAnswerTTL > 0 && cfg.StaleAnswerTTL < time.Second {
+		return nil, fmt.Errorf("stale answer TTL %v is below one second", cfg.StaleAnswerTTL)
+	}
+	if len(cfg.Allow) == 0 {
+		cfg.Allow = loopbackOnly
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &settings{Config: cfg, router: r}, nil
+}
+
+// staleTTLSeconds is the TTL written on stale answers.
+func (s *settings) staleTTLSeconds() uint32 {
+	return uint32(s.StaleAnswerTTL / time.Second)
+}
+
+// wantsPrefetch reports whether a fresh hit should start a background refresh:
+// it is in the last tenth of its TTL.
+func (s *settings) wantsPrefetch(r cache.Result) bool {
+	return s.Prefetch && r.TTL > 0 && r.Remaining*10 <= r.TTL
+}

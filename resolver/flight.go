@@ -1,0 +1,78 @@
+package resolver
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// flight is one upstream resolution shared by every client that asks the same
+// question (same cache key) while it runs.
+type flight struct {
+	done chan struct{} // closed when msg and err are set
+	msg  *dns.Msg      // the upstream's reply; shared, so read-only for waiters
+	err  error
+}
+
+// flights coalesces identical misses and caps how many resolutions run at
+// once. Resolutions run detached from the clients that started them, so a
+// client that gives up (client response timer) does not waste the work: the
+// late answer still lands in the cache.
+type flights struct {
+	mu       sync.Mutex
+	running  map[cache.Key]*flight
+	inflight atomic.Int64
+
+	ctx    context.Context // cancelled by close: shutdown abandons resolutions
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newFlights() *flights {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel}
+}
+
+// resolveFunc performs one resolution; it must honour ctx.
+type resolveFunc func(ctx context.Context) (*dns.Msg, error)
+
+// join returns the flight for key, starting it with resolve when none runs.
+// started reports whether this call started it (for prefetch accounting);
+// ok is false when a new flight was needed but limit flights already run.
+func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *flight, started, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl, found := f.running[key]; found {
+		return fl, false, true
+	}
+	if f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+		return nil, false, false
+	}
+	f.inflight.Add(1)
+	fl = &flight{done: make(chan struct{})}
+	f.running[key] = fl
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fl.msg, fl.err = resolve(f.ctx)
+		f.mu.Lock()
+		delete(f.running, key)
+		f.mu.Unlock()
+		f.inflight.Add(-1)
+		close(fl.done)
+	}()
+	return fl, true, true
+}
+
+// count returns how many resolutions are running.
+func (f *flights) count() int { return int(f.inflight.Load()) }
+
+// close cancels every running resolution and waits for them to return.
+func (f *flights) close() {
+	f.cancel()
+	f.wg.Wait()
+}

@@ -1,0 +1,192 @@
+package resolver
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+func TestTTLCountsDownOnHits(t *testing.T) {
+	e := newEnv(t, nil)
+	if got := ttlOf(t, e.query("count.example.")); got != 300 {
+		t.Fatalf("first answer TTL = %d, want 300", got)
+	}
+	e.clock.Advance(10500 * time.Millisecond)
+	if got := ttlOf(t, e.query("count.example.")); got != 290 {
+		t.Fatalf("TTL after 10.5s = %d, want 290", got)
+	}
+	if n := e.up.queries.Load(); n != 1 {
+		t.Fatalf("upstream saw %d queries, want 1", n)
+	}
+}
+
+// RFC 8767: stale answers while the upstream is gone, until max stale age.
+func TestServeStaleUntilMaxAge(t *testing.T) {
+	e := newEnv(t, nil)
+	e.query("stale.example.")
+	e.up.stop() // the port is closed: refreshing fails with a network error
+	e.clock.Advance(301 * time.Second)
+
+	r := e.query("stale.example.")
+	if r.Rcode != dns.RcodeSuccess || ttlOf(t, r) != 30 {
+		t.Fatalf("stale answer: rcode %s TTL %d, want NOERROR TTL 30", dns.RcodeToString[r.Rcode], ttlOf(t, r))
+	}
+	if !hasEDE(r, dns.ExtendedErrorCodeStaleAnswer) {
+		t.Fatalf("stale answer lacks EDE 3: %v", r)
+	}
+
+	e.clock.Advance(24 * time.Hour) // now past expiry + max stale age
+	if r := e.query("stale.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("after max stale age: rcode %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+}
+
+// RFC 8767 §4: after a failed refresh the upstream is left alone for the
+// failure recheck time.
+func TestFailureRecheck(t *testing.T) {
+	e := newEnv(t, nil)
+	e.query("recheck.example.")
+	e.up.mode.Store("servfail")
+	e.clock.Advance(301 * time.Second)
+
+	for i, want := range []int64{2, 2, 2} { // one refresh attempt, then none
+		r := e.query("recheck.example.")
+		if ttlOf(t, r) != 30 {
+			t.Fatalf("query %d: TTL %d, want stale 30", i, ttlOf(t, r))
+		}
+		if n := e.up.queries.Load(); n != want {
+			t.Fatalf("query %d: upstream saw %d queries, want %d", i, n, want)
+		}
+	}
+	e.clock.Advance(31 * time.Second)
+	e.query("recheck.example.")
+	if n := e.up.queries.Load(); n != 3 {
+		t.Fatalf("after the recheck time upstream saw %d queries, want 3", n)
+	}
+}
+
+func TestNXDOMAINReplacesStaleAndIsNotCached(t *testing.T) {
+	e := newEnv(t, nil)
+	e.query("gone.example.")
+	e.up.mode.Store("nxdomain")
+	e.clock.Advance(301 * time.Second)
+	for i := range 2 {
+		if r := e.query("gone.example."); r.Rcode != dns.RcodeNameError {
+			t.Fatalf("query %d: rcode %s, want NXDOMAIN", i, dns.RcodeToString[r.Rcode])
+		}
+	}
+	if n := e.up.queries.Load(); n != 3 {
+		t.Fatalf("upstream saw %d queries, want 3 (NXDOMAIN never cached)", n)
+	}
+	e.up.stop()
+	if r := e.query("gone.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("after NXDOMAIN the old entry came back stale: %v", r)
+	}
+}
+
+// Immediate mode answers stale at once and refreshes in the background.
+func TestStaleImmediateMode(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = 0 })
+	e.query("now.example.")
+	e.up.mode.Store("hold")
+	t.Cleanup(func() { close(e.up.release) })
+	e.clock.Advance(301 * time.Second)
+	<-e.up.arrived // the warm-up query
+
+	if got := ttlOf(t, e.query("now.example.")); got != 30 {
+		t.Fatalf("TTL %d, want stale 30 while the refresh is held", got)
+	}
+	<-e.up.arrived // the background refresh did reach the upstream
+}
+
+// The client response timer: a held upstream does not keep a client with a
+// stale answer waiting past StaleClientTimeout.
+func TestStaleAfterClientTimer(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = 50 * time.Millisecond })
+	e.query("slow.example.")
+	e.up.mode.Store("hold")
+	t.Cleanup(func() { close(e.up.release) })
+	e.clock.Advance(301 * time.Second)
+
+	start := time.Now()
+	if got := ttlOf(t, e.query("slow.example.")); got != 30 {
+		t.Fatalf("TTL %d, want stale 30", got)
+	}
+	t.Logf("stale answer after %v (client timer 50ms)", time.Since(start))
+}
+
+func TestPrefetchOncePerKey(t *testing.T) {
+	e := newEnv(t, nil)
+	e.query("pre.example.")
+	<-e.up.arrived
+	e.up.mode.Store("hold")
+	t.Cleanup(func() { close(e.up.release) })
+
+	e.clock.Advance(291 * time.Second) // 9 s left of 300: inside the last tenth
+	for i := range 3 {
+		if got := ttlOf(t, e.query("pre.example.")); got != 9 {
+			t.Fatalf("hit %d: TTL %d, want 9 from the cache", i, got)
+		}
+	}
+	<-e.up.arrived // the prefetch
+	if n := e.up.queries.Load(); n != 2 {
+		t.Fatalf("upstream saw %d queries, want 2 (one prefetch for three hits)", n)
+	}
+}
+
+func TestPrefetchOff(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Prefetch = false })
+	e.query("nopre.example.")
+	e.clock.Advance(291 * time.Second)
+	e.query("nopre.example.")
+	if n := e.up.queries.Load(); n != 1 {
+		t.Fatalf("upstream saw %d queries, want 1", n)
+	}
+}
+
+// Over the in-flight cap a query is answered at once, not queued.
+func TestInflightCapAnswersSERVFAIL(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxInflight = 1 })
+	e.up.mode.Store("hold")
+	released := sync.OnceFunc(func() { close(e.up.release) })
+	t.Cleanup(released)
+
+	done := make(chan *dns.Msg)
+	go func() { done <- e.query("first.example.") }()
+	<-e.up.arrived // the one slot is taken
+	if r := e.query("second.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("over the cap: rcode %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if e.h.Inflight() != 1 {
+		t.Fatalf("in flight = %d, want 1", e.h.Inflight())
+	}
+	released()
+	if r := <-done; r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("first query: rcode %s", dns.RcodeToString[r.Rcode])
+	}
+}
+
+func TestCoalescing(t *testing.T) {
+	e := newEnv(t, nil)
+	e.up.mode.Store("hold")
+	released := sync.OnceFunc(func() { close(e.up.release) })
+	t.Cleanup(released)
+
+	const n = 50
+	answers := make(chan *dns.Msg, n)
+	for range n {
+		go func() { answers <- e.query("same.example.") }()
+	}
+	<-e.up.arrived
+	released()
+	for range n {
+		if r := <-answers; r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("answer %v", r)
+		}
+	}
+	if got := e.up.queries.Load(); got != 1 {
+		t.Fatalf("upstream saw %d queries, want 1", got)
+	}
+}

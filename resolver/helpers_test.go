@@ -1,0 +1,201 @@
+package resolver
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
+)
+
+// fakeClock is the clock of the handler and the cache; tests move it instead
+// of sleeping.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// testUpstream is a real DNS server on 127.0.0.1 whose behaviour the test
+// switches; it counts the queries it receives.
+type testUpstream struct {
+	addr    string
+	queries atomic.Int64
+	mode    atomic.Value // string: "answer", "servfail", "nxdomain", "hold"
+	ttl     atomic.Uint32
+	release chan struct{}
+	arrived chan struct{} // one value per query received, if buffered room
+	srv     *dns.Server
+}
+
+func startUpstream(t *testing.T) *testUpstream {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &testUpstream{addr: pc.LocalAddr().String(), release: make(chan struct{}), arrived: make(chan struct{}, 100)}
+	u.mode.Store("answer")
+	u.ttl.Store(300)
+	started := make(chan struct{})
+	u.srv = &dns.Server{PacketConn: pc, Handler: u, NotifyStartedFunc: func() { close(started) }}
+	go u.srv.ActivateAndServe()
+	<-started
+	t.Cleanup(u.stop)
+	return u
+}
+
+var stopOnce sync.Map
+
+// stop closes the server: its port then answers with ICMP unreachable.
+func (u *testUpstream) stop() {
+	if _, done := stopOnce.LoadOrStore(u, true); !done {
+		u.srv.Shutdown()
+	}
+}
+
+func (u *testUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	u.queries.Add(1)
+	select {
+	case u.arrived <- struct{}{}:
+	default:
+	}
+	m := new(dns.Msg)
+	m.SetReply(r)
+	switch u.mode.Load().(string) {
+	case "hold":
+		<-u.release
+	case "servfail":
+		m.Rcode = dns.RcodeServerFailure
+		w.WriteMsg(m)
+		return
+	case "nxdomain":
+		m.Rcode = dns.RcodeNameError
+		w.WriteMsg(m)
+		return
+	}
+	q := r.Question[0]
+	if q.Qtype == dns.TypeA {
+		rr, _ := dns.NewRR(q.Name + " 300 IN A 192.0.2.1")
+		rr.Header().Ttl = u.ttl.Load()
+		m.Answer = append(m.Answer, rr)
+	}
+	w.WriteMsg(m)
+}
+
+type env struct {
+	t     *testing.T
+	clock *fakeClock
+	h     *Handler
+	addr  string
+	up    *testUpstream
+}
+
+// newEnv starts a handler behind a real UDP listener, forwarding "." to a
+// test upstream, with tweak applied to the config.
+func newEnv(t *testing.T, tweak func(*Config)) *env {
+	t.Helper()
+	clock := newFakeClock()
+	up := startUpstream(t)
+	g, err := upstream.NewGroup(".", []string{up.addr}, upstream.GroupOptions{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	c, err := cache.New(cache.Config{Capacity: 100, MaxStaleAge: 24 * time.Hour, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Zones:              []Zone{{Name: ".", Upstream: g}},
+		ServeStale:         true,
+		Prefetch:           true,
+		StaleClientTimeout: 1800 * time.Millisecond,
+		StaleAnswerTTL:     30 * time.Second,
+		FailureRecheck:     30 * time.Second,
+		Now:                clock.Now,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	h, err := NewHandler(cfg, c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{Handler: h}
+	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go srv.Serve(func() { close(ready) })
+	<-ready
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		h.Close()
+	})
+	var udp string
+	for _, a := range srv.Addrs() {
+		if len(a) > 4 && a[:4] == "udp/" {
+			udp = a[4:]
+		}
+	}
+	return &env{t: t, clock: clock, h: h, addr: udp, up: up}
+}
+
+// query asks name A over UDP with EDNS and returns the reply.
+func (e *env) query(name string) *dns.Msg {
+	e.t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.SetEdns0(1232, false)
+	c := &dns.Client{Timeout: 5 * time.Second}
+	r, _, err := c.Exchange(m, e.addr)
+	if err != nil {
+		e.t.Fatalf("query %s: %v", name, err)
+	}
+	return r
+}
+
+func ttlOf(t *testing.T, r *dns.Msg) uint32 {
+	t.Helper()
+	if len(r.Answer) == 0 {
+		t.Fatalf("no answer in %v", r)
+	}
+	return r.Answer[0].Header().Ttl
+}
+
+func hasEDE(r *dns.Msg, code uint16) bool {
+	opt := r.IsEdns0()
+	if opt == nil {
+		return false
+	}
+	for _, o := range opt.Option {
+		if ede, ok := o.(*dns.EDNS0_EDE); ok && ede.InfoCode == code {
+			return true
+		}
+	}
+	return false
+}

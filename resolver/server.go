@@ -1,0 +1,177 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// DefaultTCPIdleTimeout is how long a TCP connection may sit idle between
+// queries before towerd closes it (RFC 7766 §6.2.3 suggests seconds, not
+// minutes, for a busy server).
+const DefaultTCPIdleTimeout = 10 * time.Second
+
+// AcceptRequest is the first check on every packet, run on the header alone
+// before the rest is parsed: responses are dropped (they are never queries,
+// and answering them could be used for reflection), opcodes other than QUERY
+// get NOTIMP, and anything but exactly one question gets FORMERR.
+func AcceptRequest(dh dns.Header) dns.MsgAcceptAction {
+	const qr = 1 << 15
+	if dh.Bits&qr != 0 {
+		return dns.MsgIgnore
+	}
+	if opcode := int(dh.Bits>>11) & 0xF; opcode != dns.OpcodeQuery {
+		return dns.MsgRejectNotImplemented
+	}
+	if dh.Qdcount != 1 {
+		return dns.MsgReject
+	}
+	return dns.MsgAccept
+}
+
+// Server runs the UDP and TCP listeners of towerd on sockets it binds itself
+// (Listen) or is handed (AddPacketConn, AddListener: socket activation).
+type Server struct {
+	// Handler answers the queries.
+	Handler dns.Handler
+	// TCPIdleTimeout closes TCP connections idle this long; zero means
+	// DefaultTCPIdleTimeout.
+	TCPIdleTimeout time.Duration
+	// OnInvalid, if set, is called for every packet dropped or answered
+	// FORMERR because it could not be parsed.
+	OnInvalid func(err error)
+
+	mu      sync.Mutex
+	servers []*dns.Server
+	addrs   []string
+	dropped atomic.Uint64
+}
+
+// Listen binds UDP and TCP on each address. On error nothing stays bound.
+func (s *Server) Listen(addrs []string) error {
+	var pcs []net.PacketConn
+	var ls []net.Listener
+	closeAll := func() {
+		for _, pc := range pcs {
+			pc.Close()
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	for _, addr := range addrs {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listening on %s over udp: %w", addr, err)
+		}
+		pcs = append(pcs, pc)
+		// Bind TCP to the address UDP got, so port 0 gives the same port to both.
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listening on %s over tcp: %w", addr, err)
+		}
+		ls = append(ls, l)
+	}
+	for _, pc := range pcs {
+		s.AddPacketConn(pc)
+	}
+	for _, l := range ls {
+		s.AddListener(l)
+	}
+	return nil
+}
+
+// AddPacketConn serves UDP on an already bound socket.
+func (s *Server) AddPacketConn(pc net.PacketConn) {
+	s.add(&dns.Server{PacketConn: pc, Net: "udp"}, "udp/"+pc.LocalAddr().String())
+}
+
+// AddListener serves TCP on an already bound listener.
+func (s *Server) AddListener(l net.Listener) {
+	s.add(&dns.Server{Listener: l, Net: "tcp"}, "tcp/"+l.Addr().String())
+}
+
+func (s *Server) add(srv *dns.Server, addr string) {
+	idle := s.TCPIdleTimeout
+	if idle == 0 {
+		idle = DefaultTCPIdleTimeout
+	}
+	srv.Handler = s.Handler
+	srv.MsgAcceptFunc = AcceptRequest
+	srv.MsgInvalidFunc = func(_ []byte, err error) {
+		s.dropped.Add(1)
+		if s.OnInvalid != nil {
+			s.OnInvalid(err)
+		}
+	}
+	srv.IdleTimeout = func() time.Duration { return idle }
+	srv.MaxTCPQueries = -1 // as many queries per connection as the client sends
+	s.mu.Lock()
+	s.servers = append(s.servers, srv)
+	s.addrs = append(s.addrs, addr)
+	s.mu.Unlock()
+}
+
+// Addrs returns "udp/ip:port" and "tcp/ip:port" for every socket served.
+func (s *Server) Addrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.addrs...)
+}
+
+// Invalid returns how many packets could not be parsed.
+func (s *Server) Invalid() uint64 { return s.dropped.Load() }
+
+// Serve serves every socket until Shutdown. It calls ready once all of them
+// accept queries, and returns the first error of any of them.
+func (s *Server) Serve(ready func()) error {
+	s.mu.Lock()
+	servers := append([]*dns.Server(nil), s.servers...)
+	s.mu.Unlock()
+	if len(servers) == 0 {
+		return errors.New("no sockets to serve")
+	}
+	var started sync.WaitGroup
+	started.Add(len(servers))
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
+		srv.NotifyStartedFunc = started.Done
+		go func() { errc <- srv.ActivateAndServe() }()
+	}
+	go func() {
+		started.Wait()
+		if ready != nil {
+			ready()
+		}
+	}()
+	var first error
+	for range servers {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Shutdown stops accepting queries and waits, up to ctx, for the ones being
+// answered.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	servers := append([]*dns.Server(nil), s.servers...)
+	s.mu.Unlock()
+	var errs []error
+	for _, srv := range servers {
+		if err := srv.ShutdownContext(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
