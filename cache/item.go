@@ -1,0 +1,185 @@
+package cache
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Result is what Get returns for an entry it may serve, fresh or stale.
+type Result struct {
+	// Msg is a private deep copy the caller may modify. Every RR TTL in
+	// Answer, Ns and Extra is the remaining whole seconds when fresh and 0
+	// when stale (the resolver picks the stale answer TTL, RFC 8767 §4). It
+	// carries no OPT RR; header ID and flags are the upstream's and are
+	// meant to be rewritten.
+	Msg *dns.Msg
+	// Kind says whether the entry is a positive answer or NODATA.
+	Kind Kind
+	// Fresh is true while the entry is within its TTL.
+	Fresh bool
+	// TTL is the entry's lifetime as stored, after the MinTTL/MaxTTL clamps.
+	TTL time.Duration
+	// Remaining is the time left before expiry; it is > 0 exactly when Fresh.
+	Remaining time.Duration
+	// Expired is how long ago the entry expired; 0 for fresh entries.
+	Expired time.Duration
+	// Stored is when the entry was stored, by the cache's clock.
+	Stored time.Time
+	// RefreshFailedAt is the last MarkRefreshFailed time for this entry;
+	// zero if there was none since it was stored.
+	RefreshFailedAt time.Time
+}
+
+// Info describes one entry for operators (the admin inspect endpoint).
+type Info struct {
+	// Key is the entry's key.
+	Key Key
+	// Kind says whether the entry is a positive answer or NODATA.
+	Kind Kind
+	// TTL is the entry's lifetime as stored, after clamps.
+	TTL time.Duration
+	// Remaining is the time left before expiry; > 0 exactly when Fresh.
+	Remaining time.Duration
+	// Expired is how long ago the entry expired; 0 for fresh entries.
+	Expired time.Duration
+	// Fresh is true while the entry is within its TTL.
+	Fresh bool
+	// Stored is when the entry was stored.
+	Stored time.Time
+	// Answer holds the answer records in presentation format, with the TTL
+	// a client would see now (0 once expired). Empty for NODATA.
+	Answer []string
+}
+
+// item is one stored reply. Everything but refreshFailedAt is fixed when the
+// item is made, and a new Set makes a new item, so a reader holding the
+// pointer needs no lock. As in CoreDNS plugin/cache, the item keeps the TTL
+// it was stored with and the time of storing and works out what is left from
+// the clock at each read, instead of rewriting TTLs in place.
+type item struct {
+	msg    *dns.Msg // never modified after store; copied before it leaves
+	kind   Kind
+	ttl    time.Duration
+	stored time.Time
+
+	// refreshFailedAt is Unix nanoseconds of the last failed refresh, 0 for
+	// none. Atomic because the resolver marks failures without the cache lock.
+	refreshFailedAt atomic.Int64
+}
+
+func newItem(p prepared, now time.Time) *item {
+	return &item{msg: p.msg, kind: p.kind, ttl: p.ttl, stored: now}
+}
+
+// age is where an item stands at one instant.
+type age struct {
+	fresh     bool
+	remaining time.Duration // > 0 iff fresh
+	expired   time.Duration // how long past expiry; 0 while fresh
+	shownTTL  uint32        // seconds to put in every RR; 0 when not fresh
+}
+
+// ageAt computes the item's state at now. Fresh iff elapsed < TTL, so an
+// entry stored with TTL 0 (Consul's default) is expired on arrival: never
+// served fresh, only kept as stale material.
+func (it *item) ageAt(now time.Time) age {
+	elapsed := now.Sub(it.stored)
+	if elapsed < 0 {
+		// A clock stepped backwards must not make an entry look younger
+		// than when it was stored, nor overshow its TTL.
+		elapsed = 0
+	}
+	if elapsed < it.ttl {
+		return age{
+			fresh:     true,
+			remaining: it.ttl - elapsed,
+			shownTTL:  shownTTL(it.ttl, elapsed),
+		}
+	}
+	return age{expired: elapsed - it.ttl}
+}
+
+// servable reports whether an entry of this age may be returned at all:
+// fresh, or stale for no longer than maxStaleAge (RFC 8767 §5 "maximum stale
+// timer"). maxStaleAge 0 turns serve-stale off.
+func (a age) servable(maxStaleAge time.Duration) bool {
+	if a.fresh {
+		return true
+	}
+	return maxStaleAge > 0 && a.expired <= maxStaleAge
+}
+
+// shownTTL is the TTL in seconds a client sees for a fresh entry: the stored
+// TTL rounded up to whole seconds, minus whole seconds elapsed. A re-query
+// in the same second shows the full TTL, 5.3 s later it is 5 lower, and it
+// never reaches 0 while fresh (a 0 would tell clients not to cache an answer
+// we are still serving as fresh). Since floor(elapsed) ≤ elapsed < TTL ≤
+// ceil(TTL), the difference of the two integers is at least 1.
+func shownTTL(ttl, elapsed time.Duration) uint32 {
+	whole := ttl / time.Second
+	if ttl%time.Second != 0 {
+		whole++
+	}
+	left := whole - elapsed/time.Second
+	if left > maxRRTTL {
+		return maxRRTTL // RFC 2181 §8: never send a TTL with the top bit set
+	}
+	return uint32(left)
+}
+
+// result builds the caller's private view of the item at age a.
+func (it *item) result(a age) Result {
+	m := it.msg.Copy()
+	setTTLs(a.shownTTL, m.Answer, m.Ns, m.Extra)
+	r := Result{
+		Msg:       m,
+		Kind:      it.kind,
+		Fresh:     a.fresh,
+		TTL:       it.ttl,
+		Remaining: a.remaining,
+		Expired:   a.expired,
+		Stored:    it.stored,
+	}
+	if ns := it.refreshFailedAt.Load(); ns != 0 {
+		r.RefreshFailedAt = time.Unix(0, ns)
+	}
+	return r
+}
+
+// info describes the item under key k at age a, for operators.
+func (it *item) info(k Key, a age) Info {
+	answer := make([]string, 0, len(it.msg.Answer))
+	for _, rr := range it.msg.Answer {
+		shown := dns.Copy(rr)
+		shown.Header().Ttl = a.shownTTL
+		answer = append(answer, shown.String())
+	}
+	return Info{
+		Key:       k,
+		Kind:      it.kind,
+		TTL:       it.ttl,
+		Remaining: a.remaining,
+		Expired:   a.expired,
+		Fresh:     a.fresh,
+		Stored:    it.stored,
+		Answer:    answer,
+	}
+}
+
+// markRefreshFailed records a failed refresh at now.
+func (it *item) markRefreshFailed(now time.Time) {
+	it.refreshFailedAt.Store(now.UnixNano())
+}
+
+// setTTLs gives every record in the sections the same TTL. One TTL for the
+// whole reply keeps the countdown simple and is never longer than any record
+// allows, since the entry's TTL is the smallest of them.
+func setTTLs(ttl uint32, sections ...[]dns.RR) {
+	for _, section := range sections {
+		for _, rr := range section {
+			rr.Header().Ttl = ttl
+		}
+	}
+}

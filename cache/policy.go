@@ -1,0 +1,187 @@
+package cache
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Kind says what sort of answer an entry holds.
+type Kind uint8
+
+// The zero Kind is deliberately not Positive, so a zero Result (a miss) is
+// never mistaken for a positive answer.
+const (
+	// Positive is a NOERROR reply with at least one answer record.
+	Positive Kind = iota + 1
+	// NoData is a NOERROR reply with an empty answer section: the name
+	// exists but has no records of the asked type (RFC 2308 §2.2).
+	NoData
+)
+
+// String returns "positive" or "nodata", the words the admin API and metrics use.
+func (k Kind) String() string {
+	switch k {
+	case Positive:
+		return "positive"
+	case NoData:
+		return "nodata"
+	default:
+		return fmt.Sprintf("Kind(%d)", uint8(k))
+	}
+}
+
+// Refusal reasons that are not an rcode. They are short and stable because
+// the resolver puts them in debug output and may count them.
+const (
+	reasonNilMessage = "nil message"
+	reasonTruncated  = "truncated"
+	reasonPackFailed = "pack failed"
+	reasonTooLarge   = "too large"
+)
+
+// maxRRTTL is the largest TTL a record may carry. RFC 2181 §8: a TTL with the
+// most significant bit set is to be treated as zero, not as a huge value.
+const maxRRTTL = math.MaxInt32
+
+// ttlBounds are the configured clamps on an entry's TTL; zero on a side means
+// no clamp there.
+type ttlBounds struct {
+	min, max time.Duration
+}
+
+// clamp applies the bounds. It applies to TTL 0 too: an operator who sets a
+// minimum wants even Consul's TTL-0 records held fresh that long.
+func (b ttlBounds) clamp(ttl time.Duration) time.Duration {
+	if b.min > 0 && ttl < b.min {
+		ttl = b.min
+	}
+	if b.max > 0 && ttl > b.max {
+		ttl = b.max
+	}
+	return ttl
+}
+
+// prepared is a reply the store policy accepted, ready to become an item.
+type prepared struct {
+	msg  *dns.Msg // private deep copy without OPT or TSIG
+	kind Kind
+	ttl  time.Duration // after clamps; may be 0 (stored already expired)
+}
+
+// prepare is the store policy: it decides whether a reply may be cached, and
+// if so as what and for how long. It is a pure function (no clock, no cache
+// state) so that every rule can be checked by a table test. On refusal it
+// returns a short reason and the zero prepared.
+func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
+	if m == nil {
+		return prepared{}, reasonNilMessage
+	}
+	// A TC reply is a fragment of the real answer; cached, the fragment would
+	// be served as if it were the whole RRset.
+	if m.Truncated {
+		return prepared{}, reasonTruncated
+	}
+	// Only NOERROR is stored. NXDOMAIN in particular is never cached, though
+	// RFC 2308 §5 allows it: the product promises that a name that appears (a
+	// new Consul service, say) is seen at once. SERVFAIL, REFUSED and the rest are
+	// failures, and a failure must never replace a good entry.
+	if m.Rcode != dns.RcodeSuccess {
+		return prepared{}, "rcode " + rcodeName(m.Rcode)
+	}
+
+	stored := m.Copy()
+	stored.Extra = withoutTransportRRs(stored.Extra)
+
+	kind, ttl := Positive, smallestTTL(stored.Answer, stored.Ns, stored.Extra)
+	if len(stored.Answer) == 0 {
+		kind, ttl = NoData, noDataTTL(stored.Ns)
+	}
+	ttl = bounds.clamp(ttl)
+
+	// Pack once now so that a reply the resolver could never write back is
+	// refused here instead of failing on every hit. Compression matches what
+	// the resolver sends, so the size check is the real one.
+	stored.Compress = true
+	wire, err := stored.Pack()
+	if err != nil {
+		return prepared{}, reasonPackFailed
+	}
+	if len(wire) > dns.MaxMsgSize {
+		return prepared{}, reasonTooLarge
+	}
+	return prepared{msg: stored, kind: kind, ttl: ttl}, ""
+}
+
+// withoutTransportRRs drops the records that belong to one exchange rather
+// than to the data: OPT (RFC 6891 §6.1.1, never cached) and TSIG (RFC 8945,
+// signs one message and carries TTL 0). Left in, their TTL 0 would also
+// make every entry expire on arrival. It filters in place; the caller owns s.
+func withoutTransportRRs(s []dns.RR) []dns.RR {
+	kept := s[:0]
+	for _, rr := range s {
+		switch rr.Header().Rrtype {
+		case dns.TypeOPT, dns.TypeTSIG:
+			continue
+		}
+		kept = append(kept, rr)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
+}
+
+// smallestTTL is the lowest TTL over all records of the given sections: an
+// entry may not outlive any record in it (RFC 2181 §5.2 for one RRset; we
+// apply it to the whole reply, as CoreDNS does). The caller has already
+// removed OPT and TSIG. With no records at all it returns 0.
+func smallestTTL(sections ...[]dns.RR) time.Duration {
+	var smallest time.Duration
+	found := false
+	for _, section := range sections {
+		for _, rr := range section {
+			ttl := rrTTL(rr.Header().Ttl)
+			if !found || ttl < smallest {
+				smallest, found = ttl, true
+			}
+		}
+	}
+	return smallest
+}
+
+// noDataTTL is how long a NODATA reply may be cached: RFC 2308 §5 says the
+// lesser of the SOA record's own TTL and its MINIMUM field. Without an SOA
+// there is nothing to bound it, and RFC 2308 §5 says such a reply SHOULD NOT
+// be cached; we still keep it, at TTL 0, as stale material for serve-stale
+// (RFC 8767), but it is never served fresh.
+func noDataTTL(ns []dns.RR) time.Duration {
+	for _, rr := range ns {
+		soa, ok := rr.(*dns.SOA)
+		if !ok {
+			continue
+		}
+		return min(rrTTL(soa.Hdr.Ttl), rrTTL(soa.Minttl))
+	}
+	return 0
+}
+
+// rrTTL converts a wire TTL in seconds, treating values with the top bit
+// set as 0 (RFC 2181 §8).
+func rrTTL(seconds uint32) time.Duration {
+	if seconds > maxRRTTL {
+		return 0
+	}
+	return time.Duration(seconds) * time.Second
+}
+
+// rcodeName gives the mnemonic of an rcode ("NXDOMAIN"), or its number when
+// the rcode has no name.
+func rcodeName(rcode int) string {
+	if name, ok := dns.RcodeToString[rcode]; ok {
+		return name
+	}
+	return fmt.Sprintf("%d", rcode)
+}

@@ -1,0 +1,247 @@
+package cache
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// mustRR parses one record in presentation format.
+func mustRR(t testing.TB, s string) dns.RR {
+	t.Helper()
+	rr, err := dns.NewRR(s)
+	if err != nil {
+		t.Fatalf("dns.NewRR(%q): %v", s, err)
+	}
+	return rr
+}
+
+func mustRRs(t testing.TB, ss ...string) []dns.RR {
+	t.Helper()
+	var out []dns.RR
+	for _, s := range ss {
+		out = append(out, mustRR(t, s))
+	}
+	return out
+}
+
+// sections are the record sections of a test reply, in presentation format.
+type sections struct {
+	answer, ns, extra []string
+}
+
+// reply builds an upstream reply to "www.example.com. A" with the given rcode.
+func reply(t testing.TB, rcode int, s sections) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("www.example.com.", dns.TypeA)
+	m.Response = true
+	m.Rcode = rcode
+	m.Answer = mustRRs(t, s.answer...)
+	m.Ns = mustRRs(t, s.ns...)
+	m.Extra = mustRRs(t, s.extra...)
+	return m
+}
+
+const (
+	soaRR = "example.com. %d IN SOA ns1.example.com. hostmaster.example.com. 1 7200 900 1209600 %d"
+	nsRR  = "example.com. 100 IN NS ns1.example.com."
+)
+
+// soa is an SOA record for example.com. with the given TTL and MINIMUM.
+func soa(ttl, minimum int) string {
+	return fmt.Sprintf(soaRR, ttl, minimum)
+}
+
+func TestPrepareRefuses(t *testing.T) {
+	positive := sections{answer: []string{"www.example.com. 300 IN A 192.0.2.1"}}
+	negative := sections{ns: []string{soa(3600, 300)}}
+	truncated := reply(t, dns.RcodeSuccess, positive)
+	truncated.Truncated = true
+	badPack := reply(t, dns.RcodeSuccess, sections{})
+	badPack.Answer = []dns.RR{&dns.A{
+		Hdr: dns.RR_Header{Name: "www.example.com.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+		A:   net.IP{192, 0, 2}, // three bytes: miekg/dns cannot pack it
+	}}
+	tooLarge := reply(t, dns.RcodeSuccess, sections{})
+	for i := 0; i < 300; i++ {
+		rr := mustRR(t, `www.example.com. 300 IN TXT "x"`).(*dns.TXT)
+		rr.Txt = []string{strings.Repeat(string(rune('a'+i%26)), 255)}
+		tooLarge.Answer = append(tooLarge.Answer, rr)
+	}
+
+	tests := []struct {
+		name   string
+		msg    *dns.Msg
+		reason string
+	}{
+		{"nil", nil, "nil message"},
+		{"truncated", truncated, "truncated"},
+		{"nxdomain", reply(t, dns.RcodeNameError, negative), "rcode NXDOMAIN"},
+		{"servfail", reply(t, dns.RcodeServerFailure, sections{}), "rcode SERVFAIL"},
+		{"refused", reply(t, dns.RcodeRefused, sections{}), "rcode REFUSED"},
+		{"formerr", reply(t, dns.RcodeFormatError, sections{}), "rcode FORMERR"},
+		{"notimp", reply(t, dns.RcodeNotImplemented, sections{}), "rcode NOTIMP"},
+		{"servfail with answer", reply(t, dns.RcodeServerFailure, positive), "rcode SERVFAIL"},
+		{"unnamed rcode", reply(t, 3000, positive), "rcode 3000"},
+		{"unpackable", badPack, "pack failed"},
+		{"over 65535 bytes", tooLarge, "too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, reason := prepare(tt.msg, ttlBounds{})
+			if reason != tt.reason {
+				t.Errorf("reason = %q, want %q", reason, tt.reason)
+			}
+			if p.msg != nil {
+				t.Errorf("refused reply still produced a message to store")
+			}
+		})
+	}
+}
+
+func TestPrepareKindAndTTL(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name     string
+		sections sections
+		bounds   ttlBounds
+		kind     Kind
+		ttl      time.Duration
+	}{
+		{
+			name:     "single answer",
+			sections: sections{answer: []string{"www.example.com. 300 IN A 192.0.2.1"}},
+			kind:     Positive, ttl: 300 * s,
+		},
+		{
+			name: "smallest over answer authority and additional",
+			sections: sections{
+				answer: []string{"www.example.com. 300 IN A 192.0.2.1", "www.example.com. 200 IN A 192.0.2.2"},
+				ns:     []string{nsRR},
+				extra:  []string{"ns1.example.com. 50 IN A 192.0.2.53"},
+			},
+			kind: Positive, ttl: 50 * s,
+		},
+		{
+			name:     "min clamp raises",
+			sections: sections{answer: []string{"www.example.com. 30 IN A 192.0.2.1"}},
+			bounds:   ttlBounds{min: 60 * s},
+			kind:     Positive, ttl: 60 * s,
+		},
+		{
+			name:     "max clamp lowers",
+			sections: sections{answer: []string{"www.example.com. 86400 IN A 192.0.2.1"}},
+			bounds:   ttlBounds{min: 5 * s, max: 3600 * s},
+			kind:     Positive, ttl: 3600 * s,
+		},
+		{
+			name:     "ttl 0 is stored at 0",
+			sections: sections{answer: []string{"web.service.consul. 0 IN A 192.0.2.1"}},
+			bounds:   ttlBounds{max: 3600 * s},
+			kind:     Positive, ttl: 0,
+		},
+		{
+			name:     "ttl 0 raised by min clamp",
+			sections: sections{answer: []string{"web.service.consul. 0 IN A 192.0.2.1"}},
+			bounds:   ttlBounds{min: 2 * s},
+			kind:     Positive, ttl: 2 * s,
+		},
+		{
+			name:     "top bit set counts as 0 (RFC 2181 8)",
+			sections: sections{answer: []string{"www.example.com. 2147483648 IN A 192.0.2.1"}},
+			kind:     Positive, ttl: 0,
+		},
+		{
+			name:     "largest legal ttl",
+			sections: sections{answer: []string{"www.example.com. 2147483647 IN A 192.0.2.1"}},
+			kind:     Positive, ttl: 2147483647 * s,
+		},
+		{
+			name:     "nodata soa minimum smaller",
+			sections: sections{ns: []string{soa(3600, 300)}},
+			kind:     NoData, ttl: 300 * s,
+		},
+		{
+			name:     "nodata soa ttl smaller",
+			sections: sections{ns: []string{soa(60, 300)}},
+			kind:     NoData, ttl: 60 * s,
+		},
+		{
+			name:     "nodata ignores other authority ttls",
+			sections: sections{ns: []string{nsRR, soa(3600, 900)}},
+			kind:     NoData, ttl: 900 * s,
+		},
+		{
+			name:     "nodata without soa is 0",
+			sections: sections{ns: []string{nsRR}},
+			kind:     NoData, ttl: 0,
+		},
+		{
+			name:     "nodata clamped",
+			sections: sections{ns: []string{soa(3600, 3600)}},
+			bounds:   ttlBounds{max: 600 * s},
+			kind:     NoData, ttl: 600 * s,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, reason := prepare(reply(t, dns.RcodeSuccess, tt.sections), tt.bounds)
+			if reason != "" {
+				t.Fatalf("refused: %q", reason)
+			}
+			if p.kind != tt.kind {
+				t.Errorf("kind = %v, want %v", p.kind, tt.kind)
+			}
+			if p.ttl != tt.ttl {
+				t.Errorf("ttl = %v, want %v", p.ttl, tt.ttl)
+			}
+		})
+	}
+}
+
+func TestPrepareStripsTransportRecords(t *testing.T) {
+	m := reply(t, dns.RcodeSuccess, sections{
+		answer: []string{"www.example.com. 300 IN A 192.0.2.1"},
+		extra:  []string{"ns1.example.com. 120 IN A 192.0.2.53"},
+	})
+	m.SetEdns0(1232, true) // OPT "TTL" is flags, 0 here: must not count
+	m.Extra = append(m.Extra, &dns.TSIG{
+		Hdr:       dns.RR_Header{Name: "key.", Rrtype: dns.TypeTSIG, Class: dns.ClassANY, Ttl: 0},
+		Algorithm: dns.HmacSHA256, Fudge: 300, OrigId: m.Id,
+	})
+
+	p, reason := prepare(m, ttlBounds{})
+	if reason != "" {
+		t.Fatalf("refused: %q", reason)
+	}
+	if p.ttl != 120*time.Second {
+		t.Errorf("ttl = %v, want 2m0s (OPT and TSIG ignored)", p.ttl)
+	}
+	if len(p.msg.Extra) != 1 || p.msg.Extra[0].Header().Rrtype != dns.TypeA {
+		t.Errorf("stored Extra = %v, want only the glue A", p.msg.Extra)
+	}
+	if len(m.Extra) != 3 {
+		t.Errorf("caller's Extra changed to %d records, want 3", len(m.Extra))
+	}
+
+	// The stored message is a deep copy: the caller may reuse its reply.
+	m.Answer[0].(*dns.A).A = net.IPv4(198, 51, 100, 1)
+	m.Answer[0].Header().Ttl = 1
+	got := p.msg.Answer[0].(*dns.A)
+	if !got.A.Equal(net.IPv4(192, 0, 2, 1)) || got.Hdr.Ttl != 300 {
+		t.Errorf("stored answer changed with the caller's message: %v", got)
+	}
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[Kind]string{Positive: "positive", NoData: "nodata", 0: "Kind(0)"} {
+		if got := k.String(); got != want {
+			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
+		}
+	}
+}
