@@ -1,0 +1,244 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// GroupOptions tunes a Group. The zero value of every field means its
+// documented default, so GroupOptions{} is a sensible configuration.
+type GroupOptions struct {
+	// MaxAttempts bounds the attempts of one Exchange across all servers,
+	// and so the packets one client query can cause; 0 means 3.
+	MaxAttempts int
+	// MinAttemptTimeout is the floor of the per-attempt timeout; 0 means
+	// 100ms. It keeps a jittery sub-millisecond server from being given up
+	// on after a single slow packet.
+	MinAttemptTimeout time.Duration
+	// MaxAttemptTimeout is the ceiling of the per-attempt timeout and the
+	// timeout of a health probe; 0 means 1500ms.
+	MaxAttemptTimeout time.Duration
+	// InitialAttemptTimeout is used before a server's first RTT sample;
+	// 0 means 500ms.
+	InitialAttemptTimeout time.Duration
+	// FailThreshold is the number of consecutive failures (timeout, network
+	// error, SERVFAIL, REFUSED) that marks a server down; 0 means 3.
+	FailThreshold int
+	// ProbeInterval is the wait before the first probe of a down server;
+	// 0 means 1s. It doubles, up to 30s, while the server stays down.
+	ProbeInterval time.Duration
+	// OnHealthChange, if set, is called when a server is marked down or up,
+	// so the caller can log it. It may call Servers but must not block long:
+	// the exchange or probe that caused the change waits for it.
+	OnHealthChange func(server string, up bool)
+	// Observe, if set, is called after every attempt (not probes) with the
+	// server, the attempt's duration and "" on success or ErrorKind(err).
+	Observe func(server string, d time.Duration, kind string)
+	// Now is the clock that RTT samples are measured with; nil means
+	// time.Now. Socket deadlines and probe timers use the real clock,
+	// because the kernel does.
+	Now func() time.Time
+}
+
+// withDefaults fills zero fields and rejects settings that cannot work.
+func (o GroupOptions) withDefaults() (GroupOptions, error) {
+	if o.MaxAttempts < 0 || o.FailThreshold < 0 || o.MinAttemptTimeout < 0 ||
+		o.MaxAttemptTimeout < 0 || o.InitialAttemptTimeout < 0 || o.ProbeInterval < 0 {
+		return o, errors.New("negative group option")
+	}
+	setDefault(&o.MaxAttempts, 3)
+	setDefault(&o.FailThreshold, 3)
+	setDefault(&o.MinAttemptTimeout, 100*time.Millisecond)
+	setDefault(&o.MaxAttemptTimeout, 1500*time.Millisecond)
+	setDefault(&o.InitialAttemptTimeout, 500*time.Millisecond)
+	setDefault(&o.ProbeInterval, time.Second)
+	if o.MinAttemptTimeout > o.MaxAttemptTimeout {
+		return o, fmt.Errorf("min attempt timeout %s above max attempt timeout %s",
+			o.MinAttemptTimeout, o.MaxAttemptTimeout)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Group forwards to a list of servers in strict order, like resolv.conf
+// without "rotate": the first healthy server gets every query, the others
+// are there for when it fails. It is safe for concurrent use.
+type Group struct {
+	name    string
+	opts    GroupOptions
+	servers []*server
+
+	// ctx ends when the group closes; probes derive from it so Close
+	// interrupts one in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex // guards closed against a prober starting during Close
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ServerStatus is a snapshot of one server of a Group, for /stats and
+// metrics.
+type ServerStatus struct {
+	Address        string
+	Up             bool
+	SRTT           time.Duration // 0 before the first sample
+	AttemptTimeout time.Duration // what the next attempt would wait
+	Queries        uint64        // attempts sent, probes excluded
+	Timeouts       uint64
+	NetworkErrors  uint64
+	ServFails      uint64
+	Refused        uint64
+	Mismatches     uint64 // replies rejected for wrong ID, question or form
+}
+
+// NewGroup returns a Group named name over servers (NormalizeAddress forms).
+// It returns ErrNoServers when servers is empty.
+func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("group %s: %w", name, ErrNoServers)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("group %s: %w", name, err)
+	}
+	g := &Group{name: name, opts: opts}
+	for _, addr := range servers {
+		plain, err := NewPlain(addr)
+		if err != nil {
+			return nil, fmt.Errorf("group %s: %w", name, err)
+		}
+		g.servers = append(g.servers, &server{plain: plain})
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	return g, nil
+}
+
+// Address returns the group's name.
+func (g *Group) Address() string { return g.name }
+
+// Close stops the probers and waits for them; it is idempotent. Exchange
+// still works afterwards, but servers that go down are no longer probed.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.cancel()
+	g.wg.Wait()
+	return nil
+}
+
+// Exchange tries the servers in order, healthy ones first, until one gives
+// an answer (any rcode but SERVFAIL and REFUSED), MaxAttempts attempts were
+// made, or ctx is done. With a single usable server it retries that server.
+// When the last attempt ended in SERVFAIL or REFUSED its reply is returned
+// with a *RcodeError; otherwise the last error is.
+func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	order := g.usable()
+	var (
+		lastReply *dns.Msg
+		lastErr   error
+	)
+	for attempt := 0; attempt < g.opts.MaxAttempts; attempt++ {
+		if ctx.Err() != nil {
+			if lastErr == nil {
+				lastErr = fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+			}
+			break
+		}
+		reply, err := g.attempt(ctx, order[attempt%len(order)], m)
+		if err == nil {
+			return reply, nil
+		}
+		lastReply, lastErr = reply, err
+		if ErrorKind(err) == KindOther {
+			// A query we cannot pack or a cancelled caller: another server
+			// would fare no better.
+			break
+		}
+	}
+	var rcodeErr *RcodeError
+	if errors.As(lastErr, &rcodeErr) {
+		return lastReply, lastErr
+	}
+	return nil, lastErr
+}
+
+// usable lists the servers to try, in configured order: the healthy ones, or
+// all of them when none is healthy, because a resolver that refuses to try
+// has certainly failed while one that tries a "down" server may not have.
+func (g *Group) usable() []*server {
+	healthy := make([]*server, 0, len(g.servers))
+	for _, s := range g.servers {
+		s.mu.Lock()
+		if !s.down {
+			healthy = append(healthy, s)
+		}
+		s.mu.Unlock()
+	}
+	if len(healthy) == 0 {
+		return g.servers
+	}
+	return healthy
+}
+
+// attempt sends m to s once, bounded by s's RTT-derived timeout and by ctx.
+func (g *Group) attempt(ctx context.Context, s *server, m *dns.Msg) (*dns.Msg, error) {
+	s.mu.Lock()
+	timeout := s.attemptTimeoutLocked(&g.opts)
+	s.mu.Unlock()
+	s.queries.Add(1)
+
+	// Decide now whose deadline binds: once it passes, the socket's timer
+	// and the context's may fire in either order.
+	callerDeadline, hasDeadline := ctx.Deadline()
+	callerBinds := hasDeadline && !callerDeadline.After(time.Now().Add(timeout))
+	attemptCtx, cancel := context.WithTimeout(ctx, timeout)
+	start := g.opts.Now()
+	reply, err := s.plain.Exchange(attemptCtx, m)
+	rtt := g.opts.Now().Sub(start)
+	cancel()
+
+	callerDone := ctx.Err() != nil || (callerBinds && errors.Is(err, ErrTimeout))
+	g.record(s, rtt, err, callerDone)
+	if g.opts.Observe != nil {
+		g.opts.Observe(s.plain.Address(), rtt, ErrorKind(err))
+	}
+	return reply, err
+}
+
+// Servers returns a snapshot of every server in configured order.
+func (g *Group) Servers() []ServerStatus {
+	out := make([]ServerStatus, 0, len(g.servers))
+	for _, s := range g.servers {
+		s.mu.Lock()
+		st := ServerStatus{
+			Address:        s.plain.Address(),
+			Up:             !s.down,
+			SRTT:           s.srtt,
+			AttemptTimeout: s.attemptTimeoutLocked(&g.opts),
+		}
+		s.mu.Unlock()
+		st.Queries = s.queries.Load()
+		st.Timeouts = s.timeouts.Load()
+		st.NetworkErrors = s.networkErrors.Load()
+		st.ServFails = s.servFails.Load()
+		st.Refused = s.refused.Load()
+		st.Mismatches = s.plain.Mismatches()
+		out = append(out, st)
+	}
+	return out
+}

@@ -1,0 +1,250 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// newGroup builds a group over the raw servers and closes it at cleanup.
+func newGroup(t *testing.T, opts GroupOptions, servers ...*rawServer) *Group {
+	t.Helper()
+	addrs := make([]string, 0, len(servers))
+	for _, s := range servers {
+		addrs = append(addrs, s.addr)
+	}
+	g, err := NewGroup("test", addrs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// observed records the Observe callback's kinds in order.
+type observed struct {
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (o *observed) observe(_ string, _ time.Duration, kind string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.kinds = append(o.kinds, kind)
+}
+
+func (o *observed) get() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.kinds)
+}
+
+func TestGroupFailover(t *testing.T) {
+	type responder = func(*dns.Msg, net.Addr) [][]byte
+	tests := []struct {
+		name       string
+		first      responder
+		second     responder
+		wantRcode  int  // of the reply; -1 for no reply
+		wantErr    bool // a *RcodeError naming wantServer, or ErrTimeout without a reply
+		wantServer int  // index of the server the RcodeError names
+		wantCounts [2]int
+		wantKinds  []string
+	}{
+		{
+			name: "first black-holed", first: blackHole, second: answering(t, dns.RcodeSuccess),
+			wantRcode: dns.RcodeSuccess, wantCounts: [2]int{1, 1}, wantKinds: []string{KindTimeout, ""},
+		},
+		{
+			name: "first SERVFAIL", first: answering(t, dns.RcodeServerFailure), second: answering(t, dns.RcodeSuccess),
+			wantRcode: dns.RcodeSuccess, wantCounts: [2]int{1, 1}, wantKinds: []string{KindServFail, ""},
+		},
+		{
+			name: "first REFUSED", first: answering(t, dns.RcodeRefused), second: answering(t, dns.RcodeSuccess),
+			wantRcode: dns.RcodeSuccess, wantCounts: [2]int{1, 1}, wantKinds: []string{KindRefused, ""},
+		},
+		{
+			name: "NXDOMAIN is final", first: answering(t, dns.RcodeNameError), second: answering(t, dns.RcodeSuccess),
+			wantRcode: dns.RcodeNameError, wantCounts: [2]int{1, 0}, wantKinds: []string{""},
+		},
+		{
+			// Three attempts over two servers wrap around to the first.
+			name: "all SERVFAIL", first: answering(t, dns.RcodeServerFailure), second: answering(t, dns.RcodeServerFailure),
+			wantRcode: dns.RcodeServerFailure, wantErr: true, wantServer: 0, wantCounts: [2]int{2, 1},
+			wantKinds: []string{KindServFail, KindServFail, KindServFail},
+		},
+		{
+			// Not every attempt was an rcode failure: the last error wins.
+			name: "timeout, REFUSED, timeout", first: blackHole, second: answering(t, dns.RcodeRefused),
+			wantRcode: -1, wantErr: true, wantCounts: [2]int{2, 1},
+			wantKinds: []string{KindTimeout, KindRefused, KindTimeout},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			servers := []*rawServer{startRaw(t, tt.first), startRaw(t, tt.second)}
+			var obs observed
+			g := newGroup(t, GroupOptions{
+				InitialAttemptTimeout: 50 * time.Millisecond,
+				MinAttemptTimeout:     10 * time.Millisecond,
+				Observe:               obs.observe,
+			}, servers...)
+			m := testQuery()
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+
+			reply, err := g.Exchange(ctx, m)
+
+			var rcodeErr *RcodeError
+			switch {
+			case tt.wantRcode < 0:
+				if reply != nil || !errors.Is(err, ErrTimeout) {
+					t.Errorf("Exchange = %v, %v; want nil, ErrTimeout", reply, err)
+				}
+			case reply == nil || reply.Rcode != tt.wantRcode || reply.Id != m.Id:
+				t.Fatalf("reply = %v (err %v), want rcode %d with id %d", reply, err, tt.wantRcode, m.Id)
+			case tt.wantErr:
+				if !errors.As(err, &rcodeErr) || rcodeErr.Rcode != tt.wantRcode || rcodeErr.Server != servers[tt.wantServer].addr {
+					t.Errorf("error = %v, want RcodeError %d from %s", err, tt.wantRcode, servers[tt.wantServer].addr)
+				}
+			case err != nil:
+				t.Errorf("error = %v, want nil", err)
+			}
+			for i, s := range servers {
+				if got := s.count(t); got != tt.wantCounts[i] {
+					t.Errorf("server %d got %d queries, want %d", i, got, tt.wantCounts[i])
+				}
+				if got := g.Servers()[i].Queries; got != uint64(tt.wantCounts[i]) {
+					t.Errorf("Servers()[%d].Queries = %d, want %d", i, got, tt.wantCounts[i])
+				}
+			}
+			if got := obs.get(); !slices.Equal(got, tt.wantKinds) {
+				t.Errorf("observed kinds %q, want %q", got, tt.wantKinds)
+			}
+		})
+	}
+}
+
+// MaxAttempts is what keeps one client query from becoming a storm against
+// a server that is already in trouble, so count the packets exactly.
+func TestGroupMaxAttemptsBoundsPackets(t *testing.T) {
+	for _, tt := range []struct {
+		maxAttempts, wantPackets int
+	}{{0, 3}, {1, 1}, {5, 5}} {
+		srv := startRaw(t, blackHole)
+		g := newGroup(t, GroupOptions{
+			MaxAttempts:           tt.maxAttempts,
+			InitialAttemptTimeout: 20 * time.Millisecond,
+			MinAttemptTimeout:     10 * time.Millisecond,
+			MaxAttemptTimeout:     20 * time.Millisecond,
+			FailThreshold:         100, // no prober, whose packets would add up
+		}, srv)
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		_, err := g.Exchange(ctx, testQuery())
+		cancel()
+		if !errors.Is(err, ErrTimeout) {
+			t.Errorf("MaxAttempts %d: error = %v, want ErrTimeout", tt.maxAttempts, err)
+		}
+		if got := srv.count(t); got != tt.wantPackets {
+			t.Errorf("MaxAttempts %d: server got %d packets, want %d", tt.maxAttempts, got, tt.wantPackets)
+		}
+		for _, q := range srv.received(t) {
+			if !q.RecursionDesired || q.Question[0].Name != "www.example.org." {
+				t.Errorf("forwarded query changed: %v", q)
+			}
+		}
+	}
+}
+
+// The caller's deadline ends the retry loop before MaxAttempts does.
+func TestGroupStopsAtCallerDeadline(t *testing.T) {
+	srv := startRaw(t, blackHole)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:           1000,
+		InitialAttemptTimeout: 20 * time.Millisecond,
+		MinAttemptTimeout:     20 * time.Millisecond,
+		MaxAttemptTimeout:     20 * time.Millisecond,
+		FailThreshold:         1000,
+	}, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := g.Exchange(ctx, testQuery())
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("error = %v, want ErrTimeout", err)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("Exchange took %s with a 100ms deadline", elapsed)
+	}
+	// 100ms / 20ms per attempt, plus one cut short by the deadline.
+	if got := srv.count(t); got < 1 || got > 6 {
+		t.Errorf("server got %d packets, want 1..6", got)
+	}
+}
+
+func TestGroupCancelledContextSendsNothing(t *testing.T) {
+	srv := startRaw(t, answering(t, dns.RcodeSuccess))
+	g := newGroup(t, GroupOptions{}, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	reply, err := g.Exchange(ctx, testQuery())
+	if reply != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("Exchange = %v, %v; want nil, context.Canceled", reply, err)
+	}
+	if got := srv.count(t); got != 0 {
+		t.Errorf("server got %d packets, want 0", got)
+	}
+}
+
+func TestNewGroupErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		servers []string
+		opts    GroupOptions
+		want    error
+	}{
+		{"no servers", nil, GroupOptions{}, ErrNoServers},
+		{"bad address", []string{"not-an-ip"}, GroupOptions{}, nil},
+		{"negative attempts", []string{"127.0.0.1"}, GroupOptions{MaxAttempts: -1}, nil},
+		{"min above max", []string{"127.0.0.1"}, GroupOptions{MinAttemptTimeout: time.Second, MaxAttemptTimeout: time.Millisecond}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := NewGroup("g", tt.servers, tt.opts)
+			if err == nil {
+				g.Close()
+				t.Fatal("NewGroup succeeded, want an error")
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("error = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGroupAddressAndDefaults(t *testing.T) {
+	g, err := NewGroup("consul.", []string{"127.0.0.1:8600", "::1"}, GroupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.Address() != "consul." {
+		t.Errorf("Address = %q", g.Address())
+	}
+	var addrs []string
+	for _, s := range g.Servers() {
+		addrs = append(addrs, s.Address)
+		if !s.Up || s.AttemptTimeout != 500*time.Millisecond {
+			t.Errorf("%s: up=%v attempt timeout %s, want up with the 500ms initial timeout", s.Address, s.Up, s.AttemptTimeout)
+		}
+	}
+	if want := []string{"127.0.0.1:8600", "[::1]:53"}; !slices.Equal(addrs, want) {
+		t.Errorf("servers %q, want %q", addrs, want)
+	}
+}

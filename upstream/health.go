@@ -1,0 +1,242 @@
+package upstream
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// maxProbeInterval caps the probe backoff: a server that has been down for
+// an hour is still noticed within half a minute of coming back.
+const maxProbeInterval = 30 * time.Second
+
+// maxBackoffShift bounds RTO doubling; the clamp to MaxAttemptTimeout does the
+// real limiting, this only keeps the shift from overflowing.
+const maxBackoffShift = 16
+
+// server is one member of a Group: its transport, its RTT estimate and its
+// health. Counters are atomics so Servers can read them without the lock.
+type server struct {
+	plain *Plain
+
+	mu       sync.Mutex
+	srtt     time.Duration // smoothed RTT, RFC 6298 section 2
+	rttvar   time.Duration // RTT variation, RFC 6298 section 2
+	sampled  bool          // srtt and rttvar hold at least one sample
+	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
+	fails    int           // consecutive failures
+	down     bool
+	probing  bool   // a prober goroutine owns this server; at most one at a time
+	stateSeq uint64 // bumped on each up/down change so stale notifications are dropped
+
+	// notifyMu serialises OnHealthChange calls for this server; it is never
+	// held together with mu, so the callback may call Group.Servers.
+	notifyMu    sync.Mutex
+	notifiedSeq uint64
+
+	queries       atomic.Uint64
+	timeouts      atomic.Uint64
+	networkErrors atomic.Uint64
+	servFails     atomic.Uint64
+	refused       atomic.Uint64
+}
+
+// attemptTimeoutLocked is the RFC 6298 retransmission timeout: srtt + 4·rttvar
+// after the first sample, the initial value before it, doubled once per
+// timeout since the last sample, clamped to the configured range. A timeout
+// derived from the measured RTT resends a lost packet well inside the
+// client's own timer instead of waiting a fixed second or two.
+func (s *server) attemptTimeoutLocked(o *GroupOptions) time.Duration {
+	rto := o.InitialAttemptTimeout
+	if s.sampled {
+		rto = s.srtt + 4*s.rttvar
+	}
+	for i := 0; i < s.backoff && rto < o.MaxAttemptTimeout; i++ {
+		rto *= 2
+	}
+	return min(max(rto, o.MinAttemptTimeout), o.MaxAttemptTimeout)
+}
+
+// addSampleLocked folds one round trip into the estimate (RFC 6298 section
+// 2.2 and 2.3, alpha 1/8, beta 1/4). Each attempt uses a fresh ID and socket,
+// so a sample is never ambiguous and Karn's rule has nothing to exclude.
+func (s *server) addSampleLocked(rtt time.Duration) {
+	if !s.sampled {
+		s.srtt, s.rttvar, s.sampled = rtt, rtt/2, true
+	} else {
+		delta := s.srtt - rtt
+		if delta < 0 {
+			delta = -delta
+		}
+		s.rttvar = (3*s.rttvar + delta) / 4
+		s.srtt = (7*s.srtt + rtt) / 8
+	}
+	s.backoff = 0
+}
+
+// record updates counters, the RTT estimate and health after one attempt.
+// callerDone says the caller's cancellation or deadline, not the attempt's
+// own timeout, ended the attempt: the server did not get its full timeout,
+// so the attempt neither counts against it nor backs off its RTO.
+func (g *Group) record(s *server, rtt time.Duration, err error, callerDone bool) {
+	kind := ErrorKind(err)
+	switch kind {
+	case KindTimeout:
+		s.timeouts.Add(1)
+	case KindNetwork:
+		s.networkErrors.Add(1)
+	case KindServFail:
+		s.servFails.Add(1)
+	case KindRefused:
+		s.refused.Add(1)
+	}
+
+	var changed, startProbe bool
+	s.mu.Lock()
+	if err == nil || kind == KindServFail || kind == KindRefused {
+		// Any reply measures the path, even one that refuses to help.
+		s.addSampleLocked(rtt)
+	}
+	switch {
+	case err == nil:
+		changed = s.markUpLocked()
+	case callerDone || kind == KindOther:
+		// Not the server's fault: the caller left, or we could not even
+		// build the query.
+	default:
+		if kind == KindTimeout && s.backoff < maxBackoffShift {
+			s.backoff++
+		}
+		s.fails++
+		if s.fails >= g.opts.FailThreshold && !s.down {
+			s.down, changed = true, true
+			s.stateSeq++
+			if !s.probing {
+				s.probing, startProbe = true, true
+			}
+		}
+	}
+	up, seq := !s.down, s.stateSeq
+	s.mu.Unlock()
+
+	if changed {
+		g.notifyHealth(s, up, seq)
+	}
+	if startProbe {
+		g.startProber(s)
+	}
+}
+
+// markUpLocked clears the failure count and reports whether the server was
+// down until now.
+func (s *server) markUpLocked() bool {
+	s.fails = 0
+	if !s.down {
+		return false
+	}
+	s.down = false
+	s.stateSeq++
+	return true
+}
+
+// notifyHealth reports an up/down change. Two goroutines can change the same
+// server's state at nearly the same time and reach this point in either
+// order; dropping a change older than the last one reported keeps the log
+// from ending on a state the server is no longer in.
+func (g *Group) notifyHealth(s *server, up bool, seq uint64) {
+	if g.opts.OnHealthChange == nil {
+		return
+	}
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	if seq <= s.notifiedSeq {
+		return
+	}
+	s.notifiedSeq = seq
+	g.opts.OnHealthChange(s.plain.Address(), up)
+}
+
+// startProber runs the probe loop for a server that was just marked down.
+// The caller has set s.probing, which is what limits each server to one
+// prober and so to one probe in flight (as CoreDNS's proxy health check).
+func (g *Group) startProber(s *server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	g.wg.Add(1)
+	go g.probeLoop(s)
+}
+
+// probeLoop probes s after ProbeInterval, then at doubling intervals, until a
+// probe succeeds, live traffic brings the server back, or the group closes.
+func (g *Group) probeLoop(s *server) {
+	defer g.wg.Done()
+	interval := g.opts.ProbeInterval
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		s.mu.Lock()
+		if !s.down {
+			// An exchange succeeded meanwhile; nothing left to probe.
+			s.probing = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		if g.probe(s) {
+			return
+		}
+		interval = nextProbeInterval(interval)
+		timer.Reset(interval)
+	}
+}
+
+// probe sends ". IN NS" to s and marks it up on any reply that is not
+// SERVFAIL or REFUSED; an NXDOMAIN or NOTIMP still proves the server is there
+// and talking DNS. It reports whether the server is up again.
+func (g *Group) probe(s *server) bool {
+	ctx, cancel := context.WithTimeout(g.ctx, g.opts.MaxAttemptTimeout)
+	defer cancel()
+	query := new(dns.Msg)
+	query.SetQuestion(".", dns.TypeNS) // sets RD
+
+	start := g.opts.Now()
+	_, err := s.plain.Exchange(ctx, query)
+	rtt := g.opts.Now().Sub(start)
+	if err != nil {
+		return false
+	}
+
+	s.mu.Lock()
+	// The probe's RTT is fresh evidence; without it a server that came back
+	// slower than before would keep timing out on its old, short RTO.
+	s.addSampleLocked(rtt)
+	changed := s.markUpLocked()
+	s.probing = false
+	seq := s.stateSeq
+	s.mu.Unlock()
+	if changed {
+		g.notifyHealth(s, true, seq)
+	}
+	return true
+}
+
+// nextProbeInterval doubles the wait between probes of a server that stays
+// down, so a dead upstream costs one packet per 30 s rather than one per
+// second, but never shrinks an interval configured above the cap.
+func nextProbeInterval(d time.Duration) time.Duration {
+	if d >= maxProbeInterval {
+		return d
+	}
+	return min(2*d, maxProbeInterval)
+}

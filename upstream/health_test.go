@@ -1,0 +1,295 @@
+package upstream
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// healthEvent is one OnHealthChange call.
+type healthEvent struct {
+	server string
+	up     bool
+}
+
+// healthEvents returns a callback feeding events into a channel and a
+// function that waits for the next one.
+func healthEvents(t *testing.T) (func(string, bool), func() healthEvent) {
+	events := make(chan healthEvent, 16)
+	onChange := func(server string, up bool) { events <- healthEvent{server, up} }
+	next := func() healthEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(waitTimeout):
+			t.Fatal("no health change reported")
+			return healthEvent{}
+		}
+	}
+	return onChange, next
+}
+
+// exchangeFor runs one Exchange with a deadline and returns its error.
+func exchangeFor(g *Group, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := g.Exchange(ctx, testQuery())
+	return err
+}
+
+func TestGroupSkipsDownServer(t *testing.T) {
+	first, second := startRaw(t, blackHole), startRaw(t, answering(t, dns.RcodeSuccess))
+	onChange, nextEvent := healthEvents(t)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:           2,
+		FailThreshold:         2,
+		InitialAttemptTimeout: 20 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		ProbeInterval:         time.Hour, // keep probes out of the counts; Close stops the prober
+		OnHealthChange:        onChange,
+	}, first, second)
+
+	for range 2 {
+		if err := exchangeFor(g, waitTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := nextEvent(); ev != (healthEvent{first.addr, false}) {
+		t.Fatalf("health change %+v, want %s down", ev, first.addr)
+	}
+	if st := g.Servers()[0]; st.Up || st.Timeouts != 2 {
+		t.Errorf("first server up=%v timeouts=%d, want down after 2 timeouts", st.Up, st.Timeouts)
+	}
+	if err := exchangeFor(g, waitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := first.count(t), second.count(t); a != 2 || b != 3 {
+		t.Errorf("queries first=%d second=%d, want 2 and 3: a down server is skipped", a, b)
+	}
+}
+
+// A down server is probed by one prober only, however many failures pile up
+// while it is down, and one good probe reply brings it back.
+func TestGroupProbeBringsServerBack(t *testing.T) {
+	type heldProbe struct {
+		q    *dns.Msg
+		from net.Addr
+	}
+	probes := make(chan heldProbe, 16)
+	var answerQueries atomic.Bool
+	srv := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
+		switch {
+		case isProbe(q):
+			probes <- heldProbe{q, from} // held: the probe stays in flight
+		case answerQueries.Load():
+			return answering(t, dns.RcodeSuccess)(q, from)
+		}
+		return nil
+	})
+	onChange, nextEvent := healthEvents(t)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:           1,
+		FailThreshold:         2,
+		InitialAttemptTimeout: 20 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		MaxAttemptTimeout:     waitTimeout, // the probe's timeout: it stays in flight until answered
+		ProbeInterval:         time.Millisecond,
+		OnHealthChange:        onChange,
+	}, srv)
+
+	for range 2 {
+		_ = exchangeFor(g, 200*time.Millisecond)
+	}
+	if ev := nextEvent(); ev.up {
+		t.Fatalf("health change %+v, want down", ev)
+	}
+	var probe heldProbe
+	select {
+	case probe = <-probes:
+	case <-time.After(waitTimeout):
+		t.Fatal("down server was never probed")
+	}
+	if !probe.q.RecursionDesired {
+		t.Errorf("probe %v lacks RD", probe.q)
+	}
+
+	// Every server is down, so queries still go to this one. One success
+	// brings it up, two failures take it down again while the first probe is
+	// still in flight, and more failures pile up: none of it may start a
+	// second prober.
+	answerQueries.Store(true)
+	if err := exchangeFor(g, waitTimeout); err != nil {
+		t.Fatalf("all-down group did not try its server: %v", err)
+	}
+	if ev := nextEvent(); !ev.up {
+		t.Fatalf("health change %+v, want up after a good reply", ev)
+	}
+	answerQueries.Store(false)
+	for range 2 {
+		_ = exchangeFor(g, 200*time.Millisecond)
+	}
+	if ev := nextEvent(); ev.up {
+		t.Fatalf("health change %+v, want down again", ev)
+	}
+	_ = exchangeFor(g, 50*time.Millisecond)
+	if got := srv.count(t); got != 6 {
+		t.Errorf("server got %d queries, want 6", got)
+	}
+	if n := len(probes); n != 0 {
+		t.Fatalf("%d more probes while one was in flight, want 0", n)
+	}
+
+	// Any well-formed rcode but SERVFAIL/REFUSED proves the server is back.
+	answer := replyTo(probe.q, dns.RcodeNameError)
+	if _, err := srv.conn.WriteTo(mustPack(t, answer), probe.from); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(); ev != (healthEvent{srv.addr, true}) {
+		t.Fatalf("health change %+v, want %s up", ev, srv.addr)
+	}
+	if !g.Servers()[0].Up {
+		t.Error("server still down after a good probe")
+	}
+	if n := len(probes); n != 0 {
+		t.Errorf("%d probes after the server came back, want 0", n)
+	}
+}
+
+// A fake clock advanced by the server makes every RTT sample exactly 40ms,
+// so the RFC 6298 arithmetic can be checked to the nanosecond.
+func TestGroupAttemptTimeoutFollowsRTT(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1700000000, 0)}
+	srv := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
+		clock.advance(40 * time.Millisecond)
+		return answering(t, dns.RcodeSuccess)(q, from)
+	})
+	g := newGroup(t, GroupOptions{
+		InitialAttemptTimeout: 500 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		Now:                   clock.Now,
+	}, srv)
+
+	want := []time.Duration{
+		500 * time.Millisecond, // no sample yet
+		120 * time.Millisecond, // srtt 40, rttvar 20
+		100 * time.Millisecond, // rttvar 15
+		85 * time.Millisecond,  // rttvar 11.25
+	}
+	for i, w := range want {
+		if i > 0 {
+			if err := exchangeFor(g, waitTimeout); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := g.Servers()[0]
+		if st.AttemptTimeout != w {
+			t.Errorf("after %d samples: attempt timeout %s, want %s", i, st.AttemptTimeout, w)
+		}
+		if i > 0 && st.SRTT != 40*time.Millisecond {
+			t.Errorf("after %d samples: srtt %s, want 40ms", i, st.SRTT)
+		}
+	}
+}
+
+// Each timeout doubles the next attempt's timeout (RFC 6298 section 5.5),
+// so a server that got slower than its old RTO still gets a chance to answer.
+func TestGroupAttemptTimeoutBacksOff(t *testing.T) {
+	srv := startRaw(t, blackHole)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:           1,
+		InitialAttemptTimeout: 20 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		MaxAttemptTimeout:     200 * time.Millisecond,
+		FailThreshold:         100,
+	}, srv)
+	check := func(when string, want time.Duration, wantTimeouts uint64) {
+		t.Helper()
+		if st := g.Servers()[0]; st.AttemptTimeout != want || st.Timeouts != wantTimeouts {
+			t.Errorf("%s: attempt timeout %s after %d timeouts, want %s after %d",
+				when, st.AttemptTimeout, st.Timeouts, want, wantTimeouts)
+		}
+	}
+	for i, want := range []time.Duration{40, 80, 160} {
+		_ = exchangeFor(g, waitTimeout)
+		check("own timeout", want*time.Millisecond, uint64(i+1))
+	}
+	// A timeout caused by the caller's short deadline is not the server's.
+	_ = exchangeFor(g, time.Millisecond)
+	check("caller's deadline", 160*time.Millisecond, 4)
+	_ = exchangeFor(g, waitTimeout)
+	check("clamped", 200*time.Millisecond, 5)
+}
+
+func TestGroupCloseStopsProbeInFlight(t *testing.T) {
+	probed := make(chan struct{}, 16)
+	srv := startRaw(t, func(q *dns.Msg, _ net.Addr) [][]byte {
+		if isProbe(q) {
+			probed <- struct{}{}
+		}
+		return nil
+	})
+	g, err := NewGroup("test", []string{srv.addr}, GroupOptions{
+		MaxAttempts:           1,
+		FailThreshold:         1,
+		InitialAttemptTimeout: 10 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		MaxAttemptTimeout:     time.Hour,
+		ProbeInterval:         time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = exchangeFor(g, waitTimeout)
+	select {
+	case <-probed:
+	case <-time.After(waitTimeout):
+		t.Fatal("down server was never probed")
+	}
+	// The probe would wait an hour; Close must cut it short, twice safely.
+	start := time.Now()
+	for range 2 {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("Close took %s", elapsed)
+	}
+}
+
+func TestNextProbeInterval(t *testing.T) {
+	for _, tt := range []struct{ in, want time.Duration }{
+		{time.Second, 2 * time.Second},
+		{16 * time.Second, 30 * time.Second},
+		{30 * time.Second, 30 * time.Second},
+		{time.Minute, time.Minute}, // configured above the cap: kept
+	} {
+		if got := nextProbeInterval(tt.in); got != tt.want {
+			t.Errorf("nextProbeInterval(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

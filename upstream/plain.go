@@ -1,0 +1,224 @@
+package upstream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// maxMessageSize is the largest DNS message either transport can carry; a
+// UDP read buffer any smaller could silently cut a large EDNS reply.
+const maxMessageSize = 65535
+
+// plainFallbackTimeout bounds an exchange whose context has no deadline, so a
+// lost UDP datagram can never block a caller forever.
+const plainFallbackTimeout = 2 * time.Second
+
+// longAgo is a deadline already in the past: setting it wakes a blocked read
+// at once, which is how a cancelled context aborts an exchange.
+var longAgo = time.Unix(1, 0)
+
+// bufferPool recycles UDP read buffers; at 64 KiB each, allocating one per
+// query would dominate the garbage a busy resolver makes.
+var bufferPool = sync.Pool{New: func() any {
+	buf := make([]byte, maxMessageSize)
+	return &buf
+}}
+
+// Plain is classic DNS to one server: UDP first, TCP when the reply is
+// truncated (RFC 7766 section 5). It keeps no sockets between exchanges, so
+// it is safe for concurrent use and Close has nothing to release.
+type Plain struct {
+	addr       string
+	dialer     net.Dialer
+	mismatches atomic.Uint64
+}
+
+// NewPlain returns a Plain for addr, which NormalizeAddress accepts.
+func NewPlain(addr string) (*Plain, error) {
+	normalized, err := NormalizeAddress(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Plain{addr: normalized}, nil
+}
+
+// Address returns the server's host:port.
+func (p *Plain) Address() string { return p.addr }
+
+// Close implements Upstream; Plain holds no resources between exchanges.
+func (p *Plain) Close() error { return nil }
+
+// Mismatches counts replies rejected because they did not unpack, were not
+// responses, or carried the wrong ID or question. A rising count is the mark
+// of a spoofing attempt or of a confused middlebox.
+func (p *Plain) Mismatches() uint64 { return p.mismatches.Load() }
+
+// Exchange sends a copy of m with a fresh random ID over a new UDP socket and
+// returns the first reply that matches it; a truncated reply is fetched again
+// over TCP. ctx's deadline bounds both; without one, 2s does. The reply
+// carries m's original ID. Failures wrap ErrTimeout or ErrNetwork, or are
+// the context's error when the caller cancelled; a SERVFAIL or REFUSED reply
+// comes back with a *RcodeError.
+func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, plainFallbackTimeout)
+		defer cancel()
+	}
+	reply, err := p.exchange(ctx, "udp", m)
+	if err == nil && reply.Truncated {
+		reply, err = p.exchange(ctx, "tcp", m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	reply.Id = m.Id
+	if isFailureRcode(reply.Rcode) {
+		return reply, &RcodeError{Server: p.addr, Rcode: reply.Rcode}
+	}
+	return reply, nil
+}
+
+// exchange performs one query/response over a new connection. A new UDP
+// socket per exchange gets a fresh random source port from the kernel
+// (RFC 5452 section 4.5), and because it is connected the kernel drops
+// datagrams from any other source before we see them.
+func (p *Plain) exchange(ctx context.Context, network string, m *dns.Msg) (*dns.Msg, error) {
+	query := m.Copy()
+	query.Id = dns.Id()
+	packed, err := query.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+
+	conn, err := p.dial(ctx, network)
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s over %s: %w", p.addr, network, classify(ctx, err))
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, fmt.Errorf("setting deadline for %s over %s: %w", p.addr, network, classify(ctx, err))
+	}
+	// The deadline covers expiry; cancellation has no deadline, so wake the
+	// blocked read by moving the deadline into the past.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(longAgo) })
+	defer stop()
+
+	if network == "tcp" {
+		// RFC 1035 section 4.2.2: a two-byte length prefix frames each message.
+		packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
+	}
+	if _, err := conn.Write(packed); err != nil {
+		return nil, fmt.Errorf("writing to %s over %s: %w", p.addr, network, classify(ctx, err))
+	}
+
+	bufp := bufferPool.Get().(*[]byte)
+	defer bufferPool.Put(bufp)
+	for {
+		raw, err := readMessage(conn, network, *bufp)
+		if err != nil {
+			return nil, fmt.Errorf("reading from %s over %s: %w", p.addr, network, classify(ctx, err))
+		}
+		reply := new(dns.Msg)
+		if reply.Unpack(raw) != nil || !matches(query, reply) {
+			// Keep waiting: the genuine reply may still be on its way, and
+			// giving up on the first forgery would let anyone who can send
+			// us a datagram deny service.
+			p.mismatches.Add(1)
+			continue
+		}
+		return reply, nil
+	}
+}
+
+// maxSelfConnects bounds redials when the kernel hands out the server's own
+// port as our source port.
+const maxSelfConnects = 3
+
+// dial connects to the server. When the server is on this host and its port
+// lies in the ephemeral range, the kernel can pick that very port as the
+// source of a UDP socket, which then talks to itself: it would read its own
+// query back and wait out the deadline instead of seeing "connection
+// refused". Such a socket is discarded and the dial repeated.
+func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
+	for range maxSelfConnects {
+		conn, err := p.dialer.DialContext(ctx, network, p.addr)
+		if err != nil {
+			return nil, err
+		}
+		if conn.LocalAddr().String() != conn.RemoteAddr().String() {
+			return conn, nil
+		}
+		conn.Close()
+	}
+	return nil, errors.New("socket connected to itself")
+}
+
+// readMessage reads one DNS message from conn into buf (UDP) or a new slice
+// (TCP, whose length prefix says how much to read).
+func readMessage(conn net.Conn, network string, buf []byte) ([]byte, error) {
+	if network != "tcp" {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+	var prefix [2]byte
+	if _, err := io.ReadFull(conn, prefix[:]); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, binary.BigEndian.Uint16(prefix[:]))
+	if _, err := io.ReadFull(conn, msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// matches reports whether reply answers query: a response with the same ID
+// and the same question (RFC 5452 section 9.1). Names compare
+// case-insensitively (RFC 4343): a server need not keep the query's case.
+func matches(query, reply *dns.Msg) bool {
+	if !reply.Response || reply.Id != query.Id || len(reply.Question) != len(query.Question) {
+		return false
+	}
+	for i, q := range query.Question {
+		r := reply.Question[i]
+		if r.Qtype != q.Qtype || r.Qclass != q.Qclass || !strings.EqualFold(r.Name, q.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// classify wraps a socket error in the sentinel callers branch on. The
+// context is consulted first: when it is done, the socket error is only the
+// echo of the deadline or of the cancellation that woke the read.
+func classify(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(ctxErr, context.Canceled) {
+			// The caller went away; that says nothing about the server.
+			return ctxErr
+		}
+		return fmt.Errorf("%w: %w", ErrTimeout, ctxErr)
+	}
+	var netErr net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		// The socket deadline came from ctx, whose own timer may fire a hair
+		// later than the kernel's.
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", ErrNetwork, err)
+}

@@ -1,0 +1,152 @@
+// Package upstream sends DNS queries to the servers towerd forwards to.
+//
+// One small interface, Upstream, sits in front of every transport. Plain is
+// classic DNS over UDP with a TCP retry when the reply is truncated; Group
+// puts several of them behind one name with per-server RTT-derived attempt
+// timeouts, bounded retries and health tracking. ResolvConf reads the
+// system's own list of upstreams so `.` can be forwarded where the machine
+// sent it before towerd took over.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// Upstream is anything a query can be forwarded to. The shape follows AdGuard
+// dnsproxy's upstream.Upstream, with the context they left as a TODO.
+//
+// Exchange must not modify m. A SERVFAIL or REFUSED reply is returned together
+// with a *RcodeError so that every caller treats failure rcodes the same way
+// whichever transport or group produced them.
+type Upstream interface {
+	// Exchange sends m and returns the reply, which carries m's ID. The
+	// context's deadline bounds the whole exchange, retries included.
+	Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error)
+	// Address names the upstream for logs and metrics.
+	Address() string
+	// Close releases background work and sockets; it is safe to call twice.
+	Close() error
+}
+
+var (
+	_ Upstream = (*Plain)(nil)
+	_ Upstream = (*Group)(nil)
+)
+
+// Sentinel errors that callers branch on (serve stale, count a metric).
+var (
+	// ErrTimeout means the attempt's or the caller's deadline passed before
+	// an acceptable reply arrived.
+	ErrTimeout = errors.New("upstream timeout")
+	// ErrNetwork means a dial, write or read failed, e.g. an ICMP port
+	// unreachable surfacing as "connection refused".
+	ErrNetwork = errors.New("upstream network error")
+	// ErrNoServers means a group was configured without any server.
+	ErrNoServers = errors.New("no upstream servers")
+)
+
+// RcodeError is returned, together with the reply, when the final answer was
+// SERVFAIL or REFUSED: the reply is real and may be relayed, but the query was
+// not answered, so serve-stale and health tracking treat it as a failure.
+type RcodeError struct {
+	// Server is the host:port that sent the reply.
+	Server string
+	// Rcode is dns.RcodeServerFailure or dns.RcodeRefused.
+	Rcode int
+}
+
+// Error implements error.
+func (e *RcodeError) Error() string {
+	return fmt.Sprintf("upstream %s answered %s", e.Server, rcodeName(e.Rcode))
+}
+
+// isFailureRcode reports the rcodes that mean "this server could not answer"
+// rather than "the answer is no" (NXDOMAIN is an answer; RFC 8767 section 4
+// serves stale on SERVFAIL and REFUSED, never on NXDOMAIN).
+func isFailureRcode(rcode int) bool {
+	return rcode == dns.RcodeServerFailure || rcode == dns.RcodeRefused
+}
+
+func rcodeName(rcode int) string {
+	if name, ok := dns.RcodeToString[rcode]; ok {
+		return name
+	}
+	return "RCODE" + strconv.Itoa(rcode)
+}
+
+// Error kinds returned by ErrorKind; they become metric label values, so the
+// set is closed and small.
+const (
+	KindTimeout  = "timeout"
+	KindNetwork  = "network"
+	KindServFail = "servfail"
+	KindRefused  = "refused"
+	KindOther    = "other"
+)
+
+// ErrorKind classifies err for metrics as "timeout", "network", "servfail",
+// "refused" or "other". It returns "" for a nil error so a success can be
+// observed through the same call.
+func ErrorKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	var rcodeErr *RcodeError
+	switch {
+	case errors.As(err, &rcodeErr):
+		switch rcodeErr.Rcode {
+		case dns.RcodeServerFailure:
+			return KindServFail
+		case dns.RcodeRefused:
+			return KindRefused
+		}
+		return KindOther
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.Is(err, ErrNetwork):
+		return KindNetwork
+	}
+	return KindOther
+}
+
+// defaultPort is where DNS servers listen unless told otherwise.
+const defaultPort = "53"
+
+// NormalizeAddress turns "1.2.3.4", "1.2.3.4:53", "::1", "[::1]" and
+// "[::1]:5353" into host:port, adding port 53 when none is given. The host
+// must be an IP address (an IPv6 zone is kept): resolving a DNS server's name
+// would need the very resolver being configured.
+func NormalizeAddress(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return net.JoinHostPort(ip.String(), defaultPort), nil
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		ip, err := netip.ParseAddr(s[1 : len(s)-1])
+		if err != nil {
+			return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
+		}
+		return net.JoinHostPort(ip.String(), defaultPort), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
+	}
+	portNum, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || portNum == 0 {
+		return "", fmt.Errorf("parsing upstream address %q: bad port %q", s, port)
+	}
+	return net.JoinHostPort(ip.String(), strconv.FormatUint(portNum, 10)), nil
+}
