@@ -85,11 +85,21 @@ func (h *Handler) Inflight() int { return h.flights.count() }
 func (h *Handler) Close() { h.flights.close() }
 
 // ServeDNS implements dns.Handler. The request has passed AcceptRequest, so it
-// is a QUERY with exactly one question.
+// is a QUERY whose header counts one question.
 func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	s := h.settings.Load()
 	start := s.Now()
 	a := answer{w: w, req: r, s: s}
+	if len(r.Question) != 1 {
+		// A header that promises a question the packet does not carry parses
+		// without error in miekg/dns; answer it like QDCOUNT 0.
+		a.rcode(dns.RcodeFormatError)
+		if h.obs != nil {
+			h.obs.ObserveQuery(Query{Proto: a.proto(), Source: SourceLocal, Rcode: dns.RcodeFormatError,
+				Duration: s.Now().Sub(start)})
+		}
+		return
+	}
 	q := r.Question[0]
 	zone := s.router.route(q.Name)
 

@@ -13,8 +13,8 @@ import (
 type named string
 
 func (n named) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) { panic("not used") }
-func (n named) Address() string                                       { return string(n) }
-func (n named) Close() error                                          { return nil }
+func (n named) Address() string                                      { return string(n) }
+func (n named) Close() error                                         { return nil }
 
 func TestRouteLongestSuffix(t *testing.T) {
 	r, err := newRouter([]Zone{

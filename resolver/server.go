@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,10 @@ type Server struct {
 	// OnInvalid, if set, is called for every packet dropped or answered
 	// FORMERR because it could not be parsed.
 	OnInvalid func(err error)
+	// OnPanic, if set, is told about a handler panic. The query gets
+	// SERVFAIL and the daemon goes on: one bad packet must not take a node's
+	// DNS down (miekg/dns does not recover handler panics).
+	OnPanic func(v any, stack []byte)
 
 	mu      sync.Mutex
 	servers []*dns.Server
@@ -104,7 +109,7 @@ func (s *Server) add(srv *dns.Server, addr string) {
 	if idle == 0 {
 		idle = DefaultTCPIdleTimeout
 	}
-	srv.Handler = s.Handler
+	srv.Handler = recoverer{next: s.Handler, onPanic: s.OnPanic}
 	srv.MsgAcceptFunc = AcceptRequest
 	srv.MsgInvalidFunc = func(_ []byte, err error) {
 		s.dropped.Add(1)
@@ -159,6 +164,26 @@ func (s *Server) Serve(ready func()) error {
 		}
 	}
 	return first
+}
+
+// recoverer turns a handler panic into SERVFAIL.
+type recoverer struct {
+	next    dns.Handler
+	onPanic func(v any, stack []byte)
+}
+
+func (rh recoverer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	defer func() {
+		if v := recover(); v != nil {
+			if rh.onPanic != nil {
+				rh.onPanic(v, debug.Stack())
+			}
+			m := new(dns.Msg)
+			m.SetRcode(r, dns.RcodeServerFailure)
+			_ = w.WriteMsg(m)
+		}
+	}()
+	rh.next.ServeDNS(w, r)
 }
 
 // Shutdown stops accepting queries and waits, up to ctx, for the ones being

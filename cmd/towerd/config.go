@@ -353,7 +353,7 @@ func (c *Config) zones(root string) ([]ZoneConfig, string, error) {
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
 			if err != nil {
-				return nil, "", &ConfigError{Key: "zone[\".\"].servers",
+				return nil, "", &ConfigError{Key: "zone[.].servers",
 					Msg: fmt.Sprintf("no servers configured and the system's cannot be read: %v", err)}
 			}
 			servers, source = rc.Nameservers, path

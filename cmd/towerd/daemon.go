@@ -46,9 +46,15 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 	}
 	d.cfg, d.handler, d.groups = cfg, h, groups
 
-	srv := &resolver.Server{Handler: h, OnInvalid: func(err error) {
-		d.log.Debug("dropped unparsable packet", "err", err)
-	}}
+	srv := &resolver.Server{
+		Handler: h,
+		OnInvalid: func(err error) {
+			d.log.Debug("dropped unparsable packet", "err", err)
+		},
+		OnPanic: func(v any, stack []byte) {
+			d.log.Error("BUG: panic while answering a query; answered SERVFAIL", "panic", v, "stack", string(stack))
+		},
+	}
 	if err := srv.Listen(cfg.Listen); err != nil {
 		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
 		closeGroups(groups)
@@ -78,8 +84,9 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 			return exitFail
 		case <-ready:
 			ready = nil
-			d.log.Info("serving", "addrs", strings.Join(srv.Addrs(), " "),
-				"try", "dig @"+digTarget(cfg.Listen[0]))
+			addrs := srv.Addrs()
+			d.log.Info("serving", "addrs", strings.Join(addrs, " "),
+				"try", "dig @"+digTarget(strings.TrimPrefix(addrs[0], "udp/")))
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
 				d.reload()
