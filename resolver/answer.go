@@ -56,6 +56,19 @@ func (a answer) msg(body *dns.Msg, stale bool) {
 	a.write(out, stale, false)
 }
 
+// records writes an answer built from pushed records. Unlike cached stale
+// answers their TTLs are kept; stale only adds the EDE mark.
+func (a answer) records(body *dns.Msg, stale bool) {
+	out := new(dns.Msg)
+	out.SetReply(a.req)
+	out.Rcode = body.Rcode
+	out.RecursionAvailable = true
+	out.Answer = body.Answer
+	out.Ns = body.Ns
+	out.Extra = withoutOPT(body.Extra)
+	a.write(out, stale, false)
+}
+
 // write adds EDNS when the client spoke it, truncates UDP answers to what the
 // client can take, and sends.
 func (a answer) write(out *dns.Msg, stale, failed bool) {

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/towerd/towerd/cache"
 )
 
@@ -32,6 +34,10 @@ type Config struct {
 	// or SERVFAIL at once, never queued. Zero means 150.
 	MaxInflight int
 
+	// Records, if set, answers some questions from memory before the cache
+	// is consulted: the Consul watch's pre-warmed, pushed service records.
+	Records RecordSource
+
 	// Prefetch refreshes an entry in the background when it is hit in the
 	// last tenth of its TTL, so popular names rarely expire at all.
 	Prefetch bool
@@ -52,6 +58,15 @@ type Config struct {
 
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
+}
+
+// RecordSource answers questions from records pushed into memory (the Consul
+// watch). Lookup returns ok=false for every question it does not cover, and
+// the query then takes the normal path (cache, upstream). stale reports that
+// the source has lost contact with its origin and serves its last known
+// records; the answer is then counted and marked as stale.
+type RecordSource interface {
+	Lookup(q dns.Question) (m *dns.Msg, stale, ok bool)
 }
 
 // Defaults of Config fields whose zero value means "use the default".

@@ -24,6 +24,7 @@ const (
 	SourceStale    = "stale"    // expired entry served because refreshing failed
 	SourceUpstream = "upstream" // the upstream's reply (or SERVFAIL after it failed)
 	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS
+	SourceRecords  = "consul"   // pushed records (Config.Records), fresh
 )
 
 // Handler is towerd's dns.Handler.
@@ -114,6 +115,20 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		a.rcode(rcode)
 		record(SourceLocal, rcode, false)
 		return
+	}
+
+	if s.Records != nil {
+		if m, stale, ok := s.Records.Lookup(q); ok {
+			source := SourceRecords
+			if stale {
+				source = SourceStale
+			}
+			// Pushed records carry their own TTLs; a stale source keeps them
+			// (they are the last known truth) but the answer is marked stale.
+			a.records(m, stale)
+			record(source, m.Rcode, false)
+			return
+		}
 	}
 
 	opt := r.IsEdns0()
