@@ -1,0 +1,111 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// startTCP serves e's handler on a TCP listener with the given idle timeout
+// and returns its address.
+func startTCP(t *testing.T, h dns.Handler, idle time.Duration) string {
+	t.Helper()
+	srv := &Server{Handler: h, TCPIdleTimeout: idle}
+	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go srv.Serve(func() { close(ready) })
+	<-ready
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	for _, a := range srv.Addrs() {
+		if strings.HasPrefix(a, "tcp/") {
+			return strings.TrimPrefix(a, "tcp/")
+		}
+	}
+	t.Fatal("no TCP listener")
+	return ""
+}
+
+// RFC 7766 §6.2.1: one connection carries many queries, and a connection
+// left idle is closed by the server.
+func TestTCPManyQueriesThenIdleClose(t *testing.T) {
+	e := newEnv(t, nil)
+	addr := startTCP(t, e.h, 200*time.Millisecond)
+	conn, err := dns.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i, name := range []string{"one.example.", "two.example.", "three.example."} {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		if err := conn.WriteMsg(m); err != nil {
+			t.Fatalf("query %d: %v", i, err)
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		r, err := conn.ReadMsg()
+		if err != nil || r.Id != m.Id || len(r.Answer) != 1 {
+			t.Fatalf("query %d on the same connection: %v %v", i, r, err)
+		}
+	}
+	// Now stay quiet: the server must close the connection (EOF), well
+	// before our own 5 s read deadline.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = conn.ReadMsg()
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("idle connection: %v, want EOF from the server closing it", err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("idle connection was not closed by the server")
+	}
+}
+
+func TestListenReportsBusyPort(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	srv := &Server{Handler: dns.HandlerFunc(func(dns.ResponseWriter, *dns.Msg) {})}
+	err = srv.Listen([]string{pc.LocalAddr().String()})
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Listen on a busy port: %v, want EADDRINUSE", err)
+	}
+}
+
+func TestPanicBecomesSERVFAIL(t *testing.T) {
+	got := make(chan any, 1)
+	srv := &Server{
+		Handler: dns.HandlerFunc(func(dns.ResponseWriter, *dns.Msg) { panic("boom") }),
+		OnPanic: func(v any, _ []byte) { got <- v },
+	}
+	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go srv.Serve(func() { close(ready) })
+	<-ready
+	defer srv.Shutdown(context.Background())
+	m := new(dns.Msg)
+	m.SetQuestion("x.example.", dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, strings.TrimPrefix(srv.Addrs()[0], "udp/"))
+	if err != nil || r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("reply %v, err %v; want SERVFAIL", r, err)
+	}
+	if v := <-got; v != "boom" {
+		t.Fatalf("OnPanic got %v", v)
+	}
+}
