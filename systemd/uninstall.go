@@ -1,0 +1,155 @@
+package systemd
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"syscall"
+)
+
+// UninstallOptions say where to uninstall from.
+type UninstallOptions struct {
+	// Root is the directory that stands for "/"; "" or "/" is this machine.
+	Root string
+	// DryRun reports the plan and changes nothing.
+	DryRun bool
+}
+
+// enableLinks are where `systemctl enable` puts towerd's units (from their
+// [Install] sections). While one exists towerd may be running, and
+// uninstall refuses rather than pull the files from under it.
+var enableLinks = []string{
+	path.Join(UnitDir, "sockets.target.wants", SocketUnitName),
+	path.Join(UnitDir, "multi-user.target.wants", ServiceUnitName),
+}
+
+// Uninstall undoes what Install recorded: each file it wrote is removed, or
+// replaced by the backup of what was there before, but only while it is
+// still byte for byte what install wrote; a file changed since is left
+// alone with a warning (for resolv.conf: someone else manages it now, and
+// their version wins). Then the directories install created are removed if
+// empty. A second run finds nothing to do.
+func Uninstall(opts UninstallOptions) (*Report, error) {
+	return uninstall(rootFS{Root: opts.Root}, opts)
+}
+
+func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
+	r := &Report{DryRun: opts.DryRun}
+	for _, link := range enableLinks {
+		if _, err := fsys.Lstat(link); err == nil {
+			return r, fmt.Errorf("%s exists: towerd is enabled and may be running; "+
+				"first run: systemctl disable --now %s %s", link, SocketUnitName, ServiceUnitName)
+		}
+	}
+	m, err := loadManifest(fsys)
+	if err != nil {
+		return r, err
+	}
+	if m == nil {
+		r.same("skipped", manifestPath, "no record of an install here: nothing to undo")
+		if cur, err := look(fsys, ResolvConfPath); err == nil && !cur.isLink() && ownsResolvConf(cur.data) {
+			r.warn("%s carries towerd's marker but no install is recorded; put the previous file back by hand (towerd kept it as %s)",
+				ResolvConfPath, ResolvConfBackup)
+		}
+		return r, nil
+	}
+	droppedIn := false
+	// Newest first: resolv.conf goes back before towerd's files go.
+	for _, rec := range slices.Backward(m.Files) {
+		if err := undoFile(fsys, r, rec); err != nil {
+			return r, err
+		}
+		droppedIn = droppedIn || rec.Path == ResolvedDropIn
+	}
+	if !r.DryRun {
+		if err := fsys.Remove(manifestPath); err != nil {
+			return r, fmt.Errorf("removing %s: %w", manifestPath, err)
+		}
+	}
+	r.did("remove", manifestPath, "")
+	for _, dir := range slices.Backward(m.Dirs) {
+		removeDirIfEmpty(fsys, r, dir)
+	}
+	r.Next = append(r.Next, "systemctl daemon-reload")
+	if droppedIn {
+		r.Next = append(r.Next, "systemctl restart systemd-resolved   # stub listener back on")
+	}
+	return r, nil
+}
+
+// undoFile removes or restores one file install wrote.
+func undoFile(fsys fileSystem, r *Report, rec fileRecord) error {
+	cur, err := look(fsys, rec.Path)
+	if err != nil {
+		return err
+	}
+	var backup snapshot
+	if rec.Backup != "" {
+		if backup, err = look(fsys, rec.Backup); err != nil {
+			return err
+		}
+		if !backup.exists {
+			r.warn("the backup %s of %s is gone; %s is left as it is", rec.Backup, rec.Path, rec.Path)
+			return nil
+		}
+	}
+	ours := cur.exists && cur.sum() == rec.Sum
+	if rec.Path == ResolvConfPath {
+		ours = ours && !cur.isLink() && ownsResolvConf(cur.data)
+	}
+	switch {
+	case cur.exists && !ours:
+		msg := fmt.Sprintf("left %s alone: it changed since towerd install wrote it, so someone else manages it now", rec.Path)
+		if rec.Backup != "" {
+			msg += fmt.Sprintf("; the file it replaced is still in %s", rec.Backup)
+		}
+		r.warn("%s", msg)
+		r.same("kept", rec.Path, "changed since install")
+		return nil
+	case rec.Backup != "":
+		if !r.DryRun {
+			if err := restoreSnapshot(fsys, rec.Path, backup); err != nil {
+				return fmt.Errorf("restoring %s from %s: %w", rec.Path, rec.Backup, err)
+			}
+			if err := fsys.Remove(rec.Backup); err != nil {
+				return fmt.Errorf("removing %s: %w", rec.Backup, err)
+			}
+		}
+		what := "the file"
+		if backup.isLink() {
+			what = "the symlink to " + backup.link
+		}
+		r.did("restore", rec.Path, fmt.Sprintf("%s that was there before, from %s", what, rec.Backup))
+	case cur.exists:
+		if !r.DryRun {
+			if err := fsys.Remove(rec.Path); err != nil {
+				return fmt.Errorf("removing %s: %w", rec.Path, err)
+			}
+		}
+		r.did("remove", rec.Path, "")
+	default:
+		r.same("skipped", rec.Path, "already gone")
+	}
+	return nil
+}
+
+// removeDirIfEmpty removes a directory install created, unless something
+// else has been put in it since.
+func removeDirIfEmpty(fsys fileSystem, r *Report, dir string) {
+	if r.DryRun {
+		r.did("remove", dir+"/", "if empty by then")
+		return
+	}
+	err := fsys.Remove(dir)
+	switch {
+	case err == nil:
+		r.did("remove", dir+"/", "")
+	case errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST):
+		r.same("kept", dir+"/", "not empty")
+	case errors.Is(err, syscall.ENOENT):
+		r.same("skipped", dir+"/", "already gone")
+	default:
+		r.warn("could not remove %s: %v", dir, err)
+	}
+}
