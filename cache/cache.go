@@ -83,10 +83,12 @@ type counters struct {
 
 // Cache is a concurrency-safe DNS answer cache. Create it with New.
 type Cache struct {
-	capacity    int
-	bounds      ttlBounds
-	maxStaleAge time.Duration
-	now         func() time.Time
+	capacity int
+	// policy is swapped whole by SetTTLPolicy (a configuration reload), so
+	// a reader never sees the clamps of one policy with the stale age of
+	// another.
+	policy atomic.Pointer[ttlPolicy]
+	now    func() time.Time
 
 	// mu guards lru and byName together: every Get moves an entry in the
 	// LRU list, so a read lock would buy nothing.
@@ -104,12 +106,14 @@ func New(cfg Config) (*Cache, error) {
 		return nil, err
 	}
 	c := &Cache{
-		capacity:    cfg.Capacity,
+		capacity: cfg.Capacity,
+		now:      cfg.Now,
+		byName:   make(nameIndex),
+	}
+	c.policy.Store(&ttlPolicy{
 		bounds:      ttlBounds{min: cfg.MinTTL, max: cfg.MaxTTL},
 		maxStaleAge: cfg.MaxStaleAge,
-		now:         cfg.Now,
-		byName:      make(nameIndex),
-	}
+	})
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -138,7 +142,7 @@ func (c *Cache) Get(k Key) (Result, bool) {
 		return Result{}, false
 	}
 	a := it.ageAt(now)
-	if !a.servable(c.maxStaleAge) {
+	if !a.servable(c.policy.Load().maxStaleAge) {
 		// Too old even for serve-stale: drop it now so it stops taking a
 		// slot from entries that can still answer.
 		c.lru.Remove(k)
@@ -163,7 +167,7 @@ func (c *Cache) Get(k Key) (Result, bool) {
 // on refusal, and then leaves any existing entry for k untouched: a failure
 // never replaces a good entry. m is copied; the caller keeps ownership.
 func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
-	p, reason := prepare(m, c.bounds)
+	p, reason := prepare(m, c.policy.Load().bounds)
 	if reason != "" {
 		c.stats.refused.Add(1)
 		return false, reason
@@ -180,6 +184,26 @@ func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
 		c.stats.evictions.Add(1)
 	}
 	return true, ""
+}
+
+// ttlPolicy is the part of Config a running cache may change.
+type ttlPolicy struct {
+	bounds      ttlBounds
+	maxStaleAge time.Duration
+}
+
+// SetTTLPolicy replaces MinTTL, MaxTTL and MaxStaleAge, checked as New checks
+// them, so a configuration reload keeps the cache. The clamps apply to
+// answers stored from now on (an entry keeps the TTL it was stored with, as
+// a client keeps the TTL it was given); the stale age applies at once, since
+// it is weighed at every read.
+func (c *Cache) SetTTLPolicy(minTTL, maxTTL, maxStaleAge time.Duration) error {
+	cfg := Config{Capacity: c.capacity, MinTTL: minTTL, MaxTTL: maxTTL, MaxStaleAge: maxStaleAge}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	c.policy.Store(&ttlPolicy{bounds: ttlBounds{min: minTTL, max: maxTTL}, maxStaleAge: maxStaleAge})
+	return nil
 }
 
 // Remove deletes the entry for k and reports whether there was one.

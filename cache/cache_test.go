@@ -288,3 +288,32 @@ func TestStatsCounts(t *testing.T) {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
 }
+
+// A reload's TTL policy: new clamps apply to answers stored afterwards (an
+// entry keeps its TTL), the stale age to every entry at once; a bad policy
+// is refused and the old one stays.
+func TestSetTTLPolicy(t *testing.T) {
+	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
+	mustSet(t, c, keyA("before.example."), aReply(t, "before.example.", 0, "192.0.2.1"))
+
+	if err := c.SetTTLPolicy(time.Minute, time.Hour, 0); err != nil {
+		t.Fatalf("SetTTLPolicy: %v", err)
+	}
+	mustSet(t, c, keyA("after.example."), aReply(t, "after.example.", 0, "192.0.2.2"))
+	if r, ok := c.Get(keyA("after.example.")); !ok || !r.Fresh || r.TTL != time.Minute {
+		t.Errorf("stored after the reload: found %v, fresh %v, TTL %v; want fresh with TTL 1m (min_ttl)", ok, r.Fresh, r.TTL)
+	}
+	// Stored expired under the old policy, and the new stale age is 0.
+	if _, ok := c.Get(keyA("before.example.")); ok {
+		t.Errorf("entry from before the reload still served with serve-stale turned off")
+	}
+
+	if err := c.SetTTLPolicy(2*time.Hour, time.Hour, 0); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("min above max: err %v, want ErrInvalidConfig", err)
+	}
+	clock.Advance(30 * time.Second)
+	mustSet(t, c, keyA("later.example."), aReply(t, "later.example.", 0, "192.0.2.3"))
+	if r, _ := c.Get(keyA("later.example.")); r.TTL != time.Minute {
+		t.Errorf("after a refused policy: TTL %v, want the running policy's 1m", r.TTL)
+	}
+}

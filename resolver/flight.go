@@ -26,6 +26,9 @@ type flights struct {
 	mu       sync.Mutex
 	running  map[cache.Key]*flight
 	inflight atomic.Int64
+	// rejected counts joins turned away because limit flights already ran:
+	// a sustained rise means the upstreams are too slow for the load.
+	rejected atomic.Uint64
 
 	ctx    context.Context // cancelled by close: shutdown abandons resolutions
 	cancel context.CancelFunc
@@ -49,7 +52,11 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 	if fl, found := f.running[key]; found {
 		return fl, false, true
 	}
-	if f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+	if f.ctx.Err() != nil {
+		return nil, false, false
+	}
+	if f.inflight.Load() >= int64(limit) {
+		f.rejected.Add(1)
 		return nil, false, false
 	}
 	f.inflight.Add(1)
@@ -70,6 +77,9 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 
 // count returns how many resolutions are running.
 func (f *flights) count() int { return int(f.inflight.Load()) }
+
+// rejections returns how many joins the in-flight cap turned away.
+func (f *flights) rejections() uint64 { return f.rejected.Load() }
 
 // close cancels every running resolution and waits for them to return.
 func (f *flights) close() {

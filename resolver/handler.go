@@ -81,6 +81,16 @@ func (h *Handler) Reconfigure(cfg Config) error {
 // Inflight returns how many upstream resolutions are running.
 func (h *Handler) Inflight() int { return h.flights.count() }
 
+// InflightRejections returns how many queries and prefetches found the
+// in-flight cap full since the handler started.
+func (h *Handler) InflightRejections() uint64 { return h.flights.rejections() }
+
+// InflightCap returns the in-flight cap of the running configuration.
+func (h *Handler) InflightCap() int { return h.settings.Load().MaxInflight }
+
+// ZoneOf returns the zone the running configuration routes qname to.
+func (h *Handler) ZoneOf(qname string) string { return h.settings.Load().router.route(qname).Name }
+
 // Close abandons running upstream resolutions and waits for them. Call it
 // after the listeners have drained.
 func (h *Handler) Close() { h.flights.close() }
@@ -94,16 +104,18 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if len(r.Question) != 1 {
 		// A header that promises a question the packet does not carry parses
 		// without error in miekg/dns; answer it like QDCOUNT 0.
-		a.rcode(dns.RcodeFormatError)
 		if h.obs != nil {
 			h.obs.ObserveQuery(Query{Proto: a.proto(), Source: SourceLocal, Rcode: dns.RcodeFormatError,
 				Duration: s.Now().Sub(start)})
 		}
+		a.rcode(dns.RcodeFormatError)
 		return
 	}
 	q := r.Question[0]
 	zone := s.router.route(q.Name)
 
+	// Every answer is observed just before it is written, so a client that
+	// has its answer is already counted: /metrics never lags behind it.
 	record := func(source string, rcode int, prefetch bool) {
 		if h.obs != nil {
 			h.obs.ObserveQuery(Query{Proto: a.proto(), Qtype: q.Qtype, Zone: zone.Name, Source: source,
@@ -112,8 +124,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 
 	if rcode, refuse := h.check(s, w, r); refuse {
-		a.rcode(rcode)
 		record(SourceLocal, rcode, false)
+		a.rcode(rcode)
 		return
 	}
 
@@ -125,8 +137,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			}
 			// Pushed records carry their own TTLs; a stale source keeps them
 			// (they are the last known truth) but the answer is marked stale.
-			a.records(m, stale)
 			record(source, m.Rcode, false)
+			a.records(m, stale)
 			return
 		}
 	}
@@ -140,8 +152,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			// join starts at most one refresh per key: a running flight is reused.
 			h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
 		}
-		a.msg(res.Msg, false)
 		record(SourceCache, res.Msg.Rcode, prefetch)
+		a.msg(res.Msg, false)
 		return
 	}
 	var stale *dns.Msg
@@ -152,8 +164,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	// RFC 8767 §4: after a failed refresh, keep answering stale for a while
 	// without asking the upstream again, so a dead upstream is not hammered.
 	if stale != nil && !res.RefreshFailedAt.IsZero() && start.Sub(res.RefreshFailedAt) < s.FailureRecheck {
-		a.msg(stale, true)
 		record(SourceStale, stale.Rcode, false)
+		a.msg(stale, true)
 		return
 	}
 
@@ -170,8 +182,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	if wait == 0 && stale != nil {
 		// Immediate mode: the refresh goes on in the background.
-		a.msg(stale, true)
 		record(SourceStale, stale.Rcode, false)
+		a.msg(stale, true)
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -186,20 +198,20 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		h.fail(a, stale, record)
 		return
 	}
-	a.msg(fl.msg, false)
 	record(SourceUpstream, fl.msg.Rcode, false)
+	a.msg(fl.msg, false)
 }
 
 // fail answers a query whose refresh failed: stale when there is something to
 // serve, else SERVFAIL.
 func (h *Handler) fail(a answer, stale *dns.Msg, record func(string, int, bool)) {
 	if stale != nil {
-		a.msg(stale, true)
 		record(SourceStale, stale.Rcode, false)
+		a.msg(stale, true)
 		return
 	}
-	a.rcode(dns.RcodeServerFailure)
 	record(SourceUpstream, dns.RcodeServerFailure, false)
+	a.rcode(dns.RcodeServerFailure)
 }
 
 // resolver returns the function a flight runs for key: ask the zone's

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -71,19 +72,12 @@ func (s *Server) Listen(addrs []string) error {
 		}
 	}
 	for _, addr := range addrs {
-		pc, err := net.ListenPacket("udp", addr)
+		pc, l, err := listenPair(addr)
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("listening on %s over udp: %w", addr, err)
+			return err
 		}
-		pcs = append(pcs, pc)
-		// Bind TCP to the address UDP got, so port 0 gives the same port to both.
-		l, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			closeAll()
-			return fmt.Errorf("listening on %s over tcp: %w", addr, err)
-		}
-		ls = append(ls, l)
+		pcs, ls = append(pcs, pc), append(ls, l)
 	}
 	for _, pc := range pcs {
 		s.AddPacketConn(pc)
@@ -92,6 +86,31 @@ func (s *Server) Listen(addrs []string) error {
 		s.AddListener(l)
 	}
 	return nil
+}
+
+// portZeroTries bounds the search for a port free over both UDP and TCP
+// when an address asks for any port (port 0).
+const portZeroTries = 10
+
+// listenPair binds UDP on addr and TCP on the address UDP got, so port 0
+// gives the same port to both. The kernel picks the UDP port without
+// looking at TCP, so with port 0 a taken TCP twin means another pick.
+func listenPair(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for try := 1; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listening on %s over udp: %w", addr, err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l, nil
+		}
+		pc.Close()
+		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || try == portZeroTries {
+			return nil, nil, fmt.Errorf("listening on %s over tcp: %w", addr, err)
+		}
+	}
 }
 
 // AddPacketConn serves UDP on an already bound socket.

@@ -1,0 +1,133 @@
+package resolver
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DurationBuckets are the bounds of towerd's latency histograms, in seconds:
+// from 50 µs (a cache hit on a busy node) to 5 s (a whole upstream budget),
+// dense around the 1 ms–100 ms where upstream round trips live.
+var DurationBuckets = []float64{
+	0.00005, 0.0001, 0.00025, 0.0005,
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 1.8, 2.5, 5,
+}
+
+// qtypeLabels are the query types that get a label value of their own; all
+// others are "other". A closed set, so a client asking odd types cannot blow
+// up the number of series.
+var qtypeLabels = map[uint16]string{
+	dns.TypeA: "A", dns.TypeAAAA: "AAAA", dns.TypeCNAME: "CNAME",
+	dns.TypeHTTPS: "HTTPS", dns.TypeMX: "MX", dns.TypeNS: "NS",
+	dns.TypePTR: "PTR", dns.TypeSOA: "SOA", dns.TypeSRV: "SRV",
+	dns.TypeSVCB: "SVCB", dns.TypeTXT: "TXT", dns.TypeANY: "ANY",
+}
+
+// QtypeLabel returns the label value of a query type in towerd's metrics.
+func QtypeLabel(qtype uint16) string {
+	if l, ok := qtypeLabels[qtype]; ok {
+		return l
+	}
+	return "other"
+}
+
+// RcodeLabel returns the label value of an rcode: its mnemonic ("NXDOMAIN"),
+// or its number when it has none.
+func RcodeLabel(rcode int) string {
+	if name, ok := dns.RcodeToString[rcode]; ok {
+		return name
+	}
+	return strconv.Itoa(rcode)
+}
+
+// Metrics counts answered queries for Prometheus. It implements Observer;
+// hand it to NewHandler, then Instrument the handler and its server so the
+// gauges that are read at scrape time can find them.
+//
+// No metric is labelled by query name: names are unbounded and a client
+// could create series at will. Zone labels are the configured zones only.
+type Metrics struct {
+	reg        prometheus.Registerer
+	requests   *prometheus.CounterVec
+	responses  *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	prefetches prometheus.Counter
+}
+
+var _ Observer = (*Metrics)(nil)
+
+// NewMetrics creates the query metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_requests_total",
+			Help: "DNS queries answered, by transport (udp, tcp) and query type (common types by name, others as \"other\").",
+		}, []string{"proto", "qtype"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_responses_total",
+			Help: "DNS answers sent, by zone, by where the answer came from (cache, stale, upstream, consul, local) and by rcode.",
+		}, []string{"zone", "source", "rcode"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "towerd_request_duration_seconds",
+			Help:    "Time from reading a query to its answer being ready to send, by source of the answer.",
+			Buckets: DurationBuckets,
+		}, []string{"source"}),
+		prefetches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "towerd_cache_prefetches_total",
+			Help: "Background refreshes started by a cache hit in the last tenth of an entry's TTL.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.responses, m.duration, m.prefetches} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveQuery implements Observer.
+func (m *Metrics) ObserveQuery(q Query) {
+	m.requests.WithLabelValues(q.Proto, QtypeLabel(q.Qtype)).Inc()
+	m.responses.WithLabelValues(q.Zone, q.Source, RcodeLabel(q.Rcode)).Inc()
+	m.duration.WithLabelValues(q.Source).Observe(q.Duration.Seconds())
+	if q.Prefetch {
+		m.prefetches.Inc()
+	}
+}
+
+// Instrument registers the gauges and counters read from h and srv at scrape
+// time: resolutions in flight, in-flight cap and its rejections, and
+// packets dropped as unparsable. srv may be nil (no listeners, as in tests
+// that drive the handler directly).
+func (m *Metrics) Instrument(h *Handler, srv *Server) error {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "towerd_inflight_resolutions",
+			Help: "Upstream resolutions running now (identical questions share one).",
+		}, func() float64 { return float64(h.Inflight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "towerd_inflight_resolutions_limit",
+			Help: "The in-flight cap (upstream.max_inflight); past it queries are answered stale or SERVFAIL at once.",
+		}, func() float64 { return float64(h.InflightCap()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "towerd_inflight_rejections_total",
+			Help: "Queries and prefetches that found the in-flight cap full.",
+		}, func() float64 { return float64(h.InflightRejections()) }),
+	}
+	if srv != nil {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "towerd_invalid_packets_total",
+			Help: "Packets dropped or answered FORMERR because they could not be parsed.",
+		}, func() float64 { return float64(srv.Invalid()) }))
+	}
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, m.reg.Register(c))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,182 @@
+package upstream
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ReasonMismatch is the errors_total reason of replies dropped because their
+// ID, question or source did not match the query. Unlike the other reasons
+// it is not an attempt's outcome: the attempt waits on and may still succeed.
+const ReasonMismatch = "mismatch"
+
+// Metrics counts upstream attempts for Prometheus, by zone (the group's
+// name) and server. Attempts are counted as they happen, through the
+// GroupOptions.Observe hook that Observer returns; health, smoothed RTT and
+// rejected replies are read from the groups at scrape time. The counters
+// outlive the groups, so a configuration reload that rebuilds every group
+// does not reset them.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	up, srtt *prometheus.Desc
+
+	mu       sync.Mutex // guards the fields below, and orders mismatch syncs
+	groups   []*Group
+	retiring []*Group // replaced by a reload, still finishing attempts
+	// seen is the Plain.Mismatches value already added to errors_total,
+	// per group and server: the groups count rejected replies themselves,
+	// and a reload replaces them with fresh ones that start again at 0.
+	seen map[seenKey]uint64
+}
+
+type seenKey struct {
+	group  *Group
+	server string
+}
+
+// NewMetrics creates the upstream metrics; buckets are the bounds of the
+// attempt duration histogram. Register the result on the registry that
+// serves /metrics.
+func NewMetrics(buckets []float64) *Metrics {
+	labels := []string{"zone", "server"}
+	return &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_requests_total",
+			Help: "Queries sent to upstream servers (attempts; health probes excluded).",
+		}, labels),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_errors_total",
+			Help: "Failed upstream attempts by reason (timeout, servfail, refused, network, other), and replies dropped as not matching the query (mismatch).",
+		}, append(labels, "reason")),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "towerd_upstream_request_duration_seconds",
+			Help:    "Duration of upstream attempts, failed ones included.",
+			Buckets: buckets,
+		}, labels),
+		up: prometheus.NewDesc("towerd_upstream_up",
+			"1 while the server is considered healthy, 0 while it is marked down and probed.", labels, nil),
+		srtt: prometheus.NewDesc("towerd_upstream_srtt_seconds",
+			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply.", labels, nil),
+		seen: map[seenKey]uint64{},
+	}
+}
+
+// Observer returns the GroupOptions.Observe hook for the group of zone.
+func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kind string) {
+	return func(server string, d time.Duration, kind string) {
+		m.requests.WithLabelValues(zone, server).Inc()
+		m.duration.WithLabelValues(zone, server).Observe(d.Seconds())
+		if kind != "" {
+			m.errors.WithLabelValues(zone, server, kind).Inc()
+		}
+	}
+}
+
+// SetGroups makes groups the ones whose health is reported. The groups
+// they replace may still finish attempts started before a reload, for up to
+// grace (the upstream timeout): those are counted, rejected replies
+// included, and only then are the series of servers no longer configured
+// removed, so /metrics ends up showing what runs.
+func (m *Metrics) SetGroups(groups []*Group, grace time.Duration) {
+	m.mu.Lock()
+	old := m.groups
+	m.groups = append([]*Group(nil), groups...)
+	m.retiring = append(m.retiring, old...)
+	m.mu.Unlock()
+	if len(old) == 0 {
+		return
+	}
+	if grace <= 0 {
+		m.retire(old)
+		return
+	}
+	time.AfterFunc(grace, func() { m.retire(old) })
+}
+
+// retire stops following old groups once they can no longer be asked.
+func (m *Metrics) retire(old []*Group) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.syncMismatchesLocked()
+	m.retiring = slices.DeleteFunc(m.retiring, func(g *Group) bool { return slices.Contains(old, g) })
+	for _, g := range old {
+		for _, s := range g.servers {
+			addr := s.plain.Address()
+			delete(m.seen, seenKey{g, addr})
+			if configured(m.groups, g.name, addr) || configured(m.retiring, g.name, addr) {
+				continue
+			}
+			labels := prometheus.Labels{"zone": g.name, "server": addr}
+			m.requests.Delete(labels)
+			m.duration.Delete(labels)
+			m.errors.DeletePartialMatch(labels)
+		}
+	}
+}
+
+// configured reports whether groups has server addr in zone.
+func configured(groups []*Group, zone, addr string) bool {
+	for _, g := range groups {
+		if g.name != zone {
+			continue
+		}
+		for _, s := range g.servers {
+			if s.plain.Address() == addr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// syncMismatchesLocked adds the rejected replies counted since the last
+// sync to errors_total.
+func (m *Metrics) syncMismatchesLocked() {
+	for _, g := range slices.Concat(m.groups, m.retiring) {
+		for _, s := range g.servers {
+			addr := s.plain.Address()
+			key := seenKey{g, addr}
+			now := s.plain.Mismatches()
+			if delta := now - m.seen[key]; delta > 0 {
+				m.errors.WithLabelValues(g.name, addr, ReasonMismatch).Add(float64(delta))
+			}
+			m.seen[key] = now
+		}
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.errors.Describe(ch)
+	m.duration.Describe(ch)
+	ch <- m.up
+	ch <- m.srtt
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	m.syncMismatchesLocked()
+	groups := m.groups
+	m.mu.Unlock()
+
+	m.requests.Collect(ch)
+	m.errors.Collect(ch)
+	m.duration.Collect(ch)
+	for _, g := range groups {
+		for _, st := range g.Servers() {
+			up := 0.0
+			if st.Up {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, g.name, st.Address)
+			ch <- prometheus.MustNewConstMetric(m.srtt, prometheus.GaugeValue, st.SRTT.Seconds(), g.name, st.Address)
+		}
+	}
+}
