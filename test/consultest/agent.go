@@ -1,0 +1,273 @@
+// Package consultest starts real Consul agents for tests: Consul v1.14.11,
+// built from its Go module by the separate module in test/consulagent
+// (`make consul-agent`), run as `consul agent -dev` on loopback with ports of
+// its own, and stopped by PID when the test ends.
+package consultest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Bounds on waiting for an agent; none is a sleep, each is the longest a
+// test waits before failing instead of hanging.
+const (
+	readyTimeout = 60 * time.Second // start to an elected leader and a registered node
+	stopTimeout  = 10 * time.Second // SIGTERM to exit, then SIGKILL
+	pollEvery    = 50 * time.Millisecond
+)
+
+// Options shape an agent.
+type Options struct {
+	// HTTPPort is the HTTP API's port; 0 picks a free one. A test that
+	// replaces an agent passes the old one's port.
+	HTTPPort int
+	// ManagementToken, if set, turns ACLs on with default_policy "deny"
+	// and makes this the initial management token (and the agent's own).
+	ManagementToken string
+}
+
+// Agent is a running agent.
+type Agent struct {
+	// HTTPAddr and DNSAddr are 127.0.0.1:port; DNS serves UDP and TCP.
+	HTTPAddr, DNSAddr string
+	// Node is the agent's node name.
+	Node string
+
+	opts   Options
+	cmd    *exec.Cmd
+	exited chan struct{}
+	output *syncBuffer
+}
+
+// Start runs an agent and waits until it has a leader and its node is in the
+// catalog. It is stopped by PID when the test ends, if still running.
+func Start(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	bin := Binary(t)
+	var lastErr error
+	// A free port can be taken by another test between choosing and
+	// binding it; a few attempts make that race harmless.
+	for attempt := 0; attempt < 3; attempt++ {
+		a, err := start(t, bin, opts)
+		if err == nil {
+			return a
+		}
+		lastErr = err
+	}
+	t.Fatalf("consul agent did not start: %v", lastErr)
+	return nil
+}
+
+func start(t testing.TB, bin string, opts Options) (*Agent, error) {
+	httpPort := opts.HTTPPort
+	if httpPort == 0 {
+		httpPort = freePort(t)
+	}
+	dnsPort, serfPort, serverPort := freePort(t), freePort(t), freePort(t)
+	a := &Agent{
+		HTTPAddr: "127.0.0.1:" + strconv.Itoa(httpPort),
+		DNSAddr:  "127.0.0.1:" + strconv.Itoa(dnsPort),
+		Node:     "towerd-test",
+		opts:     opts,
+		exited:   make(chan struct{}),
+		output:   &syncBuffer{},
+	}
+	args := []string{"agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-node", a.Node, "-data-dir", t.TempDir(), "-log-level", "debug",
+		"-http-port", strconv.Itoa(httpPort), "-dns-port", strconv.Itoa(dnsPort),
+		"-serf-lan-port", strconv.Itoa(serfPort), "-server-port", strconv.Itoa(serverPort),
+		// Everything else off, so parallel agents cannot collide.
+		"-serf-wan-port", "-1", "-https-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
+	}
+	if opts.ManagementToken != "" {
+		args = append(args, "-hcl", fmt.Sprintf(`acl { enabled = true default_policy = "deny" `+
+			`tokens { initial_management = %q agent = %q } }`, opts.ManagementToken, opts.ManagementToken))
+	}
+	a.cmd = exec.Command(bin, args...)
+	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
+	a.cmd.WaitDelay = 5 * time.Second
+	if err := a.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = a.cmd.Wait() // the exit is read from ProcessState
+		close(a.exited)
+	}()
+	t.Cleanup(func() {
+		a.Stop(t)
+		if t.Failed() {
+			t.Logf("consul agent %s output (last lines):\n%s", a.HTTPAddr, lastLines(a.output.String(), 60))
+		}
+	})
+	if err := a.waitReady(); err != nil {
+		a.Stop(t)
+		return nil, fmt.Errorf("%w\n%s", err, lastLines(a.output.String(), 30))
+	}
+	return a, nil
+}
+
+// waitReady polls the HTTP API until a leader is elected and the agent's
+// node is registered: then registrations and DNS work.
+func (a *Agent) waitReady() error {
+	client := a.Client(a.opts.ManagementToken)
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		leader, err := client.Status().Leader()
+		if err == nil && leader != "" {
+			node, _, err := client.Catalog().Node(a.Node, nil)
+			if err == nil && node != nil {
+				return nil
+			}
+		}
+		select {
+		case <-a.exited:
+			return fmt.Errorf("consul agent exited: %v", a.cmd.ProcessState)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consul agent on %s not ready within %v (last error: %v)", a.HTTPAddr, readyTimeout, err)
+		}
+	}
+}
+
+// Client returns an API client for the agent with token ("" = none).
+func (a *Agent) Client(token string) *api.Client {
+	c, err := api.NewClient(&api.Config{Address: a.HTTPAddr, Token: token,
+		Transport: &http.Transport{}})
+	if err != nil {
+		panic(err) // a plain address cannot fail
+	}
+	return c
+}
+
+// Stop ends the agent by PID: SIGTERM, then SIGKILL if it lingers. Safe to
+// call twice.
+func (a *Agent) Stop(t testing.TB) {
+	if a.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-a.exited:
+		return
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(stopTimeout):
+		t.Errorf("consul agent pid %d still running %v after SIGTERM; killing it", a.cmd.Process.Pid, stopTimeout)
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+	}
+}
+
+// Kill ends the agent at once by PID (SIGKILL), like a crash.
+func (a *Agent) Kill() {
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+}
+
+// Output returns what the agent logged so far.
+func (a *Agent) Output() string { return a.output.String() }
+
+// Binary returns the path of the test agent, building it first if it is
+// missing (as `make consul-agent` does; a lock keeps parallel test binaries
+// from building it twice).
+func Binary(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "test", "consulagent")
+	bin := filepath.Join(dir, "bin", "consul")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "bin", ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	if _, err := os.Stat(bin); err == nil {
+		return bin // built by another test binary while this one waited
+	}
+	t.Logf("building the Consul test agent (make consul-agent; about 3 minutes the first time)")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", "bin/consul", ".")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the Consul test agent in %s: %v\n%s", dir, err, out)
+	}
+	return bin
+}
+
+// freePort returns a port free on 127.0.0.1 for both TCP and UDP when
+// called (Consul binds both for DNS and serf).
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", l.Addr().String())
+		l.Close()
+		if err == nil {
+			pc.Close()
+			return port
+		}
+	}
+	t.Fatal("no port free for both TCP and UDP on 127.0.0.1")
+	return 0
+}
+
+// syncBuffer collects a process's output for logs on failure.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

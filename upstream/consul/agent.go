@@ -1,0 +1,162 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/miekg/dns"
+)
+
+// DefaultAddress is the agent's HTTP API when neither the configuration nor
+// CONSUL_HTTP_ADDR name one.
+const DefaultAddress = "127.0.0.1:8500"
+
+// DefaultDomain is Consul's DNS domain when the agent cannot be asked.
+const DefaultDomain = "consul."
+
+// ErrACL marks an error the agent gave because of the ACL token: missing,
+// unknown, expired or without the permissions the watch needs.
+var ErrACL = errors.New("consul rejected the ACL token")
+
+// ErrUnreachable marks an error reaching the agent at all.
+var ErrUnreachable = errors.New("consul agent unreachable")
+
+// newClient builds the API client. Empty fields fall back to Consul's own
+// environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
+// CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...), as every
+// Consul tool does, and then to api's defaults (127.0.0.1:8500, http).
+func newClient(cfg Config) (*api.Client, error) {
+	c := &api.Config{
+		Address:    cfg.Address,
+		Scheme:     cfg.Scheme,
+		Datacenter: "", // always the agent's own: the watch serves the local datacenter
+		Token:      cfg.Token,
+		TokenFile:  cfg.TokenFile,
+	}
+	c.TLSConfig.CAFile = cfg.TLSCAFile
+	client, err := api.NewClient(c)
+	if err != nil {
+		return nil, fmt.Errorf("consul client: %w", err)
+	}
+	return client, nil
+}
+
+// displayAddress is the address the client talks to, for logs and State.
+func displayAddress(cfg Config) string {
+	if cfg.Address != "" {
+		return cfg.Address
+	}
+	if a := os.Getenv(api.HTTPAddrEnvName); a != "" {
+		return a
+	}
+	return DefaultAddress
+}
+
+// IsLocalAddress reports whether addr (host:port, a URL or unix://path)
+// names this machine: a loopback IP, "localhost" or a unix socket. The watch
+// is meant for the node's own agent, whose cache and streaming carry the
+// load; pointing thousands of nodes at the servers defeats that.
+func IsLocalAddress(addr string) bool {
+	scheme, rest, found := strings.Cut(addr, "://")
+	if !found {
+		rest = addr
+	} else if scheme == "unix" {
+		return true
+	}
+	rest, _, _ = strings.Cut(rest, "/")
+	host := rest
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
+
+// agentInfo is what the watch learns from the agent (or the configuration)
+// to name and shape records like the agent's DNS does.
+type agentInfo struct {
+	datacenter   string // lower case
+	domain       string // lower case, fully qualified
+	onlyPassing  bool   // dns_config.only_passing
+	nodeMetaTXT  bool   // dns_config.enable_additional_node_meta_txt
+	aRecordLimit int    // dns_config.a_record_limit
+	fromAgent    bool   // false: the agent would not say (ACL), defaults used
+}
+
+// readAgent asks /v1/agent/self for the datacenter and the DNS settings.
+// Configured datacenter and domain win over the agent's. An ACL refusal is
+// not fatal: the token may be allowed to read services but not the agent;
+// then the configuration and Consul's defaults are used, and the datacenter
+// comes from the catalog's own entries.
+func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo, error) {
+	info := &agentInfo{
+		datacenter:  strings.ToLower(cfg.Datacenter),
+		domain:      DefaultDomain,
+		nodeMetaTXT: true, // Consul's default
+	}
+	if cfg.Domain != "" {
+		info.domain = dns.CanonicalName(cfg.Domain)
+	}
+	var self map[string]map[string]any
+	_, err := client.Raw().Query("/v1/agent/self", &self, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, ErrACL) {
+			return info, err
+		}
+		return nil, err
+	}
+	info.fromAgent = true
+	if dc, ok := self["Config"]["Datacenter"].(string); ok && info.datacenter == "" {
+		info.datacenter = strings.ToLower(dc)
+	}
+	dbg := self["DebugConfig"]
+	if d, ok := dbg["DNSDomain"].(string); ok && d != "" && cfg.Domain == "" {
+		info.domain = dns.CanonicalName(d)
+	}
+	if v, ok := dbg["DNSOnlyPassing"].(bool); ok {
+		info.onlyPassing = v
+	}
+	if v, ok := dbg["DNSNodeMetaTXT"].(bool); ok {
+		info.nodeMetaTXT = v
+	}
+	if v, ok := dbg["DNSARecordLimit"].(float64); ok && v > 0 {
+		info.aRecordLimit = int(v)
+	}
+	return info, nil
+}
+
+// classify wraps err with ErrACL or ErrUnreachable when it is one of those,
+// so logs and State say plainly what an operator has to fix.
+func classify(err error) error {
+	if err == nil || errors.Is(err, ErrACL) || errors.Is(err, ErrUnreachable) {
+		return err
+	}
+	var se api.StatusError
+	if errors.As(err, &se) && (se.Code == 401 || se.Code == 403) {
+		return fmt.Errorf("%w (HTTP %d: %s): set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
+			"to a token with service:read and node:read", ErrACL, se.Code, se.Body)
+	}
+	// api returns a plain error for non-2xx replies on some paths; the ACL
+	// ones carry Consul's own wording.
+	if msg := err.Error(); strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found") {
+		return fmt.Errorf("%w: %v: set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
+			"to a token with service:read and node:read", ErrACL, err)
+	}
+	var ne net.Error
+	var op *net.OpError
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op) || errors.As(err, &ne) {
+		return fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	return err
+}

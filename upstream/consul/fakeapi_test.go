@@ -1,0 +1,219 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// reply is one scripted answer of the fake Consul HTTP API.
+type reply struct {
+	status int    // 0 = 200
+	index  uint64 // X-Consul-Index
+	body   any    // JSON-encoded when status is 200
+}
+
+// request is what the fake API saw of one query.
+type request struct {
+	path   string
+	index  uint64 // the ?index= parameter; 0 when absent
+	cached bool   // ?cached: served by the agent's cache or streaming
+	stale  bool   // ?stale: any server may answer the agent
+	token  string
+}
+
+// fakeAPI is an httptest server that plays a Consul agent's HTTP API from
+// per-path scripts. When a path's script runs out, its queries block until
+// the script grows or the client gives up, like a blocking query.
+type fakeAPI struct {
+	*httptest.Server
+	mu       sync.Mutex
+	scripts  map[string][]reply
+	requests []request
+	seen     chan struct{} // closed and replaced on every request
+	scripted chan struct{} // closed and replaced whenever a script grows
+	self     reply         // the /v1/agent/self reply
+}
+
+func newFakeAPI(t *testing.T) *fakeAPI {
+	f := &fakeAPI{
+		scripts:  map[string][]reply{},
+		seen:     make(chan struct{}),
+		scripted: make(chan struct{}),
+		self: reply{body: map[string]any{
+			"Config":      map[string]any{"Datacenter": "dc1"},
+			"DebugConfig": map[string]any{"DNSDomain": "consul.", "DNSOnlyPassing": false, "DNSNodeMetaTXT": true},
+		}},
+	}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(func() {
+		f.CloseClientConnections()
+		f.Close()
+	})
+	return f
+}
+
+// script appends replies for path (e.g. "/v1/catalog/services").
+func (f *fakeAPI) script(path string, replies ...reply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scripts[path] = append(f.scripts[path], replies...)
+	close(f.scripted) // blocked queries take the new replies
+	f.scripted = make(chan struct{})
+}
+
+func (f *fakeAPI) setSelf(r reply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.self = r
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	index, _ := strconv.ParseUint(q.Get("index"), 10, 64)
+	f.mu.Lock()
+	f.requests = append(f.requests, request{path: r.URL.Path, index: index, cached: q.Has("cached"),
+		stale: q.Has("stale"), token: r.Header.Get("X-Consul-Token")})
+	close(f.seen)
+	f.seen = make(chan struct{})
+	f.mu.Unlock()
+	var rep reply
+	for {
+		f.mu.Lock()
+		var ok bool
+		if r.URL.Path == "/v1/agent/self" {
+			rep, ok = f.self, true
+		} else if s := f.scripts[r.URL.Path]; len(s) > 0 {
+			rep, ok = s[0], true
+			f.scripts[r.URL.Path] = s[1:]
+		}
+		scripted := f.scripted
+		f.mu.Unlock()
+		if ok {
+			break
+		}
+		// A blocking query: it returns when the script grows (a change)
+		// or when the client gives up.
+		select {
+		case <-scripted:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if rep.status != 0 && rep.status != http.StatusOK {
+		http.Error(w, "scripted failure", rep.status)
+		return
+	}
+	w.Header().Set("X-Consul-Index", strconv.FormatUint(rep.index, 10))
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(rep.body)
+}
+
+// queries returns the requests seen on path so far.
+func (f *fakeAPI) queries(path string) []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []request
+	for _, r := range f.requests {
+		if r.path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitQueries waits until path has seen n requests; the last one is then
+// blocked in the server (the script ran out) or answered.
+func (f *fakeAPI) waitQueries(t *testing.T, path string, n int) []request {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		seen := f.seen
+		f.mu.Unlock()
+		if got := f.queries(path); len(got) >= n {
+			return got
+		}
+		select {
+		case <-seen:
+		case <-deadline.C:
+			t.Fatalf("%s: %d queries within 10s, want %d", path, len(f.queries(path)), n)
+		}
+	}
+}
+
+// fakeClock is the loops' clock in tests: Sleep returns at once and moves
+// the time on, and every wait asked for is recorded.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(max(d, 0))
+	return nil
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *fakeClock) recorded() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.sleeps...)
+}
+
+// newTestWatcher is a Watcher on the fake API with the fake clock and a
+// fixed jitter.
+func newTestWatcher(t *testing.T, f *fakeAPI, cfg Config, clk clock, jitter func(time.Duration) time.Duration) *Watcher {
+	t.Helper()
+	cfg.Address = strings.TrimPrefix(f.URL, "http://")
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.clock, w.jitter = clk, jitter
+	return w
+}
+
+func noJitter(time.Duration) time.Duration { return 0 }
+
+// entry is a health/service JSON entry.
+func entry(node, nodeAddr, id, addr string, port int, tags []string, checks ...map[string]any) map[string]any {
+	if tags == nil {
+		tags = []string{}
+	}
+	return map[string]any{
+		"Node": map[string]any{"Node": node, "Address": nodeAddr, "Datacenter": "dc1",
+			"TaggedAddresses": map[string]string{"lan": nodeAddr, "lan_ipv4": nodeAddr},
+			"Meta":            map[string]string{"consul-network-segment": ""}},
+		"Service": map[string]any{"ID": id, "Service": "web", "Address": addr, "Port": port, "Tags": tags,
+			"Weights": map[string]int{"Passing": 1, "Warning": 1}},
+		"Checks": append([]map[string]any{{"CheckID": "serfHealth", "Status": "passing"}}, checks...),
+	}
+}

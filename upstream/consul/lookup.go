@@ -1,0 +1,219 @@
+package consul
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// service is what the watch holds for one service: its healthy instances and
+// whether the agent still confirms them.
+type service struct {
+	instances []instance
+	// lostAt is when the watch last lost contact with the agent while
+	// holding these instances; zero while in contact.
+	lostAt time.Time
+}
+
+// store maps lower-case service names to what the watch knows of them. It is
+// read on every query and written on every catalog change.
+type store struct {
+	mu       sync.RWMutex
+	services map[string]*service
+}
+
+func newStore() *store { return &store{services: map[string]*service{}} }
+
+// set replaces the service's instances; none removes it, so its queries go
+// to Consul's DNS.
+func (s *store) set(name string, instances []instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(instances) == 0 {
+		delete(s.services, name)
+		return
+	}
+	s.services[name] = &service{instances: instances}
+}
+
+func (s *store) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.services, name)
+}
+
+// contact marks the service's records as confirmed by the agent (lost=false)
+// or as no longer confirmed since at, unless they were already.
+func (s *store) contact(name string, lost bool, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc := s.services[name]
+	switch {
+	case svc == nil:
+	case !lost && !svc.lostAt.IsZero():
+		s.services[name] = &service{instances: svc.instances}
+	case lost && svc.lostAt.IsZero():
+		s.services[name] = &service{instances: svc.instances, lostAt: at}
+	}
+}
+
+func (s *store) get(name string) *service {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.services[name]
+}
+
+// counts returns how many services and instances are held.
+func (s *store) counts() (services, instances int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, svc := range s.services {
+		instances += len(svc.instances)
+	}
+	return len(s.services), instances
+}
+
+// serviceQuery is a question parsed the way Consul's DNS dispatch parses it.
+type serviceQuery struct {
+	service string // lower case
+	tag     string // lower case; "" = any
+	dc      string // the datacenter label, lower case; "" = none
+}
+
+// parseServiceQuery mirrors the "service" branch of Consul's dispatch:
+// [tag.]name.service[.dc[.dc]].domain and RFC 2782's _name._tag.service...,
+// and for SRV also _name._tag.domain without "service". ok is false for every
+// other form (nodes, prepared queries, peers, ...).
+func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, bool) {
+	lower := strings.ToLower(name)
+	if !strings.HasSuffix(lower, "."+domain) {
+		return serviceQuery{}, false
+	}
+	labels := dns.SplitDomainName(strings.TrimSuffix(lower, domain))
+	var parts, suffixes []string
+	found := false
+	for i := len(labels) - 1; i >= 0 && !found; i-- {
+		switch labels[i] {
+		case "service":
+			parts, suffixes, found = labels[:i], labels[i+1:], true
+		case "connect", "virtual", "ingress", "node", "query", "addr":
+			return serviceQuery{}, false
+		default:
+			if qtype == dns.TypeSRV && strings.HasPrefix(labels[i], "_") {
+				parts, suffixes, found = labels[:i+1], labels[i+1:], true
+			}
+		}
+	}
+	if !found || len(parts) == 0 {
+		return serviceQuery{}, false
+	}
+	var q serviceQuery
+	switch {
+	case len(suffixes) == 0:
+	case len(suffixes) == 1:
+		q.dc = suffixes[0]
+	case len(suffixes) == 2 && suffixes[1] == "dc":
+		q.dc = suffixes[0]
+	default:
+		return serviceQuery{}, false // peers, or what Consul calls invalid
+	}
+	n := len(parts)
+	if n == 2 && strings.HasPrefix(parts[0], "_") && strings.HasPrefix(parts[1], "_") {
+		q.service, q.tag = parts[0][1:], parts[1][1:]
+		if q.tag == "tcp" {
+			q.tag = "" // _name._tcp is RFC 2782's way of saying "any"
+		}
+		return q, true
+	}
+	q.service = parts[n-1]
+	q.tag = strings.Join(parts[:n-1], ".")
+	return q, true
+}
+
+// Lookup implements resolver.RecordSource. It answers A, AAAA and SRV
+// questions about services the watch holds, in the local datacenter, from
+// memory. Everything else — other types, nodes, prepared queries, other
+// datacenters, services filtered out or without a healthy instance, and
+// records lost for longer than the maximum stale age — returns ok=false and
+// goes to Consul's DNS through the cache. stale is true while the agent does
+// not answer the watch.
+func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
+	switch q.Qtype {
+	case dns.TypeA, dns.TypeAAAA, dns.TypeSRV:
+	default:
+		return nil, false, false
+	}
+	if q.Qclass != dns.ClassINET {
+		return nil, false, false
+	}
+	info := w.info.Load()
+	if info == nil || info.datacenter == "" {
+		return nil, false, false // records cannot be named yet
+	}
+	sq, ok := parseServiceQuery(q.Name, q.Qtype, info.domain)
+	if !ok || (sq.dc != "" && sq.dc != info.datacenter) {
+		return nil, false, false
+	}
+	svc := w.store.get(sq.service)
+	if svc == nil {
+		return nil, false, false
+	}
+	if !svc.lostAt.IsZero() {
+		if w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {
+			return nil, false, false // too old to vouch for; Consul's DNS decides
+		}
+		stale = true
+	}
+	instances := svc.instances
+	if sq.tag != "" {
+		instances = nil
+		for _, in := range svc.instances {
+			if slices.Contains(in.Tags, sq.tag) {
+				instances = append(instances, in)
+			}
+		}
+		if len(instances) == 0 {
+			return nil, false, false // Consul says NXDOMAIN, which is never cached
+		}
+	} else {
+		instances = slices.Clone(instances)
+	}
+	// Consul shuffles every answer so that clients taking the first address
+	// spread over the instances; so does towerd.
+	rand.Shuffle(len(instances), func(i, j int) { instances[i], instances[j] = instances[j], instances[i] })
+
+	l := lookup{name: q.Name, qtype: q.Qtype, datacenter: info.datacenter,
+		domain: responseDomain(q.Name, info.domain)}
+	if sq.dc != "" {
+		l.datacenter = sq.dc
+	}
+	b := builder{ttl: uint32(w.cfg.AnswerTTL / time.Second), aRecordLimit: info.aRecordLimit,
+		nodeMetaTXT: info.nodeMetaTXT}
+	answer, extra, ok := b.records(l, instances)
+	if !ok {
+		return nil, false, false
+	}
+	m = new(dns.Msg)
+	m.Answer, m.Extra = answer, extra
+	if len(answer) == 0 {
+		// NODATA (e.g. AAAA of an IPv4-only service), with the SOA that lets
+		// a resolver cache it (RFC 2308), as Consul answers.
+		m.Ns = []dns.RR{b.soa(info.domain, uint32(w.clock.Now().Unix()))}
+	}
+	return m, stale, true
+}
+
+// responseDomain is the domain as the question wrote it (Consul names SRV
+// targets in the question's letter case).
+func responseDomain(name, domain string) string {
+	labels := dns.SplitDomainName(name)
+	n := dns.CountLabel(domain)
+	if len(labels) < n {
+		return domain
+	}
+	return dns.Fqdn(strings.Join(labels[len(labels)-n:], "."))
+}
