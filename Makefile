@@ -5,9 +5,11 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 # make run serves here: loopback, unprivileged, built-in defaults.
 RUN_LISTEN ?= 127.0.0.1:1053
+# ... and its admin server (/metrics, /stats; read by `towerd stats`) here.
+RUN_ADMIN ?= 127.0.0.1:9253
 ARGS     ?=
 
-.PHONY: all build run test test-deps vet fmt-check clean
+.PHONY: all build run test test-deps consul-agent vet fmt-check clean
 
 all: build
 
@@ -19,15 +21,27 @@ build:
 # make run ARGS='-upstream 127.0.0.1:5300'
 run: build
 	@echo "towerd on $(RUN_LISTEN): try  dig @$(firstword $(subst :, ,$(RUN_LISTEN))) -p $(lastword $(subst :, ,$(RUN_LISTEN))) example.org"
-	./$(BIN) -config '' -listen $(RUN_LISTEN) $(ARGS)
+	@echo "figures:   ./$(BIN) stats -admin $(RUN_ADMIN)   (or curl http://$(RUN_ADMIN)/metrics)"
+	./$(BIN) -config '' -listen $(RUN_LISTEN) -admin $(RUN_ADMIN) $(ARGS)
 
 # Installs what the tests need (dig, ...), then vets and runs every test with
 # the race detector.
-test: test-deps fmt-check vet
+test: test-deps consul-agent fmt-check vet
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 test-deps:
 	@test/install-deps.sh
+
+# The real Consul agent (v1.14.11, MPL-2.0) the Consul tests start, built
+# from its Go module by the separate module in test/consulagent: about ten
+# minutes on 2 cores with an empty Go build cache, then reused (rebuilt only
+# when missing).
+CONSUL_AGENT := test/consulagent/bin/consul
+
+consul-agent: $(CONSUL_AGENT)
+
+$(CONSUL_AGENT):
+	cd test/consulagent && $(GO) build -trimpath -o bin/consul .
 
 vet:
 	$(GO) vet ./...

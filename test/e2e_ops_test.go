@@ -136,8 +136,9 @@ func TestMakeRun(t *testing.T) {
 	def.Add(t, "make.example. 300 IN A 192.0.2.90")
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 
-	cmd := exec.Command("make", "-C", "..", "run", "RUN_LISTEN="+listen,
-		"ARGS=-upstream "+def.Addr+" -consul-dns "+consul.Addr)
+	// RUN_ADMIN on port 0: other test runs on this machine may hold 9253.
+	cmd := exec.Command("make", "-C", "..", "run", "RUN_LISTEN="+listen, "RUN_ADMIN=127.0.0.1:0",
+		"ARGS=-upstream "+def.Addr+" -consul-dns "+consul.Addr+" -consul-http off")
 	// make runs towerd as its child: both go in a process group of their
 	// own, which the cleanup stops as one.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

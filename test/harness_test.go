@@ -210,18 +210,28 @@ type towerd struct {
 	*process
 	// UDP and TCP are the addresses from its "serving" log line.
 	UDP, TCP string
+	// Admin is the admin HTTP server's ip:port, "" when it is off.
+	Admin string
 }
 
-var servingLine = regexp.MustCompile(`level=INFO msg=serving addrs=("[^"]*"|\S+)`)
+var (
+	servingLine = regexp.MustCompile(`level=INFO msg=serving addrs=("[^"]*"|\S+)`)
+	adminLine   = regexp.MustCompile(`msg="admin server listening" addr=(\S+)`)
+)
 
-// startTowerd runs the built binary with args (plus -log-level debug, which
-// args may override) and waits for its "serving" log line. It is stopped
-// with SIGTERM by PID when the test ends, and must then exit 0 without a
-// data race report.
+// startTowerd runs the built binary with args (plus -log-level debug and an
+// admin server on a free port, which args may override) and waits for its
+// "serving" log line. It is stopped with SIGTERM by PID when the test ends,
+// and must then exit 0 without a data race report.
 func startTowerd(t *testing.T, args ...string) *towerd {
 	t.Helper()
 	mustNotUseSystemResolvers(t, args)
-	cmd := exec.Command(towerdBin, append([]string{"-log-level", "debug"}, args...)...)
+	// The admin server's default port is fixed; parallel daemons each take
+	// a free one instead. The Consul watch is off unless a test names the
+	// agent it started (-consul-http): no test talks to an agent it does
+	// not own.
+	cmd := exec.Command(towerdBin, append([]string{"-log-level", "debug", "-admin", "127.0.0.1:0",
+		"-consul-http", "off"}, args...)...)
 	p := startProcess(t, cmd)
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })
@@ -240,6 +250,11 @@ func startTowerd(t *testing.T, args ...string) *towerd {
 	}
 	if d.UDP == "" || d.TCP == "" {
 		t.Fatalf("serving line without udp and tcp addresses: %q", m[0])
+	}
+	// The admin server starts before the DNS listeners serve, so its line,
+	// if any, is in by now.
+	if m := adminLine.FindStringSubmatch(p.stderr.String()); m != nil {
+		d.Admin = m[1]
 	}
 	return d
 }

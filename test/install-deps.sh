@@ -5,12 +5,23 @@ set -eu
 
 need=""
 command -v dig >/dev/null 2>&1 || need="$need bind9-dnsutils"
+# promtool checks and unit-tests the alert rules in monitoring/. Debian ships
+# it only inside the server package (on a systemd machine that also starts a
+# Prometheus on :9090: `systemctl disable --now prometheus` if unwanted).
+command -v promtool >/dev/null 2>&1 || need="$need prometheus"
+# The systemd tests run the real systemd-socket-activate and systemd-analyze
+# (package systemd; nothing is started by systemd itself), and compare
+# import-dnsmasq's routing with a real dnsmasq (dnsmasq-base: the program
+# without a service that would start).
+command -v systemd-socket-activate >/dev/null 2>&1 || need="$need systemd"
+command -v systemd-analyze >/dev/null 2>&1 || need="$need systemd"
+command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
 
 if [ -n "$need" ]; then
 	echo "installing:$need"
 	SUDO=""
 	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need >/dev/null
 fi
 go mod download

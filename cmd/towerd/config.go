@@ -42,6 +42,8 @@ type Config struct {
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
 	Zones      []ZoneConfig     `toml:"zone"`
+	Admin      AdminConfig      `toml:"admin"`  // admin.go
+	Consul     ConsulConfig     `toml:"consul"` // consul.go
 }
 
 // CacheConfig is the [cache] table.
@@ -137,6 +139,8 @@ func DefaultConfig() Config {
 			MaxAttempts:   3,
 			FailThreshold: 3,
 		},
+		Admin:  AdminConfig{Listen: DefaultAdminListen},
+		Consul: defaultConsulConfig(),
 	}
 }
 
@@ -222,7 +226,9 @@ func decodeConfig(data []byte, path string, cfg *Config) error {
 }
 
 // lineOfKey finds the line of "leaf =" for a dotted key, best effort, so
-// validation errors point at the line like parse errors do.
+// validation errors point at the line like parse errors do. Only lines of
+// the key's own table count: "admin.listen" must not point at the top-level
+// "listen".
 func lineOfKey(data []byte, key string) int {
 	if key == "" {
 		return 0
@@ -232,14 +238,26 @@ func lineOfKey(data []byte, key string) int {
 	if i := strings.Index(leaf, `\[`); i >= 0 {
 		leaf = leaf[:i]
 	}
+	table := ""
+	if len(parts) > 1 {
+		table, _, _ = strings.Cut(parts[0], "[")
+	}
 	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
+	current := ""
 	for i, line := range strings.Split(string(data), "\n") {
-		if re.MatchString(line) {
+		if m := tableHeader.FindStringSubmatch(line); m != nil {
+			current = m[1]
+			continue
+		}
+		if current == table && re.MatchString(line) {
 			return i + 1
 		}
 	}
 	return 0
 }
+
+// tableHeader matches "[cache]" and "[[zone]]" lines.
+var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_-]+)\s*\]\]?`)
 
 func keyErr(key, format string, args ...any) error {
 	return &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)}
@@ -308,6 +326,12 @@ func (c *Config) validate() error {
 	}
 	if u.FailThreshold <= 0 {
 		return keyErr("upstream.fail_threshold", "must be at least 1 (got %d)", u.FailThreshold)
+	}
+	if err := c.Admin.validate(); err != nil {
+		return err
+	}
+	if err := c.Consul.validate(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i, z := range c.Zones {

@@ -15,6 +15,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/consul"
 )
 
 // daemon is a running towerd: the sockets, the handler and what a reload
@@ -25,12 +26,32 @@ type daemon struct {
 	cfg     Config
 	handler *resolver.Handler
 	groups  []*upstream.Group
+	ops     *operations // metrics, admin server, cache tuning (operations.go)
+
+	// systemd (daemon_systemd.go): the sockets it passed, the notifications
+	// sent, and what READY=1 waits for after the sockets serve.
+	sd        *sdSession
+	readiness []readinessCheck
+
+	// The Consul watch (consul.go): pushed records for Config.Records.
+	consul          *consul.Watcher
+	stopConsulWatch func()
 }
 
 func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
+	cfg, zones, err := d.adoptSockets(cfg, zones)
+	if err != nil {
+		d.log.Error("cannot use the sockets systemd passed", "err", err)
+		return exitFail
+	}
 	c, err := cache.New(cacheConfig(cfg))
 	if err != nil {
 		d.log.Error("cache", "err", err)
+		return exitConfig
+	}
+	d.ops = newOperations(c)
+	if err := d.prepareConsul(cfg); err != nil {
+		d.log.Error("consul watch", "err", err)
 		return exitConfig
 	}
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
@@ -38,7 +59,7 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 		d.log.Error("upstreams", "err", err)
 		return exitConfig
 	}
-	h, err := resolver.NewHandler(rcfg, c, d.log, nil)
+	h, err := resolver.NewHandler(rcfg, c, d.log, d.ops.observer())
 	if err != nil {
 		closeGroups(groups)
 		d.log.Error("resolver", "err", err)
@@ -55,11 +76,13 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 			d.log.Error("BUG: panic while answering a query; answered SERVFAIL", "panic", v, "stack", string(stack))
 		},
 	}
-	if err := srv.Listen(cfg.Listen); err != nil {
+	if err := d.listen(srv, cfg.Listen); err != nil {
 		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
 		closeGroups(groups)
 		return exitFail
 	}
+	d.startAdmin(cfg, h, srv)
+	d.runConsul()
 	for _, z := range zones {
 		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
 	}
@@ -84,9 +107,13 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 			return exitFail
 		case <-ready:
 			ready = nil
+			d.markReady()
 			addrs := srv.Addrs()
 			d.log.Info("serving", "addrs", strings.Join(addrs, " "),
 				"try", "dig @"+digTarget(strings.TrimPrefix(addrs[0], "udp/")))
+			d.sdServing(addrs, c)
+		case ev := <-d.sd.events:
+			d.sdHandle(ev)
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
 				d.reload()
@@ -101,10 +128,13 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 // finish (a client waits at most query_timeout), then upstream work stops.
 func (d *daemon) shutdown(srv *resolver.Server, sig os.Signal) int {
 	d.log.Info("shutting down", "signal", sig.String(), "inflight", d.handler.Inflight())
+	d.sdStopping()
+	d.stopAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.QueryTimeout.Duration+time.Second)
 	defer cancel()
 	err := srv.Shutdown(ctx)
 	d.handler.Close()
+	d.stopConsul()
 	closeGroups(d.groups)
 	if err != nil {
 		d.log.Warn("queries still running at shutdown were dropped", "err", err)
@@ -114,10 +144,13 @@ func (d *daemon) shutdown(srv *resolver.Server, sig os.Signal) int {
 }
 
 // reload re-reads the config file and swaps in zones, upstreams, timeouts,
-// serve-stale timers and the allow-list. The cache and queries in flight survive; a bad
-// file leaves the running config alone.
+// serve-stale timers, the allow-list and the cache's TTL policy (reloadDone).
+// The cache and queries in flight survive; a bad file leaves the running
+// config alone.
 func (d *daemon) reload() {
-	cfg, err := d.opts.load()
+	d.sdReloading()
+	defer d.sdReloaded()
+	cfg, err := d.reloadConfig()
 	if err == nil {
 		var zones []ZoneConfig
 		zones, _, err = cfg.zones("/")
@@ -140,12 +173,17 @@ func (d *daemon) reload() {
 	}
 	if err != nil {
 		d.log.Error("reload rejected; the running configuration stays", "err", err)
+		d.reloadDone(err)
 		return
 	}
-	if !equalStrings(cfg.Listen, d.cfg.Listen) || cfg.Cache != d.cfg.Cache {
-		d.log.Warn("listen addresses and [cache] settings change only on restart")
+	if !equalStrings(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
+		d.log.Warn("listen addresses and cache.size change only on restart")
+	}
+	if consulChanged(d.cfg, cfg) {
+		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
 	}
 	d.cfg = cfg
+	d.reloadDone(nil)
 	d.log.Info("reloaded", "config", d.opts.configPath)
 }
 
@@ -161,6 +199,9 @@ func (d *daemon) resolverConfig(cfg Config, zones []ZoneConfig) (resolver.Config
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
 	}
+	if d.consul != nil {
+		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface
+	}
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
@@ -168,6 +209,7 @@ func (d *daemon) resolverConfig(cfg Config, zones []ZoneConfig) (resolver.Config
 		g, err := upstream.NewGroup(z.Name, z.Servers, upstream.GroupOptions{
 			MaxAttempts:   cfg.Upstream.MaxAttempts,
 			FailThreshold: cfg.Upstream.FailThreshold,
+			Observe:       d.ops.upstreamObserver(z.Name),
 			OnHealthChange: func(server string, up bool) {
 				if up {
 					d.log.Info("upstream is back up", "zone", z.Name, "server", server)

@@ -35,6 +35,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		case "check":
 			return serveCommand(args[1:], stdout, stderr, true)
+		case "stats":
+			return statsCommand(args[1:], stdout, stderr) // stats.go
+		case "install", "uninstall":
+			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // install.go
+		case "import-dnsmasq":
+			return importDnsmasqCommand(args[1:], stdout, stderr) // install.go
 		case "serve":
 			args = args[1:]
 		case "help":
@@ -48,6 +54,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: towerd [serve] [flags]   run the resolver (the default)
        towerd check [flags]     validate the configuration and exit
+       towerd stats [-admin ADDR] [--json]
+                                show a running towerd's figures
+       towerd install [--root DIR] [--dry-run] [--upstream ADDRS]
+                                make towerd the node's resolver (files only)
+       towerd uninstall [--root DIR] [--dry-run]
+                                undo what install did
+       towerd import-dnsmasq FILE
+                                turn a dnsmasq configuration into towerd's
        towerd version           print the version
 
 Run "towerd -h" for the flags.
@@ -60,8 +74,10 @@ type options struct {
 	listen      string
 	upstreams   string
 	consulDNS   string
+	consulHTTP  string
 	cacheSize   int
 	logLevel    string
+	admin       string
 	checkConfig bool
 	showVersion bool
 	set         map[string]bool
@@ -75,8 +91,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "", "comma-separated ip:port addresses to serve on (UDP and TCP); overrides the listen key")
 	fs.StringVar(&o.upstreams, "upstream", "", "comma-separated servers for zone \".\"; overrides the file and resolv.conf")
 	fs.StringVar(&o.consulDNS, "consul-dns", "", "server for zone \"consul.\" (default 127.0.0.1:8600)")
+	fs.StringVar(&o.consulHTTP, "consul-http", "", "HTTP API of the local Consul agent the service watch follows (overrides consul.address); \"off\" turns the watch off")
 	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
+	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -105,11 +123,20 @@ func (o *options) load() (Config, error) {
 	if o.set["log-level"] {
 		cfg.LogLevel = o.logLevel
 	}
+	if o.set["admin"] {
+		cfg.Admin.Listen = o.admin
+	}
 	if o.set["upstream"] {
 		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))
 	}
 	if o.set["consul-dns"] {
 		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
+	}
+	if o.set["consul-http"] {
+		cfg.Consul.Enabled = o.consulHTTP != "off"
+		if cfg.Consul.Enabled {
+			cfg.Consul.Address = o.consulHTTP
+		}
 	}
 	if err := cfg.validate(); err != nil {
 		var ce *ConfigError

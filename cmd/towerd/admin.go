@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/upstream"
+)
+
+// DefaultAdminListen is where the admin HTTP server listens by default;
+// 9253 sits beside the exporters' ports and is free on a stock node.
+const DefaultAdminListen = "127.0.0.1:9253"
+
+// AdminConfig is the [admin] table: the HTTP server for metrics, /stats,
+// health checks and the cache.
+type AdminConfig struct {
+	// Listen: ip:port of the admin HTTP server; "" turns it off.
+	Listen string `toml:"listen"`
+	// AllowNonLoopback: serve on an address that is not loopback. The
+	// server has no authentication and can flush the cache, so this must
+	// be asked for explicitly.
+	AllowNonLoopback bool `toml:"allow_non_loopback"`
+}
+
+func (a AdminConfig) validate() error {
+	if a.Listen == "" {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(a.Listen)
+	if err != nil {
+		return keyErr("admin.listen", "%q is not ip:port (e.g. %q; \"\" turns the admin server off)", a.Listen, DefaultAdminListen)
+	}
+	if !ap.Addr().Unmap().IsLoopback() && !a.AllowNonLoopback {
+		return keyErr("admin.listen", "%s is not a loopback address; the admin server has no authentication "+
+			"and can flush the cache: set admin.allow_non_loopback = true to serve it there anyway", a.Listen)
+	}
+	return nil
+}
+
+// adminView is what the admin server shows of the running configuration;
+// the daemon swaps it whole on every reload.
+type adminView struct {
+	cfg        Config
+	file       string
+	groups     []*upstream.Group
+	loadedAt   time.Time
+	staleUntil time.Duration // serve_stale.max_age, 0 when serve-stale is off
+}
+
+// adminServer is the admin HTTP server. Its handlers only read: the
+// registry, the cache and an adminView behind an atomic pointer, so a
+// reload never waits for a slow HTTP client.
+type adminServer struct {
+	log     *slog.Logger
+	tel     *telemetry
+	cache   *cache.Cache
+	handler *resolver.Handler
+	now     func() time.Time
+
+	ready atomic.Bool
+	view  atomic.Pointer[adminView]
+	// loopbackOnly: served on loopback, so every legitimate client names a
+	// loopback address or localhost in Host.
+	loopbackOnly bool
+
+	srv  *http.Server
+	addr string // where it actually listens (port 0 resolved)
+	done chan error
+}
+
+// routes returns the admin HTTP API. Cross-origin protection turns away
+// browser requests from other sites, so a web page cannot flush the cache
+// through a loopback port; on loopback, the Host check also stops a page
+// that rebinds its own name to 127.0.0.1 (DNS rebinding) from reading
+// /stats and /cache as if it were same-origin.
+func (a *adminServer) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.tel.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /stats", a.serveStats)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", a.serveReady)
+	mux.HandleFunc("GET /cache", a.serveCache)
+	mux.HandleFunc("POST /cache/flush", a.serveFlush)
+	h := http.NewCrossOriginProtection().Handler(mux)
+	if a.loopbackOnly {
+		h = loopbackHosts(h)
+	}
+	return h
+}
+
+// loopbackHosts serves only requests whose Host is a loopback address or
+// localhost.
+func loopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if ip, err := netip.ParseAddr(host); (err == nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "Host must be a loopback address or localhost", http.StatusForbidden)
+	})
+}
+
+// start listens on addr and serves in the background.
+func (a *adminServer) start(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin server on %s: %w", addr, err)
+	}
+	a.addr = l.Addr().String()
+	if ap, err := netip.ParseAddrPort(a.addr); err == nil {
+		a.loopbackOnly = ap.Addr().Unmap().IsLoopback()
+	}
+	a.srv = &http.Server{
+		Handler:           a.routes(),
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	a.done = make(chan error, 1)
+	go func() { a.done <- a.srv.Serve(l) }()
+	return nil
+}
+
+// stop closes the listener and waits up to ctx for requests being served.
+func (a *adminServer) stop(ctx context.Context) {
+	if a.srv == nil {
+		return
+	}
+	if err := a.srv.Shutdown(ctx); err != nil {
+		a.srv.Close()
+	}
+	<-a.done
+}
+
+func (a *adminServer) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if !a.ready.Load() {
+		http.Error(w, "not ready: listeners not serving yet, or shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+func (a *adminServer) serveStats(w http.ResponseWriter, _ *http.Request) {
+	r, err := a.report()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, r)
+}
+
+// report builds the /stats document.
+func (a *adminServer) report() (statsReport, error) {
+	mfs, err := a.tel.reg.Gather()
+	if err != nil {
+		return statsReport{}, fmt.Errorf("gathering metrics: %w", err)
+	}
+	v := a.view.Load()
+	r := buildReport(indexFamilies(mfs), v.groups)
+	now := a.now()
+	r.Version = version
+	r.Started = a.tel.started
+	r.UptimeSeconds = now.Sub(a.tel.started).Seconds()
+	r.Ready = a.ready.Load()
+	r.Config = summarize(v)
+	r.Config.AdminListen = a.addr // port 0 resolved
+	r.ConsulWatch = a.tel.watchState()
+	if st, ok := a.tel.reloadState(); ok {
+		r.LastReload = &st
+	}
+	return r, nil
+}
+
+func summarize(v *adminView) configSummary {
+	c := v.cfg
+	s := configSummary{
+		File: v.file, Listen: c.Listen, Allow: c.Allow,
+		CacheSize: c.Cache.Size, MinTTL: c.Cache.MinTTL.String(), MaxTTL: c.Cache.MaxTTL.String(),
+		Prefetch: c.Cache.Prefetch, ServeStale: c.ServeStale.Enabled, StaleMaxAge: c.ServeStale.MaxAge.String(),
+		QueryTimeout: c.QueryTimeout.String(), MaxInflight: c.Upstream.MaxInflight,
+		AdminListen: c.Admin.Listen, ConfigLoaded: v.loadedAt,
+	}
+	for _, g := range v.groups {
+		z := zoneSummary{Name: g.Address()}
+		for _, st := range g.Servers() {
+			z.Servers = append(z.Servers, st.Address)
+		}
+		s.Zones = append(s.Zones, z)
+	}
+	return s
+}
+
+// cacheEntry is one entry in the GET /cache answer.
+type cacheEntry struct {
+	Key              string   `json:"key"`
+	Type             string   `json:"type"`
+	Kind             string   `json:"kind"` // positive or nodata
+	State            string   `json:"state"`
+	TTLSeconds       float64  `json:"ttl_seconds"`
+	RemainingSeconds float64  `json:"remaining_seconds"`
+	ExpiredSeconds   float64  `json:"expired_seconds"`
+	Stored           string   `json:"stored"`
+	Source           string   `json:"source"`
+	Answer           []string `json:"answer"`
+}
+
+// serveCache shows what is cached under ?name=, optionally one ?type= only.
+func (a *adminServer) serveCache(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if _, ok := dns.IsDomainName(name); !ok || name == "" {
+		http.Error(w, "name= must be a domain name, e.g. /cache?name=example.org&type=A", http.StatusBadRequest)
+		return
+	}
+	var qtype uint16
+	if t := r.URL.Query().Get("type"); t != "" {
+		var ok bool
+		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
+			http.Error(w, fmt.Sprintf("type=%s is not a DNS type", t), http.StatusBadRequest)
+			return
+		}
+	}
+	v := a.view.Load()
+	// Everything cached came from the upstreams of the zone the name routes
+	// to (pushed Consul records never enter the cache).
+	source := "upstream zone " + a.handler.ZoneOf(name)
+	entries := []cacheEntry{}
+	for _, info := range a.cache.Inspect(name) {
+		if qtype != 0 && info.Key.Type != qtype {
+			continue
+		}
+		state := "fresh"
+		if !info.Fresh {
+			state = "stale"
+			if v.staleUntil == 0 || info.Expired > v.staleUntil {
+				state = "expired" // kept until looked up, never served
+			}
+		}
+		entries = append(entries, cacheEntry{
+			Key: info.Key.String(), Type: dns.TypeToString[info.Key.Type], Kind: info.Kind.String(),
+			State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),
+			ExpiredSeconds: info.Expired.Seconds(), Stored: info.Stored.UTC().Format(time.RFC3339Nano),
+			Source: source, Answer: info.Answer,
+		})
+	}
+	writeJSON(w, map[string]any{"name": dns.Fqdn(name), "entries": entries})
+}
+
+// serveFlush empties the cache, or forgets one name=.
+func (a *adminServer) serveFlush(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	name := r.Form.Get("name")
+	var removed int
+	if name == "" {
+		removed = a.cache.Flush()
+	} else {
+		if _, ok := dns.IsDomainName(name); !ok {
+			http.Error(w, "name= must be a domain name", http.StatusBadRequest)
+			return
+		}
+		removed = a.cache.RemoveName(name)
+	}
+	a.log.Info("cache flushed through the admin API", "name", name, "removed", removed)
+	writeJSON(w, map[string]any{"name": name, "removed": removed})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // fails only when the client went away
+}
