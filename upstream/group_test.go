@@ -90,8 +90,10 @@ func TestGroupFailover(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			servers := []*rawServer{startRaw(t, tt.first), startRaw(t, tt.second)}
 			var obs observed
+			// 500ms: an answering loopback server must never look black-holed,
+			// even on a loaded CI machine running the race detector.
 			g := newGroup(t, GroupOptions{
-				InitialAttemptTimeout: 50 * time.Millisecond,
+				InitialAttemptTimeout: 500 * time.Millisecond,
 				MinAttemptTimeout:     10 * time.Millisecond,
 				Observe:               obs.observe,
 			}, servers...)

@@ -47,9 +47,11 @@ func TestGroupSkipsDownServer(t *testing.T) {
 	first, second := startRaw(t, blackHole), startRaw(t, answering(t, dns.RcodeSuccess))
 	onChange, nextEvent := healthEvents(t)
 	g := newGroup(t, GroupOptions{
-		MaxAttempts:           2,
-		FailThreshold:         2,
-		InitialAttemptTimeout: 20 * time.Millisecond,
+		MaxAttempts:   2,
+		FailThreshold: 2,
+		// Also the answering server's budget: generous, so only the
+		// black-holed one ever times out on a loaded machine.
+		InitialAttemptTimeout: 300 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		ProbeInterval:         time.Hour, // keep probes out of the counts; Close stops the prober
 		OnHealthChange:        onChange,
@@ -104,7 +106,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}, srv)
 
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond)
+		_ = exchangeFor(g, 3*time.Second) // generous: the attempt timeout, not this deadline, must end it
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down", ev)
@@ -132,7 +134,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}
 	answerQueries.Store(false)
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond)
+		_ = exchangeFor(g, 3*time.Second) // generous: the attempt timeout, not this deadline, must end it
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down again", ev)
