@@ -1,0 +1,257 @@
+package faultproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// DefaultTargetTimeout bounds the wait for the target's reply to one query,
+// so no goroutine of the proxy outlives a silent target by more than this.
+const DefaultTargetTimeout = 5 * time.Second
+
+// Options configure New. Target is required; the zero value of every other
+// field means its documented default.
+type Options struct {
+	// Target is the DNS server's ip:port, spoken to over UDP and TCP.
+	Target string
+	// Listen is where the proxy serves, UDP and TCP on the same port;
+	// "" means 127.0.0.1:0 (a free port).
+	Listen string
+	// Faults in force at start; SetFaults replaces them.
+	Faults Faults
+	// Seed seeds every random choice; log it, and a failure can be replayed.
+	Seed uint64
+	// TargetTimeout: see DefaultTargetTimeout; 0 means that.
+	TargetTimeout time.Duration
+}
+
+// Proxy is a running fault proxy. Its methods are safe for concurrent use.
+type Proxy struct {
+	target        string
+	targetTimeout time.Duration
+	choose        *chooser
+	n             counters
+
+	pc    net.PacketConn // clients' UDP
+	other net.PacketConn // the wrong source port of WrongSource forgeries
+	ln    net.Listener   // clients' TCP
+
+	ctx    context.Context // ends at Close; every wait watches it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards tcpConns and flapStop
+	tcpConns map[net.Conn]struct{}
+	flapStop func()
+}
+
+// counters are Stats as atomics.
+type counters struct {
+	queries, tcpQueries, forwarded, replies, lostQueries, lostReplies atomic.Uint64
+	blackholed, duplicated, servFails, truncated                      atomic.Uint64
+	wrongID, wrongQuestion, wrongSource, targetErrors                 atomic.Uint64
+}
+
+// New starts a proxy in front of o.Target. Close stops it.
+func New(o Options) (*Proxy, error) {
+	if o.Target == "" {
+		return nil, errors.New("faultproxy: no target")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.TargetTimeout == 0 {
+		o.TargetTimeout = DefaultTargetTimeout
+	}
+	pc, ln, err := listenPair(o.Listen)
+	if err != nil {
+		return nil, err
+	}
+	other, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		pc.Close()
+		ln.Close()
+		return nil, fmt.Errorf("faultproxy: binding the wrong-source socket: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		target: o.Target, targetTimeout: o.TargetTimeout, choose: newChooser(o.Faults, o.Seed),
+		pc: pc, other: other, ln: ln, ctx: ctx, cancel: cancel, tcpConns: map[net.Conn]struct{}{},
+	}
+	p.wg.Add(2)
+	go p.serveUDP()
+	go p.serveTCP()
+	return p, nil
+}
+
+// listenPair binds UDP on addr and TCP on the port UDP got; with port 0 a
+// TCP twin already taken means another pick.
+func listenPair(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for try := 1; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("faultproxy: listening on %s over udp: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || try == 10 {
+			return nil, nil, fmt.Errorf("faultproxy: listening on %s over tcp: %w", addr, err)
+		}
+	}
+}
+
+// Addr is the proxy's ip:port, the same for UDP and TCP.
+func (p *Proxy) Addr() string { return p.pc.LocalAddr().String() }
+
+// Faults returns the faults in force.
+func (p *Proxy) Faults() Faults { return p.choose.get() }
+
+// SetFaults replaces the faults in force; queries already held keep the
+// fate they drew, but black-holing applies to their replies at once.
+func (p *Proxy) SetFaults(f Faults) { p.choose.set(f) }
+
+// SetBlackhole turns total black-holing on or off, leaving the other faults.
+func (p *Proxy) SetBlackhole(on bool) { p.choose.setBlackhole(on) }
+
+// Stats returns the counts so far.
+func (p *Proxy) Stats() Stats {
+	n := &p.n
+	return Stats{
+		Queries: n.queries.Load(), TCPQueries: n.tcpQueries.Load(), Forwarded: n.forwarded.Load(),
+		Replies: n.replies.Load(), LostQueries: n.lostQueries.Load(), LostReplies: n.lostReplies.Load(),
+		Blackholed: n.blackholed.Load(), Duplicated: n.duplicated.Load(), ServFails: n.servFails.Load(),
+		Truncated: n.truncated.Load(), WrongID: n.wrongID.Load(), WrongQuestion: n.wrongQuestion.Load(),
+		WrongSource: n.wrongSource.Load(), TargetErrors: n.targetErrors.Load(),
+	}
+}
+
+// Flap black-holes the target for down, lets it through for up, and so on
+// until the returned stop is called (or Close), which leaves it up. It
+// starts with down. A second Flap replaces the first.
+func (p *Proxy) Flap(down, up time.Duration) (stop func()) {
+	p.mu.Lock()
+	prev := p.flapStop
+	p.mu.Unlock()
+	if prev != nil {
+		prev()
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	p.SetBlackhole(true)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(finished)
+		defer p.SetBlackhole(false)
+		timer := time.NewTimer(down)
+		defer timer.Stop()
+		for holed := true; ; holed = !holed {
+			select {
+			case <-timer.C:
+			case <-quit:
+				return
+			case <-p.ctx.Done():
+				return
+			}
+			p.SetBlackhole(!holed)
+			if holed {
+				timer.Reset(up)
+			} else {
+				timer.Reset(down)
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { close(quit) })
+		<-finished
+	}
+	p.mu.Lock()
+	p.flapStop = stop
+	p.mu.Unlock()
+	return stop
+}
+
+// Close stops serving, abandons every held query and waits for all of the
+// proxy's goroutines.
+func (p *Proxy) Close() error {
+	p.cancel()
+	err := errors.Join(p.pc.Close(), p.ln.Close(), p.other.Close())
+	p.mu.Lock()
+	for c := range p.tcpConns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// hold waits out a query's delay; false means the proxy is closing.
+func (p *Proxy) hold(d time.Duration) bool {
+	if d <= 0 {
+		return p.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// localReply builds the proxy's own answer to a query: SERVFAIL or an empty
+// truncated reply.
+func localReply(query []byte, servFail bool) []byte {
+	var q dns.Msg
+	if q.Unpack(query) != nil {
+		return nil
+	}
+	m := new(dns.Msg)
+	m.SetReply(&q)
+	if servFail {
+		m.Rcode = dns.RcodeServerFailure
+	} else {
+		m.Truncated = true
+	}
+	wire, _ := m.Pack()
+	return wire
+}
+
+// forge turns a genuine reply into a forgery: A records point at
+// ForgedAddr, and the ID or the question name change as asked.
+func forge(genuine []byte, wrongID, wrongQuestion bool) []byte {
+	var m dns.Msg
+	if m.Unpack(genuine) != nil {
+		return nil
+	}
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			a.A = net.ParseIP(ForgedAddr)
+		}
+	}
+	if wrongID {
+		m.Id++
+	}
+	if wrongQuestion && len(m.Question) == 1 {
+		const other = "forged-question.invalid."
+		for _, rr := range m.Answer {
+			rr.Header().Name = other
+		}
+		m.Question[0].Name = other
+	}
+	wire, _ := m.Pack()
+	return wire
+}
