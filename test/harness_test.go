@@ -229,9 +229,10 @@ func startTowerd(t *testing.T, args ...string) *towerd {
 	// The admin server's default port is fixed; parallel daemons each take
 	// a free one instead. The Consul watch is off unless a test names the
 	// agent it started (-consul-http): no test talks to an agent it does
-	// not own.
+	// not own. The cache is not saved unless a test names its own
+	// -state-dir: parallel daemons must not load each other's answers.
 	cmd := exec.Command(towerdBin, append([]string{"-log-level", "debug", "-admin", "127.0.0.1:0",
-		"-consul-http", "off"}, args...)...)
+		"-consul-http", "off", "-state-dir", ""}, args...)...)
 	p := startProcess(t, cmd)
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })

@@ -37,6 +37,9 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// LogFormat: text or json.
 	LogFormat string `toml:"log_format"`
+	// StateDir: where the cache is saved on stop and loaded on start
+	// (state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
+	StateDir string `toml:"state_dir"`
 
 	Cache      CacheConfig      `toml:"cache"`
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
@@ -82,6 +85,10 @@ type UpstreamConfig struct {
 	MaxAttempts int `toml:"max_attempts"`
 	// FailThreshold: consecutive failures that mark a server down.
 	FailThreshold int `toml:"fail_threshold"`
+	// MinAttemptTimeout: floor of the per-attempt timeout that follows a
+	// server's measured round-trip; below it a fast server's hiccup would
+	// already cost a retry.
+	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
 }
 
 // ZoneConfig is one [[zone]] entry.
@@ -120,6 +127,7 @@ func DefaultConfig() Config {
 		QueryTimeout: dur(1800 * time.Millisecond),
 		LogLevel:     "info",
 		LogFormat:    "text",
+		StateDir:     DefaultStateDir,
 		Cache: CacheConfig{
 			Size:     10000,
 			MinTTL:   dur(0),
@@ -138,6 +146,10 @@ func DefaultConfig() Config {
 			MaxInflight:   150,
 			MaxAttempts:   3,
 			FailThreshold: 3,
+			// 200 ms: a lost packet is still resent well inside the 1.8 s
+			// client timer, while a fast upstream's GC pause or a loaded
+			// node does not turn every slow reply into a second packet.
+			MinAttemptTimeout: dur(200 * time.Millisecond),
 		},
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),
@@ -326,6 +338,9 @@ func (c *Config) validate() error {
 	}
 	if u.FailThreshold <= 0 {
 		return keyErr("upstream.fail_threshold", "must be at least 1 (got %d)", u.FailThreshold)
+	}
+	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
+		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
 	}
 	if err := c.Admin.validate(); err != nil {
 		return err

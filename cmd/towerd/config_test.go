@@ -32,6 +32,7 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"zone without servers", "[[zone]]\nname = \"corp.example.\"\n", `key "zone[0].servers"`},
 		{"bad server", "[[zone]]\nname = \"corp.\"\nservers = [\"not an address\"]\n", `key "zone[0].servers[0]"`},
 		{"bad level", "log_level = \"loud\"\n", `towerd.toml:1: key "log_level"`},
+		{"attempt floor over budget", "[upstream]\ntimeout = \"1s\"\nmin_attempt_timeout = \"2s\"\n", `towerd.toml:3: key "upstream.min_attempt_timeout"`},
 		{"syntax", "[cache\n", `towerd.toml:1:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,6 +50,7 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 		return exitConfig
 	}
 	d.ops = newOperations(c)
+	d.loadCache(c, cfg) // state.go
 	if err := d.prepareConsul(cfg); err != nil {
 		d.log.Error("consul watch", "err", err)
 		return exitConfig
@@ -134,6 +135,9 @@ func (d *daemon) shutdown(srv *resolver.Server, sig os.Signal) int {
 	defer cancel()
 	err := srv.Shutdown(ctx)
 	d.handler.Close()
+	// After the drain and with upstream work stopped, so the snapshot holds
+	// every answer towerd got.
+	d.saveCache(d.ops.cache, d.cfg) // state.go
 	d.stopConsul()
 	closeGroups(d.groups)
 	if err != nil {
@@ -209,7 +213,11 @@ func (d *daemon) resolverConfig(cfg Config, zones []ZoneConfig) (resolver.Config
 		g, err := upstream.NewGroup(z.Name, z.Servers, upstream.GroupOptions{
 			MaxAttempts:   cfg.Upstream.MaxAttempts,
 			FailThreshold: cfg.Upstream.FailThreshold,
-			Observe:       d.ops.upstreamObserver(z.Name),
+			// The ceiling follows the floor so a high floor stays meaningful.
+			MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
+			MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
+			InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
+			Observe:               d.ops.upstreamObserver(z.Name),
 			OnHealthChange: func(server string, up bool) {
 				if up {
 					d.log.Info("upstream is back up", "zone", z.Name, "server", server)

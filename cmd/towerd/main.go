@@ -41,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // install.go
 		case "import-dnsmasq":
 			return importDnsmasqCommand(args[1:], stdout, stderr) // install.go
+		case "drill":
+			return drillCommand(args[1:], stdout, stderr) // drill.go
 		case "serve":
 			args = args[1:]
 		case "help":
@@ -62,6 +64,7 @@ func usage(w io.Writer) {
                                 undo what install did
        towerd import-dnsmasq FILE
                                 turn a dnsmasq configuration into towerd's
+       towerd drill [flags]     rehearse a bad upstream day in-process (towerd drill -h)
        towerd version           print the version
 
 Run "towerd -h" for the flags.
@@ -78,6 +81,7 @@ type options struct {
 	cacheSize   int
 	logLevel    string
 	admin       string
+	stateDir    string
 	checkConfig bool
 	showVersion bool
 	set         map[string]bool
@@ -95,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
 	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
+	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+DefaultStateDir+")")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +130,9 @@ func (o *options) load() (Config, error) {
 	}
 	if o.set["admin"] {
 		cfg.Admin.Listen = o.admin
+	}
+	if o.set["state-dir"] {
+		cfg.StateDir = o.stateDir
 	}
 	if o.set["upstream"] {
 		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))

@@ -1,0 +1,298 @@
+package cache
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// A snapshot is the cache written out so that a restarted towerd still has
+// its answers, stale ones above all: a node restarted while its upstream is
+// down has nothing else to serve. The format is small and versioned:
+//
+//	header   magic "TOWERDC\n", version uint16, reserved uint16,
+//	         written int64 (Unix ns), count uint32
+//	entry    stored int64 (Unix ns), ttl int64 (ns), type uint16,
+//	         class uint16, flags uint8 (1 DO, 2 CD), name length uint16,
+//	         name, message length uint16, message (DNS wire format)
+//	trailer  CRC-32C (Castagnoli) of everything before it
+//
+// All integers are big-endian. Entries go from least to most recently used,
+// so loading them in order rebuilds the LRU order. The checksum is verified
+// before any entry is used: a file cut short or damaged is rejected whole,
+// never half loaded.
+
+// snapshotMagic starts every snapshot; a file without it is not one of ours.
+var snapshotMagic = [8]byte{'T', 'O', 'W', 'E', 'R', 'D', 'C', '\n'}
+
+// SnapshotVersion is the format Dump writes and the only one Load reads. Bump
+// it when the layout changes: an old file is then ignored, not misread.
+const SnapshotVersion = 1
+
+// ErrBadSnapshot is wrapped by every error Load returns for a file it cannot
+// use (wrong magic, other version, truncated, checksum mismatch, an entry
+// that does not parse). Callers log it and start with an empty cache.
+var ErrBadSnapshot = errors.New("unusable cache snapshot")
+
+const (
+	snapshotHeaderLen = 8 + 2 + 2 + 8 + 4
+	flagDO            = 1
+	flagCD            = 2
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// LoadStats says what Load did with a snapshot.
+type LoadStats struct {
+	// Loaded counts entries now in the cache.
+	Loaded int
+	// Skipped counts valid entries left out: past the maximum stale age,
+	// already cached, or beyond Capacity (the least recently used go).
+	Skipped int
+	// Written is when the snapshot was written, by the writer's clock.
+	Written time.Time
+	// Oldest is the earliest stored time of a loaded entry; zero if none.
+	Oldest time.Time
+}
+
+// snapshotEntry is one decoded entry waiting for the checksum to be verified.
+type snapshotEntry struct {
+	key  Key
+	item *item
+}
+
+// Dump writes every entry that could still be served (fresh, or stale within
+// the maximum stale age) to w and returns how many it wrote. Each entry keeps
+// its stored time and TTL, so its age carries over to the cache that loads it.
+// The cache keeps serving while Dump runs; only the list of entries is taken
+// under the lock.
+func (c *Cache) Dump(w io.Writer) (int, error) {
+	now := c.now()
+	maxStale := c.policy.Load().maxStaleAge
+	c.mu.Lock()
+	keys := c.lru.Keys() // least recently used first
+	entries := make([]snapshotEntry, 0, len(keys))
+	for _, k := range keys {
+		if it, ok := c.lru.Peek(k); ok && it.ageAt(now).servable(maxStale) {
+			entries = append(entries, snapshotEntry{k, it})
+		}
+	}
+	c.mu.Unlock()
+
+	sum := crc32.New(castagnoli)
+	bw := bufio.NewWriter(io.MultiWriter(w, sum))
+	var hdr [snapshotHeaderLen]byte
+	copy(hdr[:8], snapshotMagic[:])
+	binary.BigEndian.PutUint16(hdr[8:], SnapshotVersion)
+	binary.BigEndian.PutUint64(hdr[12:], uint64(now.UnixNano()))
+	binary.BigEndian.PutUint32(hdr[20:], uint32(len(entries)))
+	bw.Write(hdr[:]) // bufio keeps the first error; Flush reports it
+
+	var buf []byte
+	for _, e := range entries {
+		// Items are immutable, so packing runs without the lock. The store
+		// policy packed each message once already, so this cannot fail for
+		// anything Set accepted.
+		wire, err := e.item.msg.Pack()
+		if err != nil {
+			return 0, fmt.Errorf("packing %s: %w", e.key, err)
+		}
+		buf = appendEntry(buf[:0], e.key, e.item, wire)
+		bw.Write(buf)
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, err
+	}
+	var trailer [4]byte
+	binary.BigEndian.PutUint32(trailer[:], sum.Sum32())
+	if _, err := w.Write(trailer[:]); err != nil {
+		return 0, err
+	}
+	return len(entries), nil
+}
+
+func appendEntry(b []byte, k Key, it *item, wire []byte) []byte {
+	var flags uint8
+	if k.DO {
+		flags |= flagDO
+	}
+	if k.CD {
+		flags |= flagCD
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(it.stored.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(it.ttl))
+	b = binary.BigEndian.AppendUint16(b, k.Type)
+	b = binary.BigEndian.AppendUint16(b, k.Class)
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(k.Name)))
+	b = append(b, k.Name...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(wire)))
+	return append(b, wire...)
+}
+
+// Load reads a snapshot written by Dump and adds its entries to the cache,
+// keeping each entry's stored time and TTL. Entries past the maximum stale
+// age by the cache's clock are skipped, and so are keys already cached (what
+// the cache holds is newer). Every entry must pass the store policy Set
+// applies. A snapshot that is not whole and valid is rejected with an error
+// wrapping ErrBadSnapshot and leaves the cache unchanged.
+func (c *Cache) Load(r io.Reader) (LoadStats, error) {
+	sum := crc32.New(castagnoli)
+	br := bufio.NewReader(r)
+	dec := snapshotDecoder{r: io.TeeReader(br, sum)}
+
+	var hdr [snapshotHeaderLen]byte
+	if err := dec.full(hdr[:]); err != nil {
+		return LoadStats{}, err
+	}
+	if !bytes.Equal(hdr[:8], snapshotMagic[:]) {
+		return LoadStats{}, fmt.Errorf("%w: not a towerd cache snapshot", ErrBadSnapshot)
+	}
+	if v := binary.BigEndian.Uint16(hdr[8:]); v != SnapshotVersion {
+		return LoadStats{}, fmt.Errorf("%w: format version %d, this towerd reads %d", ErrBadSnapshot, v, SnapshotVersion)
+	}
+	stats := LoadStats{Written: time.Unix(0, int64(binary.BigEndian.Uint64(hdr[12:])))}
+	count := binary.BigEndian.Uint32(hdr[20:])
+
+	now := c.now()
+	maxStale := c.policy.Load().maxStaleAge
+	// Only the last Capacity entries can stay (they are the most recently
+	// used), so memory stays bounded by the cache's size whatever the
+	// file's count claims.
+	kept := make([]snapshotEntry, 0, min(int(count), c.capacity))
+	for i := uint32(0); i < count; i++ {
+		e, err := dec.entry()
+		if err != nil {
+			return LoadStats{}, fmt.Errorf("entry %d of %d: %w", i+1, count, err)
+		}
+		if !e.item.ageAt(now).servable(maxStale) {
+			stats.Skipped++
+			continue
+		}
+		if len(kept) == c.capacity {
+			kept = kept[1:]
+			stats.Skipped++
+		}
+		kept = append(kept, e)
+	}
+	if err := verifyTrailer(br, sum); err != nil {
+		return LoadStats{}, err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range kept {
+		if c.lru.Contains(e.key) {
+			stats.Skipped++
+			continue
+		}
+		c.lru.Add(e.key, e.item)
+		c.byName.add(e.key)
+		stats.Loaded++
+		if stats.Oldest.IsZero() || e.item.stored.Before(stats.Oldest) {
+			stats.Oldest = e.item.stored
+		}
+	}
+	return stats, nil
+}
+
+// verifyTrailer checks the checksum and that nothing follows it: a file
+// with trailing bytes was not written by Dump in one piece.
+func verifyTrailer(br *bufio.Reader, sum hash.Hash32) error {
+	var trailer [4]byte
+	if _, err := io.ReadFull(br, trailer[:]); err != nil {
+		return fmt.Errorf("%w: truncated before the checksum", ErrBadSnapshot)
+	}
+	if got, want := binary.BigEndian.Uint32(trailer[:]), sum.Sum32(); got != want {
+		return fmt.Errorf("%w: checksum %08x, computed %08x", ErrBadSnapshot, got, want)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return fmt.Errorf("%w: data after the checksum", ErrBadSnapshot)
+	}
+	return nil
+}
+
+// snapshotDecoder reads entries; every error it returns wraps ErrBadSnapshot.
+type snapshotDecoder struct {
+	r   io.Reader
+	buf []byte
+}
+
+// full fills b, turning a short read into "truncated".
+func (d *snapshotDecoder) full(b []byte) error {
+	if _, err := io.ReadFull(d.r, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: truncated", ErrBadSnapshot)
+		}
+		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	return nil
+}
+
+// bytes reads a uint16 length and that many bytes into the decoder's buffer.
+func (d *snapshotDecoder) bytes() ([]byte, error) {
+	var n [2]byte
+	if err := d.full(n[:]); err != nil {
+		return nil, err
+	}
+	size := int(binary.BigEndian.Uint16(n[:]))
+	if cap(d.buf) < size {
+		d.buf = make([]byte, size)
+	}
+	d.buf = d.buf[:size]
+	if err := d.full(d.buf); err != nil {
+		return nil, err
+	}
+	return d.buf, nil
+}
+
+// entry decodes one entry and holds it to the rules Set applies, so that a
+// damaged or hand-made file cannot put into the cache what Set would refuse.
+func (d *snapshotDecoder) entry() (snapshotEntry, error) {
+	var fixed [8 + 8 + 2 + 2 + 1]byte
+	if err := d.full(fixed[:]); err != nil {
+		return snapshotEntry{}, err
+	}
+	stored := time.Unix(0, int64(binary.BigEndian.Uint64(fixed[0:])))
+	ttl := time.Duration(binary.BigEndian.Uint64(fixed[8:]))
+	flags := fixed[20]
+	if ttl < 0 || ttl > maxRRTTL*time.Second {
+		return snapshotEntry{}, fmt.Errorf("%w: TTL %d out of range", ErrBadSnapshot, ttl)
+	}
+	if flags&^(flagDO|flagCD) != 0 {
+		return snapshotEntry{}, fmt.Errorf("%w: unknown key flags %#x", ErrBadSnapshot, flags)
+	}
+	name, err := d.bytes()
+	if err != nil {
+		return snapshotEntry{}, err
+	}
+	k := NewKey(string(name), binary.BigEndian.Uint16(fixed[16:]), binary.BigEndian.Uint16(fixed[18:]),
+		flags&flagDO != 0, flags&flagCD != 0)
+	if _, ok := dns.IsDomainName(k.Name); !ok || k.Name != string(name) {
+		return snapshotEntry{}, fmt.Errorf("%w: bad key name %q", ErrBadSnapshot, name)
+	}
+	wire, err := d.bytes()
+	if err != nil {
+		return snapshotEntry{}, err
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(wire); err != nil {
+		return snapshotEntry{}, fmt.Errorf("%w: message of %s: %w", ErrBadSnapshot, k, err)
+	}
+	// The TTL in the file is the one the entry was stored with (clamps of
+	// that time included), so only the policy's verdict and kind are taken
+	// from prepare, not its TTL.
+	p, reason := prepare(m, ttlBounds{})
+	if reason != "" {
+		return snapshotEntry{}, fmt.Errorf("%w: entry %s would not be cached: %s", ErrBadSnapshot, k, reason)
+	}
+	return snapshotEntry{key: k, item: &item{msg: p.msg, kind: p.kind, ttl: ttl, stored: stored}}, nil
+}
