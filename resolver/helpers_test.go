@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,6 +116,12 @@ type env struct {
 // newEnv starts a handler behind a real UDP listener, forwarding "." to a
 // test upstream, with tweak applied to the config.
 func newEnv(t *testing.T, tweak func(*Config)) *env {
+	return buildEnv(t, tweak, nil, nil)
+}
+
+// buildEnv is newEnv with an optional observer, and a hook that sees the
+// handler and server before they serve (metrics instrument them there).
+func buildEnv(t *testing.T, tweak func(*Config), obs Observer, prepare func(*Handler, *Server)) *env {
 	t.Helper()
 	clock := newFakeClock()
 	up := startUpstream(t)
@@ -139,11 +146,23 @@ func newEnv(t *testing.T, tweak func(*Config)) *env {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	h, err := NewHandler(cfg, c, nil, nil)
+	h, err := NewHandler(cfg, c, nil, obs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(h.Close) // runs after the server's cleanup below: drain, then stop flights
 	srv := &Server{Handler: h}
+	if prepare != nil {
+		prepare(h, srv)
+	}
+	addrs := serve(t, srv)
+	return &env{t: t, clock: clock, h: h, addr: addrs["udp"], up: up}
+}
+
+// serve binds srv on a free loopback port, serves it until the test ends and
+// returns its address by network ("udp", "tcp").
+func serve(t *testing.T, srv *Server) map[string]string {
+	t.Helper()
 	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,15 +173,13 @@ func newEnv(t *testing.T, tweak func(*Config)) *env {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-		h.Close()
 	})
-	var udp string
+	addrs := map[string]string{}
 	for _, a := range srv.Addrs() {
-		if len(a) > 4 && a[:4] == "udp/" {
-			udp = a[4:]
-		}
+		network, addr, _ := strings.Cut(a, "/")
+		addrs[network] = addr
 	}
-	return &env{t: t, clock: clock, h: h, addr: udp, up: up}
+	return addrs
 }
 
 // query asks name A over UDP with EDNS and returns the reply.

@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"context"
 	"net/netip"
 	"strings"
 	"sync"
@@ -11,70 +10,23 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/upstream"
 )
 
 // metricsEnv is newEnv with Metrics as the handler's observer, instrumented
 // on a registry of its own.
 func metricsEnv(t *testing.T, tweak func(*Config)) (*env, *Metrics, *prometheus.Registry) {
 	t.Helper()
-	clock := newFakeClock()
-	up := startUpstream(t)
-	g, err := upstream.NewGroup(".", []string{up.addr}, upstream.GroupOptions{MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	c, err := cache.New(cache.Config{Capacity: 100, MaxStaleAge: 24 * time.Hour, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		Zones:              []Zone{{Name: ".", Upstream: g}},
-		ServeStale:         true,
-		Prefetch:           true,
-		StaleClientTimeout: 1800 * time.Millisecond,
-		StaleAnswerTTL:     30 * time.Second,
-		FailureRecheck:     30 * time.Second,
-		Now:                clock.Now,
-	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(cfg, c, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &Server{Handler: h}
-	if err := m.Instrument(h, srv); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go srv.Serve(func() { close(ready) })
-	<-ready
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		h.Close()
-	})
-	var udp string
-	for _, a := range srv.Addrs() {
-		if strings.HasPrefix(a, "udp/") {
-			udp = strings.TrimPrefix(a, "udp/")
+	e := buildEnv(t, tweak, m, func(h *Handler, srv *Server) {
+		if err := m.Instrument(h, srv); err != nil {
+			t.Fatal(err)
 		}
-	}
-	return &env{t: t, clock: clock, h: h, addr: udp, up: up}, m, reg
+	})
+	return e, m, reg
 }
 
 // Each answer is counted once, by its source and rcode, before the client

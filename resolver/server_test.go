@@ -14,29 +14,11 @@ import (
 	"github.com/miekg/dns"
 )
 
-// startTCP serves e's handler on a TCP listener with the given idle timeout
-// and returns its address.
+// startTCP serves h with the given TCP idle timeout and returns the TCP
+// address.
 func startTCP(t *testing.T, h dns.Handler, idle time.Duration) string {
 	t.Helper()
-	srv := &Server{Handler: h, TCPIdleTimeout: idle}
-	if err := srv.Listen([]string{"127.0.0.1:0"}); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go srv.Serve(func() { close(ready) })
-	<-ready
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	for _, a := range srv.Addrs() {
-		if strings.HasPrefix(a, "tcp/") {
-			return strings.TrimPrefix(a, "tcp/")
-		}
-	}
-	t.Fatal("no TCP listener")
-	return ""
+	return serve(t, &Server{Handler: h, TCPIdleTimeout: idle})["tcp"]
 }
 
 // RFC 7766 §6.2.1: one connection carries many queries, and a connection
