@@ -69,7 +69,7 @@ func TestSocketActivation(t *testing.T) {
 	notify := newNotifySocket(t)
 
 	p := startActivated(t, addr, []string{"NOTIFY_SOCKET=" + notify.Path},
-		"-config", "", "-listen", configured, "-admin", "", "-consul-http", "off", "-log-level", "debug",
+		"-config", "", "-listen", configured, "-admin", "", "-consul-http", "off", "-state-dir", "", "-log-level", "debug",
 		"-upstream", def.Addr, "-consul-dns", consul.Addr)
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })
@@ -208,7 +208,7 @@ func TestNotifyProtocol(t *testing.T) {
 	mustNotUseSystemResolvers(t, []string{"-config", cfgPath})
 	// No admin server and no Consul watch: nothing but DNS to this test's
 	// own upstreams.
-	cmd := exec.Command(towerdBin, "-config", cfgPath, "-admin", "", "-consul-http", "off", "-log-level", "debug")
+	cmd := exec.Command(towerdBin, "-config", cfgPath, "-admin", "", "-consul-http", "off", "-state-dir", "", "-log-level", "debug")
 	cmd.Env = systemdEnv("NOTIFY_SOCKET="+notify.Path, fmt.Sprintf("WATCHDOG_USEC=%d", watchdog.Microseconds()))
 	d := &towerd{process: startProcess(t, cmd)}
 	t.Cleanup(func() { d.stopAndCheck(t) })
