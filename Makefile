@@ -11,7 +11,7 @@ RUN_ADMIN ?= 127.0.0.1:9253
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz clean
+.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean
 
 all: build
 
@@ -65,6 +65,17 @@ vet:
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Issue 6, not part of make test: the Go benchmarks of the hit path, then
+# towerd beside dnsmasq and unbound on loopback (about 5 minutes; results
+# and how to read them in docs/benchmarks.md). More: make bench BENCH_ARGS='-rounds 3'
+BENCH_ARGS ?=
+
+bench: build
+	@test/bench/install-peers.sh
+	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver
+	$(GO) build -o bin/towerd-bench ./test/bench
+	./bin/towerd-bench -towerd $(BIN) $(BENCH_ARGS)
 
 clean:
 	rm -rf bin

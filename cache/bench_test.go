@@ -1,0 +1,73 @@
+package cache
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// The benchmarks of issue 6: what one cache hit costs. `make bench` runs them
+// with -benchmem; the target is 0 allocations per hit.
+
+// benchCache returns a cache holding n A answers for b<i>.bench.test.
+func benchCache(b *testing.B, n int) (*Cache, []Key) {
+	b.Helper()
+	c, err := New(Config{Capacity: n, MaxStaleAge: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]Key, n)
+	for i := range n {
+		name := fmt.Sprintf("b%d.bench.test.", i)
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.Response = true
+		m.Answer = []dns.RR{&dns.A{
+			Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 3600},
+			A:   net.IPv4(192, 0, 2, byte(i)),
+		}}
+		keys[i] = NewKey(name, dns.TypeA, dns.ClassINET, false, false)
+		if ok, reason := c.Set(keys[i], m); !ok {
+			b.Fatalf("Set %s: %s", name, reason)
+		}
+	}
+	return c, keys
+}
+
+// BenchmarkGetHit is one Get of a warm key, as ServeDNS does it on a hit.
+func BenchmarkGetHit(b *testing.B) {
+	c, keys := benchCache(b, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := c.Get(keys[0]); !ok {
+			b.Fatal("miss")
+		}
+	}
+}
+
+// BenchmarkGetHitParallel spreads Gets of 10,000 warm keys over every P:
+// the cost of the one cache lock when cores share it.
+func BenchmarkGetHitParallel(b *testing.B) {
+	c, keys := benchCache(b, 10000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok := c.Get(keys[i%len(keys)]); !ok {
+				b.Fatal("miss")
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkNewKey is building the key of a lower-case question (no copy).
+func BenchmarkNewKey(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = NewKey("b1.bench.test.", dns.TypeA, dns.ClassINET, false, false)
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/faultproxy"
+)
+
+// The two helper servers run as child processes of the bench (the same
+// binary with -serve-upstream or -serve-null), so each has its own PID whose
+// CPU is read from /proc and which is stopped by that PID.
+
+// controlName asks the synthetic upstream how many queries it has answered
+// (TXT); it is never forwarded by the resolvers, the bench asks directly.
+const controlName = "queries.control.bench."
+
+// upstreamServer answers every A question under any name with one address
+// derived from the name, TTL ttl; AAAA gets NODATA. It counts queries.
+type upstreamServer struct {
+	ttl     uint32
+	queries atomic.Uint64
+}
+
+func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.RecursionAvailable = true
+	if len(r.Question) != 1 {
+		m.Rcode = dns.RcodeFormatError
+		_ = w.WriteMsg(m)
+		return
+	}
+	q := r.Question[0]
+	if strings.EqualFold(q.Name, controlName) {
+		m.Answer = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET},
+			Txt: []string{fmt.Sprint(u.queries.Load())}}}
+		_ = w.WriteMsg(m)
+		return
+	}
+	u.queries.Add(1)
+	if q.Qtype == dns.TypeA {
+		h := fnv.New32a()
+		h.Write([]byte(strings.ToLower(q.Name)))
+		v := h.Sum32()
+		m.Answer = []dns.RR{&dns.A{
+			Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: u.ttl},
+			A:   net.IPv4(10, byte(v>>16), byte(v>>8), byte(v)),
+		}}
+	} else {
+		m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "bench.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: u.ttl},
+			Ns: "ns.bench.", Mbox: "h.bench.", Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: u.ttl}}
+	}
+	_ = w.WriteMsg(m)
+}
+
+// serveUpstream runs the synthetic upstream on addr (UDP and TCP) until
+// SIGTERM. With faults, the zone is served on a free port and the fault
+// proxy takes addr in front of it.
+func serveUpstream(addr string, ttl time.Duration, f faultproxy.Faults, seed uint64) error {
+	u := &upstreamServer{ttl: uint32(ttl / time.Second)}
+	listen := addr
+	faulty := f != (faultproxy.Faults{})
+	if faulty {
+		listen = "127.0.0.1:0"
+	}
+	pc, err := net.ListenPacket("udp", listen)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		return err
+	}
+	udp := &dns.Server{PacketConn: pc, Handler: u}
+	tcp := &dns.Server{Listener: ln, Handler: u}
+	go func() { _ = udp.ActivateAndServe() }()
+	go func() { _ = tcp.ActivateAndServe() }()
+	if faulty {
+		p, err := faultproxy.New(faultproxy.Options{Target: pc.LocalAddr().String(), Listen: addr, Faults: f, Seed: seed})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+	}
+	waitForStop()
+	_ = udp.Shutdown()
+	_ = tcp.Shutdown()
+	return nil
+}
+
+// serveNull is the floor of the hit CPU scenario: it sends every UDP packet
+// back with QR set. One thread in blocking recvfrom/sendto, no poller: two
+// system calls per query and nothing else.
+func serveNull(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		syscall.Close(fd)
+		return err
+	}
+	go func() {
+		runtime.LockOSThread()
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := syscall.Recvfrom(fd, buf, 0)
+			if err != nil {
+				if err == syscall.EINTR {
+					continue
+				}
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			buf[2] |= 0x80
+			_ = syscall.Sendto(fd, buf[:n], 0, from)
+		}
+	}()
+	waitForStop()
+	return nil // the process exits; the socket goes with it
+}
+
+func waitForStop() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+}
