@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 // Where an answer came from, for metrics and logs.
@@ -179,6 +180,12 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	wait := s.QueryTimeout
 	if stale != nil {
 		wait = min(wait, s.StaleClientTimeout)
+		if knownDown(zone.Upstream) {
+			// Every server of the zone has failed repeatedly: waiting out the
+			// client response timer would only delay the stale answer it
+			// will get anyway. The refresh still runs, as a probe.
+			wait = 0
+		}
 	}
 	if wait == 0 && stale != nil {
 		// Immediate mode: the refresh goes on in the background.
@@ -245,6 +252,14 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 		}
 		return nil, err
 	}
+}
+
+// downReporter is implemented by upstreams that track health (upstream.Group).
+type downReporter interface{ AllDown() bool }
+
+func knownDown(u upstream.Upstream) bool {
+	d, ok := u.(downReporter)
+	return ok && d.AllDown()
 }
 
 type errUpstreamRcode struct{ rcode int }

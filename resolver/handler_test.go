@@ -1,11 +1,14 @@
 package resolver
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
 )
 
 func TestTTLCountsDownOnHits(t *testing.T) {
@@ -189,4 +192,39 @@ func TestCoalescing(t *testing.T) {
 	if got := e.up.queries.Load(); got != 1 {
 		t.Fatalf("upstream saw %d queries, want 1", got)
 	}
+}
+
+// deadUpstream never answers and says all its servers are down, as an
+// upstream.Group does after repeated failures.
+type deadUpstream struct{ asked chan struct{} }
+
+func (d deadUpstream) Exchange(ctx context.Context, _ *dns.Msg) (*dns.Msg, error) {
+	d.asked <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (deadUpstream) Address() string { return "dead" }
+func (deadUpstream) Close() error    { return nil }
+func (deadUpstream) AllDown() bool   { return true }
+
+// When every server of the zone is known down, a client with a stale answer
+// gets it at once: the client timers here are an hour, so waiting them out
+// would fail the query (the client gives up after 5 s).
+func TestStaleAtOnceWhenUpstreamKnownDown(t *testing.T) {
+	dead := deadUpstream{asked: make(chan struct{}, 1)}
+	e := newEnv(t, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: dead}}
+		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
+	})
+	reply := new(dns.Msg)
+	reply.SetQuestion("down.example.", dns.TypeA)
+	rr, _ := dns.NewRR("down.example. 0 IN A 192.0.2.9") // TTL 0: stale material
+	reply.Answer = []dns.RR{rr}
+	if ok, why := e.h.cache.Set(cache.NewKey("down.example.", dns.TypeA, dns.ClassINET, false, false), reply); !ok {
+		t.Fatalf("seeding the cache: %s", why)
+	}
+	if got := ttlOf(t, e.query("down.example.")); got != 30 {
+		t.Fatalf("TTL %d, want the stale answer's 30", got)
+	}
+	<-dead.asked // the refresh still went out, as a probe
 }

@@ -220,6 +220,20 @@ func (g *Group) attempt(ctx context.Context, s *server, m *dns.Msg) (*dns.Msg, e
 	return reply, err
 }
 
+// AllDown reports whether every server is marked down. The resolver then
+// answers stale at once instead of making clients wait on a dead upstream.
+func (g *Group) AllDown() bool {
+	for _, s := range g.servers {
+		s.mu.Lock()
+		down := s.down
+		s.mu.Unlock()
+		if !down {
+			return false
+		}
+	}
+	return true
+}
+
 // Servers returns a snapshot of every server in configured order.
 func (g *Group) Servers() []ServerStatus {
 	out := make([]ServerStatus, 0, len(g.servers))

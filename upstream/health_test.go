@@ -111,6 +111,9 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down", ev)
 	}
+	if !g.AllDown() {
+		t.Error("AllDown false with the only server down")
+	}
 	var probe heldProbe
 	select {
 	case probe = <-probes:
@@ -155,7 +158,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	if ev := nextEvent(); ev != (healthEvent{srv.addr, true}) {
 		t.Fatalf("health change %+v, want %s up", ev, srv.addr)
 	}
-	if !g.Servers()[0].Up {
+	if !g.Servers()[0].Up || g.AllDown() {
 		t.Error("server still down after a good probe")
 	}
 	if n := len(probes); n != 0 {
