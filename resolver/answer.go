@@ -34,9 +34,17 @@ func (a answer) rcode(rcode int) {
 }
 
 // msg writes body (a cached entry or an upstream reply) as the answer to the
-// request. The header and question come from the request, so the client's ID
-// and its letter case (DNS 0x20) are kept; body is not modified.
-func (a answer) msg(body *dns.Msg, stale bool) {
+// request; a stale answer's TTLs become the stale answer TTL.
+func (a answer) msg(body *dns.Msg, stale bool) { a.body(body, stale, stale) }
+
+// records writes an answer built from pushed records. Unlike cached stale
+// answers their TTLs are kept; stale only adds the EDE mark.
+func (a answer) records(body *dns.Msg, stale bool) { a.body(body, stale, false) }
+
+// body writes body as the answer. The header and question come from the
+// request, so the client's ID and its letter case (DNS 0x20) are kept; body
+// is not modified (it may be shared by every client of a flight).
+func (a answer) body(body *dns.Msg, stale, staleTTLs bool) {
 	out := new(dns.Msg)
 	out.SetReply(a.req)
 	out.Rcode = body.Rcode
@@ -48,24 +56,12 @@ func (a answer) msg(body *dns.Msg, stale bool) {
 	out.Answer = body.Answer
 	out.Ns = body.Ns
 	out.Extra = withoutOPT(body.Extra)
-	if stale {
-		out.Answer = withTTL(out.Answer, a.s.staleTTLSeconds())
-		out.Ns = withTTL(out.Ns, a.s.staleTTLSeconds())
-		out.Extra = withTTL(out.Extra, a.s.staleTTLSeconds())
+	if staleTTLs {
+		ttl := a.s.staleTTLSeconds()
+		out.Answer = withTTL(out.Answer, ttl)
+		out.Ns = withTTL(out.Ns, ttl)
+		out.Extra = withTTL(out.Extra, ttl)
 	}
-	a.write(out, stale, false)
-}
-
-// records writes an answer built from pushed records. Unlike cached stale
-// answers their TTLs are kept; stale only adds the EDE mark.
-func (a answer) records(body *dns.Msg, stale bool) {
-	out := new(dns.Msg)
-	out.SetReply(a.req)
-	out.Rcode = body.Rcode
-	out.RecursionAvailable = true
-	out.Answer = body.Answer
-	out.Ns = body.Ns
-	out.Extra = withoutOPT(body.Extra)
 	a.write(out, stale, false)
 }
 

@@ -165,8 +165,7 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	// RFC 8767 §4: after a failed refresh, keep answering stale for a while
 	// without asking the upstream again, so a dead upstream is not hammered.
 	if stale != nil && !res.RefreshFailedAt.IsZero() && start.Sub(res.RefreshFailedAt) < s.FailureRecheck {
-		record(SourceStale, stale.Rcode, false)
-		a.msg(stale, true)
+		h.fail(a, stale, record)
 		return
 	}
 
@@ -189,8 +188,7 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	if wait == 0 && stale != nil {
 		// Immediate mode: the refresh goes on in the background.
-		record(SourceStale, stale.Rcode, false)
-		a.msg(stale, true)
+		h.fail(a, stale, record)
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -209,8 +207,9 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	a.msg(fl.msg, false)
 }
 
-// fail answers a query whose refresh failed: stale when there is something to
-// serve, else SERVFAIL.
+// fail answers a query that gets no fresh upstream reply (the refresh failed,
+// is not due, or is not waited for): stale when there is something to serve,
+// else SERVFAIL.
 func (h *Handler) fail(a answer, stale *dns.Msg, record func(string, int, bool)) {
 	if stale != nil {
 		record(SourceStale, stale.Rcode, false)

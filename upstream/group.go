@@ -181,6 +181,14 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 // all of them when none is healthy, because a resolver that refuses to try
 // has certainly failed while one that tries a "down" server may not have.
 func (g *Group) usable() []*server {
+	if healthy := g.healthy(); len(healthy) > 0 {
+		return healthy
+	}
+	return g.servers
+}
+
+// healthy lists the servers not marked down, in configured order.
+func (g *Group) healthy() []*server {
 	healthy := make([]*server, 0, len(g.servers))
 	for _, s := range g.servers {
 		s.mu.Lock()
@@ -188,9 +196,6 @@ func (g *Group) usable() []*server {
 			healthy = append(healthy, s)
 		}
 		s.mu.Unlock()
-	}
-	if len(healthy) == 0 {
-		return g.servers
 	}
 	return healthy
 }
@@ -222,17 +227,7 @@ func (g *Group) attempt(ctx context.Context, s *server, m *dns.Msg) (*dns.Msg, e
 
 // AllDown reports whether every server is marked down. The resolver then
 // answers stale at once instead of making clients wait on a dead upstream.
-func (g *Group) AllDown() bool {
-	for _, s := range g.servers {
-		s.mu.Lock()
-		down := s.down
-		s.mu.Unlock()
-		if !down {
-			return false
-		}
-	}
-	return true
-}
+func (g *Group) AllDown() bool { return len(g.healthy()) == 0 }
 
 // Servers returns a snapshot of every server in configured order.
 func (g *Group) Servers() []ServerStatus {
