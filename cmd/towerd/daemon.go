@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -180,7 +181,7 @@ func (d *daemon) reload() {
 		d.reloadDone(err)
 		return
 	}
-	if !equalStrings(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
+	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
 		d.log.Warn("listen addresses and cache.size change only on restart")
 	}
 	if consulChanged(d.cfg, cfg) {
@@ -278,16 +279,4 @@ func digTarget(listen string) string {
 		return listen
 	}
 	return fmt.Sprintf("%s -p %d example.org", ap.Addr(), ap.Port())
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

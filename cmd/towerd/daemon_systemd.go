@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,7 +80,7 @@ func (d *daemon) adoptSockets(cfg Config, zones []ZoneConfig) (Config, []ZoneCon
 	addrs := d.sd.inherited.Addrs()
 	d.log.Info("using the sockets systemd passed instead of listen", "addrs", strings.Join(addrs, " "),
 		"listen", strings.Join(cfg.Listen, " "))
-	if equalStrings(addrs, cfg.Listen) {
+	if slices.Equal(addrs, cfg.Listen) {
 		return cfg, zones, nil
 	}
 	cfg.Listen = addrs

@@ -25,17 +25,26 @@ func (p *Proxy) serveUDP() {
 		p.n.queries.Add(1)
 		query := append([]byte(nil), buf[:n]...)
 		f := p.choose.draw()
-		switch {
-		case p.choose.blackholing():
-			p.n.blackholed.Add(1)
-			continue
-		case f.loseQuery:
-			p.n.lostQueries.Add(1)
+		if p.dropped(f) {
 			continue
 		}
 		p.wg.Add(1)
 		go p.handleUDP(query, from, f)
 	}
+}
+
+// dropped reports, and counts, a query that never reaches the server: the
+// proxy is black-holing, or this query's fate is to be lost.
+func (p *Proxy) dropped(f fate) bool {
+	switch {
+	case p.choose.blackholing():
+		p.n.blackholed.Add(1)
+		return true
+	case f.loseQuery:
+		p.n.lostQueries.Add(1)
+		return true
+	}
+	return false
 }
 
 // handleUDP applies one query's fate: hold it, answer locally or ask the
@@ -197,12 +206,7 @@ func (p *Proxy) serveConn(conn net.Conn) {
 		p.n.queries.Add(1)
 		p.n.tcpQueries.Add(1)
 		f := p.choose.draw()
-		switch {
-		case p.choose.blackholing():
-			p.n.blackholed.Add(1)
-			continue
-		case f.loseQuery:
-			p.n.lostQueries.Add(1)
+		if p.dropped(f) {
 			continue
 		}
 		queries.Add(1)
