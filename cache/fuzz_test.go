@@ -72,6 +72,15 @@ func FuzzCacheSet(f *testing.F) {
 		if _, err := r.Msg.Pack(); err != nil {
 			t.Fatalf("a cached answer does not pack: %v", err)
 		}
+		// The wire hit path must give the records Get gives.
+		fast, _, fastOK := wireReply(t, c, k, k.Name, dns.MaxMsgSize)
+		if fastOK != r.Fresh {
+			t.Fatalf("AppendFresh served %v for an entry fresh %v", fastOK, r.Fresh)
+		}
+		if fastOK && (!sameRecords(fast.Answer, r.Msg.Answer) || !sameRecords(fast.Ns, r.Msg.Ns) ||
+			!sameRecords(fast.Extra, r.Msg.Extra)) {
+			t.Fatalf("AppendFresh records\n%v\ndiffer from Get's\n%v", fast, r.Msg)
+		}
 		c.Inspect(k.Name)
 		clock.Advance(time.Hour) // stale or fresh, still within the stale age
 

@@ -12,7 +12,7 @@ type Result struct {
 	// Msg is a private deep copy the caller may modify. Every RR TTL in
 	// Answer, Ns and Extra is the remaining whole seconds when fresh and 0
 	// when stale (the resolver picks the stale answer TTL, RFC 8767 §4). It
-	// carries no OPT RR; header ID and flags are the upstream's and are
+	// carries no OPT RR; header ID is 0, the flags are the upstream's; both are
 	// meant to be rewritten.
 	Msg *dns.Msg
 	// Kind says whether the entry is a positive answer or NODATA.
@@ -59,10 +59,16 @@ type Info struct {
 // it was stored with and the time of storing and works out what is left from
 // the clock at each read, instead of rewriting TTLs in place.
 type item struct {
-	msg    *dns.Msg // never modified after store; copied before it leaves
-	kind   Kind
-	ttl    time.Duration
-	stored time.Time
+	// wire is the reply packed with ID 0, the key as its question and no
+	// OPT or TSIG; never modified after store (see wire.go).
+	wire []byte
+	// ttlOffsets is where each record's TTL field sits in wire.
+	ttlOffsets []uint16
+	// answerAt is where the answer section starts in wire.
+	answerAt uint16
+	kind     Kind
+	ttl      time.Duration
+	stored   time.Time
 
 	// refreshFailedAt is Unix nanoseconds of the last failed refresh, 0 for
 	// none. Atomic because the resolver marks failures without the cache lock.
@@ -70,7 +76,19 @@ type item struct {
 }
 
 func newItem(p prepared, now time.Time) *item {
-	return &item{msg: p.msg, kind: p.kind, ttl: p.ttl, stored: now}
+	return &item{wire: p.wire, ttlOffsets: p.ttlOffsets, answerAt: p.answerAt, kind: p.kind, ttl: p.ttl, stored: now}
+}
+
+// message unpacks the stored reply into a new dns.Msg the caller owns, every
+// TTL set to ttl. The store policy unpacked the same bytes before storing
+// them, so this cannot fail for an item it made.
+func (it *item) message(ttl uint32) *dns.Msg {
+	m := new(dns.Msg)
+	if err := m.Unpack(it.wire); err != nil {
+		panic("cache: stored message does not unpack: " + err.Error())
+	}
+	setTTLs(ttl, m.Answer, m.Ns, m.Extra)
+	return m
 }
 
 // age is where an item stands at one instant.
@@ -131,10 +149,8 @@ func shownTTL(ttl, elapsed time.Duration) uint32 {
 
 // result builds the caller's private view of the item at age a.
 func (it *item) result(a age) Result {
-	m := it.msg.Copy()
-	setTTLs(a.shownTTL, m.Answer, m.Ns, m.Extra)
 	r := Result{
-		Msg:       m,
+		Msg:       it.message(a.shownTTL),
 		Kind:      it.kind,
 		Fresh:     a.fresh,
 		TTL:       it.ttl,
@@ -150,11 +166,10 @@ func (it *item) result(a age) Result {
 
 // info describes the item under key k at age a, for operators.
 func (it *item) info(k Key, a age) Info {
-	answer := make([]string, 0, len(it.msg.Answer))
-	for _, rr := range it.msg.Answer {
-		shown := dns.Copy(rr)
-		shown.Header().Ttl = a.shownTTL
-		answer = append(answer, shown.String())
+	m := it.message(a.shownTTL)
+	answer := make([]string, 0, len(m.Answer))
+	for _, rr := range m.Answer {
+		answer = append(answer, rr.String())
 	}
 	return Info{
 		Key:       k,

@@ -98,14 +98,9 @@ func (c *Cache) Dump(w io.Writer) (int, error) {
 
 	var buf []byte
 	for _, e := range entries {
-		// Items are immutable, so packing runs without the lock. The store
-		// policy packed each message once already, so this cannot fail for
-		// anything Set accepted.
-		wire, err := e.item.msg.Pack()
-		if err != nil {
-			return 0, fmt.Errorf("packing %s: %w", e.key, err)
-		}
-		buf = appendEntry(buf[:0], e.key, e.item, wire)
+		// Items are immutable, so writing runs without the lock; an entry
+		// is kept packed already.
+		buf = appendEntry(buf[:0], e.key, e.item, e.item.wire)
 		bw.Write(buf)
 	}
 	if err := bw.Flush(); err != nil {
@@ -290,9 +285,10 @@ func (d *snapshotDecoder) entry() (snapshotEntry, error) {
 	// The TTL in the file is the one the entry was stored with (clamps of
 	// that time included), so only the policy's verdict and kind are taken
 	// from prepare, not its TTL.
-	p, reason := prepare(m, ttlBounds{})
+	p, reason := prepare(withQuestion(m, k), ttlBounds{})
 	if reason != "" {
 		return snapshotEntry{}, fmt.Errorf("%w: entry %s would not be cached: %s", ErrBadSnapshot, k, reason)
 	}
-	return snapshotEntry{key: k, item: &item{msg: p.msg, kind: p.kind, ttl: ttl, stored: stored}}, nil
+	return snapshotEntry{key: k, item: &item{wire: p.wire, ttlOffsets: p.ttlOffsets, answerAt: p.answerAt,
+		kind: p.kind, ttl: ttl, stored: stored}}, nil
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -66,15 +67,18 @@ func (b ttlBounds) clamp(ttl time.Duration) time.Duration {
 
 // prepared is a reply the store policy accepted, ready to become an item.
 type prepared struct {
-	msg  *dns.Msg // private deep copy without OPT or TSIG
-	kind Kind
-	ttl  time.Duration // after clamps; may be 0 (stored already expired)
+	wire       []byte   // packed: ID 0, no OPT or TSIG, compressed
+	ttlOffsets []uint16 // where each record's TTL sits in wire
+	answerAt   uint16   // where the answer section starts in wire
+	kind       Kind
+	ttl        time.Duration // after clamps; may be 0 (stored already expired)
 }
 
 // prepare is the store policy: it decides whether a reply may be cached, and
-// if so as what and for how long. It is a pure function (no clock, no cache
-// state) so that every rule can be checked by a table test. On refusal it
-// returns a short reason and the zero prepared.
+// if so as what and for how long, and packs it into the form an item keeps.
+// It is a pure function (no clock, no cache state) so that every rule can be
+// checked by a table test. On refusal it returns a short reason and the zero
+// prepared. m is not modified.
 func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	if m == nil {
 		return prepared{}, reasonNilMessage
@@ -92,8 +96,12 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 		return prepared{}, "rcode " + rcodeName(m.Rcode)
 	}
 
-	stored := m.Copy()
-	stored.Extra = withoutTransportRRs(stored.Extra)
+	// A shallow copy is enough: only the header, the question and the list
+	// of additional records change, and the records themselves are only read
+	// (packed) here.
+	stored := *m
+	stored.Id = 0
+	stored.Extra = withoutTransportRRs(m.Extra)
 
 	kind, ttl := Positive, smallestTTL(stored.Answer, stored.Ns, stored.Extra)
 	if len(stored.Answer) == 0 {
@@ -101,9 +109,9 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	}
 	ttl = bounds.clamp(ttl)
 
-	// Pack once now so that a reply the resolver could never write back is
-	// refused here instead of failing on every hit. Compression matches what
-	// the resolver sends, so the size check is the real one.
+	// Packed with compression, as the resolver sends it, so the size check
+	// is the real one and a reply that could never be written back is
+	// refused here instead of failing on every hit.
 	stored.Compress = true
 	wire, err := stored.Pack()
 	if err != nil {
@@ -119,26 +127,34 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	if len(wire) > dns.MaxMsgSize {
 		return prepared{}, reasonTooLarge
 	}
-	return prepared{msg: stored, kind: kind, ttl: ttl}, ""
+	answerAt, ttlOffsets, err := recordLayout(wire)
+	if err != nil {
+		return prepared{}, reasonPackFailed
+	}
+	return prepared{wire: wire, ttlOffsets: ttlOffsets, answerAt: uint16(answerAt), kind: kind, ttl: ttl}, ""
 }
 
-// withoutTransportRRs drops the records that belong to one exchange rather
-// than to the data: OPT (RFC 6891 §6.1.1, never cached) and TSIG (RFC 8945,
-// signs one message and carries TTL 0). Left in, their TTL 0 would also
-// make every entry expire on arrival. It filters in place; the caller owns s.
+// withoutTransportRRs returns s without the records that belong to one
+// exchange rather than to the data: OPT (RFC 6891 §6.1.1, never cached) and
+// TSIG (RFC 8945, signs one message and carries TTL 0). Left in, their TTL 0
+// would also make every entry expire on arrival. s is not modified.
 func withoutTransportRRs(s []dns.RR) []dns.RR {
-	kept := s[:0]
+	if !slices.ContainsFunc(s, isTransportRR) {
+		return s
+	}
+	var kept []dns.RR
 	for _, rr := range s {
-		switch rr.Header().Rrtype {
-		case dns.TypeOPT, dns.TypeTSIG:
+		if isTransportRR(rr) {
 			continue
 		}
 		kept = append(kept, rr)
 	}
-	if len(kept) == 0 {
-		return nil
-	}
 	return kept
+}
+
+func isTransportRR(rr dns.RR) bool {
+	t := rr.Header().Rrtype
+	return t == dns.TypeOPT || t == dns.TypeTSIG
 }
 
 // smallestTTL is the lowest TTL over all records of the given sections: an

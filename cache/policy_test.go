@@ -97,7 +97,7 @@ func TestPrepareRefuses(t *testing.T) {
 			if reason != tt.reason {
 				t.Errorf("reason = %q, want %q", reason, tt.reason)
 			}
-			if p.msg != nil {
+			if p.wire != nil {
 				t.Errorf("refused reply still produced a message to store")
 			}
 		})
@@ -222,8 +222,12 @@ func TestPrepareStripsTransportRecords(t *testing.T) {
 	if p.ttl != 120*time.Second {
 		t.Errorf("ttl = %v, want 2m0s (OPT and TSIG ignored)", p.ttl)
 	}
-	if len(p.msg.Extra) != 1 || p.msg.Extra[0].Header().Rrtype != dns.TypeA {
-		t.Errorf("stored Extra = %v, want only the glue A", p.msg.Extra)
+	stored := new(dns.Msg)
+	if err := stored.Unpack(p.wire); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Extra) != 1 || stored.Extra[0].Header().Rrtype != dns.TypeA {
+		t.Errorf("stored Extra = %v, want only the glue A", stored.Extra)
 	}
 	if len(m.Extra) != 3 {
 		t.Errorf("caller's Extra changed to %d records, want 3", len(m.Extra))
@@ -232,7 +236,10 @@ func TestPrepareStripsTransportRecords(t *testing.T) {
 	// The stored message is a deep copy: the caller may reuse its reply.
 	m.Answer[0].(*dns.A).A = net.IPv4(198, 51, 100, 1)
 	m.Answer[0].Header().Ttl = 1
-	got := p.msg.Answer[0].(*dns.A)
+	if err := stored.Unpack(p.wire); err != nil {
+		t.Fatal(err)
+	}
+	got := stored.Answer[0].(*dns.A)
 	if !got.A.Equal(net.IPv4(192, 0, 2, 1)) || got.Hdr.Ttl != 300 {
 		t.Errorf("stored answer changed with the caller's message: %v", got)
 	}

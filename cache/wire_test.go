@@ -1,0 +1,179 @@
+package cache
+
+import (
+	"encoding/binary"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// wireReply builds what the resolver's fast path sends: a header, the
+// question as the client spelt it, and the records AppendFresh writes.
+func wireReply(t testing.TB, c *Cache, k Key, clientName string, limit int) (*dns.Msg, WireHit, bool) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(clientName, k.Type)
+	q.Question[0].Qclass = k.Class
+	head, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, hit, ok := c.AppendFresh(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit)
+	if !ok {
+		if len(out) != len(head) {
+			t.Fatalf("AppendFresh reported a miss but wrote %d bytes", len(out)-len(head))
+		}
+		return nil, hit, false
+	}
+	binary.BigEndian.PutUint16(out[6:], hit.Answer)
+	binary.BigEndian.PutUint16(out[8:], hit.Ns)
+	binary.BigEndian.PutUint16(out[10:], hit.Extra)
+	m := new(dns.Msg)
+	if err := m.Unpack(out); err != nil {
+		t.Fatalf("fast reply does not unpack: %v", err)
+	}
+	return m, hit, true
+}
+
+// sameRecords compares sections by presentation, owner names folded: the
+// fast reply's names may point into the client's spelling of the question.
+func sameRecords(a, b []dns.RR) bool {
+	str := func(rrs []dns.RR) []string {
+		out := make([]string, len(rrs))
+		for i, rr := range rrs {
+			out[i] = strings.ToLower(rr.String())
+		}
+		return out
+	}
+	return slices.Equal(str(a), str(b))
+}
+
+func TestAppendFreshMatchesGet(t *testing.T) {
+	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
+	k := keyA("www.example.com.")
+	m := reply(t, dns.RcodeSuccess, sections{
+		answer: []string{"www.example.com. 300 IN CNAME a.example.com.", "a.example.com. 120 IN A 192.0.2.1"},
+		ns:     []string{"example.com. 600 IN NS ns1.example.com."},
+		extra:  []string{"ns1.example.com. 600 IN A 192.0.2.53"},
+	})
+	m.AuthenticatedData = true
+	mustSet(t, c, k, m)
+	clock.Advance(5300 * time.Millisecond)
+
+	got, hit, ok := wireReply(t, c, k, "WwW.Example.COM.", dns.MaxMsgSize)
+	if !ok {
+		t.Fatal("fresh entry not served by AppendFresh")
+	}
+	want, _ := c.Get(k)
+	if !sameRecords(got.Answer, want.Msg.Answer) || !sameRecords(got.Ns, want.Msg.Ns) || !sameRecords(got.Extra, want.Msg.Extra) {
+		t.Errorf("fast records\n%v\nwant as Get\n%v", got, want.Msg)
+	}
+	for _, rr := range append(append(got.Answer, got.Ns...), got.Extra...) {
+		if rr.Header().Ttl != 115 {
+			t.Errorf("%v: TTL %d, want 115 (120 stored, 5.3 s later)", rr, rr.Header().Ttl)
+		}
+	}
+	if hit.Answer != 2 || hit.Ns != 1 || hit.Extra != 1 || !hit.AuthenticatedData || hit.Rcode != dns.RcodeSuccess {
+		t.Errorf("hit = %+v, want 2/1/1 records with AD", hit)
+	}
+	if hit.TTL != 120*time.Second || hit.Remaining != 120*time.Second-5300*time.Millisecond {
+		t.Errorf("hit TTL %v remaining %v", hit.TTL, hit.Remaining)
+	}
+	if s := c.Stats(); s.Hits != 2 || s.Misses != 0 {
+		t.Errorf("Stats = %+v, want 2 hits (AppendFresh and Get)", s)
+	}
+}
+
+// What AppendFresh declines, it must not count: the caller takes the general
+// path, which counts the query once.
+func TestAppendFreshDeclinesWithoutCounting(t *testing.T) {
+	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
+	k := keyA("www.example.com.")
+	mustSet(t, c, k, aReply(t, "www.example.com.", 60, "192.0.2.1"))
+
+	if _, _, ok := wireReply(t, c, keyA("other.example."), "other.example.", dns.MaxMsgSize); ok {
+		t.Error("miss served")
+	}
+	if _, _, ok := wireReply(t, c, k, "www.example.com.", 40); ok {
+		t.Error("served past the size limit")
+	}
+	doKey := NewKey("www.example.com.", dns.TypeA, dns.ClassINET, true, false)
+	if _, _, ok := wireReply(t, c, doKey, "www.example.com.", dns.MaxMsgSize); ok {
+		t.Error("served the entry of another DO bit")
+	}
+	clock.Advance(time.Minute)
+	if _, _, ok := wireReply(t, c, k, "www.example.com.", dns.MaxMsgSize); ok {
+		t.Error("expired entry served as fresh")
+	}
+	if s := c.Stats(); s != (Stats{Stored: 1}) {
+		t.Errorf("Stats = %+v, want only the store counted", s)
+	}
+}
+
+// The key's question is what the records are packed behind, whatever the
+// upstream's reply carried, so a reply to another spelling or none at all
+// still yields valid compression pointers.
+func TestAppendFreshReplyWithOtherQuestion(t *testing.T) {
+	c, _ := newTestCache(t, Config{Capacity: 10})
+	k := keyA("svc.example.")
+	m := aReply(t, "svc.example.", 60, "192.0.2.7")
+	m.Question = []dns.Question{{Name: "a-much-longer-name.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+	mustSet(t, c, k, m)
+	got, _, ok := wireReply(t, c, k, "SVC.example.", dns.MaxMsgSize)
+	if !ok || len(got.Answer) != 1 || got.Answer[0].(*dns.A).A.String() != "192.0.2.7" ||
+		!strings.EqualFold(got.Answer[0].Header().Name, "svc.example.") {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestRecordLayout(t *testing.T) {
+	m := reply(t, dns.RcodeSuccess, sections{
+		answer: []string{"www.example.com. 1 IN A 192.0.2.1", "www.example.com. 2 IN A 192.0.2.2"},
+		ns:     []string{"example.com. 3 IN NS ns1.example.com."},
+		extra:  []string{"ns1.example.com. 4 IN AAAA 2001:db8::53"},
+	})
+	m.Compress = true
+	wire, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerAt, offsets, err := recordLayout(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answerAt != 12+len("www.example.com.")+1+4 {
+		t.Errorf("answerAt = %d", answerAt)
+	}
+	var ttls []uint32
+	for _, off := range offsets {
+		ttls = append(ttls, binary.BigEndian.Uint32(wire[off:]))
+	}
+	if !slices.Equal(ttls, []uint32{1, 2, 3, 4}) {
+		t.Errorf("TTLs at the offsets = %v, want 1 2 3 4", ttls)
+	}
+	for _, cut := range []int{5, answerAt, len(wire) - 1} {
+		if _, _, err := recordLayout(wire[:cut]); err == nil {
+			t.Errorf("message cut at %d bytes accepted", cut)
+		}
+	}
+}
+
+func BenchmarkAppendFresh(b *testing.B) {
+	c, err := New(Config{Capacity: 100})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := keyA("www.example.com.")
+	mustSet(b, c, k, aReply(b, "www.example.com.", 300, "192.0.2.1"))
+	name := []byte(k.Name)
+	buf := make([]byte, 0, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := c.AppendFresh(buf[:0], name, k.Type, k.Class, false, false, 512); !ok {
+			b.Fatal("miss")
+		}
+	}
+}
