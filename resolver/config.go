@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/cache"
 )
 
 // Config is the part of towerd's configuration the handler acts on. It can be
@@ -126,6 +124,6 @@ func (s *settings) staleTTLSeconds() uint32 {
 
 // wantsPrefetch reports whether a fresh hit should start a background refresh:
 // it is in the last tenth of its TTL.
-func (s *settings) wantsPrefetch(r cache.Result) bool {
-	return s.Prefetch && r.TTL > 0 && r.Remaining*10 <= r.TTL
+func (s *settings) wantsPrefetch(ttl, remaining time.Duration) bool {
+	return s.Prefetch && ttl > 0 && remaining*10 <= ttl
 }

@@ -148,7 +148,7 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, opt != nil && opt.Do(), r.CheckingDisabled)
 	res, found := h.cache.Get(key)
 	if found && res.Fresh {
-		prefetch := s.wantsPrefetch(res)
+		prefetch := s.wantsPrefetch(res.TTL, res.Remaining)
 		if prefetch {
 			// join starts at most one refresh per key: a running flight is reused.
 			h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
@@ -312,11 +312,5 @@ func allowed(allow []netip.Prefix, remote net.Addr) bool {
 	default:
 		return false
 	}
-	ip = ip.Unmap()
-	for _, p := range allow {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return allowedAddr(allow, ip)
 }

@@ -65,3 +65,19 @@ func (r *router) route(qname string) Zone {
 	// Unreachable: newRouter insists on a root zone.
 	return r.zones[len(r.zones)-1]
 }
+
+// routeCanonical is route for a name already canonical (lower case, fully
+// qualified) and free of escapes, as the fast path reads it: a suffix
+// comparison on a label boundary, without allocating.
+func (r *router) routeCanonical(name []byte) Zone {
+	for _, z := range r.zones {
+		if z.Name == "." {
+			return z
+		}
+		n := len(name) - len(z.Name)
+		if n >= 0 && string(name[n:]) == z.Name && (n == 0 || name[n-1] == '.') {
+			return z
+		}
+	}
+	return r.zones[len(r.zones)-1]
+}

@@ -54,10 +54,27 @@ type Server struct {
 	OnPanic func(v any, stack []byte)
 
 	mu      sync.Mutex
-	servers []*dns.Server
+	servers []listener
 	addrs   []string
 	dropped atomic.Uint64
 }
+
+// listener is one served socket: a dns.Server, or a udpServer for UDP
+// sockets bound to one address.
+type listener interface {
+	serve(started func()) error
+	shutdown(ctx context.Context) error
+}
+
+// miekgServer adapts dns.Server to listener.
+type miekgServer struct{ *dns.Server }
+
+func (m miekgServer) serve(started func()) error {
+	m.NotifyStartedFunc = started
+	return m.ActivateAndServe()
+}
+
+func (m miekgServer) shutdown(ctx context.Context) error { return m.ShutdownContext(ctx) }
 
 // Listen binds UDP and TCP on each address. On error nothing stays bound.
 func (s *Server) Listen(addrs []string) error {
@@ -115,7 +132,26 @@ func listenPair(addr string) (net.PacketConn, net.Listener, error) {
 
 // AddPacketConn serves UDP on an already bound socket.
 func (s *Server) AddPacketConn(pc net.PacketConn) {
-	s.add(&dns.Server{PacketConn: pc, Net: "udp"}, "udp/"+pc.LocalAddr().String())
+	addr := "udp/" + pc.LocalAddr().String()
+	uc, ok := pc.(*net.UDPConn)
+	if la, isUDP := pc.LocalAddr().(*net.UDPAddr); !ok || !isUDP || la.IP.IsUnspecified() {
+		s.add(&dns.Server{PacketConn: pc, Net: "udp"}, addr)
+		return
+	}
+	fast, _ := s.Handler.(*Handler)
+	u := newUDPServer(uc, recoverer{next: s.Handler, onPanic: s.OnPanic}, fast, s.OnPanic, s.invalid)
+	s.mu.Lock()
+	s.servers = append(s.servers, u)
+	s.addrs = append(s.addrs, addr)
+	s.mu.Unlock()
+}
+
+// invalid counts a packet dropped or answered FORMERR as unparsable.
+func (s *Server) invalid(err error) {
+	s.dropped.Add(1)
+	if s.OnInvalid != nil {
+		s.OnInvalid(err)
+	}
 }
 
 // AddListener serves TCP on an already bound listener.
@@ -130,16 +166,11 @@ func (s *Server) add(srv *dns.Server, addr string) {
 	}
 	srv.Handler = recoverer{next: s.Handler, onPanic: s.OnPanic}
 	srv.MsgAcceptFunc = AcceptRequest
-	srv.MsgInvalidFunc = func(_ []byte, err error) {
-		s.dropped.Add(1)
-		if s.OnInvalid != nil {
-			s.OnInvalid(err)
-		}
-	}
+	srv.MsgInvalidFunc = func(_ []byte, err error) { s.invalid(err) }
 	srv.IdleTimeout = func() time.Duration { return idle }
 	srv.MaxTCPQueries = -1 // as many queries per connection as the client sends
 	s.mu.Lock()
-	s.servers = append(s.servers, srv)
+	s.servers = append(s.servers, miekgServer{srv})
 	s.addrs = append(s.addrs, addr)
 	s.mu.Unlock()
 }
@@ -158,7 +189,7 @@ func (s *Server) Invalid() uint64 { return s.dropped.Load() }
 // accept queries, and returns the first error of any of them.
 func (s *Server) Serve(ready func()) error {
 	s.mu.Lock()
-	servers := append([]*dns.Server(nil), s.servers...)
+	servers := append([]listener(nil), s.servers...)
 	s.mu.Unlock()
 	if len(servers) == 0 {
 		return errors.New("no sockets to serve")
@@ -167,8 +198,7 @@ func (s *Server) Serve(ready func()) error {
 	started.Add(len(servers))
 	errc := make(chan error, len(servers))
 	for _, srv := range servers {
-		srv.NotifyStartedFunc = started.Done
-		go func() { errc <- srv.ActivateAndServe() }()
+		go func() { errc <- srv.serve(started.Done) }()
 	}
 	go func() {
 		started.Wait()
@@ -209,11 +239,11 @@ func (rh recoverer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 // answered.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	servers := append([]*dns.Server(nil), s.servers...)
+	servers := append([]listener(nil), s.servers...)
 	s.mu.Unlock()
 	var errs []error
 	for _, srv := range servers {
-		if err := srv.ShutdownContext(ctx); err != nil {
+		if err := srv.shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -134,6 +134,21 @@ func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, 
 	return q, true
 }
 
+// Covers reports whether Lookup may answer for name (canonical: lower case,
+// fully qualified): whether it lies under the Consul domain. Before the
+// agent has been asked (the domain is not known yet) Lookup answers nothing,
+// and Covers says so. It lets the resolver's fast path skip Lookup for the
+// names it could never answer, without allocating.
+func (w *Watcher) Covers(name []byte) bool {
+	info := w.info.Load()
+	if info == nil || info.datacenter == "" {
+		return false
+	}
+	d := info.domain
+	n := len(name) - len(d)
+	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
+}
+
 // Lookup implements resolver.RecordSource. It answers A, AAAA and SRV
 // questions about services the watch holds, in the local datacenter, from
 // memory. Everything else — other types, nodes, prepared queries, other

@@ -194,3 +194,26 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 		t.Errorf("after the ACL refusal: ok=%v state %+v", ok, st)
 	}
 }
+
+// Covers lets the resolver's fast path skip Lookup: it must say yes for every
+// name Lookup could answer (anything under the domain) and no before the
+// domain is known, when Lookup answers nothing.
+func TestCovers(t *testing.T) {
+	w := &Watcher{}
+	if w.Covers([]byte("web.service.consul.")) {
+		t.Error("covers names before the agent was asked")
+	}
+	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
+	for name, want := range map[string]bool{
+		"web.service.consul.":     true,
+		"web.service.dc1.consul.": true,
+		"consul.":                 false,
+		"notconsul.":              false,
+		"web.service.xconsul.":    false,
+		"www.example.":            false,
+	} {
+		if got := w.Covers([]byte(name)); got != want {
+			t.Errorf("Covers(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,261 @@
+package resolver
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// The fast path answers the query most nodes send most of the time — one
+// question, plain name, maybe EDNS, its answer fresh in the cache — straight
+// from the packet's bytes into a reply buffer: no dns.Msg, no unpacking, no
+// packing, no allocation (issue 6). Anything else it declines, and the
+// packet takes the general path (unpack, ServeDNS), which holds every rule;
+// the fast path must give the same answer or none. TestFastPathMatchesServeDNS
+// and FuzzFastPath check that.
+
+// maxNameLen is the longest domain name in presentation form without
+// escapes: 255 wire bytes less the root label's length byte.
+const maxNameLen = 254
+
+// plainQuery is a query as the fast path reads it.
+type plainQuery struct {
+	id       uint16
+	flags    uint16 // the request's header flags
+	question []byte // the question section as sent (name, type, class)
+	qtype    uint16
+	qclass   uint16
+	edns     bool
+	do       bool
+	udpSize  uint16
+	nameLen  int
+	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
+}
+
+// Header flag bits (RFC 1035 §4.1.1, RFC 4035 §3.2 for AD and CD).
+const (
+	flagQR = 1 << 15
+	flagRD = 1 << 8
+	flagRA = 1 << 7
+	flagAD = 1 << 5
+	flagCD = 1 << 4
+)
+
+// EDNS option codes the fast path accepts: ones towerd ignores and that
+// cannot make unpacking fail (RFC 7873 cookie, RFC 7830 padding). Any other
+// option sends the query down the general path.
+const (
+	optionCookie  = 10
+	optionPadding = 12
+)
+
+// parse reads p into q. It accepts only a QUERY with exactly one question,
+// no answer or authority records and at most an OPT record of version 0,
+// whose name is uncompressed and made of letters, digits, '-' and '_'.
+func (q *plainQuery) parse(p []byte) bool {
+	if len(p) < 12+1+4 {
+		return false
+	}
+	q.id = binary.BigEndian.Uint16(p)
+	q.flags = binary.BigEndian.Uint16(p[2:])
+	if q.flags&flagQR != 0 || (q.flags>>11)&0xF != dns.OpcodeQuery {
+		return false
+	}
+	if binary.BigEndian.Uint16(p[4:]) != 1 || binary.BigEndian.Uint16(p[6:]) != 0 ||
+		binary.BigEndian.Uint16(p[8:]) != 0 {
+		return false
+	}
+	extra := binary.BigEndian.Uint16(p[10:])
+	if extra > 1 {
+		return false
+	}
+	off, ok := q.readName(p, 12)
+	if !ok || off+4 > len(p) {
+		return false
+	}
+	q.qtype = binary.BigEndian.Uint16(p[off:])
+	q.qclass = binary.BigEndian.Uint16(p[off+2:])
+	off += 4
+	q.question = p[12:off]
+	q.edns, q.do, q.udpSize = false, false, 0
+	if extra == 1 {
+		if off, ok = q.readOPT(p, off); !ok {
+			return false
+		}
+	}
+	return off == len(p)
+}
+
+// readName copies the name at off into q.name in canonical form and returns
+// the offset after it.
+func (q *plainQuery) readName(p []byte, off int) (int, bool) {
+	n := 0
+	for {
+		if off >= len(p) {
+			return 0, false
+		}
+		l := int(p[off])
+		off++
+		if l == 0 {
+			break
+		}
+		// Compression pointers and extended label types have no business in
+		// a question; the general path judges them.
+		if l > 63 || off+l > len(p) || n+l+1 > maxNameLen {
+			return 0, false
+		}
+		for _, c := range p[off : off+l] {
+			switch {
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+			case 'A' <= c && c <= 'Z':
+				c += 'a' - 'A'
+			default:
+				return 0, false // would need escaping in presentation form
+			}
+			q.name[n] = c
+			n++
+		}
+		q.name[n] = '.'
+		n++
+		off += l
+	}
+	if n == 0 {
+		q.name[0] = '.'
+		n = 1
+	}
+	q.nameLen = n
+	return off, true
+}
+
+// readOPT reads the OPT record at off (RFC 6891 §6.1.2).
+func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
+	if off+11 > len(p) || p[off] != 0 || binary.BigEndian.Uint16(p[off+1:]) != dns.TypeOPT {
+		return 0, false
+	}
+	q.udpSize = binary.BigEndian.Uint16(p[off+3:])
+	version := p[off+6]
+	flags := binary.BigEndian.Uint16(p[off+7:])
+	rdlen := int(binary.BigEndian.Uint16(p[off+9:]))
+	off += 11
+	if version != 0 || off+rdlen > len(p) {
+		return 0, false // BADVERS is the general path's answer
+	}
+	for opts := p[off : off+rdlen]; len(opts) > 0; {
+		if len(opts) < 4 {
+			return 0, false
+		}
+		code, l := binary.BigEndian.Uint16(opts), int(binary.BigEndian.Uint16(opts[2:]))
+		if (code != optionCookie && code != optionPadding) || 4+l > len(opts) {
+			return 0, false
+		}
+		opts = opts[4+l:]
+	}
+	q.edns = true
+	q.do = flags&0x8000 != 0 // RFC 3225
+	return off + rdlen, true
+}
+
+// optLen is the size of the OPT record towerd appends: root name, type,
+// class (UDP size), TTL (extended rcode, version, flags), empty RDATA.
+const optLen = 1 + 2 + 2 + 4 + 2
+
+// answerPacket answers the UDP query in pkt from a client at from, if it is a
+// plain query whose answer is fresh in the cache, by appending the reply to
+// dst. It reports false, having written nothing and counted nothing, for
+// every other packet: the caller then unpacks it and calls ServeDNS.
+// q is the caller's scratch space, reused from packet to packet.
+func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, bool) {
+	s := h.settings.Load()
+	start := s.Now()
+	if !q.parse(pkt) || q.qclass != dns.ClassINET || q.qtype == dns.TypeAXFR || q.qtype == dns.TypeIXFR {
+		return dst, false
+	}
+	if !allowedAddr(s.Allow, from.Addr()) {
+		return dst, false
+	}
+	name := q.name[:q.nameLen]
+	if s.Records != nil && coversName(s.Records, name) {
+		return dst, false
+	}
+	zone := s.router.routeCanonical(name)
+
+	size := dns.MinMsgSize // RFC 1035: 512 bytes without EDNS
+	if q.edns {
+		size = max(size, int(q.udpSize))
+	}
+	reserve := 0
+	if q.edns {
+		reserve = optLen
+	}
+	headerAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
+	dst = append(dst, q.question...)
+	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.flags&flagCD != 0, headerAt+size-reserve)
+	if !ok {
+		return dst[:headerAt], false
+	}
+
+	flags := uint16(flagQR|flagRA) | q.flags&(flagRD|flagCD) | uint16(hit.Rcode&0xF)
+	// RFC 6840 §5.8: set AD only for clients that asked with DO or AD.
+	if hit.AuthenticatedData && (q.do || q.flags&flagAD != 0) {
+		flags |= flagAD
+	}
+	extra := hit.Extra
+	if q.edns {
+		extra++
+		var do byte
+		if q.do {
+			do = 0x80
+		}
+		dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
+			0, 0, do, 0, 0, 0)
+	}
+	hdr := dst[headerAt:]
+	binary.BigEndian.PutUint16(hdr[0:], q.id)
+	binary.BigEndian.PutUint16(hdr[2:], flags)
+	binary.BigEndian.PutUint16(hdr[4:], 1)
+	binary.BigEndian.PutUint16(hdr[6:], hit.Answer)
+	binary.BigEndian.PutUint16(hdr[8:], hit.Ns)
+	binary.BigEndian.PutUint16(hdr[10:], extra)
+
+	prefetch := s.wantsPrefetch(hit.TTL, hit.Remaining)
+	if prefetch {
+		// Rare (the last tenth of a TTL, once per flight), so the key's
+		// own string is allocated here only.
+		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.flags&flagCD != 0)
+		h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+	}
+	if h.obs != nil {
+		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceCache,
+			Rcode: hit.Rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
+	}
+	return dst, true
+}
+
+// NameCoverer is implemented by a RecordSource that can tell, from a
+// canonical name alone, whether it might answer for it. Without it the fast
+// path leaves every query to the general path, where Lookup is asked.
+// name is canonical (lower case, fully qualified) and only read during the
+// call.
+type NameCoverer interface {
+	Covers(name []byte) bool
+}
+
+func coversName(rs RecordSource, name []byte) bool {
+	c, ok := rs.(NameCoverer)
+	return !ok || c.Covers(name)
+}
+
+// allowedAddr is allowed for an address read with ReadFromUDPAddrPort.
+func allowedAddr(allow []netip.Prefix, ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}

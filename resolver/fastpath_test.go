@@ -1,0 +1,308 @@
+package resolver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// The fast path must give the answer ServeDNS gives, or none: these tests
+// put both on the same warm cache and compare replies byte for byte after
+// parsing.
+
+// diffUpstream answers with the shapes that test the wire handling: a CNAME
+// chain, glue, AD, NODATA with an SOA, and an answer too big for 512 bytes.
+type diffUpstream struct{}
+
+func (diffUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetReply(q)
+	name, qtype := strings.ToLower(q.Question[0].Name), q.Question[0].Qtype
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			panic(err)
+		}
+		return r
+	}
+	switch {
+	case qtype != dns.TypeA:
+		m.Ns = []dns.RR{rr("example. 300 IN SOA ns.example. h.example. 1 2 3 4 60")}
+	case name == "cname.example.":
+		m.Answer = []dns.RR{rr("cname.example. 300 IN CNAME www.example."), rr("www.example. 120 IN A 192.0.2.1")}
+		m.Ns = []dns.RR{rr("example. 300 IN NS ns.example.")}
+		m.Extra = []dns.RR{rr("ns.example. 300 IN A 192.0.2.53")}
+	case name == "big.example.":
+		for i := range 40 {
+			m.Answer = append(m.Answer, rr(fmt.Sprintf("big.example. 300 IN A 192.0.2.%d", i)))
+		}
+	default:
+		m.Answer = []dns.RR{rr(name + " 300 IN A 192.0.2.7")}
+		m.AuthenticatedData = strings.HasPrefix(name, "ad.")
+	}
+	return m, nil
+}
+func (diffUpstream) Address() string { return "diff" }
+func (diffUpstream) Close() error    { return nil }
+
+func diffHandler(tb testing.TB, obs Observer) (*Handler, *fakeClock) {
+	tb.Helper()
+	clock := newFakeClock()
+	c, err := cache.New(cache.Config{Capacity: 1000, MaxStaleAge: time.Hour, Now: clock.Now})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h, err := NewHandler(Config{
+		Zones:              []Zone{{Name: ".", Upstream: diffUpstream{}}},
+		ServeStale:         true,
+		StaleClientTimeout: time.Second,
+		StaleAnswerTTL:     30 * time.Second,
+		FailureRecheck:     30 * time.Second,
+		Now:                clock.Now,
+	}, c, nil, obs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(h.Close)
+	return h, clock
+}
+
+// generalReply is ServeDNS's reply to pkt over UDP.
+func generalReply(h *Handler, pkt []byte) []byte {
+	w := &memWriter{}
+	servePacket(h, pkt, w, func(error) {})
+	return w.reply
+}
+
+// sameReply compares two replies after parsing. Owner names are compared
+// without letter case: the fast path's records may point into the client's
+// spelling of the question, ServeDNS's carry the upstream's.
+func sameReply(a, b []byte) (string, bool) {
+	ma, mb := new(dns.Msg), new(dns.Msg)
+	if err := ma.Unpack(a); err != nil {
+		return "fast reply does not parse: " + err.Error(), false
+	}
+	if err := mb.Unpack(b); err != nil {
+		return "general reply does not parse: " + err.Error(), false
+	}
+	if ma.MsgHdr != mb.MsgHdr || len(ma.Question) != 1 || len(mb.Question) != 1 || ma.Question[0] != mb.Question[0] {
+		return fmt.Sprintf("header or question differ:\n%v\n%v", ma, mb), false
+	}
+	if sa, sb := strings.ToLower(ma.String()), strings.ToLower(mb.String()); sa != sb {
+		return fmt.Sprintf("fast\n%s\ngeneral\n%s", sa, sb), false
+	}
+	return "", true
+}
+
+type variant struct {
+	name    string
+	qtype   uint16
+	edns    bool
+	do      bool
+	size    uint16
+	rd      bool
+	cd      bool
+	ad      bool
+	cookie  bool
+	fastHit bool // the fast path must answer it (once warm)
+}
+
+func (v variant) pack(tb testing.TB) []byte {
+	m := new(dns.Msg)
+	m.SetQuestion(v.name, v.qtype)
+	m.Id = 0xbeef
+	m.RecursionDesired = v.rd
+	m.CheckingDisabled = v.cd
+	m.AuthenticatedData = v.ad
+	if v.edns {
+		m.SetEdns0(v.size, v.do)
+		if v.cookie {
+			opt := m.IsEdns0()
+			opt.Option = append(opt.Option, &dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"})
+		}
+	}
+	b, err := m.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func variants() []variant {
+	var out []variant
+	for _, name := range []string{"www.example.", "WwW.ExAmple.", "cname.example.", "ad.example.", "big.example.", "."} {
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			for _, e := range []struct {
+				edns, do, cookie bool
+				size             uint16
+			}{{false, false, false, 0}, {true, false, false, 1232}, {true, true, false, 512}, {true, false, true, 4096}, {true, true, true, 100}} {
+				for _, flags := range []struct{ rd, cd, ad bool }{{true, false, false}, {false, true, false}, {true, false, true}} {
+					fits := !(name == "big.example." && qtype == dns.TypeA && (!e.edns || e.size <= 512))
+					out = append(out, variant{name: name, qtype: qtype, edns: e.edns, do: e.do, size: e.size,
+						rd: flags.rd, cd: flags.cd, ad: flags.ad, cookie: e.cookie, fastHit: fits})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestFastPathMatchesServeDNS(t *testing.T) {
+	h, clock := diffHandler(t, nil)
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	var q plainQuery
+	fast := 0
+	seen := map[cache.Key]bool{}
+	for _, v := range variants() {
+		pkt := v.pack(t)
+		k := cache.NewKey(v.name, v.qtype, dns.ClassINET, v.do, v.cd)
+		if _, ok := h.answerPacket(nil, pkt, from, &q); ok && !seen[k] {
+			t.Fatalf("%+v: cold cache answered by the fast path", v)
+		}
+		seen[k] = true
+		generalReply(h, pkt)                  // warm this key
+		clock.Advance(100 * time.Millisecond) // 180 variants: 18 s, inside every TTL
+		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		if ok != v.fastHit {
+			t.Errorf("%+v: fast path answered %v, want %v", v, ok, v.fastHit)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		fast++
+		if diff, same := sameReply(reply, generalReply(h, pkt)); !same {
+			t.Errorf("%+v: %s", v, diff)
+		}
+	}
+	if fast < 100 {
+		t.Errorf("only %d variants took the fast path", fast)
+	}
+}
+
+// Whatever the fast path is not sure of, it declines, and counts nothing.
+func TestFastPathDeclines(t *testing.T) {
+	h, _ := diffHandler(t, nil)
+	var q plainQuery
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	warm := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232}.pack(t)
+	generalReply(h, warm)
+	before := h.cache.Stats()
+
+	mutate := func(f func(*dns.Msg)) []byte {
+		m := new(dns.Msg)
+		if err := m.Unpack(warm); err != nil {
+			t.Fatal(err)
+		}
+		f(m)
+		b, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := map[string][]byte{
+		"trailing byte":  append(append([]byte(nil), warm...), 0),
+		"cut short":      warm[:len(warm)-3],
+		"EDNS version 1": mutate(func(m *dns.Msg) { m.IsEdns0().SetVersion(1) }),
+		"other option":   mutate(func(m *dns.Msg) { m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}} }),
+		"class CH":       mutate(func(m *dns.Msg) { m.Question[0].Qclass = dns.ClassCHAOS }),
+		"AXFR":           mutate(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }),
+		"escaped name":   mutate(func(m *dns.Msg) { m.Question[0].Name = `www\.x.example.` }),
+		"response":       mutate(func(m *dns.Msg) { m.Response = true }),
+		"opcode NOTIFY":  mutate(func(m *dns.Msg) { m.Opcode = dns.OpcodeNotify }),
+		"answer included": mutate(func(m *dns.Msg) {
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeA, Class: dns.ClassINET}, A: net.IPv4(1, 2, 3, 4)}}
+		}),
+	}
+	for name, pkt := range cases {
+		if _, ok := h.answerPacket(nil, pkt, from, &q); ok {
+			t.Errorf("%s: answered by the fast path", name)
+		}
+	}
+	if _, ok := h.answerPacket(nil, warm, netip.MustParseAddrPort("192.0.2.99:53000"), &q); ok {
+		t.Error("a client outside the allow-list answered by the fast path")
+	}
+	if got := h.cache.Stats(); got != before {
+		t.Errorf("declined packets changed the cache counters: %+v, before %+v", got, before)
+	}
+	if _, ok := h.answerPacket(nil, warm, from, &q); !ok {
+		t.Error("the warm query itself was declined")
+	}
+}
+
+// coverAll is a RecordSource that covers names under "consul." and answers
+// none of them.
+type coverAll struct{}
+
+func (coverAll) Lookup(dns.Question) (*dns.Msg, bool, bool) { return nil, false, false }
+func (coverAll) Covers(name []byte) bool                    { return strings.HasSuffix(string(name), ".consul.") }
+
+func TestFastPathLeavesRecordSourceNames(t *testing.T) {
+	h, _ := diffHandler(t, nil)
+	var q plainQuery
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	s := *h.settings.Load()
+	s.Records = coverAll{}
+	h.settings.Store(&s)
+	for name, want := range map[string]bool{"web.service.consul.": false, "www.example.": true} {
+		pkt := variant{name: name, qtype: dns.TypeA}.pack(t)
+		generalReply(h, pkt)
+		if _, ok := h.answerPacket(nil, pkt, from, &q); ok != want {
+			t.Errorf("%s: fast path answered %v, want %v", name, ok, want)
+		}
+	}
+}
+
+// FuzzFastPath: for any packet the fast path answers, ServeDNS gives the
+// same reply.
+func FuzzFastPath(f *testing.F) {
+	for _, v := range variants()[:40] {
+		f.Add(v.pack(f))
+	}
+	h, _ := diffHandler(f, nil)
+	for _, v := range variants() {
+		generalReply(h, v.pack(f))
+	}
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		var q plainQuery
+		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		if !ok {
+			return
+		}
+		if diff, same := sameReply(reply, generalReply(h, pkt)); !same {
+			t.Fatal(diff)
+		}
+	})
+}
+
+// BenchmarkAnswerPacketHit is a cache hit from the request's bytes to the
+// reply's on the fast path, metrics included: the target is 0 allocations.
+func BenchmarkAnswerPacketHit(b *testing.B) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, _ := diffHandler(b, m)
+	pkt := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(b)
+	generalReply(h, pkt)
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	var q plainQuery
+	out := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := h.answerPacket(out[:0], pkt, from, &q); !ok {
+			b.Fatal("declined")
+		}
+	}
+}
