@@ -68,6 +68,9 @@ func (a answer) body(body *dns.Msg, stale, staleTTLs bool) {
 // write adds EDNS when the client spoke it, truncates UDP answers to what the
 // client can take, and sends.
 func (a answer) write(out *dns.Msg, stale, failed bool) {
+	// Compressed, like the fast path's replies (cached entries are packed
+	// that way): the same answer fits the same client buffer either way.
+	out.Compress = true
 	size := dns.MinMsgSize // RFC 1035: 512 bytes without EDNS
 	if opt := a.req.IsEdns0(); opt != nil {
 		out.SetEdns0(advertisedUDPSize, opt.Do())
