@@ -74,17 +74,17 @@ func hasUpperASCII(s string) bool {
 
 // nameIndex finds every key stored under one name, so that RemoveName and
 // Inspect do not walk the whole cache. It is kept in step with the LRU by
-// the LRU's evict callback and is guarded by the cache's mutex.
-type nameIndex map[string]map[Key]struct{}
+// the LRU's evict callback and is guarded by the cache's mutex. The keys of
+// a name are a slice, not a set: most names have one or two entries (A and
+// AAAA), and a small map per name cost 250 bytes, a third of an entry.
+type nameIndex map[string][]Key
 
 func (ix nameIndex) add(k Key) {
-	keys, ok := ix[k.Name]
-	if !ok {
-		// Most names have one or two entries (A and AAAA).
-		keys = make(map[Key]struct{}, 2)
-		ix[k.Name] = keys
+	keys := ix[k.Name]
+	if slices.Contains(keys, k) {
+		return
 	}
-	keys[k] = struct{}{}
+	ix[k.Name] = append(keys, k)
 }
 
 func (ix nameIndex) remove(k Key) {
@@ -92,22 +92,23 @@ func (ix nameIndex) remove(k Key) {
 	if !ok {
 		return
 	}
-	delete(keys, k)
-	if len(keys) == 0 {
-		// Drop the empty set, or a flood of unique names would leave one
+	i := slices.Index(keys, k)
+	if i < 0 {
+		return
+	}
+	if len(keys) == 1 {
+		// Drop the empty list, or a flood of unique names would leave one
 		// behind per name and grow the index past the cache's bound.
 		delete(ix, k.Name)
+		return
 	}
+	ix[k.Name] = slices.Delete(keys, i, i+1)
 }
 
 // keys returns the keys stored under name (already canonical), in a fixed
 // order so that Inspect output is stable.
 func (ix nameIndex) keys(name string) []Key {
-	set := ix[name]
-	out := make([]Key, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
+	out := slices.Clone(ix[name])
 	slices.SortFunc(out, compareKeys)
 	return out
 }
