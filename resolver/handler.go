@@ -177,8 +177,10 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 
 	wait := s.QueryTimeout
+	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
 		wait = min(wait, s.StaleClientTimeout)
+		zoneDown = downSignal(zone.Upstream)
 		if knownDown(zone.Upstream) {
 			// Every server of the zone has failed repeatedly: waiting out the
 			// client response timer would only delay the stale answer it
@@ -196,6 +198,11 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	select {
 	case <-fl.done:
 	case <-timer.C:
+		h.fail(a, stale, record)
+		return
+	case <-zoneDown:
+		// The zone's last server was marked down while this client waited:
+		// as above, the stale answer is due now.
 		h.fail(a, stale, record)
 		return
 	}
@@ -259,6 +266,16 @@ type downReporter interface{ AllDown() bool }
 func knownDown(u upstream.Upstream) bool {
 	d, ok := u.(downReporter)
 	return ok && d.AllDown()
+}
+
+// downSignal returns upstream.Group.AllDownSignal's channel, nil for an
+// upstream that does not track health.
+func downSignal(u upstream.Upstream) <-chan struct{} {
+	d, ok := u.(interface{ AllDownSignal() <-chan struct{} })
+	if !ok {
+		return nil
+	}
+	return d.AllDownSignal()
 }
 
 type errUpstreamRcode struct{ rcode int }

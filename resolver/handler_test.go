@@ -228,3 +228,66 @@ func TestStaleAtOnceWhenUpstreamKnownDown(t *testing.T) {
 	}
 	<-dead.asked // the refresh still went out, as a probe
 }
+
+// downingUpstream hangs like deadUpstream, but its servers count as healthy
+// until the test closes down: an upstream.Group whose last server is marked
+// down while a client waits for a refresh.
+type downingUpstream struct {
+	deadUpstream
+	down chan struct{}
+}
+
+func (d downingUpstream) AllDown() bool {
+	select {
+	case <-d.down:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d downingUpstream) AllDownSignal() <-chan struct{} { return d.down }
+
+// A client already waiting for a refresh gets its stale answer the moment
+// the zone is known down, not when its client response timer (an hour here;
+// the client gives up after 5 s) runs out (issue 7, test 7).
+func TestStaleWhenUpstreamGoesDownWhileWaiting(t *testing.T) {
+	up := downingUpstream{deadUpstream: deadUpstream{asked: make(chan struct{}, 1)}, down: make(chan struct{})}
+	e := newEnv(t, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: up}}
+		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
+	})
+	reply := new(dns.Msg)
+	reply.SetQuestion("going.example.", dns.TypeA)
+	rr, _ := dns.NewRR("going.example. 0 IN A 192.0.2.10") // TTL 0: stale material
+	reply.Answer = []dns.RR{rr}
+	if ok, why := e.h.cache.Set(cache.NewKey("going.example.", dns.TypeA, dns.ClassINET, false, false), reply); !ok {
+		t.Fatalf("seeding the cache: %s", why)
+	}
+	type result struct {
+		m   *dns.Msg
+		err error
+	}
+	answers := make(chan result, 1)
+	go func() {
+		m := new(dns.Msg)
+		m.SetQuestion("going.example.", dns.TypeA)
+		m.SetEdns0(1232, false)
+		r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, e.addr)
+		answers <- result{r, err}
+	}()
+	<-up.asked // the refresh is out and the client waits on it
+	select {
+	case r := <-answers:
+		t.Fatalf("answered %v, %v before the zone went down", r.m, r.err)
+	default:
+	}
+	close(up.down)
+	r := <-answers
+	if r.err != nil {
+		t.Fatalf("no answer after the zone went down: %v", r.err)
+	}
+	if got := ttlOf(t, r.m); got != 30 || !hasEDE(r.m, dns.ExtendedErrorCodeStaleAnswer) {
+		t.Fatalf("TTL %d, EDE %v; want the stale answer (TTL 30, EDE 3)", got, hasEDE(r.m, dns.ExtendedErrorCodeStaleAnswer))
+	}
+}

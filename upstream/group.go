@@ -88,6 +88,11 @@ type Group struct {
 	mu     sync.Mutex // guards closed against a prober starting during Close
 	closed bool
 	wg     sync.WaitGroup
+
+	// allDown is closed while every server is marked down and replaced by
+	// an open one when a server comes back (AllDownSignal).
+	allDownMu sync.Mutex
+	allDown   chan struct{}
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -124,6 +129,7 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 		g.servers = append(g.servers, &server{plain: plain})
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.allDown = make(chan struct{})
 	return g, nil
 }
 
@@ -228,6 +234,39 @@ func (g *Group) attempt(ctx context.Context, s *server, m *dns.Msg) (*dns.Msg, e
 // AllDown reports whether every server is marked down. The resolver then
 // answers stale at once instead of making clients wait on a dead upstream.
 func (g *Group) AllDown() bool { return len(g.healthy()) == 0 }
+
+// AllDownSignal returns a channel that is closed once every server is marked
+// down: already closed when they are now, else closed by the failure that
+// takes the last healthy server down. A server coming back makes a new
+// channel, so a caller asks again for each wait. The resolver waits on it
+// beside the client response timer: a client that started waiting for a
+// refresh just before the group learnt that its servers are gone gets its
+// stale answer then, not when its timer runs out (issue 7, test 7).
+func (g *Group) AllDownSignal() <-chan struct{} {
+	g.allDownMu.Lock()
+	defer g.allDownMu.Unlock()
+	return g.allDown
+}
+
+// updateAllDown brings the AllDownSignal channel in line with the servers'
+// health. It is called after every up or down change, with no server lock
+// held; whichever of two racing changes calls it last reads both, so the
+// channel never stays in a state the servers have left.
+func (g *Group) updateAllDown() {
+	g.allDownMu.Lock()
+	defer g.allDownMu.Unlock()
+	down := g.AllDown()
+	select {
+	case <-g.allDown:
+		if !down {
+			g.allDown = make(chan struct{})
+		}
+	default:
+		if down {
+			close(g.allDown)
+		}
+	}
+}
 
 // Servers returns a snapshot of every server in configured order.
 func (g *Group) Servers() []ServerStatus {

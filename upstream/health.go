@@ -123,6 +123,7 @@ func (g *Group) record(s *server, rtt time.Duration, err error, callerDone bool)
 	s.mu.Unlock()
 
 	if changed {
+		g.updateAllDown()
 		g.notifyHealth(s, up, seq)
 	}
 	if startProbe {
@@ -226,6 +227,7 @@ func (g *Group) probe(s *server) bool {
 	seq := s.stateSeq
 	s.mu.Unlock()
 	if changed {
+		g.updateAllDown()
 		g.notifyHealth(s, true, seq)
 	}
 	return true

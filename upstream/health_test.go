@@ -298,3 +298,61 @@ func (c *fakeClock) advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// AllDownSignal's channel closes when the last healthy server goes down, not
+// before, and a server coming back gives a new open channel while the old one
+// stays closed (a waiter already woken stays woken).
+func TestGroupAllDownSignal(t *testing.T) {
+	var firstAnswers atomic.Bool
+	first := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
+		if firstAnswers.Load() {
+			return answering(t, dns.RcodeSuccess)(q, from)
+		}
+		return nil
+	})
+	second := startRaw(t, blackHole)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:           1,
+		FailThreshold:         1,
+		InitialAttemptTimeout: 20 * time.Millisecond,
+		MinAttemptTimeout:     10 * time.Millisecond,
+		ProbeInterval:         time.Hour, // only live traffic brings a server back here
+	}, first, second)
+
+	signal := g.AllDownSignal()
+	if isClosed(signal) {
+		t.Fatal("signal closed with every server up")
+	}
+	_ = exchangeFor(g, 3*time.Second) // the first server times out and goes down
+	if isClosed(signal) || g.AllDown() {
+		t.Fatal("signal closed with the second server still up")
+	}
+	_ = exchangeFor(g, 3*time.Second) // and now the second
+	if !g.AllDown() {
+		t.Fatalf("servers %+v, want both down", g.Servers())
+	}
+	if !isClosed(signal) || !isClosed(g.AllDownSignal()) {
+		t.Fatal("signal still open with every server down")
+	}
+
+	firstAnswers.Store(true)
+	if err := exchangeFor(g, waitTimeout); err != nil { // all down: every server is tried
+		t.Fatalf("all-down group did not reach its answering server: %v", err)
+	}
+	if g.AllDown() || isClosed(g.AllDownSignal()) {
+		t.Error("signal closed after a server came back")
+	}
+	if !isClosed(signal) {
+		t.Error("the channel handed out while all were down reopened")
+	}
+}
