@@ -93,6 +93,61 @@ func TestRestartDuringBlackHole(t *testing.T) {
 	}
 }
 
+// TestRestartAfterCrash: the cache also survives a crash. towerd saves it
+// every state_save_interval while serving; it is killed with SIGKILL (no save
+// on stop), the upstream goes dark, and the next towerd answers the names
+// from the periodic snapshot, stale.
+func TestRestartAfterCrash(t *testing.T) {
+	t.Parallel()
+	names := map[string]string{
+		"a.crash.example.": "192.0.2.71",
+		"b.crash.example.": "192.0.2.72",
+	}
+	up := newTestUpstream(t)
+	for name, addr := range names {
+		up.Add(t, name+" 0 IN A "+addr) // stored already expired: only stale after the restart
+	}
+	stateDir := t.TempDir()
+	args := []string{"-config", "", "-listen", "127.0.0.1:0", "-upstream", up.Addr,
+		"-consul-dns", up.Addr, "-state-dir", stateDir}
+	first := startTowerd(t, append(args, "-state-save-interval", "200ms")...)
+	for name, addr := range names {
+		if r := dig(t, first.UDP, name, "A"); r.Status != "NOERROR" || !slices.Equal(addresses(r.Answer), []string{addr}) {
+			t.Fatalf("warm-up %s: status %s, answer %v", name, r.Status, r.Answer)
+		}
+	}
+	// The first periodic save that holds both names; earlier ones may hold
+	// fewer.
+	if _, err := first.stderr.waitFor(regexp.MustCompile(`level=DEBUG msg="saved cache" .*entries=2 `), readyTimeout, first.exited); err != nil {
+		t.Fatalf("no periodic save of both names: %v\n%s", err, first.stderr)
+	}
+	first.kill(t)
+	if regexp.MustCompile(`level=INFO msg="saved cache"`).MatchString(first.stderr.String()) {
+		t.Fatalf("the killed towerd saved on stop; the test would not show the periodic save:\n%s", first.stderr)
+	}
+
+	up.Stop()
+	hole := newBlackhole(t, up.Addr)
+	second := startTowerd(t, args...)
+	if !regexp.MustCompile(`msg="loaded saved cache" .*entries=2`).MatchString(second.stderr.String()) {
+		t.Fatalf("second towerd did not load 2 entries:\n%s", second.stderr)
+	}
+	for name, addr := range names {
+		r := dig(t, second.UDP, name, "A")
+		if r.Status != "NOERROR" || !slices.Equal(addresses(r.Answer), []string{addr}) {
+			t.Errorf("%s after the crash: status %s, answer %v; want the stale %s\n%s", name, r.Status, r.Answer, addr, r.Output)
+			continue
+		}
+		if ttl := r.Answer[0].Header().Ttl; ttl != staleAnswerTTL || !r.hasEDE(edeStaleAnswer) {
+			t.Errorf("%s after the crash: TTL %d, EDE %v; want a stale answer (TTL %d, EDE %d)",
+				name, ttl, r.EDE, staleAnswerTTL, edeStaleAnswer)
+		}
+	}
+	if hole.packets.Load() == 0 {
+		t.Errorf("no refresh reached the black-holed upstream: the answers above were not given with the upstream dead")
+	}
+}
+
 // TestCorruptSavedCache: a damaged snapshot is ignored with a warning and
 // towerd serves anyway; the next clean stop replaces it with a good one.
 func TestCorruptSavedCache(t *testing.T) {

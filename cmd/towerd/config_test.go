@@ -32,6 +32,7 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"zone without servers", "[[zone]]\nname = \"corp.example.\"\n", `key "zone[0].servers"`},
 		{"bad server", "[[zone]]\nname = \"corp.\"\nservers = [\"not an address\"]\n", `key "zone[0].servers[0]"`},
 		{"bad level", "log_level = \"loud\"\n", `towerd.toml:1: key "log_level"`},
+		{"negative save interval", "state_dir = \"\"\nstate_save_interval = \"-1m\"\n", `towerd.toml:2: key "state_save_interval": cannot be negative`},
 		{"attempt floor over budget", "[upstream]\ntimeout = \"1s\"\nmin_attempt_timeout = \"2s\"\n", `towerd.toml:3: key "upstream.min_attempt_timeout"`},
 		{"syntax", "[cache\n", `towerd.toml:1:`},
 	} {
@@ -51,7 +52,8 @@ func TestLoadConfigDefaultsAndOverrides(t *testing.T) {
 		t.Fatalf("missing optional file: %v", err)
 	}
 	if cfg.Cache.Size != 10000 || cfg.ServeStale.AnswerTTL.Duration != 30*time.Second ||
-		cfg.Upstream.MaxInflight != 150 || cfg.Listen[0] != "127.0.0.1:53" {
+		cfg.Upstream.MaxInflight != 150 || cfg.Listen[0] != "127.0.0.1:53" ||
+		cfg.StateSaveInterval.Duration != 5*time.Minute {
 		t.Fatalf("defaults wrong: %+v", cfg)
 	}
 	if _, err := LoadConfig(filepath.Join(t.TempDir(), "absent.toml"), false); err == nil {
@@ -133,6 +135,13 @@ func TestFlagsOverrideFile(t *testing.T) {
 	}
 	if cfg.Cache.Size != 7 || root != "192.0.2.9:5300,192.0.2.8:53" || cfg.Listen[0] != "127.0.0.1:1053" {
 		t.Fatalf("flags not applied: size %d root %q listen %v", cfg.Cache.Size, root, cfg.Listen)
+	}
+	if cfg.StateSaveInterval.Duration != 5*time.Minute {
+		t.Errorf("state_save_interval %v without the flag, want the default 5m", cfg.StateSaveInterval)
+	}
+	o, _ = parseFlags([]string{"-config", path, "-state-save-interval", "0s"}, os.Stderr)
+	if cfg, err = o.load(); err != nil || cfg.StateSaveInterval.Duration != 0 {
+		t.Errorf("-state-save-interval 0s: %v, %v; want 0s (save only on stop)", cfg.StateSaveInterval, err)
 	}
 	o, _ = parseFlags([]string{"-config", path, "-cache-size", "-1"}, os.Stderr)
 	if _, err := o.load(); err == nil || !strings.Contains(err.Error(), "cache.size") {

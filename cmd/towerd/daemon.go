@@ -28,6 +28,7 @@ type daemon struct {
 	handler *resolver.Handler
 	groups  []*upstream.Group
 	ops     *operations // metrics, admin server, cache tuning (operations.go)
+	saver   *cacheSaver // periodic cache saves (state.go)
 
 	// systemd (daemon_systemd.go): the sockets it passed, the notifications
 	// sent, and what READY=1 waits for after the sockets serve.
@@ -85,6 +86,7 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 	}
 	d.startAdmin(cfg, h, srv)
 	d.runConsul()
+	d.saver = d.startCacheSaver(c, cfg) // state.go
 	for _, z := range zones {
 		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
 	}
@@ -104,6 +106,7 @@ func (d *daemon) serve(cfg Config, zones []ZoneConfig, source string) int {
 		select {
 		case err := <-served:
 			d.log.Error("serving stopped", "err", err)
+			d.saver.stop()
 			h.Close()
 			closeGroups(d.groups)
 			return exitFail
@@ -137,7 +140,9 @@ func (d *daemon) shutdown(srv *resolver.Server, sig os.Signal) int {
 	err := srv.Shutdown(ctx)
 	d.handler.Close()
 	// After the drain and with upstream work stopped, so the snapshot holds
-	// every answer towerd got.
+	// every answer towerd got; and after the last periodic save, so this one
+	// is renamed into place last.
+	d.saver.stop()
 	d.saveCache(d.ops.cache, d.cfg) // state.go
 	d.stopConsul()
 	closeGroups(d.groups)
@@ -188,6 +193,7 @@ func (d *daemon) reload() {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
 	}
 	d.cfg = cfg
+	d.saver.reconfigure(cfg) // state.go
 	d.reloadDone(nil)
 	d.log.Info("reloaded", "config", d.opts.configPath)
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -82,6 +83,7 @@ type options struct {
 	logLevel    string
 	admin       string
 	stateDir    string
+	saveEvery   time.Duration
 	checkConfig bool
 	showVersion bool
 	set         map[string]bool
@@ -100,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
 	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
 	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+DefaultStateDir+")")
+	fs.DurationVar(&o.saveEvery, "state-save-interval", 0, "how often the cache is also saved while serving, e.g. \"5m\"; \"0s\" = only on stop; overrides state_save_interval (default 5m)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +136,9 @@ func (o *options) load() (Config, error) {
 	}
 	if o.set["state-dir"] {
 		cfg.StateDir = o.stateDir
+	}
+	if o.set["state-save-interval"] {
+		cfg.StateSaveInterval = dur(o.saveEvery)
 	}
 	if o.set["upstream"] {
 		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))

@@ -26,6 +26,9 @@ type telemetry struct {
 	reloadOK     prometheus.Gauge
 	reloadOKTime prometheus.Gauge
 
+	cacheSaves      *prometheus.CounterVec
+	cacheSaveOKTime prometheus.Gauge
+
 	mu         sync.Mutex
 	lastReload reloadStatus
 	watch      func() *watchStatus // nil until a Consul watch reports to us
@@ -65,10 +68,20 @@ func newTelemetry(c *cache.Cache, now time.Time) *telemetry {
 			Name: "towerd_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last successful configuration load, start-up included.",
 		}),
+		cacheSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_cache_saves_total",
+			Help: "Cache snapshots written to the state directory (every state_save_interval and on stop) by result: success, or failure.",
+		}, []string{"result"}),
+		cacheSaveOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "towerd_cache_last_save_success_timestamp_seconds",
+			Help: "Unix time of the last cache snapshot written; 0 before the first.",
+		}),
 	}
 	// Both results exist from the start, so rate() sees the first failure.
 	t.reloads.WithLabelValues("success")
 	t.reloads.WithLabelValues("failure")
+	t.cacheSaves.WithLabelValues("success")
+	t.cacheSaves.WithLabelValues("failure")
 	t.reloadOK.Set(1)
 	t.reloadOKTime.Set(float64(now.UnixNano()) / 1e9)
 	reg.MustRegister(
@@ -82,8 +95,19 @@ func newTelemetry(c *cache.Cache, now time.Time) *telemetry {
 		cache.NewCollector(c),
 		t.upstreams,
 		t.reloads, t.reloadOK, t.reloadOKTime,
+		t.cacheSaves, t.cacheSaveOKTime,
 	)
 	return t
+}
+
+// recordCacheSave counts one cache snapshot's outcome.
+func (t *telemetry) recordCacheSave(at time.Time, err error) {
+	if err != nil {
+		t.cacheSaves.WithLabelValues("failure").Inc()
+		return
+	}
+	t.cacheSaves.WithLabelValues("success").Inc()
+	t.cacheSaveOKTime.Set(float64(at.UnixNano()) / 1e9)
 }
 
 // recordReload counts one reload's outcome.

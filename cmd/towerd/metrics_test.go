@@ -31,6 +31,7 @@ var ownMetrics = []string{
 	"towerd_inflight_resolutions", "towerd_inflight_resolutions_limit", "towerd_inflight_rejections_total",
 	"towerd_invalid_packets_total",
 	"towerd_config_reloads_total", "towerd_config_last_reload_successful", "towerd_config_last_reload_success_timestamp_seconds",
+	"towerd_cache_saves_total", "towerd_cache_last_save_success_timestamp_seconds",
 }
 
 // gatherEverything wires a registry the way the daemon does, with a Consul
@@ -64,6 +65,7 @@ func gatherEverything(t *testing.T) []*dto.MetricFamily {
 	tel.resolver.ObserveQuery(resolver.Query{Proto: "udp", Qtype: dns.TypeA, Zone: ".",
 		Source: resolver.SourceCache, Rcode: dns.RcodeSuccess, Duration: 80 * time.Microsecond, Prefetch: true})
 	tel.recordReload(time.Now(), nil)
+	tel.recordCacheSave(time.Now(), nil)
 
 	w, err := consul.New(consul.Config{Address: "127.0.0.1:1"})
 	if err != nil {

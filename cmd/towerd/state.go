@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,11 +14,12 @@ import (
 	"github.com/towerd/towerd/cache"
 )
 
-// Cache persistence: on a clean stop towerd writes its cache to the state
-// directory, and on start it reads it back with every entry's age intact, so
-// a node restarted while its upstream is down still has stale answers to
-// serve (issue 7). The format and its checks live in cache.Dump/Load; this
-// file only finds the directory and handles the file.
+// Cache persistence: on a clean stop, and every state_save_interval while
+// serving, towerd writes its cache to the state directory, and on start it
+// reads it back with every entry's age intact, so a node restarted while its
+// upstream is down still has stale answers to serve (issue 7), even when it
+// was a crash and not a clean stop. The format and its checks live in
+// cache.Dump/Load; this file only finds the directory and handles the file.
 
 // DefaultStateDir is where the cache is saved: systemd's StateDirectory=towerd.
 const DefaultStateDir = "/var/lib/towerd"
@@ -43,15 +46,24 @@ func resolveStateDir(configured string) string {
 // with the owner and mode the unit asks for, and a directory towerd made
 // itself as root somewhere under /var/lib would surprise an operator.
 func (d *daemon) stateFile(cfg Config) string {
-	dir := resolveStateDir(cfg.StateDir)
+	path, dir := statePath(cfg)
+	if path == "" && dir != "" {
+		d.log.Info("state directory missing; the cache is not saved across restarts", "state_dir", dir)
+	}
+	return path
+}
+
+// statePath is stateFile without the log line: the snapshot's path, or ""
+// with the directory that is missing ("" too when persistence is off).
+func statePath(cfg Config) (path, dir string) {
+	dir = resolveStateDir(cfg.StateDir)
 	if dir == "" {
-		return ""
+		return "", ""
 	}
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
-		d.log.Info("state directory missing; the cache is not saved across restarts", "state_dir", dir)
-		return ""
+		return "", dir
 	}
-	return filepath.Join(dir, cacheFileName)
+	return filepath.Join(dir, cacheFileName), dir
 }
 
 // loadCache fills c from the snapshot, if there is one. A file that cannot
@@ -86,21 +98,111 @@ func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
 	d.log.Info("loaded saved cache", attrs...)
 }
 
-// saveCache writes c to the snapshot file. It runs after the listeners have
-// drained and upstream work has stopped, so the file holds the last answers
-// towerd had.
+// saveCache writes c to the snapshot file on stop. It runs after the
+// listeners have drained and upstream work has stopped, so the file holds
+// the last answers towerd had.
 func (d *daemon) saveCache(c *cache.Cache, cfg Config) {
 	path := d.stateFile(cfg)
 	if path == "" {
 		return
 	}
+	d.writeCache(c, path, slog.LevelInfo)
+}
+
+// writeCache saves c to path, counts the outcome in the metrics and logs it:
+// success at level, failure as a warning.
+func (d *daemon) writeCache(c *cache.Cache, path string, level slog.Level) {
 	start := time.Now()
 	n, err := writeSnapshot(path, c)
+	if d.ops != nil {
+		d.ops.tel.recordCacheSave(time.Now(), err)
+	}
 	if err != nil {
 		d.log.Warn("cache not saved", "file", path, "err", err)
 		return
 	}
-	d.log.Info("saved cache", "file", path, "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
+	d.log.Log(context.Background(), level, "saved cache", "file", path, "entries", n,
+		"took", time.Since(start).Round(time.Millisecond).String())
+}
+
+// cacheSaver saves the cache every state_save_interval while towerd serves.
+// The save on stop never happens after a crash, a SIGKILL or the OOM
+// killer; without this the next start would load the file of the last clean
+// stop, however old, or nothing. It runs in its own goroutine so that a slow
+// disk delays neither signals nor watchdog pings, and the cache keeps
+// answering while it is written (cache.Dump holds its lock only to list the
+// entries).
+type cacheSaver struct {
+	configs chan Config // a reload's configuration: new interval, new state_dir
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+// startCacheSaver starts saving c every cfg.StateSaveInterval; stop ends it.
+func (d *daemon) startCacheSaver(c *cache.Cache, cfg Config) *cacheSaver {
+	s := &cacheSaver{configs: make(chan Config, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go s.run(d, c, cfg)
+	return s
+}
+
+func (s *cacheSaver) run(d *daemon, c *cache.Cache, cfg Config) {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// The next save is due one interval after the last one (or the start),
+	// also after a reload: reloads more frequent than the interval must not
+	// put saving off for good.
+	last := time.Now()
+	arm := func() {
+		if cfg.StateSaveInterval.Duration > 0 {
+			timer.Reset(time.Until(last.Add(cfg.StateSaveInterval.Duration)))
+		} else {
+			timer.Stop() // "0s": only the save on stop
+		}
+	}
+	arm()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case cfg = <-s.configs:
+			arm()
+		case <-timer.C:
+			last = time.Now()
+			// A directory missing at start was logged then; saying so again
+			// every few minutes at info would be noise.
+			if path, dir := statePath(cfg); path != "" {
+				d.writeCache(c, path, slog.LevelDebug)
+			} else if dir != "" {
+				d.log.Debug("state directory missing; periodic cache save skipped", "state_dir", dir)
+			}
+			arm()
+		}
+	}
+}
+
+// reconfigure hands the saver a reloaded configuration; the next save is
+// due one new interval after the last. Only the daemon's main loop calls it,
+// so draining the buffer before sending cannot block.
+func (s *cacheSaver) reconfigure(cfg Config) {
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.configs:
+	default:
+	}
+	s.configs <- cfg
+}
+
+// stop ends the saver and waits for a save in progress: the save on stop
+// must be the last one to rename its file into place.
+func (s *cacheSaver) stop() {
+	if s == nil {
+		return
+	}
+	close(s.quit)
+	<-s.done
 }
 
 // writeSnapshot replaces path atomically: the snapshot goes to a temporary

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/towerd/towerd/cache"
 )
@@ -98,5 +99,110 @@ func TestSaveAndLoadCache(t *testing.T) {
 	d.saveCache(src, missing)
 	if _, err := os.Stat(missing.StateDir); err == nil {
 		t.Errorf("towerd created the missing state directory")
+	}
+}
+
+// logLines is a log destination a test can wait on: slog writes each record
+// with one Write, and each lands on the channel. A line that finds the
+// channel full is dropped rather than blocking the logger: the lines waited
+// for here repeat with every save.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// next returns the first line containing want, skipping others, or fails
+// after a deadline (a bound, not a sleep: the wait ends with the line).
+func (l logLines) next(t *testing.T, want string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-l:
+			if strings.Contains(line, want) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("no log line containing %q", want)
+			return ""
+		}
+	}
+}
+
+// TestPeriodicCacheSave: while serving, the cache is saved every
+// state_save_interval, with a debug line and the metrics; a reload moves the
+// saves; a failed save is a warning and counted; stop waits for the saver.
+func TestPeriodicCacheSave(t *testing.T) {
+	dir := t.TempDir()
+	lines := make(logLines, 64)
+	c := newStateCache(t)
+	d := &daemon{log: slog.New(slog.NewTextHandler(lines, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		ops: newOperations(c)}
+	add := func(name string) {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.1")
+		m.Answer = []dns.RR{rr}
+		if ok, reason := c.Set(cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), m); !ok {
+			t.Fatal(reason)
+		}
+	}
+	saves := func(result string) float64 {
+		return testutil.ToFloat64(d.ops.tel.cacheSaves.WithLabelValues(result))
+	}
+
+	add("one.example.")
+	s := d.startCacheSaver(c, Config{StateDir: dir, StateSaveInterval: dur(10 * time.Millisecond)})
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			s.stop()
+		}
+	})
+	if line := lines.next(t, `msg="saved cache"`); !strings.Contains(line, "level=DEBUG") || !strings.Contains(line, "entries=1") {
+		t.Errorf("first periodic save logged as %q, want a debug line with entries=1", line)
+	}
+	// Saves go on: the next one has the entry added since.
+	add("two.example.")
+	for !strings.Contains(lines.next(t, `msg="saved cache"`), "entries=2") {
+	}
+	loaded := newStateCache(t)
+	d.loadCache(loaded, Config{StateDir: dir})
+	if loaded.Len() != 2 {
+		t.Errorf("the periodic snapshot loads %d entries, want 2", loaded.Len())
+	}
+	if n := saves("success"); n < 2 {
+		t.Errorf("towerd_cache_saves_total{result=success} %v, want at least 2", n)
+	}
+	if ts := testutil.ToFloat64(d.ops.tel.cacheSaveOKTime); ts <= 0 {
+		t.Errorf("towerd_cache_last_save_success_timestamp_seconds %v after a save", ts)
+	}
+
+	// A reload names another directory, where cache.bin cannot be written
+	// (it is a directory): the failure is a warning and counted.
+	other := t.TempDir()
+	if err := os.Mkdir(filepath.Join(other, cacheFileName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.reconfigure(Config{StateDir: other, StateSaveInterval: dur(10 * time.Millisecond)})
+	if line := lines.next(t, `msg="cache not saved"`); !strings.Contains(line, "level=WARN") || !strings.Contains(line, other) {
+		t.Errorf("failed save logged as %q, want a warning naming %s", line, other)
+	}
+	if n := saves("failure"); n < 1 {
+		t.Errorf("towerd_cache_saves_total{result=failure} %v after a failed save", n)
+	}
+
+	// "0s" saves only on stop; stop returns once the saver is gone.
+	s.reconfigure(Config{StateDir: dir})
+	s.stop()
+	stopped = true
+	if leftovers, _ := filepath.Glob(filepath.Join(dir, ".*")); len(leftovers) != 0 {
+		t.Errorf("temporary files left behind: %v", leftovers)
 	}
 }
