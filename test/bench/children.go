@@ -25,7 +25,16 @@ import (
 
 // controlName asks the synthetic upstream how many queries it has answered
 // (TXT); it is never forwarded by the resolvers, the bench asks directly.
-const controlName = "queries.control.bench."
+// The zone answers it on its own address (through the fault proxy, if any),
+// which is how the bench knows the upstream is up; the counts are read on
+// controlPort of the same host, where no fault proxy loses or counts the
+// question: TXT "<answered by the zone>" "<read by the fault proxy>" (the
+// second is the queries the resolver sent, lost ones included; without
+// faults it equals the first).
+const (
+	controlName = "queries.control.bench."
+	controlPort = "5301"
+)
 
 // upstreamServer answers every A question under any name with one address
 // derived from the name, TTL ttl; AAAA gets NODATA. It counts queries.
@@ -67,10 +76,17 @@ func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 }
 
 // serveUpstream runs the synthetic upstream on addr (UDP and TCP) until
-// SIGTERM. With faults, the zone is served on a free port and the fault
-// proxy takes addr in front of it.
+// SIGTERM, and its counts on controlPort of the same host. With faults, the
+// zone is served on a free port and the fault proxy takes addr in front of it.
 func serveUpstream(addr string, ttl time.Duration, f faultproxy.Faults, seed uint64) error {
 	u := &upstreamServer{ttl: uint32(ttl / time.Second)}
+	// Bound first: once the zone answers, a count question waits in this
+	// socket's buffer rather than meeting a closed port.
+	host, _, _ := strings.Cut(addr, ":")
+	cpc, err := net.ListenPacket("udp", host+":"+controlPort)
+	if err != nil {
+		return err
+	}
 	listen := addr
 	faulty := f != (faultproxy.Faults{})
 	if faulty {
@@ -88,14 +104,29 @@ func serveUpstream(addr string, ttl time.Duration, f faultproxy.Faults, seed uin
 	tcp := &dns.Server{Listener: ln, Handler: u}
 	go func() { _ = udp.ActivateAndServe() }()
 	go func() { _ = tcp.ActivateAndServe() }()
+	sent := u.queries.Load
 	if faulty {
 		p, err := faultproxy.New(faultproxy.Options{Target: pc.LocalAddr().String(), Listen: addr, Faults: f, Seed: seed})
 		if err != nil {
 			return err
 		}
 		defer p.Close()
+		sent = func() uint64 { return p.Stats().Queries }
 	}
+	control := &dns.Server{PacketConn: cpc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if len(r.Question) != 1 || !strings.EqualFold(r.Question[0].Name, controlName) {
+			m.Rcode = dns.RcodeRefused
+		} else {
+			m.Answer = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: controlName, Rrtype: dns.TypeTXT, Class: dns.ClassINET},
+				Txt: []string{fmt.Sprint(u.queries.Load()), fmt.Sprint(sent())}}}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = control.ActivateAndServe() }()
 	waitForStop()
+	_ = control.Shutdown()
 	_ = udp.Shutdown()
 	_ = tcp.Shutdown()
 	return nil

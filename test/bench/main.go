@@ -1,12 +1,21 @@
 // Command bench is `make bench` (issue 6): towerd beside dnsmasq and unbound
-// as caching forwarders to one synthetic upstream on loopback, the same
+// as caching forwarders to a synthetic upstream on loopback, the same
 // scenarios for each in turn (A B C A B C), medians over the rounds, one
 // table. Every process it starts is stopped by its PID, on failure and on
 // Ctrl-C too. No packet leaves loopback: the peers are configured to forward
 // only to the synthetic upstream, dnsmasq with --no-resolv, unbound with a
 // forward-zone "." and no root hints in play.
 //
-// Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-rates 30000,80000]
+// The scenarios of issue 6, each selectable with -scenarios:
+//
+//	hitcpu      1. CPU per cached answer at fixed dnsperf rates (hit.go)
+//	latency     2. hit latency under a 2,000 qps open-loop probe (hit.go, prober.go)
+//	throughput  3. cached answers per second, dnsperf unlimited (hit.go)
+//	miss        4. unique names per second through to the upstream (hit.go)
+//	memory      5. RSS per cached entry after 100,000 names (memory.go)
+//	jitter      6. a slow, lossy upstream with 2 s TTLs: serve-stale (jitter.go)
+//
+// Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
 
 import (
@@ -15,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,11 +33,18 @@ import (
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
-// Loopback addresses: each server on its own, all on port 5300.
+// Loopback addresses: each server on its own, all on port 5300; the
+// upstreams answer their counts on controlPort of the same host.
 const (
 	port         = "5300"
 	upstreamAddr = "127.0.0.10:" + port
+	// jitterUpstreamAddr is scenario 6's own upstream: 2 s TTLs behind the
+	// fault proxy, so its faults never touch the other scenarios.
+	jitterUpstreamAddr = "127.0.0.15:" + port
 )
+
+// allScenarios in the order they run within a round.
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter"}
 
 func main() {
 	var (
@@ -40,11 +57,14 @@ func main() {
 		seed      = flag.Uint64("seed", 1, "fault proxy seed")
 		towerd    = flag.String("towerd", "bin/towerd", "towerd binary to measure")
 		rounds    = flag.Int("rounds", 2, "rounds of A B C (the table shows medians)")
-		duration  = flag.Duration("duration", 10*time.Second, "length of each measured load")
+		duration  = flag.Duration("duration", 10*time.Second, "length of each measured load of scenarios 1 to 4")
 		rates     = flag.String("rates", "30000,80000", "offered rates of the hit CPU scenario, queries/s")
 		names     = flag.Int("names", 10000, "warm names of the hit scenarios")
-		cacheSize = flag.Int("cache-size", 20000, "cache size of every server, in entries (unbound: bytes sized to hold them)")
+		cacheSize = flag.Int("cache-size", 20000, "cache size of every server in scenarios 1 to 4, in entries (unbound: bytes sized to hold them)")
 		only      = flag.String("servers", "towerd,dnsmasq,unbound", "servers to measure, in turn")
+		scen      = flag.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ","))
+		memNames  = flag.Int("memory-names", 100000, "distinct names cached in the memory scenario")
+		jitWindow = flag.Duration("jitter-window", 30*time.Second, "length of the jitter scenario's probe")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -64,9 +84,19 @@ func main() {
 			}
 			rs = append(rs, r)
 		}
+		want := map[string]bool{}
+		for _, f := range strings.Split(*scen, ",") {
+			f = strings.TrimSpace(f)
+			if !slices.Contains(allScenarios, f) {
+				fmt.Fprintf(os.Stderr, "bench: unknown scenario %q in -scenarios (known: %s)\n", f, strings.Join(allScenarios, ","))
+				os.Exit(2)
+			}
+			want[f] = true
+		}
 		b := &bench{
 			towerd: *towerd, rounds: *rounds, duration: *duration, rates: rs, names: *names,
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
+			want: want, memNames: *memNames, jitterWindow: *jitWindow,
 		}
 		err = b.run()
 	}
@@ -77,22 +107,41 @@ func main() {
 }
 
 type bench struct {
-	towerd    string
-	rounds    int
-	duration  time.Duration
-	rates     []int
-	names     int
-	cacheSize int
-	servers   []string
-	ttl       time.Duration
-	faults    faultproxy.Faults
-	seed      uint64
+	towerd       string
+	rounds       int
+	duration     time.Duration
+	rates        []int
+	names        int
+	cacheSize    int
+	servers      []string
+	ttl          time.Duration
+	faults       faultproxy.Faults
+	seed         uint64
+	want         map[string]bool // selected scenarios
+	memNames     int
+	jitterWindow time.Duration
 
 	dir   string
+	self  string // this binary: the upstreams and the null responder
 	procs *procSet
-	up    *proc
 	res   map[string]*results // by server
 }
+
+// hitPhase reports whether any scenario that runs on the long-TTL upstream
+// with one server start for all of them (1 to 4) is selected.
+func (b *bench) hitPhase() bool {
+	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"]
+}
+
+// warmNames reports whether a scenario on the warm names (1 to 3) is
+// selected: they need the warm-up.
+func (b *bench) warmNames() bool {
+	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"]
+}
+
+// withNull reports whether the null responder runs: the floor of scenarios
+// 1 and 2.
+func (b *bench) withNull() bool { return b.want["hitcpu"] || b.want["latency"] }
 
 func (b *bench) run() error {
 	for _, tool := range []string{"dnsperf", "dnsmasq", "unbound"} {
@@ -122,200 +171,93 @@ func (b *bench) run() error {
 		os.Exit(130)
 	}()
 
-	self, err := os.Executable()
-	if err != nil {
+	if b.self, err = os.Executable(); err != nil {
 		return err
 	}
-	upArgs := []string{"-serve-upstream", upstreamAddr, "-ttl", b.ttl.String(),
-		"-delay", b.faults.Delay.String(), "-jitter", b.faults.Jitter.String(),
-		"-loss", strconv.FormatFloat(b.faults.Loss, 'g', -1, 64), "-seed", strconv.FormatUint(b.seed, 10)}
-	b.up, err = b.procs.start("upstream", filepath.Join(dir, "upstream.log"), self, upArgs...)
-	if err != nil {
-		return err
+	if b.hitPhase() || b.want["memory"] {
+		if err := b.startUpstream("upstream", upstreamAddr, b.ttl, b.faults); err != nil {
+			return err
+		}
 	}
-	if err := waitAnswer(upstreamAddr, controlName, 10*time.Second); err != nil {
-		return fmt.Errorf("synthetic upstream: %w", err)
+	if b.want["jitter"] {
+		if err := b.startUpstream("jitter-upstream", jitterUpstreamAddr, jitterTTL, jitterFaults); err != nil {
+			return err
+		}
 	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
 		return err
 	}
 
+	hitServers := b.servers
+	if b.withNull() {
+		hitServers = append([]string{"null"}, b.servers...)
+	}
 	b.res = map[string]*results{}
-	all := append([]string{"null"}, b.servers...)
-	for _, s := range all {
+	for _, s := range append([]string{"null"}, b.servers...) {
 		b.res[s] = newResults()
 	}
-	fmt.Printf("towerd bench: %d round(s) of %s, %s per load, rates %v, %d warm names, cache %d entries\n",
-		b.rounds, strings.Join(all, " "), b.duration, b.rates, b.names, b.cacheSize)
+	var chosen []string
+	for _, s := range allScenarios {
+		if b.want[s] {
+			chosen = append(chosen, s)
+		}
+	}
+	fmt.Printf("towerd bench: %d round(s) of %s; scenarios %s; %s per load, rates %v, %d warm names, cache %d entries\n",
+		b.rounds, strings.Join(hitServers, " "), strings.Join(chosen, ","), b.duration, b.rates, b.names, b.cacheSize)
+	began := time.Now()
 	for round := 1; round <= b.rounds; round++ {
-		for _, s := range all {
-			if err := b.one(round, s, self, hitFile); err != nil {
+		for _, s := range hitServers {
+			if !b.hitPhase() {
+				break
+			}
+			if err := b.hit(round, s, hitFile); err != nil {
 				return fmt.Errorf("round %d, %s: %w", round, s, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["memory"] {
+				break
+			}
+			if err := b.memory(round, s); err != nil {
+				return fmt.Errorf("round %d, %s, memory: %w", round, s, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["jitter"] {
+				break
+			}
+			if err := b.jitter(round, s); err != nil {
+				return fmt.Errorf("round %d, %s, jitter: %w", round, s, err)
 			}
 		}
 	}
 	b.table(os.Stdout)
+	fmt.Printf("\nmeasured in %v\n", time.Since(began).Round(time.Second))
 	return nil
 }
 
-// one runs every scenario against server s, started fresh and stopped after.
-func (b *bench) one(round int, s, self, hitFile string) error {
-	addr := serverAddr(s)
-	var p *proc
-	var err error
-	logf := filepath.Join(b.dir, fmt.Sprintf("%s-%d.log", s, round))
-	switch s {
-	case "null":
-		p, err = b.procs.start(s, logf, self, "-serve-null", addr)
-	default:
-		name, args, cerr := b.serverCommand(s, addr, round)
-		if cerr != nil {
-			return cerr
+// startUpstream starts a synthetic upstream (this binary) on addr and waits
+// until it answers; it runs until the bench ends.
+func (b *bench) startUpstream(label, addr string, ttl time.Duration, f faultproxy.Faults) error {
+	args := []string{"-serve-upstream", addr, "-ttl", ttl.String(),
+		"-delay", f.Delay.String(), "-jitter", f.Jitter.String(),
+		"-loss", strconv.FormatFloat(f.Loss, 'g', -1, 64), "-seed", strconv.FormatUint(b.seed, 10)}
+	host, _, _ := strings.Cut(addr, ":")
+	for _, a := range []string{addr, host + ":" + controlPort} {
+		if err := addrFree(a); err != nil {
+			return fmt.Errorf("%s: %w", label, err)
 		}
-		p, err = b.procs.start(s, logf, name, args...)
 	}
+	logf := filepath.Join(b.dir, label+".log")
+	p, err := b.procs.start(label, logf, b.self, args...)
 	if err != nil {
 		return err
 	}
-	defer b.procs.stop(p)
-	if err := waitAnswer(addr, "ready.bench.example.", 15*time.Second); err != nil {
-		return fmt.Errorf("%s did not answer: %w (log: %s)", s, err, tail(logf))
+	if err := waitAnswer(addr, controlName, 10*time.Second); err != nil {
+		return fmt.Errorf("%s: %w (log: %s)", label, err, tail(logf))
 	}
-	r := b.res[s]
-
-	// Scenario 1, hit CPU: warm every name, then fixed offered rates.
-	// Two passes: the second fills what the first lost.
-	for pass := 0; s != "null" && pass < 2; pass++ {
-		if _, err := dnsperf(addr, hitFile, "-n", "1", "-Q", "20000", "-q", "200", "-c", "4"); err != nil {
-			return fmt.Errorf("warming: %w", err)
-		}
-	}
-	for _, rate := range b.rates {
-		upBefore, _ := upstreamQueries()
-		cpu0, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		out, err := dnsperf(addr, hitFile, "-l", secs(b.duration), "-Q", strconv.Itoa(rate), "-q", "2000", "-c", "4", "-t", "2")
-		if err != nil {
-			return err
-		}
-		cpu1, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		upAfter, _ := upstreamQueries()
-		us := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.noerror, 1))
-		r.add(fmt.Sprintf("hit%d.us", rate), us)
-		r.add(fmt.Sprintf("hit%d.qps", rate), out.qps)
-		r.add(fmt.Sprintf("hit%d.lost", rate), 100*float64(out.lost)/float64(max(out.sent, 1)))
-		r.add(fmt.Sprintf("hit%d.up", rate), float64(upAfter-upBefore))
-		fmt.Printf("  round %d %-8s hit @%6d/s: %8.0f answered/s, %5.2f µs CPU/query, lost %d, upstream queries %d\n",
-			round, s, rate, out.qps, us, out.lost, upAfter-upBefore)
-	}
-	if s == "null" {
-		return nil
-	}
-
-	// Scenario 4, miss throughput: unique names never asked before,
-	// dnsperf unlimited (100 outstanding per default), answered QPS.
-	missFile := filepath.Join(b.dir, "miss.txt")
-	// Enough names that no server runs out in the time given.
-	n := int(b.duration.Seconds() * 150000)
-	if err := writeNames(missFile, fmt.Sprintf("m%d-%s-", round, s), n); err != nil {
-		return err
-	}
-	defer os.Remove(missFile)
-	upBefore, _ := upstreamQueries()
-	out, err := dnsperf(addr, missFile, "-n", "1", "-l", secs(b.duration), "-c", "4", "-t", "2")
-	if err != nil {
-		return err
-	}
-	upAfter, uerr := upstreamQueries()
-	if uerr != nil {
-		return uerr
-	}
-	perName := float64(upAfter-upBefore) / float64(max(out.sent, 1))
-	r.add("miss.qps", out.qps)
-	r.add("miss.lost", 100*float64(out.lost)/float64(max(out.sent, 1)))
-	r.add("miss.up", perName)
-	fmt.Printf("  round %d %-8s miss:         %8.0f answered/s, lost %d of %d, NOERROR %d, %.3f upstream queries per name\n",
-		round, s, out.qps, out.lost, out.sent, out.noerror, perName)
-	return nil
-}
-
-func serverAddr(s string) string {
-	switch s {
-	case "towerd":
-		return "127.0.0.11:" + port
-	case "dnsmasq":
-		return "127.0.0.12:" + port
-	case "unbound":
-		return "127.0.0.13:" + port
-	default: // null
-		return "127.0.0.14:" + port
-	}
+	return exited(p, logf)
 }
 
 func secs(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
-
-// serverCommand is how each server is started: in the foreground, caching
-// b.cacheSize answers, forwarding everything to the synthetic upstream only.
-func (b *bench) serverCommand(s, addr string, round int) (string, []string, error) {
-	host, _, _ := strings.Cut(addr, ":")
-	upHost, upPort, _ := strings.Cut(upstreamAddr, ":")
-	switch s {
-	case "towerd":
-		return b.towerd, []string{"-config", "", "-listen", addr, "-upstream", upstreamAddr,
-			"-consul-http", "off", "-admin", "", "-state-dir", "", "-log-level", "warn",
-			"-cache-size", strconv.Itoa(b.cacheSize)}, nil
-	case "dnsmasq":
-		dnsmasq, _ := lookPath("dnsmasq")
-		return dnsmasq, []string{"--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-			"--no-poll", "--bind-interfaces", "--listen-address=" + host, "--port=" + port,
-			"--server=" + upHost + "#" + upPort, "--cache-size=" + strconv.Itoa(b.cacheSize),
-			"--pid-file=", "--user=root", "--log-facility=-"}, nil
-	case "unbound":
-		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-%d.conf", round))
-		// About 400 bytes per cached answer in each cache (message and rrset),
-		// doubled for unbound's slab and hash overhead: it holds cacheSize.
-		mb := max(4, b.cacheSize*400*2/(1<<20))
-		text := fmt.Sprintf(`server:
-	interface: %[1]s@%[2]s
-	port: %[2]s
-	do-ip6: no
-	do-tcp: yes
-	num-threads: 2
-	so-reuseport: yes
-	access-control: 127.0.0.0/8 allow
-	do-not-query-localhost: no
-	username: ""
-	chroot: ""
-	directory: "%[3]s"
-	pidfile: ""
-	use-syslog: no
-	logfile: ""
-	verbosity: 0
-	module-config: "iterator"
-	msg-cache-size: %[4]dm
-	rrset-cache-size: %[5]dm
-	cache-min-ttl: 0
-	prefetch: no
-	serve-expired: no
-	qname-minimisation: no
-forward-zone:
-	name: "."
-	forward-addr: %[6]s@%[7]s
-	forward-first: no
-remote-control:
-	control-enable: no
-`, host, port, b.dir, mb, 2*mb, upHost, upPort)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			return "", nil, err
-		}
-		unbound, _ := lookPath("unbound")
-		return unbound, []string{"-d", "-c", conf}, nil
-	}
-	return "", nil, fmt.Errorf("unknown server %q", s)
-}

@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -115,19 +115,34 @@ func waitAnswer(addr, name string, timeout time.Duration) error {
 	return err
 }
 
-// upstreamQueries asks the synthetic upstream how many queries it answered.
-func upstreamQueries() (uint64, error) {
+// upstreamCounts asks the synthetic upstream at up for its counts, on its
+// control port: queries its zone answered, and queries it was sent (what the
+// fault proxy in front read, lost ones included; the same without faults).
+func upstreamCounts(up string) (answered, sent uint64, err error) {
+	host, _, _ := strings.Cut(up, ":")
 	c := &dns.Client{Timeout: time.Second}
 	m := new(dns.Msg)
 	m.SetQuestion(controlName, dns.TypeTXT)
-	var err error
-	for range 5 { // the fault proxy may lose one
+	for range 3 {
 		var r *dns.Msg
-		if r, _, err = c.Exchange(m, upstreamAddr); err == nil && len(r.Answer) == 1 {
-			return strconv.ParseUint(r.Answer[0].(*dns.TXT).Txt[0], 10, 64)
+		if r, _, err = c.Exchange(m, host+":"+controlPort); err != nil {
+			continue
 		}
+		if len(r.Answer) != 1 || len(r.Answer[0].(*dns.TXT).Txt) != 2 {
+			return 0, 0, fmt.Errorf("unexpected control answer from %s: %v", up, r)
+		}
+		txt := r.Answer[0].(*dns.TXT).Txt
+		a, err1 := strconv.ParseUint(txt[0], 10, 64)
+		s, err2 := strconv.ParseUint(txt[1], 10, 64)
+		return a, s, errors.Join(err1, err2)
 	}
-	return 0, fmt.Errorf("asking the upstream its count: %v", err)
+	return 0, 0, fmt.Errorf("asking the upstream %s its counts: %w", up, err)
+}
+
+// upstreamQueries is how many queries the main synthetic upstream answered.
+func upstreamQueries() (uint64, error) {
+	n, _, err := upstreamCounts(upstreamAddr)
+	return n, err
 }
 
 // writeNames writes a dnsperf query file of n A questions <prefix><i>.bench.example.
@@ -162,18 +177,26 @@ var perfRe = map[string]*regexp.Regexp{
 	"qps":       regexp.MustCompile(`Queries per second:\s+([\d.]+)`),
 }
 
-// dnsperf runs dnsperf against addr with the query file and extra flags.
-func dnsperf(addr, file string, args ...string) (perfOut, error) {
-	host, p, _ := strings.Cut(addr, ":")
-	all := append([]string{"-s", host, "-p", p, "-d", file}, args...)
-	cmd := exec.Command("dnsperf", all...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return perfOut{}, fmt.Errorf("dnsperf %s: %w\n%s", strings.Join(all, " "), err, out.String())
+// dnsperf runs dnsperf against addr with the query file and extra flags,
+// as one of b's processes, so Ctrl-C stops it by its PID too.
+func (b *bench) dnsperf(addr, file string, args ...string) (perfOut, error) {
+	host, port, _ := strings.Cut(addr, ":")
+	all := append([]string{"-s", host, "-p", port, "-d", file}, args...)
+	logf := filepath.Join(b.dir, "dnsperf.out")
+	p, err := b.procs.start("dnsperf", logf, "dnsperf", all...)
+	if err != nil {
+		return perfOut{}, err
+	}
+	<-p.done
+	out, err := os.ReadFile(logf)
+	if err != nil {
+		return perfOut{}, err
+	}
+	text := string(out)
+	if !p.cmd.ProcessState.Success() {
+		return perfOut{}, fmt.Errorf("dnsperf %s: %v\n%s", strings.Join(all, " "), p.cmd.ProcessState, text)
 	}
 	var r perfOut
-	text := out.String()
 	for k, re := range perfRe {
 		m := re.FindStringSubmatch(text)
 		if m == nil {
@@ -234,78 +257,6 @@ func cpuTicks(pid int) (int64, error) {
 		return 0, errors.New("bad /proc stat")
 	}
 	return ut + st, nil
-}
-
-// results holds each measure's values over the rounds.
-type results struct{ v map[string][]float64 }
-
-func newResults() *results { return &results{v: map[string][]float64{}} }
-
-func (r *results) add(k string, v float64) { r.v[k] = append(r.v[k], v) }
-
-// median of the rounds (the mean of the middle two for an even count).
-func (r *results) median(k string) (float64, bool) {
-	v := slices.Clone(r.v[k])
-	if len(v) == 0 {
-		return 0, false
-	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2], true
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2, true
-}
-
-// table prints the medians and towerd's ratios to the peers.
-func (b *bench) table(w io.Writer) {
-	all := append([]string{"null"}, b.servers...)
-	fmt.Fprintf(w, "\nmedians of %d round(s)\n\n", b.rounds)
-	fmt.Fprint(w, "| server |")
-	for _, rate := range b.rates {
-		fmt.Fprintf(w, " hit CPU µs/q @%dk | answered/s @%dk |", rate/1000, rate/1000)
-	}
-	fmt.Fprint(w, " miss answered/s | miss lost | upstream q per miss name |\n|---|")
-	for range b.rates {
-		fmt.Fprint(w, "---:|---:|")
-	}
-	fmt.Fprint(w, "---:|---:|---:|\n")
-	cell := func(s, k, format string) string {
-		v, ok := b.res[s].median(k)
-		if !ok {
-			return "–"
-		}
-		return fmt.Sprintf(format, v)
-	}
-	for _, s := range all {
-		fmt.Fprintf(w, "| %s |", s)
-		for _, rate := range b.rates {
-			fmt.Fprintf(w, " %s | %s |", cell(s, fmt.Sprintf("hit%d.us", rate), "%.2f"), cell(s, fmt.Sprintf("hit%d.qps", rate), "%.0f"))
-		}
-		fmt.Fprintf(w, " %s | %s | %s |\n", cell(s, "miss.qps", "%.0f"), cell(s, "miss.lost", "%.2f %%"), cell(s, "miss.up", "%.3f"))
-	}
-	t, ok := b.res["towerd"]
-	if !ok {
-		return
-	}
-	fmt.Fprintln(w)
-	ratio := func(k, peer string) string {
-		a, ok1 := t.median(k)
-		p, ok2 := b.res[peer]
-		if !ok1 || !ok2 {
-			return "–"
-		}
-		v, ok := p.median(k)
-		if !ok || v == 0 {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f×", a/v)
-	}
-	for _, rate := range b.rates {
-		k := fmt.Sprintf("hit%d.us", rate)
-		fmt.Fprintf(w, "towerd hit CPU per query @%dk: %s unbound's, %s dnsmasq's, %s the null responder's\n",
-			rate/1000, ratio(k, "unbound"), ratio(k, "dnsmasq"), ratio(k, "null"))
-	}
-	fmt.Fprintf(w, "towerd miss throughput: %s unbound's, %s dnsmasq's\n", ratio("miss.qps", "unbound"), ratio("miss.qps", "dnsmasq"))
 }
 
 // tail returns the last lines of a log file, for error messages.

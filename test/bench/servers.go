@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func serverAddr(s string) string {
+	switch s {
+	case "towerd":
+		return "127.0.0.11:" + port
+	case "dnsmasq":
+		return "127.0.0.12:" + port
+	case "unbound":
+		return "127.0.0.13:" + port
+	default: // null
+		return "127.0.0.14:" + port
+	}
+}
+
+// serverSetup is what changes between the scenarios' starts of a server.
+type serverSetup struct {
+	phase     string // names the log and config files: "hit", "memory", "jitter"
+	upstream  string // the synthetic upstream it forwards to, ip:port
+	cacheSize int    // entries (unbound: bytes sized to hold them)
+	// stale turns on each server's own serve-stale and prefetch, as close
+	// to towerd's defaults as its options go (scenario 6; jitter.go).
+	// towerd has both on by default either way.
+	stale bool
+}
+
+// startServer starts server s (or the null responder) fresh and waits until
+// it answers. The caller stops it with b.procs.stop.
+func (b *bench) startServer(s string, round int, set serverSetup) (*proc, error) {
+	addr := serverAddr(s)
+	if err := addrFree(addr); err != nil {
+		return nil, err
+	}
+	logf := filepath.Join(b.dir, fmt.Sprintf("%s-%s-%d.log", s, set.phase, round))
+	var p *proc
+	var err error
+	if s == "null" {
+		p, err = b.procs.start(s, logf, b.self, "-serve-null", addr)
+	} else {
+		name, args, cerr := b.serverCommand(s, addr, round, set)
+		if cerr != nil {
+			return nil, cerr
+		}
+		p, err = b.procs.start(s, logf, name, args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := waitAnswer(addr, "ready.bench.example.", 15*time.Second); err != nil {
+		b.procs.stop(p)
+		return nil, fmt.Errorf("%s did not answer: %w (log: %s)", s, err, tail(logf))
+	}
+	if err := exited(p, logf); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// addrFree fails when something already holds addr (UDP), say another
+// bench on the same loopback addresses: its answers would pass for ours.
+func addrFree(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is taken (another bench running?): %w", addr, err)
+	}
+	return pc.Close()
+}
+
+// exited fails when p has already ended: whatever answered was not it.
+func exited(p *proc, logf string) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited at start: %v (log: %s)", p.name, p.cmd.ProcessState, tail(logf))
+	default:
+		return nil
+	}
+}
+
+// serverCommand is how each server is started: in the foreground, caching
+// set.cacheSize answers, forwarding everything to set.upstream only.
+func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (string, []string, error) {
+	host, _, _ := strings.Cut(addr, ":")
+	upHost, upPort, _ := strings.Cut(set.upstream, ":")
+	switch s {
+	case "towerd":
+		// Built-in defaults: serve-stale (1.8 s client timeout, 30 s answer
+		// TTL, 1 day) and prefetch (last 10 % of the TTL) on.
+		return b.towerd, []string{"-config", "", "-listen", addr, "-upstream", set.upstream,
+			"-consul-http", "off", "-admin", "", "-state-dir", "", "-log-level", "warn",
+			"-cache-size", strconv.Itoa(set.cacheSize)}, nil
+	case "dnsmasq":
+		dnsmasq, _ := lookPath("dnsmasq")
+		args := []string{"--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+			"--no-poll", "--bind-interfaces", "--listen-address=" + host, "--port=" + port,
+			"--server=" + upHost + "#" + upPort, "--cache-size=" + strconv.Itoa(set.cacheSize),
+			"--pid-file=", "--user=root", "--log-facility=-"}
+		if set.stale {
+			// Answers an expired entry at once (TTL 0, EDE 3 when the
+			// client sent EDNS) for up to a day and refreshes it behind;
+			// dnsmasq has no client timeout and no prefetch.
+			args = append(args, "--use-stale-cache")
+		}
+		return dnsmasq, args, nil
+	case "unbound":
+		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-%s-%d.conf", set.phase, round))
+		// About 400 bytes per cached answer in each cache (message and rrset),
+		// doubled for unbound's slab and hash overhead: it holds cacheSize.
+		// unbound allocates as it caches, so a large limit costs nothing.
+		mb := max(4, set.cacheSize*400*2/(1<<20))
+		stale := "\tprefetch: no\n\tserve-expired: no\n"
+		if set.stale {
+			// towerd's defaults in unbound's words (RFC 8767): try the
+			// upstream for 1.8 s, then answer stale with TTL 30 for up to
+			// a day; prefetch; mark stale answers with EDE 3.
+			stale = `	prefetch: yes
+	serve-expired: yes
+	serve-expired-ttl: 86400
+	serve-expired-client-timeout: 1800
+	serve-expired-reply-ttl: 30
+	ede: yes
+	ede-serve-expired: yes
+`
+		}
+		text := fmt.Sprintf(`server:
+	interface: %[1]s@%[2]s
+	port: %[2]s
+	do-ip6: no
+	do-tcp: yes
+	num-threads: 2
+	so-reuseport: yes
+	access-control: 127.0.0.0/8 allow
+	do-not-query-localhost: no
+	username: ""
+	chroot: ""
+	directory: "%[3]s"
+	pidfile: ""
+	use-syslog: no
+	logfile: ""
+	verbosity: 0
+	module-config: "iterator"
+	msg-cache-size: %[4]dm
+	rrset-cache-size: %[5]dm
+	cache-min-ttl: 0
+%[8]s	qname-minimisation: no
+forward-zone:
+	name: "."
+	forward-addr: %[6]s@%[7]s
+	forward-first: no
+remote-control:
+	control-enable: no
+`, host, port, b.dir, mb, 2*mb, upHost, upPort, stale)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return "", nil, err
+		}
+		unbound, _ := lookPath("unbound")
+		return unbound, []string{"-d", "-c", conf}, nil
+	}
+	return "", nil, fmt.Errorf("unknown server %q", s)
+}
