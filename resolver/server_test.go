@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
 )
 
 // startTCP serves h with the given TCP idle timeout and returns the TCP
@@ -89,5 +91,43 @@ func TestPanicBecomesSERVFAIL(t *testing.T) {
 	}
 	if v := <-got; v != "boom" {
 		t.Fatalf("OnPanic got %v", v)
+	}
+}
+
+// The UDP listener's own loop answers over IPv4 and IPv6 sockets: the first
+// query misses and goes the general way, the second is a fast-path hit, and
+// both carry the client's ID and question.
+func TestUDPListenerFastAndGeneralPaths(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(listen, func(t *testing.T) {
+			if strings.HasPrefix(listen, "[") {
+				if pc, err := net.ListenPacket("udp", listen); err != nil {
+					t.Skipf("no IPv6 loopback here: %v", err)
+				} else {
+					pc.Close()
+				}
+			}
+			h, _ := diffHandler(t, nil)
+			srv := &Server{Handler: h}
+			if err := srv.Listen([]string{listen}); err != nil {
+				t.Fatal(err)
+			}
+			ready := make(chan struct{})
+			go srv.Serve(func() { close(ready) })
+			<-ready
+			t.Cleanup(func() { srv.Shutdown(context.Background()) })
+			addr := strings.TrimPrefix(srv.Addrs()[0], "udp/")
+			for i, want := range []cache.Stats{{Misses: 1, Stored: 1}, {Hits: 1, Misses: 1, Stored: 1}} {
+				m := new(dns.Msg)
+				m.SetQuestion("WWW.example.", dns.TypeA)
+				r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, addr)
+				if err != nil || r.Id != m.Id || r.Question[0].Name != "WWW.example." || len(r.Answer) != 1 {
+					t.Fatalf("query %d: %v, %v", i, r, err)
+				}
+				if got := h.cache.Stats(); got != want {
+					t.Errorf("after query %d cache stats %+v, want %+v", i, got, want)
+				}
+			}
+		})
 	}
 }
