@@ -3,6 +3,8 @@ package resolver
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -195,6 +197,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 	dst = append(dst, q.question...)
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.flags&flagCD != 0, headerAt+size-reserve)
 	if !ok {
+		if h.flights.full(s.MaxInflight) {
+			return h.rejectPacket(dst[:headerAt], q, name, s, zone, start)
+		}
 		return dst[:headerAt], false
 	}
 
@@ -231,6 +236,50 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 	if h.obs != nil {
 		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceCache,
 			Rcode: hit.Rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
+	}
+	return dst, true
+}
+
+// rejectPacket is the fast path's answer to a miss while the in-flight cap is
+// full: SERVFAIL at once, as ServeDNS would answer it, but without the
+// goroutine, the unpacking and the packing. Under a flood of unique names
+// (issue 7) nearly every query ends here, and answering them in the reader
+// keeps the flood from crowding out the cached names' answers. It declines
+// (false, dst unchanged) when ServeDNS would do something else: the name has
+// an entry (stale may be served) or a resolution for it runs (join it).
+func (h *Handler) rejectPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+	// A key aliasing name, for lookups only: neither the cache nor the
+	// flights keep a key they are asked about.
+	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.flags&flagCD != 0}
+	if h.cache.Has(k) || !h.flights.rejectNew(k, s.MaxInflight) {
+		return dst, false
+	}
+	h.cache.CountMiss()
+
+	headerAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	dst = append(dst, q.question...)
+	var extra uint16
+	if q.edns {
+		extra = 1
+		var do byte
+		if q.do {
+			do = 0x80
+		}
+		// OPT with one option: EDE 22, No Reachable Authority (RFC 8914).
+		dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
+			0, 0, do, 0, 0, 6,
+			byte(dns.EDNS0EDE>>8), byte(dns.EDNS0EDE&0xFF), 0, 2,
+			byte(dns.ExtendedErrorCodeNoReachableAuthority>>8), byte(dns.ExtendedErrorCodeNoReachableAuthority&0xFF))
+	}
+	hdr := dst[headerAt:]
+	binary.BigEndian.PutUint16(hdr[0:], q.id)
+	binary.BigEndian.PutUint16(hdr[2:], uint16(flagQR|flagRA)|q.flags&(flagRD|flagCD)|dns.RcodeServerFailure)
+	binary.BigEndian.PutUint16(hdr[4:], 1)
+	binary.BigEndian.PutUint16(hdr[10:], extra)
+	if h.obs != nil {
+		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceUpstream,
+			Rcode: dns.RcodeServerFailure, Duration: s.Now().Sub(start)})
 	}
 	return dst, true
 }

@@ -311,3 +311,56 @@ func BenchmarkAnswerPacketHit(b *testing.B) {
 		}
 	}
 }
+
+// With the in-flight cap full, a miss gets SERVFAIL from the fast path with
+// the bytes and counts ServeDNS would give it; a question whose resolution
+// is running, or that has an entry, is left to ServeDNS.
+func TestFastRejectMatchesServeDNS(t *testing.T) {
+	h, clock := diffHandler(t, nil)
+	s := *h.settings.Load()
+	s.MaxInflight = 1
+	h.settings.Store(&s)
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	var q plainQuery
+
+	stale := variant{name: "cached.example.", qtype: dns.TypeA}
+	generalReply(h, stale.pack(t))
+	clock.Advance(301 * time.Second) // expired: ServeDNS would serve it stale
+	release := make(chan struct{})
+	defer close(release)
+	busy := cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false)
+	h.flights.join(busy, 1, func(context.Context) (*dns.Msg, error) {
+		<-release
+		return nil, context.Canceled
+	})
+
+	for _, v := range []variant{
+		{name: "new.example.", qtype: dns.TypeA, rd: true},
+		{name: "New2.Example.", qtype: dns.TypeAAAA, edns: true, size: 1232},
+		{name: "new3.example.", qtype: dns.TypeA, edns: true, do: true, size: 4096, cd: true},
+	} {
+		pkt := v.pack(t)
+		cacheBefore, rejectedBefore := h.cache.Stats(), h.InflightRejections()
+		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		if !ok {
+			t.Errorf("%+v: not rejected by the fast path with the cap full", v)
+			continue
+		}
+		cacheFast, rejectedFast := h.cache.Stats(), h.InflightRejections()
+		general := generalReply(h, pkt)
+		if diff, same := sameReply(reply, general); !same {
+			t.Errorf("%+v: %s", v, diff)
+		}
+		// Both paths count one miss and one rejection.
+		if cacheFast.Misses-cacheBefore.Misses != 1 || rejectedFast-rejectedBefore != 1 ||
+			h.cache.Stats().Misses-cacheFast.Misses != 1 || h.InflightRejections()-rejectedFast != 1 {
+			t.Errorf("%+v: misses %d→%d→%d, rejections %d→%d→%d; want one each per path", v,
+				cacheBefore.Misses, cacheFast.Misses, h.cache.Stats().Misses, rejectedBefore, rejectedFast, h.InflightRejections())
+		}
+	}
+	for _, v := range []variant{{name: "busy.example.", qtype: dns.TypeA}, stale} {
+		if _, ok := h.answerPacket(nil, v.pack(t), from, &q); ok {
+			t.Errorf("%s: answered by the fast path, ServeDNS joins the resolution or serves stale", v.name)
+		}
+	}
+}

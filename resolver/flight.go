@@ -75,6 +75,23 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 	return fl, true, true
 }
 
+// full reports whether limit resolutions already run; a cheap first look
+// before rejectNew.
+func (f *flights) full(limit int) bool { return f.inflight.Load() >= int64(limit) }
+
+// rejectNew is what join would do for key when the cap is full, without
+// starting anything: it reports true, counting a rejection, when no flight
+// for key runs and limit flights already do. key is only looked up.
+func (f *flights) rejectNew(key cache.Key, limit int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, found := f.running[key]; found || f.inflight.Load() < int64(limit) {
+		return false
+	}
+	f.rejected.Add(1)
+	return true
+}
+
 // count returns how many resolutions are running.
 func (f *flights) count() int { return int(f.inflight.Load()) }
 

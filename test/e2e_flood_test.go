@@ -1,10 +1,14 @@
 package test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +18,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Flood shape (issue 7, test 3): at most floodNames unique names, for at most
@@ -54,7 +59,11 @@ const (
 // Speed is measured, not asserted: the p99 of cached names during the flood
 // is logged (the issue's goal is under 1 ms), but make test runs on loaded
 // machines where a wall-clock assertion would fail for reasons that are not
-// towerd's, so only correctness and counts are asserted.
+// towerd's, so only correctness and counts are asserted. Two figures are
+// logged: what a client in its own process sees, and towerd's own time from
+// reading a query to its reply (its duration histogram). On the 2-vCPU
+// machine of issue 7 they were p99 1.55 ms (the flood sender, the checker,
+// the upstream and towerd share two cores) and 99.7 % under 50 µs.
 func TestFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the flood runs for 20 s")
@@ -91,18 +100,13 @@ func TestFlood(t *testing.T) {
 			floodWorker(t, d.UDP, stop, &next, &sent, &answered, &servfail, &noReply)
 		})
 	}
-	checker := &cachedChecker{addr: d.UDP}
-	checkerDone := make(chan struct{})
-	go func() {
-		defer close(checkerDone)
-		checker.run(stop)
-	}()
+	stopChecker := startCachedChecker(t, d.UDP)
 	samples := sampleDaemon(t, d, stop)
 	start := time.Now()
 	wg.Wait()
 	elapsed := time.Since(start)
 	end()
-	<-checkerDone
+	checker := stopChecker()
 	s := <-samples
 
 	_, mfs := scrape(t, d.Admin)
@@ -113,16 +117,18 @@ func TestFlood(t *testing.T) {
 		sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(),
 		answered.Load(), servfail.Load(), noReply.Load(), rejections, up.maxConcurrent.Load())
 	t.Logf("cached names during the flood: %d queries, p50 %v, p99 %v, max %v (goal: p99 under 1 ms)",
-		len(checker.latencies), checker.quantile(0.50), checker.quantile(0.99), checker.quantile(1))
+		len(checker.Latencies), checker.quantile(0.50), checker.quantile(0.99), checker.quantile(1))
+	t.Logf("towerd's own time for cache answers (read to reply ready): %.2f %% under 50 µs, %.2f %% under 1 ms",
+		100*cacheShareUnder(mfs, 0.00005), 100*cacheShareUnder(mfs, 0.001))
 	t.Logf("RSS idle %.1f MiB, max %.1f MiB over %d samples; in-flight max %d of %d (%d scrapes); cache %0.f of %d entries",
 		float64(idleRSS)/(1<<20), float64(s.maxRSS)/(1<<20), s.rssSamples, s.maxInflight, floodInflight, s.scrapes, entries, floodCacheSize)
 
 	if answered.Load() == 0 || sent.Load() < floodWorkers {
 		t.Errorf("the flood got %d answers to %d queries; it did not run", answered.Load(), sent.Load())
 	}
-	if checker.wrong > 0 || checker.failed > 0 || len(checker.latencies) == 0 {
+	if checker.Wrong > 0 || checker.Failed > 0 || len(checker.Latencies) == 0 {
 		t.Errorf("cached names: %d answered correctly, %d wrong answers, %d unanswered after retries",
-			len(checker.latencies), checker.wrong, checker.failed)
+			len(checker.Latencies), checker.Wrong, checker.Failed)
 	}
 	if s.scrapes == 0 || s.rssSamples == 0 {
 		t.Errorf("no samples of the daemon taken during the flood (%d scrapes, %d RSS reads)", s.scrapes, s.rssSamples)
@@ -140,6 +146,25 @@ func TestFlood(t *testing.T) {
 	if s.maxRSS > bound {
 		t.Errorf("RSS reached %.1f MiB, bound %d MiB", float64(s.maxRSS)/(1<<20), bound>>20)
 	}
+}
+
+// cacheShareUnder is the share of cache answers towerd's duration histogram
+// puts at or under le seconds (le must be one of its bucket bounds).
+func cacheShareUnder(mfs map[string]*dto.MetricFamily, le float64) float64 {
+	for _, m := range mfs["towerd_request_duration_seconds"].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() != "source" || lp.GetValue() != "cache" {
+				continue
+			}
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == le && h.GetSampleCount() > 0 {
+					return float64(b.GetCumulativeCount()) / float64(h.GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func cachedName(i int) string { return fmt.Sprintf("cached-%d.flood.example.", i) }
@@ -198,46 +223,123 @@ func floodWorker(t *testing.T, addr string, stop <-chan struct{}, next, sent, an
 // node's services keep asking their usual names, and records each answer's
 // latency. A query without a reply is tried once more, as a stub resolver
 // would; both tries failing counts as failed.
+//
+// It runs in a process of its own (this test binary started again with
+// checkerEnv set, see runMain): inside the test process its queries would
+// wait behind the 48 flood workers' goroutines in the same Go scheduler, and
+// the latency measured would be the test's own, not towerd's.
 type cachedChecker struct {
-	addr      string
-	latencies []time.Duration
-	wrong     int
-	failed    int
+	Latencies []time.Duration
+	Wrong     int
+	Failed    int
 }
 
-func (c *cachedChecker) run(stop <-chan struct{}) {
-	client := &dns.Client{Timeout: 5 * time.Second}
+// checkerEnv names the address the checker process asks.
+const checkerEnv = "TOWERD_E2E_CACHED_CHECKER"
+
+// startCachedChecker starts the checker process against addr; stop ends it
+// and returns what it measured.
+func startCachedChecker(t *testing.T, addr string) (stop func() cachedChecker) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), checkerEnv+"="+addr)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() cachedChecker {
+		stdin.Close() // the checker stops at end of input
+		var c cachedChecker
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("cached-name checker: %v", err)
+			return c
+		}
+		if err := json.Unmarshal(out.Bytes(), &c); err != nil {
+			t.Errorf("cached-name checker output: %v: %q", err, out.String())
+		}
+		return c
+	}
+}
+
+// runCachedChecker is the checker process: it asks until its standard input
+// closes, then prints what it measured as JSON.
+func runCachedChecker(addr string) int {
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	var c cachedChecker
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer conn.Close()
+	buf := make([]byte, 1500)
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
-			return
+			if err := json.NewEncoder(os.Stdout).Encode(c); err != nil {
+				return 1
+			}
+			return 0
 		default:
 		}
 		idx := i % cachedNames
 		var r *dns.Msg
 		var rtt time.Duration
-		var err error
 		for range 2 {
-			if r, rtt, err = client.Exchange(query(cachedName(idx), dns.TypeA, false), c.addr); err == nil {
+			if r, rtt = askOnce(conn, buf, cachedName(idx)); r != nil {
 				break
 			}
 		}
 		switch {
-		case err != nil:
-			c.failed++
+		case r == nil:
+			c.Failed++
 		case r.Rcode != dns.RcodeSuccess || !slices.Equal(addresses(r.Answer), []string{cachedAddr(idx)}):
-			c.wrong++
+			c.Wrong++
 		default:
-			c.latencies = append(c.latencies, rtt)
+			c.Latencies = append(c.Latencies, rtt)
+		}
+	}
+}
+
+// askOnce sends one A question on conn and waits up to 2 s for the reply
+// with its ID; nil when none came.
+func askOnce(conn net.Conn, buf []byte, name string) (*dns.Msg, time.Duration) {
+	m := query(name, dns.TypeA, false)
+	wire, err := m.Pack()
+	if err != nil {
+		return nil, 0
+	}
+	start := time.Now()
+	if _, err := conn.Write(wire); err != nil {
+		return nil, 0
+	}
+	_ = conn.SetReadDeadline(start.Add(2 * time.Second))
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return nil, 0
+		}
+		r := new(dns.Msg)
+		if r.Unpack(buf[:n]) == nil && r.Id == m.Id {
+			return r, time.Since(start)
 		}
 	}
 }
 
 func (c *cachedChecker) quantile(q float64) time.Duration {
-	if len(c.latencies) == 0 {
+	if len(c.Latencies) == 0 {
 		return 0
 	}
-	s := slices.Clone(c.latencies)
+	s := slices.Clone(c.Latencies)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

@@ -1,0 +1,15 @@
+package cache
+
+// Has reports whether an entry for k is stored, fresh or expired, without
+// counting anything or changing recency. With CountMiss it lets a caller
+// that can answer a query without an entry (the resolver's fast SERVFAIL
+// when its in-flight cap is full) keep the counters Get would have kept.
+func (c *Cache) Has(k Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Contains(k)
+}
+
+// CountMiss counts a query answered without an entry, as a Get that found
+// nothing would have.
+func (c *Cache) CountMiss() { c.stats.misses.Add(1) }
