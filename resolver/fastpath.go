@@ -228,7 +228,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 
 	prefetch := s.wantsPrefetch(hit.TTL, hit.Remaining)
 	if prefetch {
-		// Rare (the last tenth of a TTL, once per flight), so the key's
+		// Rare (near expiry, once per flight), so the key's
 		// own string is allocated here only.
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.flags&flagCD != 0)
 		h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))

@@ -139,6 +139,35 @@ func TestPrefetchOncePerKey(t *testing.T) {
 	}
 }
 
+// The prefetch window: the last tenth of the TTL, or the last second for
+// short TTLs (at most a quarter of the TTL).
+func TestWantsPrefetch(t *testing.T) {
+	const s, ms = time.Second, time.Millisecond
+	on := &settings{Config: Config{Prefetch: true}}
+	for _, tt := range []struct {
+		ttl, remaining time.Duration
+		want           bool
+	}{
+		{300 * s, 31 * s, false},
+		{300 * s, 30 * s, true}, // the last tenth
+		{10 * s, 1001 * ms, false},
+		{10 * s, s, true},
+		{4 * s, 1001 * ms, false},
+		{4 * s, s, true}, // the last second, a quarter of 4 s
+		{2 * s, 501 * ms, false},
+		{2 * s, 500 * ms, true}, // a quarter of 2 s, not the last second
+		{0, 0, false},           // TTL 0 is never fresh, never prefetched
+	} {
+		if got := on.wantsPrefetch(tt.ttl, tt.remaining); got != tt.want {
+			t.Errorf("wantsPrefetch(ttl %v, remaining %v) = %v, want %v", tt.ttl, tt.remaining, got, tt.want)
+		}
+	}
+	off := &settings{Config: Config{Prefetch: false}}
+	if off.wantsPrefetch(300*s, s) {
+		t.Error("prefetch with Prefetch off")
+	}
+}
+
 func TestPrefetchOff(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Prefetch = false })
 	e.query("nopre.example.")

@@ -94,7 +94,8 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 	switch s {
 	case "towerd":
 		// Built-in defaults: serve-stale (1.8 s client timeout, 30 s answer
-		// TTL, 1 day) and prefetch (last 10 % of the TTL) on.
+		// TTL, 1 day) and prefetch (last 10 % of the TTL; short TTLs the
+		// last second, at most a quarter) on.
 		return b.towerd, []string{"-config", "", "-listen", addr, "-upstream", set.upstream,
 			"-consul-http", "off", "-admin", "", "-state-dir", "", "-log-level", "warn",
 			"-cache-size", strconv.Itoa(set.cacheSize)}, nil
