@@ -60,6 +60,7 @@ FUZZTIME ?= 100000x
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzServeDNS$$' -fuzztime=$(FUZZTIME) ./resolver
+	$(GO) test -run='^$$' -fuzz='^FuzzFastPath$$' -fuzztime=$(FUZZTIME) ./resolver
 	$(GO) test -run='^$$' -fuzz='^FuzzCacheSet$$' -fuzztime=$(FUZZTIME) ./cache
 	$(GO) test -run='^$$' -fuzz='^FuzzCacheLoad$$' -fuzztime=$(FUZZTIME) ./cache
 
