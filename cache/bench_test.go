@@ -71,3 +71,16 @@ func BenchmarkNewKey(b *testing.B) {
 		_ = NewKey("b1.bench.test.", dns.TypeA, dns.ClassINET, false, false)
 	}
 }
+
+// BenchmarkKeysOf is the walk behind Inspect and RemoveName in a cache of
+// 100,000 entries. Most of it is the copy of the keys, made under the cache
+// lock: queries wait that long while an operator inspects a name.
+func BenchmarkKeysOf(b *testing.B) {
+	c, _ := benchCache(b, 100000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if keys := c.keysOf("b1.bench.test."); len(keys) != 1 {
+			b.Fatalf("keysOf found %d keys, want 1", len(keys))
+		}
+	}
+}

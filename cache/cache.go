@@ -90,12 +90,14 @@ type Cache struct {
 	// another.
 	policy atomic.Pointer[ttlPolicy]
 	now    func() time.Time
+	// epoch is the clock read in New; items keep their stored time as time
+	// since it (see instant).
+	epoch time.Time
 
-	// mu guards lru and byName together: every Get moves an entry in the
-	// LRU list, so a read lock would buy nothing.
-	mu     sync.Mutex
-	lru    *simplelru.LRU[Key, *item]
-	byName nameIndex
+	// mu guards lru: every Get moves an entry in the LRU list, so a read
+	// lock would buy nothing.
+	mu  sync.Mutex
+	lru *simplelru.LRU[Key, *item]
 
 	stats counters
 }
@@ -109,7 +111,6 @@ func New(cfg Config) (*Cache, error) {
 	c := &Cache{
 		capacity: cfg.Capacity,
 		now:      cfg.Now,
-		byName:   make(nameIndex),
 	}
 	c.policy.Store(&ttlPolicy{
 		bounds:      ttlBounds{min: cfg.MinTTL, max: cfg.MaxTTL},
@@ -118,11 +119,11 @@ func New(cfg Config) (*Cache, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	// simplelru (not the locked lru.Cache) because the name index must
-	// change under the same lock as the list. Its callback runs for every
-	// removal (eviction, Remove, Purge), which is what the index needs; it is
-	// not used to count evictions, Add's return value is.
-	lru, err := simplelru.NewLRU(cfg.Capacity, func(k Key, _ *item) { c.byName.remove(k) })
+	c.epoch = c.now()
+	// simplelru (not the locked lru.Cache) so that one lock covers a lookup
+	// and the checks around it (Get drops an entry too old to serve).
+	// Evictions are counted from Add's return value, not by a callback.
+	lru, err := simplelru.NewLRU[Key, *item](cfg.Capacity, nil)
 	if err != nil {
 		return nil, fmt.Errorf("creating LRU: %w", err)
 	}
@@ -134,7 +135,7 @@ func New(cfg Config) (*Cache, error) {
 // MaxStaleAge, and bumps its LRU recency. It reports false on a miss; an
 // entry expired for longer than MaxStaleAge is removed and is a miss too.
 func (c *Cache) Get(k Key) (Result, bool) {
-	now := c.now()
+	now := c.clock()
 	c.mu.Lock()
 	it, ok := c.lru.Get(k)
 	if !ok {
@@ -142,7 +143,7 @@ func (c *Cache) Get(k Key) (Result, bool) {
 		c.stats.misses.Add(1)
 		return Result{}, false
 	}
-	a := it.ageAt(now)
+	a := it.ageAt(now.sinceEpoch)
 	if !a.servable(c.policy.Load().maxStaleAge) {
 		// Too old even for serve-stale: drop it now so it stops taking a
 		// slot from entries that can still answer.
@@ -159,7 +160,7 @@ func (c *Cache) Get(k Key) (Result, bool) {
 		c.stats.staleHits.Add(1)
 	}
 	// The item is immutable, so the copy is made outside the lock.
-	return it.result(a), true
+	return it.result(a, now), true
 }
 
 // Set stores m under k if the store policy accepts it (positive answers and
@@ -173,11 +174,10 @@ func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
 		c.stats.refused.Add(1)
 		return false, reason
 	}
-	it := newItem(p, c.now())
+	it := newItem(p, c.clock())
 
 	c.mu.Lock()
 	evicted := c.lru.Add(k, it)
-	c.byName.add(k)
 	c.mu.Unlock()
 
 	c.stats.stored.Add(1)
@@ -185,6 +185,12 @@ func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
 		c.stats.evictions.Add(1)
 	}
 	return true, ""
+}
+
+// clock reads the cache's clock.
+func (c *Cache) clock() instant {
+	now := c.now()
+	return instant{Time: now, sinceEpoch: now.Sub(c.epoch)}
 }
 
 // withQuestion returns m with k's question: a stored entry is packed behind

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -57,26 +58,60 @@ type Info struct {
 // item is made, and a new Set makes a new item, so a reader holding the
 // pointer needs no lock. As in CoreDNS plugin/cache, the item keeps the TTL
 // it was stored with and the time of storing and works out what is left from
-// the clock at each read, instead of rewriting TTLs in place.
+// the clock at each read, instead of rewriting TTLs in place. There is one
+// item per entry, so every field counts (issue 6: bytes per entry).
 type item struct {
-	// wire is the reply packed with ID 0, the key as its question and no
-	// OPT or TSIG; never modified after store (see wire.go).
-	wire []byte
-	// ttlOffsets is where each record's TTL field sits in wire.
-	ttlOffsets []uint16
-	// answerAt is where the answer section starts in wire.
-	answerAt uint16
-	kind     Kind
-	ttl      time.Duration
-	stored   time.Time
+	// prepared is the reply packed with the key as its question (see
+	// wire.go), its kind and its TTL after clamps.
+	prepared
+	// stored is when the item was stored, as time since the cache's epoch
+	// (see instant): 8 bytes where a time.Time takes 24.
+	stored time.Duration
 
 	// refreshFailedAt is Unix nanoseconds of the last failed refresh, 0 for
 	// none. Atomic because the resolver marks failures without the cache lock.
 	refreshFailedAt atomic.Int64
 }
 
-func newItem(p prepared, now time.Time) *item {
-	return &item{wire: p.wire, ttlOffsets: p.ttlOffsets, answerAt: p.answerAt, kind: p.kind, ttl: p.ttl, stored: now}
+func newItem(p prepared, now instant) *item {
+	return &item{prepared: p, stored: now.sinceEpoch}
+}
+
+// An instant is one reading of the cache's clock, both as the time read and
+// as time since the cache's epoch (Cache.epoch, read from the same clock in
+// New), the form items keep their stored time in. With time.Now both
+// readings carry the monotonic clock, so ages are immune to wall-clock steps
+// as they were when items kept a time.Time. Stored times become times again
+// only at the edges (Result, Info, snapshots), by the reading at hand: now
+// minus the time since storing, so the wall clock used is the current one.
+type instant struct {
+	time.Time
+	sinceEpoch time.Duration
+}
+
+// at converts a time since the epoch, such as item.stored, to a time.
+func (i instant) at(sinceEpoch time.Duration) time.Time {
+	return i.Time.Add(subSaturating(sinceEpoch, i.sinceEpoch))
+}
+
+// fromTime converts t, from a snapshot, to time since the epoch. t carries
+// no monotonic reading, so its distance from now is by the wall clock.
+func (i instant) fromTime(t time.Time) time.Duration {
+	return subSaturating(i.sinceEpoch, i.Time.Sub(t))
+}
+
+// subSaturating is a - b, clamped to the range of time.Duration as
+// time.Time.Sub clamps: a stored time read from a snapshot may be centuries
+// away, and must come out as very old, not wrap around into fresh.
+func subSaturating(a, b time.Duration) time.Duration {
+	d := a - b
+	if (a >= 0) != (b >= 0) && (d >= 0) != (a >= 0) {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return d
 }
 
 // message unpacks the stored reply into a new dns.Msg the caller owns, every
@@ -84,7 +119,7 @@ func newItem(p prepared, now time.Time) *item {
 // them, so this cannot fail for an item it made.
 func (it *item) message(ttl uint32) *dns.Msg {
 	m := new(dns.Msg)
-	if err := m.Unpack(it.wire); err != nil {
+	if err := m.Unpack(it.wire()); err != nil {
 		panic("cache: stored message does not unpack: " + err.Error())
 	}
 	setTTLs(ttl, m.Answer, m.Ns, m.Extra)
@@ -99,14 +134,17 @@ type age struct {
 	shownTTL  uint32        // seconds to put in every RR; 0 when not fresh
 }
 
-// ageAt computes the item's state at now. Fresh iff elapsed < TTL, so an
-// entry stored with TTL 0 (Consul's default) is expired on arrival: never
-// served fresh, only kept as stale material.
-func (it *item) ageAt(now time.Time) age {
-	elapsed := now.Sub(it.stored)
+// ageAt computes the item's state at now, a time since the cache's epoch
+// (instant.sinceEpoch). Fresh iff elapsed < TTL, so an entry stored with
+// TTL 0 (Consul's default) is expired on arrival: never served fresh, only
+// kept as stale material.
+func (it *item) ageAt(now time.Duration) age {
+	elapsed := subSaturating(now, it.stored)
 	if elapsed < 0 {
-		// A clock stepped backwards must not make an entry look younger
-		// than when it was stored, nor overshow its TTL.
+		// A stored time in the future (a snapshot written by a clock ahead
+		// of ours, or a clock without a monotonic reading stepped back)
+		// must not make an entry look younger than new, nor overshow its
+		// TTL.
 		elapsed = 0
 	}
 	if elapsed < it.ttl {
@@ -147,8 +185,9 @@ func shownTTL(ttl, elapsed time.Duration) uint32 {
 	return uint32(left)
 }
 
-// result builds the caller's private view of the item at age a.
-func (it *item) result(a age) Result {
+// result builds the caller's private view of the item at age a, worked out
+// at now.
+func (it *item) result(a age, now instant) Result {
 	r := Result{
 		Msg:       it.message(a.shownTTL),
 		Kind:      it.kind,
@@ -156,7 +195,7 @@ func (it *item) result(a age) Result {
 		TTL:       it.ttl,
 		Remaining: a.remaining,
 		Expired:   a.expired,
-		Stored:    it.stored,
+		Stored:    now.at(it.stored),
 	}
 	if ns := it.refreshFailedAt.Load(); ns != 0 {
 		r.RefreshFailedAt = time.Unix(0, ns)
@@ -164,8 +203,9 @@ func (it *item) result(a age) Result {
 	return r
 }
 
-// info describes the item under key k at age a, for operators.
-func (it *item) info(k Key, a age) Info {
+// info describes the item under key k at age a, worked out at now, for
+// operators.
+func (it *item) info(k Key, a age, now instant) Info {
 	m := it.message(a.shownTTL)
 	answer := make([]string, 0, len(m.Answer))
 	for _, rr := range m.Answer {
@@ -178,7 +218,7 @@ func (it *item) info(k Key, a age) Info {
 		Remaining: a.remaining,
 		Expired:   a.expired,
 		Fresh:     a.fresh,
-		Stored:    it.stored,
+		Stored:    now.at(it.stored),
 		Answer:    answer,
 	}
 }

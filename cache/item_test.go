@@ -60,11 +60,11 @@ func TestAgeAt(t *testing.T) {
 		{"ttl 0 with stale off", 0, 0, 0, false, 0, 0, 0, false},
 		{"huge clamp still a legal ttl", 200 * 365 * 24 * time.Hour, 0, 0, true, maxRRTTL, 200 * 365 * 24 * time.Hour, 0, true},
 	}
-	stored := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	const stored = 5 * time.Minute // since the cache's epoch
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			it := &item{ttl: tt.ttl, stored: stored}
-			a := it.ageAt(stored.Add(tt.elapsed))
+			it := &item{prepared: prepared{ttl: tt.ttl}, stored: stored}
+			a := it.ageAt(stored + tt.elapsed)
 			if a.fresh != tt.fresh {
 				t.Errorf("fresh = %v, want %v", a.fresh, tt.fresh)
 			}
@@ -104,13 +104,21 @@ func TestResultCarriesRefreshFailure(t *testing.T) {
 		t.Fatalf("refused: %q", reason)
 	}
 	clock := newFakeClock()
-	it := newItem(p, clock.Now())
-	if r := it.result(it.ageAt(clock.Now())); !r.RefreshFailedAt.IsZero() {
-		t.Fatalf("new item has RefreshFailedAt %v", r.RefreshFailedAt)
+	epoch := clock.Now()
+	clock.Advance(time.Minute)
+	read := func() instant { return instant{Time: clock.Now(), sinceEpoch: clock.Now().Sub(epoch)} }
+	stored := read()
+	it := newItem(p, stored)
+	if r := it.result(it.ageAt(stored.sinceEpoch), stored); !r.RefreshFailedAt.IsZero() || !r.Stored.Equal(stored.Time) {
+		t.Fatalf("new item has RefreshFailedAt %v, Stored %v; want none and %v", r.RefreshFailedAt, r.Stored, stored.Time)
 	}
 	clock.Advance(61 * time.Second)
 	it.markRefreshFailed(clock.Now())
-	r := it.result(it.ageAt(clock.Now()))
+	now := read()
+	r := it.result(it.ageAt(now.sinceEpoch), now)
+	if !r.Stored.Equal(stored.Time) {
+		t.Errorf("Stored = %v, want %v", r.Stored, stored.Time)
+	}
 	if !r.RefreshFailedAt.Equal(clock.Now()) {
 		t.Errorf("RefreshFailedAt = %v, want %v", r.RefreshFailedAt, clock.Now())
 	}

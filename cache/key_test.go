@@ -81,22 +81,32 @@ func TestRemoveName(t *testing.T) {
 	}
 }
 
-// TestIndexFollowsEviction checks that the name index forgets evicted keys,
-// so a flood of unique names cannot grow it past the cache's bound.
-func TestIndexFollowsEviction(t *testing.T) {
+// TestRemoveNameAfterEviction: an evicted entry is gone for Inspect and
+// RemoveName too, and a name's other entries are still found.
+func TestRemoveNameAfterEviction(t *testing.T) {
 	c, _ := newTestCache(t, Config{Capacity: 4})
+	first := "n0.example."
+	mustSet(t, c, NewKey(first, dns.TypeAAAA, dns.ClassINET, false, false), aReply(t, first, 300, "192.0.2.1"))
 	for i := range 100 {
 		name := fmt.Sprintf("n%d.example.", i)
 		mustSet(t, c, keyA(name), aReply(t, name, 300, "192.0.2.1"))
 	}
-	c.mu.Lock()
-	indexed := len(c.byName)
-	c.mu.Unlock()
-	if indexed != 4 || c.Len() != 4 {
-		t.Errorf("index holds %d names, cache %d entries; want 4 and 4", indexed, c.Len())
+	if got := c.Stats().Evictions; got != 97 || c.Len() != 4 {
+		t.Errorf("Evictions = %d, Len = %d; want 97 and 4", got, c.Len())
 	}
-	if got := c.Stats().Evictions; got != 96 {
-		t.Errorf("Evictions = %d, want 96", got)
+	if infos := c.Inspect(first); len(infos) != 0 {
+		t.Errorf("Inspect of an evicted name = %+v, want nothing", infos)
+	}
+	if got := c.RemoveName(first); got != 0 {
+		t.Errorf("RemoveName of an evicted name = %d, want 0", got)
+	}
+	last := "n99.example."
+	mustSet(t, c, NewKey(last, dns.TypeAAAA, dns.ClassINET, false, false), aReply(t, last, 300, "192.0.2.1"))
+	if infos := c.Inspect(last); len(infos) != 2 || infos[0].Key.Type != dns.TypeA || infos[1].Key.Type != dns.TypeAAAA {
+		t.Errorf("Inspect(%s) = %+v, want A then AAAA", last, infos)
+	}
+	if got := c.RemoveName(last); got != 2 || c.Len() != 2 {
+		t.Errorf("RemoveName(%s) = %d leaving %d entries, want 2 and 2", last, got, c.Len())
 	}
 }
 

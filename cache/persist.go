@@ -75,13 +75,13 @@ type snapshotEntry struct {
 // The cache keeps serving while Dump runs; only the list of entries is taken
 // under the lock.
 func (c *Cache) Dump(w io.Writer) (int, error) {
-	now := c.now()
+	now := c.clock()
 	maxStale := c.policy.Load().maxStaleAge
 	c.mu.Lock()
 	keys := c.lru.Keys() // least recently used first
 	entries := make([]snapshotEntry, 0, len(keys))
 	for _, k := range keys {
-		if it, ok := c.lru.Peek(k); ok && it.ageAt(now).servable(maxStale) {
+		if it, ok := c.lru.Peek(k); ok && it.ageAt(now.sinceEpoch).servable(maxStale) {
 			entries = append(entries, snapshotEntry{k, it})
 		}
 	}
@@ -100,7 +100,7 @@ func (c *Cache) Dump(w io.Writer) (int, error) {
 	for _, e := range entries {
 		// Items are immutable, so writing runs without the lock; an entry
 		// is kept packed already.
-		buf = appendEntry(buf[:0], e.key, e.item, e.item.wire)
+		buf = appendEntry(buf[:0], e.key, now.at(e.item.stored), e.item.ttl, e.item.wire())
 		bw.Write(buf)
 	}
 	if err := bw.Flush(); err != nil {
@@ -114,7 +114,7 @@ func (c *Cache) Dump(w io.Writer) (int, error) {
 	return len(entries), nil
 }
 
-func appendEntry(b []byte, k Key, it *item, wire []byte) []byte {
+func appendEntry(b []byte, k Key, stored time.Time, ttl time.Duration, wire []byte) []byte {
 	var flags uint8
 	if k.DO {
 		flags |= flagDO
@@ -122,8 +122,8 @@ func appendEntry(b []byte, k Key, it *item, wire []byte) []byte {
 	if k.CD {
 		flags |= flagCD
 	}
-	b = binary.BigEndian.AppendUint64(b, uint64(it.stored.UnixNano()))
-	b = binary.BigEndian.AppendUint64(b, uint64(it.ttl))
+	b = binary.BigEndian.AppendUint64(b, uint64(stored.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(ttl))
 	b = binary.BigEndian.AppendUint16(b, k.Type)
 	b = binary.BigEndian.AppendUint16(b, k.Class)
 	b = append(b, flags)
@@ -140,9 +140,10 @@ func appendEntry(b []byte, k Key, it *item, wire []byte) []byte {
 // applies. A snapshot that is not whole and valid is rejected with an error
 // wrapping ErrBadSnapshot and leaves the cache unchanged.
 func (c *Cache) Load(r io.Reader) (LoadStats, error) {
+	now := c.clock()
 	sum := crc32.New(castagnoli)
 	br := bufio.NewReader(r)
-	dec := snapshotDecoder{r: io.TeeReader(br, sum)}
+	dec := snapshotDecoder{r: io.TeeReader(br, sum), now: now}
 
 	var hdr [snapshotHeaderLen]byte
 	if err := dec.full(hdr[:]); err != nil {
@@ -157,7 +158,6 @@ func (c *Cache) Load(r io.Reader) (LoadStats, error) {
 	stats := LoadStats{Written: time.Unix(0, int64(binary.BigEndian.Uint64(hdr[12:])))}
 	count := binary.BigEndian.Uint32(hdr[20:])
 
-	now := c.now()
 	maxStale := c.policy.Load().maxStaleAge
 	// Only the last Capacity entries can stay (they are the most recently
 	// used), so memory stays bounded by the cache's size whatever the
@@ -168,7 +168,7 @@ func (c *Cache) Load(r io.Reader) (LoadStats, error) {
 		if err != nil {
 			return LoadStats{}, fmt.Errorf("entry %d of %d: %w", i+1, count, err)
 		}
-		if !e.item.ageAt(now).servable(maxStale) {
+		if !e.item.ageAt(now.sinceEpoch).servable(maxStale) {
 			stats.Skipped++
 			continue
 		}
@@ -182,19 +182,22 @@ func (c *Cache) Load(r io.Reader) (LoadStats, error) {
 		return LoadStats{}, err
 	}
 
+	var oldest time.Duration
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, e := range kept {
 		if c.lru.Contains(e.key) {
 			stats.Skipped++
 			continue
 		}
 		c.lru.Add(e.key, e.item)
-		c.byName.add(e.key)
 		stats.Loaded++
-		if stats.Oldest.IsZero() || e.item.stored.Before(stats.Oldest) {
-			stats.Oldest = e.item.stored
+		if stats.Loaded == 1 || e.item.stored < oldest {
+			oldest = e.item.stored
 		}
+	}
+	c.mu.Unlock()
+	if stats.Loaded > 0 {
+		stats.Oldest = now.at(oldest)
 	}
 	return stats, nil
 }
@@ -219,6 +222,9 @@ func verifyTrailer(br *bufio.Reader, sum hash.Hash32) error {
 type snapshotDecoder struct {
 	r   io.Reader
 	buf []byte
+	// now converts the stored times in the file, Unix ns by the writer's
+	// wall clock, to the loading cache's time since its epoch.
+	now instant
 }
 
 // full fills b, turning a short read into "truncated".
@@ -289,6 +295,6 @@ func (d *snapshotDecoder) entry() (snapshotEntry, error) {
 	if reason != "" {
 		return snapshotEntry{}, fmt.Errorf("%w: entry %s would not be cached: %s", ErrBadSnapshot, k, reason)
 	}
-	return snapshotEntry{key: k, item: &item{wire: p.wire, ttlOffsets: p.ttlOffsets, answerAt: p.answerAt,
-		kind: p.kind, ttl: ttl, stored: stored}}, nil
+	p.ttl = ttl
+	return snapshotEntry{key: k, item: &item{prepared: p, stored: d.now.fromTime(stored)}}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"math"
 	"testing"
 	"time"
 
@@ -84,6 +85,45 @@ func TestDumpLoadSkipsTooOld(t *testing.T) {
 	stats, err := dst.Load(bytes.NewReader(snapshot))
 	if err != nil || stats.Loaded != 0 || stats.Skipped != 1 || dst.Len() != 0 {
 		t.Errorf("Load = %+v, %v, len %d; want nothing loaded, 1 skipped", stats, err, dst.Len())
+	}
+}
+
+// TestLoadStoredTimesFarAway: items keep their stored time as a Duration
+// since the cache's epoch, which cannot hold every time a file may carry. An
+// entry stored at the far past of Unix nanoseconds (1677), kept by a stale
+// age of "forever", must stay very old as the clock moves on, not wrap
+// around into fresh; one stored in 2262 counts as just stored, as an entry
+// from a clock ahead of ours always has, and keeps its time.
+func TestLoadStoredTimesFarAway(t *testing.T) {
+	m := aReply(t, "past.example.", 300, "192.0.2.1")
+	past, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = aReply(t, "future.example.", 300, "192.0.2.2")
+	future, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	farFuture := time.Unix(0, math.MaxInt64)
+	body := appendEntry(nil, keyA("past.example."), time.Unix(0, math.MinInt64), 300*time.Second, past)
+	body = appendEntry(body, keyA("future.example."), farFuture, 300*time.Second, future)
+
+	dst, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: math.MaxInt64})
+	stats, err := dst.Load(bytes.NewReader(sealSnapshot(2, body)))
+	if err != nil || stats.Loaded != 2 {
+		t.Fatalf("Load = %+v, %v; want both entries loaded", stats, err)
+	}
+	clock.Advance(time.Second)
+	const centuries = 200 * 365 * 24 * time.Hour
+	r, ok := dst.Get(keyA("past.example."))
+	if !ok || r.Fresh || r.Expired < centuries {
+		t.Errorf("entry stored in 1677: ok %v fresh %v expired %v; want stale for centuries", ok, r.Fresh, r.Expired)
+	}
+	r, ok = dst.Get(keyA("future.example."))
+	if !ok || !r.Fresh || r.Remaining != 300*time.Second || !r.Stored.Equal(farFuture) {
+		t.Errorf("entry stored in 2262: ok %v fresh %v remaining %v stored %v; want fresh, 5m0s left, stored %v",
+			ok, r.Fresh, r.Remaining, r.Stored, farFuture)
 	}
 }
 
@@ -169,7 +209,7 @@ func TestLoadAppliesStorePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := keyA("nx.example.")
-	body := appendEntry(nil, k, &item{ttl: time.Minute, stored: newFakeClock().Now()}, wire)
+	body := appendEntry(nil, k, newFakeClock().Now(), time.Minute, wire)
 	snapshot := sealSnapshot(1, body)
 	dst, _ := newTestCache(t, persistConfig)
 	if _, err := dst.Load(bytes.NewReader(snapshot)); !errors.Is(err, ErrBadSnapshot) {

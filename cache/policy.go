@@ -65,13 +65,22 @@ func (b ttlBounds) clamp(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-// prepared is a reply the store policy accepted, ready to become an item.
+// prepared is a reply the store policy accepted, in the form an item keeps.
 type prepared struct {
-	wire       []byte   // packed: ID 0, no OPT or TSIG, compressed
-	ttlOffsets []uint16 // where each record's TTL sits in wire
-	answerAt   uint16   // where the answer section starts in wire
-	kind       Kind
-	ttl        time.Duration // after clamps; may be 0 (stored already expired)
+	// data is the reply packed (ID 0, no OPT or TSIG, compressed), followed
+	// by the offset in it of each record's TTL field, two bytes each,
+	// big-endian. One slice for both is one allocation and one slice header
+	// per entry less (issue 6). Never modified once made.
+	data     []byte
+	wireLen  uint16 // length of the packed reply at the start of data
+	answerAt uint16 // where the answer section starts in the reply
+	kind     Kind
+	ttl      time.Duration // after clamps; may be 0 (stored already expired)
+}
+
+// wire returns the packed reply, without the TTL offsets behind it.
+func (p *prepared) wire() []byte {
+	return p.data[:p.wireLen:p.wireLen]
 }
 
 // prepare is the store policy: it decides whether a reply may be cached, and
@@ -131,7 +140,8 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	if err != nil {
 		return prepared{}, reasonPackFailed
 	}
-	return prepared{wire: wire, ttlOffsets: ttlOffsets, answerAt: uint16(answerAt), kind: kind, ttl: ttl}, ""
+	return prepared{data: withTTLOffsets(wire, ttlOffsets), wireLen: uint16(len(wire)), answerAt: uint16(answerAt),
+		kind: kind, ttl: ttl}, ""
 }
 
 // withoutTransportRRs returns s without the records that belong to one

@@ -97,7 +97,7 @@ func TestPrepareRefuses(t *testing.T) {
 			if reason != tt.reason {
 				t.Errorf("reason = %q, want %q", reason, tt.reason)
 			}
-			if p.wire != nil {
+			if p.data != nil {
 				t.Errorf("refused reply still produced a message to store")
 			}
 		})
@@ -223,7 +223,7 @@ func TestPrepareStripsTransportRecords(t *testing.T) {
 		t.Errorf("ttl = %v, want 2m0s (OPT and TSIG ignored)", p.ttl)
 	}
 	stored := new(dns.Msg)
-	if err := stored.Unpack(p.wire); err != nil {
+	if err := stored.Unpack(p.wire()); err != nil {
 		t.Fatal(err)
 	}
 	if len(stored.Extra) != 1 || stored.Extra[0].Header().Rrtype != dns.TypeA {
@@ -236,7 +236,7 @@ func TestPrepareStripsTransportRecords(t *testing.T) {
 	// The stored message is a deep copy: the caller may reuse its reply.
 	m.Answer[0].(*dns.A).A = net.IPv4(198, 51, 100, 1)
 	m.Answer[0].Header().Ttl = 1
-	if err := stored.Unpack(p.wire); err != nil {
+	if err := stored.Unpack(p.wire()); err != nil {
 		t.Fatal(err)
 	}
 	got := stored.Answer[0].(*dns.A)

@@ -61,6 +61,19 @@ func recordLayout(wire []byte) (answerAt int, ttlOffsets []uint16, err error) {
 	return answerAt, ttlOffsets, nil
 }
 
+// withTTLOffsets returns a copy of wire with the TTL offsets appended, two
+// bytes each, big-endian: the data of a prepared reply. The copy is sized
+// exactly, which also drops the spare capacity Pack leaves (it allocates for
+// the message uncompressed).
+func withTTLOffsets(wire []byte, ttlOffsets []uint16) []byte {
+	data := make([]byte, len(wire), len(wire)+2*len(ttlOffsets))
+	copy(data, wire)
+	for _, off := range ttlOffsets {
+		data = binary.BigEndian.AppendUint16(data, off)
+	}
+	return data
+}
+
 // skipName returns the offset just past the name starting at off.
 func skipName(wire []byte, off int) (int, error) {
 	for {
@@ -110,7 +123,7 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 	// nothing. The LRU only reads a key given to Get (a map lookup and a
 	// list move); nothing keeps it, so the alias dies with this call.
 	k := Key{Name: unsafe.String(&name[0], len(name)), Type: qtype, Class: qclass, DO: do, CD: cd}
-	now := c.now()
+	now := c.now().Sub(c.epoch)
 	c.mu.Lock()
 	it, ok := c.lru.Get(k)
 	c.mu.Unlock()
@@ -118,7 +131,8 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 		return dst, WireHit{}, false
 	}
 	a := it.ageAt(now)
-	records := it.wire[it.answerAt:]
+	wire := it.wire()
+	records := wire[it.answerAt:]
 	if !a.fresh || len(dst)+len(records) > limit {
 		return dst, WireHit{}, false
 	}
@@ -126,16 +140,16 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 
 	base := len(dst) - int(it.answerAt)
 	dst = append(dst, records...)
-	for _, off := range it.ttlOffsets {
-		binary.BigEndian.PutUint32(dst[base+int(off):], a.shownTTL)
+	for offsets := it.data[it.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
+		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], a.shownTTL)
 	}
 	const adBit = 1 << 5 // in the flags' second byte
 	return dst, WireHit{
-		Rcode:             int(it.wire[3] & 0xF),
-		AuthenticatedData: it.wire[3]&adBit != 0,
-		Answer:            binary.BigEndian.Uint16(it.wire[6:]),
-		Ns:                binary.BigEndian.Uint16(it.wire[8:]),
-		Extra:             binary.BigEndian.Uint16(it.wire[10:]),
+		Rcode:             int(wire[3] & 0xF),
+		AuthenticatedData: wire[3]&adBit != 0,
+		Answer:            binary.BigEndian.Uint16(wire[6:]),
+		Ns:                binary.BigEndian.Uint16(wire[8:]),
+		Extra:             binary.BigEndian.Uint16(wire[10:]),
 		TTL:               it.ttl,
 		Remaining:         a.remaining,
 	}, true
