@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -225,6 +226,22 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	setGCPercent()
 	d := &daemon{log: log, opts: o}
 	return d.serve(cfg, zones, source)
+}
+
+// defaultGCPercent is towerd's garbage collector target unless GOGC is set.
+// Go's default (100) lets the heap grow to twice what is live before a
+// collection; towerd's live heap is mostly its cache, so that doubled the
+// memory each cached entry costs a node. At 50 an entry costs 600 bytes of
+// RSS instead of 770 (100,000 names, make bench's memory scenario, where
+// unbound needs 676), for about 3 % of miss throughput; cache hits allocate
+// nothing, so they never trigger a collection.
+const defaultGCPercent = 50
+
+func setGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 }
