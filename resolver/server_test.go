@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -129,5 +130,59 @@ func TestUDPListenerFastAndGeneralPaths(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A burst larger than one batch (ioBatch datagrams per recvmmsg/sendmmsg),
+// mixing hits and misses from several clients, gets every query answered
+// exactly once with its own ID.
+func TestUDPListenerAnswersBursts(t *testing.T) {
+	h, _ := diffHandler(t, nil)
+	srv := &Server{Handler: h}
+	addr := serve(t, srv)["udp"]
+	warm := new(dns.Msg)
+	warm.SetQuestion("www.example.", dns.TypeA)
+	if _, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(warm, addr); err != nil {
+		t.Fatal(err)
+	}
+	const clients, perClient = 3, 3 * ioBatch
+	for c := range clients {
+		conn, err := net.Dial("udp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		want := map[uint16]string{}
+		for i := range perClient {
+			m := new(dns.Msg)
+			name := "www.example."
+			if i%3 == 0 {
+				name = fmt.Sprintf("miss-%d-%d.example.", c, i) // the general path
+			}
+			m.SetQuestion(name, dns.TypeA)
+			m.Id = uint16(c*1000 + i)
+			want[m.Id] = name
+			b, _ := m.Pack()
+			if _, err := conn.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 1500)
+		for len(want) > 0 {
+			n, err := conn.Read(buf)
+			if err != nil {
+				t.Fatalf("client %d: %d queries unanswered: %v", c, len(want), err)
+			}
+			r := new(dns.Msg)
+			if err := r.Unpack(buf[:n]); err != nil {
+				t.Fatal(err)
+			}
+			name, ok := want[r.Id]
+			if !ok || r.Question[0].Name != name || len(r.Answer) != 1 {
+				t.Fatalf("client %d: unexpected or repeated reply %v", c, r)
+			}
+			delete(want, r.Id)
+		}
 	}
 }

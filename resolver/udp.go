@@ -46,6 +46,10 @@ type udpServer struct {
 // core, at 12.0 µs of CPU per hit at 30k/s against 16.8 µs with two readers
 // (make bench, issue 6).
 
+// ioBatch is the most datagrams the reader takes from the socket, and
+// replies it sends, in one system call (see packetIO).
+const ioBatch = 16
+
 // udpReadBuffer takes any datagram: a query larger than 512 bytes (EDNS
 // lets clients send big ones) is read whole, not cut.
 const udpReadBuffer = 65535
@@ -68,11 +72,15 @@ func (u *udpServer) read(c *net.UDPConn) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, udpReadBuffer)
-	out := make([]byte, 0, udpReadBuffer)
+	// One reply buffer per batch slot: a queued reply stays put until the
+	// batch is flushed. They start small and keep what they grow to.
+	var out [ioBatch][]byte
+	for i := range out {
+		out[i] = make([]byte, 0, 4096)
+	}
 	var q plainQuery
 	for {
-		n, from, err := io.read(buf)
+		n, err := io.readBatch()
 		if err != nil {
 			if u.closing.Load() {
 				return nil
@@ -88,21 +96,25 @@ func (u *udpServer) read(c *net.UDPConn) error {
 			// concern one earlier peer, not the socket: go on reading.
 			continue
 		}
-		pkt := buf[:n]
-		if u.fast != nil {
-			if reply, ok := u.answerFast(out[:0], pkt, from, &q); ok {
-				_ = io.write(reply, from) // a client gone is not our error
-				continue
+		for i := range n {
+			pkt, from := io.packet(i)
+			if u.fast != nil {
+				if reply, ok := u.answerFast(out[i][:0], pkt, from, &q); ok {
+					out[i] = reply[:0]
+					io.queue(reply, from)
+					continue
+				}
 			}
-		}
-		u.mu.Lock()
-		if u.closing.Load() {
+			u.mu.Lock()
+			if u.closing.Load() {
+				u.mu.Unlock()
+				continue // draining: no new general-path work
+			}
+			u.slow.Add(1)
 			u.mu.Unlock()
-			continue // draining: no new general-path work
+			go u.serveGeneral(c, append([]byte(nil), pkt...), from)
 		}
-		u.slow.Add(1)
-		u.mu.Unlock()
-		go u.serveGeneral(c, append([]byte(nil), pkt...), from)
+		_ = io.flush() // a client gone is not our error
 	}
 }
 

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !(linux && (amd64 || arm64))
 
 package resolver
 
@@ -7,15 +7,30 @@ import (
 	"net/netip"
 )
 
-// packetIO is net.UDPConn's own reads and writes where the raw system calls
-// of udpio_linux.go are not written.
-type packetIO struct{ c *net.UDPConn }
-
-func newPacketIO(c *net.UDPConn) (*packetIO, error) { return &packetIO{c: c}, nil }
-
-func (p *packetIO) read(buf []byte) (int, netip.AddrPort, error) { return p.c.ReadFromUDPAddrPort(buf) }
-
-func (p *packetIO) write(b []byte, to netip.AddrPort) error {
-	_, err := p.c.WriteToUDPAddrPort(b, to)
-	return err
+// packetIO is net.UDPConn's own reads and writes, one datagram at a time,
+// where the batched raw system calls of udpio_raw.go are not written.
+type packetIO struct {
+	c    *net.UDPConn
+	buf  []byte
+	n    int
+	from netip.AddrPort
 }
+
+func newPacketIO(c *net.UDPConn) (*packetIO, error) {
+	return &packetIO{c: c, buf: make([]byte, udpReadBuffer)}, nil
+}
+
+func (p *packetIO) readBatch() (int, error) {
+	var err error
+	p.n, p.from, err = p.c.ReadFromUDPAddrPort(p.buf)
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+func (p *packetIO) packet(int) ([]byte, netip.AddrPort) { return p.buf[:p.n], p.from }
+
+func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAddrPort(b, to) }
+
+func (p *packetIO) flush() error { return nil }
