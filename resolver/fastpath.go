@@ -160,9 +160,28 @@ func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
 	return off + rdlen, true
 }
 
-// optLen is the size of the OPT record towerd appends: root name, type,
-// class (UDP size), TTL (extended rcode, version, flags), empty RDATA.
+// optLen is the size of the OPT record towerd appends to a fresh answer:
+// root name, type, class (UDP size), TTL (extended rcode, version, flags),
+// empty RDATA.
 const optLen = 1 + 2 + 2 + 4 + 2
+
+// appendOPT appends towerd's OPT record (RFC 6891): its UDP size, the
+// client's DO bit, and an Extended DNS Error option when ede is not 0.
+func appendOPT(dst []byte, do bool, ede uint16) []byte {
+	var flags, rdlen byte
+	if do {
+		flags = 0x80
+	}
+	if ede != 0 {
+		rdlen = 6
+	}
+	dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
+		0, 0, flags, 0, 0, rdlen)
+	if ede != 0 {
+		dst = append(dst, byte(dns.EDNS0EDE>>8), byte(dns.EDNS0EDE&0xFF), 0, 2, byte(ede>>8), byte(ede))
+	}
+	return dst
+}
 
 // answerPacket answers the UDP query in pkt from a client at from, if it is a
 // plain query whose answer is fresh in the cache, by appending the reply to
@@ -211,12 +230,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 	extra := hit.Extra
 	if q.edns {
 		extra++
-		var do byte
-		if q.do {
-			do = 0x80
-		}
-		dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
-			0, 0, do, 0, 0, 0)
+		dst = appendOPT(dst, q.do, 0)
 	}
 	hdr := dst[headerAt:]
 	binary.BigEndian.PutUint16(hdr[0:], q.id)
@@ -262,15 +276,8 @@ func (h *Handler) rejectPacket(dst []byte, q *plainQuery, name []byte, s *settin
 	var extra uint16
 	if q.edns {
 		extra = 1
-		var do byte
-		if q.do {
-			do = 0x80
-		}
-		// OPT with one option: EDE 22, No Reachable Authority (RFC 8914).
-		dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
-			0, 0, do, 0, 0, 6,
-			byte(dns.EDNS0EDE>>8), byte(dns.EDNS0EDE&0xFF), 0, 2,
-			byte(dns.ExtendedErrorCodeNoReachableAuthority>>8), byte(dns.ExtendedErrorCodeNoReachableAuthority&0xFF))
+		// RFC 8914: EDE 22, No Reachable Authority, as ServeDNS marks it.
+		dst = appendOPT(dst, q.do, dns.ExtendedErrorCodeNoReachableAuthority)
 	}
 	hdr := dst[headerAt:]
 	binary.BigEndian.PutUint16(hdr[0:], q.id)

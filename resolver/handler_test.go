@@ -245,17 +245,24 @@ func TestStaleAtOnceWhenUpstreamKnownDown(t *testing.T) {
 		c.Zones = []Zone{{Name: ".", Upstream: dead}}
 		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
 	})
-	reply := new(dns.Msg)
-	reply.SetQuestion("down.example.", dns.TypeA)
-	rr, _ := dns.NewRR("down.example. 0 IN A 192.0.2.9") // TTL 0: stale material
-	reply.Answer = []dns.RR{rr}
-	if ok, why := e.h.cache.Set(cache.NewKey("down.example.", dns.TypeA, dns.ClassINET, false, false), reply); !ok {
-		t.Fatalf("seeding the cache: %s", why)
-	}
+	e.seedStale("down.example.", "192.0.2.9")
 	if got := ttlOf(t, e.query("down.example.")); got != 30 {
 		t.Fatalf("TTL %d, want the stale answer's 30", got)
 	}
 	<-dead.asked // the refresh still went out, as a probe
+}
+
+// seedStale stores an A answer with TTL 0 for name: expired on arrival,
+// stale material only.
+func (e *env) seedStale(name, ip string) {
+	e.t.Helper()
+	reply := new(dns.Msg)
+	reply.SetQuestion(name, dns.TypeA)
+	rr, _ := dns.NewRR(name + " 0 IN A " + ip)
+	reply.Answer = []dns.RR{rr}
+	if ok, why := e.h.cache.Set(cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), reply); !ok {
+		e.t.Fatalf("seeding the cache: %s", why)
+	}
 }
 
 // downingUpstream hangs like deadUpstream, but its servers count as healthy
@@ -286,13 +293,7 @@ func TestStaleWhenUpstreamGoesDownWhileWaiting(t *testing.T) {
 		c.Zones = []Zone{{Name: ".", Upstream: up}}
 		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
 	})
-	reply := new(dns.Msg)
-	reply.SetQuestion("going.example.", dns.TypeA)
-	rr, _ := dns.NewRR("going.example. 0 IN A 192.0.2.10") // TTL 0: stale material
-	reply.Answer = []dns.RR{rr}
-	if ok, why := e.h.cache.Set(cache.NewKey("going.example.", dns.TypeA, dns.ClassINET, false, false), reply); !ok {
-		t.Fatalf("seeding the cache: %s", why)
-	}
+	e.seedStale("going.example.", "192.0.2.10")
 	type result struct {
 		m   *dns.Msg
 		err error

@@ -66,17 +66,7 @@ func TestRestartDuringBlackHole(t *testing.T) {
 	if !regexp.MustCompile(`msg="loaded saved cache" .*entries=3`).MatchString(second.stderr.String()) {
 		t.Fatalf("second towerd did not load 3 entries:\n%s", second.stderr)
 	}
-	for name, addr := range staleNames {
-		r := dig(t, second.UDP, name, "A")
-		if r.Status != "NOERROR" || !slices.Equal(addresses(r.Answer), []string{addr}) {
-			t.Errorf("%s after restart: status %s, answer %v; want the stale %s\n%s", name, r.Status, r.Answer, addr, r.Output)
-			continue
-		}
-		if ttl := r.Answer[0].Header().Ttl; ttl != staleAnswerTTL || !r.hasEDE(edeStaleAnswer) {
-			t.Errorf("%s after restart: TTL %d, EDE %v; want a stale answer (TTL %d, EDE %d)",
-				name, ttl, r.EDE, staleAnswerTTL, edeStaleAnswer)
-		}
-	}
+	expectStale(t, second, staleNames, "after restart")
 
 	// The fresh entry is answered from the cache, without a packet to the
 	// black hole, and its TTL went on counting down across the restart.
@@ -132,17 +122,7 @@ func TestRestartAfterCrash(t *testing.T) {
 	if !regexp.MustCompile(`msg="loaded saved cache" .*entries=2`).MatchString(second.stderr.String()) {
 		t.Fatalf("second towerd did not load 2 entries:\n%s", second.stderr)
 	}
-	for name, addr := range names {
-		r := dig(t, second.UDP, name, "A")
-		if r.Status != "NOERROR" || !slices.Equal(addresses(r.Answer), []string{addr}) {
-			t.Errorf("%s after the crash: status %s, answer %v; want the stale %s\n%s", name, r.Status, r.Answer, addr, r.Output)
-			continue
-		}
-		if ttl := r.Answer[0].Header().Ttl; ttl != staleAnswerTTL || !r.hasEDE(edeStaleAnswer) {
-			t.Errorf("%s after the crash: TTL %d, EDE %v; want a stale answer (TTL %d, EDE %d)",
-				name, ttl, r.EDE, staleAnswerTTL, edeStaleAnswer)
-		}
-	}
+	expectStale(t, second, names, "after the crash")
 	if hole.packets.Load() == 0 {
 		t.Errorf("no refresh reached the black-holed upstream: the answers above were not given with the upstream dead")
 	}
@@ -176,5 +156,22 @@ func TestCorruptSavedCache(t *testing.T) {
 	}
 	if !regexp.MustCompile(`msg="saved cache" .*entries=1`).MatchString(d.stderr.String()) {
 		t.Errorf("the damaged snapshot was not replaced:\n%s", d.stderr)
+	}
+}
+
+// expectStale asks d each name (to its address) and wants the stale answer:
+// the address, TTL staleAnswerTTL and EDE 3.
+func expectStale(t *testing.T, d *towerd, names map[string]string, when string) {
+	t.Helper()
+	for name, addr := range names {
+		r := dig(t, d.UDP, name, "A")
+		if r.Status != "NOERROR" || !slices.Equal(addresses(r.Answer), []string{addr}) {
+			t.Errorf("%s %s: status %s, answer %v; want the stale %s\n%s", name, when, r.Status, r.Answer, addr, r.Output)
+			continue
+		}
+		if ttl := r.Answer[0].Header().Ttl; ttl != staleAnswerTTL || !r.hasEDE(edeStaleAnswer) {
+			t.Errorf("%s %s: TTL %d, EDE %v; want a stale answer (TTL %d, EDE %d)",
+				name, when, ttl, r.EDE, staleAnswerTTL, edeStaleAnswer)
+		}
 	}
 }
