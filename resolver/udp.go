@@ -17,9 +17,10 @@ import (
 // udpServer serves one bound UDP socket itself rather than through
 // dns.Server, so that a cache hit is answered by the goroutine that reads the
 // socket, from the packet's bytes into a reused buffer
-// (Handler.answerPacket): no goroutine, no dns.Msg and no allocation per hit. Every other packet is
-// copied and goes the general way on its own goroutine, as dns.Server would
-// run it: header check (AcceptRequest), unpack, handler.
+// (Handler.answerPacket): no goroutine, no dns.Msg and no allocation per
+// hit. Every other packet is copied and goes the general way on its own
+// goroutine, as dns.Server would run it: header check (AcceptRequest),
+// unpack, handler.
 //
 // It is used for sockets bound to one address. A socket bound to a wildcard
 // address must answer from the address each query was sent to, which
@@ -41,10 +42,10 @@ type udpServer struct {
 // One goroutine reads each socket and answers the hits itself. More readers
 // (each on a dup of the socket, so their reads would not queue on one
 // runtime lock) were measured and cost more: every datagram woke each of
-// them, one read it and the others went back to sleep. On the 2-vCPU bench
-// machine one reader answered 99,000 hits a second with dnsperf on the other
-// core, at 12.0 µs of CPU per hit at 30k/s against 16.8 µs with two readers
-// (make bench, issue 6).
+// them, one read it and the others went back to sleep (12.0 against 16.8 µs
+// of CPU per hit at 30k/s, before batching; make bench, issue 6). With
+// batches one reader answered 143,000 hits a second with dnsperf on the
+// other core of the 2-vCPU bench machine.
 
 // ioBatch is the most datagrams the reader takes from the socket, and
 // replies it sends, in one system call (see packetIO).
