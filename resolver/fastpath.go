@@ -160,6 +160,27 @@ func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
 	return off + rdlen, true
 }
 
+// cd is the request's Checking Disabled bit, part of the cache key.
+func (q *plainQuery) cd() bool { return q.flags&flagCD != 0 }
+
+// replyFlags are the reply's header flags, as ServeDNS sets them (SetReply,
+// then RA): QR and RA, the request's RD and CD, the rcode. AD is the
+// caller's to add.
+func (q *plainQuery) replyFlags(rcode int) uint16 {
+	return uint16(flagQR|flagRA) | q.flags&(flagRD|flagCD) | uint16(rcode&0xF)
+}
+
+// putHeader writes a reply's header into hdr[:12]: one question, and the
+// records of each section.
+func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
+	binary.BigEndian.PutUint16(hdr[0:], id)
+	binary.BigEndian.PutUint16(hdr[2:], flags)
+	binary.BigEndian.PutUint16(hdr[4:], 1)
+	binary.BigEndian.PutUint16(hdr[6:], answer)
+	binary.BigEndian.PutUint16(hdr[8:], ns)
+	binary.BigEndian.PutUint16(hdr[10:], extra)
+}
+
 // optLen is the size of the OPT record towerd appends to a fresh answer:
 // root name, type, class (UDP size), TTL (extended rcode, version, flags),
 // empty RDATA.
@@ -203,26 +224,22 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 	}
 	zone := s.router.routeCanonical(name)
 
-	size := dns.MinMsgSize // RFC 1035: 512 bytes without EDNS
+	size, reserve := dns.MinMsgSize, 0 // RFC 1035: 512 bytes without EDNS
 	if q.edns {
-		size = max(size, int(q.udpSize))
-	}
-	reserve := 0
-	if q.edns {
-		reserve = optLen
+		size, reserve = max(size, int(q.udpSize)), optLen
 	}
 	headerAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
 	dst = append(dst, q.question...)
-	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.flags&flagCD != 0, headerAt+size-reserve)
+	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+size-reserve)
 	if !ok {
 		if h.flights.full(s.MaxInflight) {
-			return h.rejectPacket(dst[:headerAt], q, name, s, zone, start)
+			return h.rejectPacket(dst, headerAt, q, name, s, zone, start)
 		}
 		return dst[:headerAt], false
 	}
 
-	flags := uint16(flagQR|flagRA) | q.flags&(flagRD|flagCD) | uint16(hit.Rcode&0xF)
+	flags := q.replyFlags(hit.Rcode)
 	// RFC 6840 §5.8: set AD only for clients that asked with DO or AD.
 	if hit.AuthenticatedData && (q.do || q.flags&flagAD != 0) {
 		flags |= flagAD
@@ -232,19 +249,13 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 		extra++
 		dst = appendOPT(dst, q.do, 0)
 	}
-	hdr := dst[headerAt:]
-	binary.BigEndian.PutUint16(hdr[0:], q.id)
-	binary.BigEndian.PutUint16(hdr[2:], flags)
-	binary.BigEndian.PutUint16(hdr[4:], 1)
-	binary.BigEndian.PutUint16(hdr[6:], hit.Answer)
-	binary.BigEndian.PutUint16(hdr[8:], hit.Ns)
-	binary.BigEndian.PutUint16(hdr[10:], extra)
+	putHeader(dst[headerAt:], q.id, flags, hit.Answer, hit.Ns, extra)
 
 	prefetch := s.wantsPrefetch(hit.TTL, hit.Remaining)
 	if prefetch {
 		// Rare (near expiry, once per flight), so the key's
 		// own string is allocated here only.
-		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.flags&flagCD != 0)
+		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
 		h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
 	}
 	if h.obs != nil {
@@ -258,32 +269,27 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 // full: SERVFAIL at once, as ServeDNS would answer it, but without the
 // goroutine, the unpacking and the packing. Under a flood of unique names
 // (issue 7) nearly every query ends here, and answering them in the reader
-// keeps the flood from crowding out the cached names' answers. It declines
-// (false, dst unchanged) when ServeDNS would do something else: the name has
-// an entry (stale may be served) or a resolution for it runs (join it).
-func (h *Handler) rejectPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+// keeps the flood from crowding out the cached names' answers. dst holds,
+// from headerAt, answerPacket's room for the header and the question. It
+// declines (false, dst cut back to headerAt) when ServeDNS would do
+// something else: the name has an entry (stale may be served) or a
+// resolution for it runs (join it).
+func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
 	// A key aliasing name, for lookups only: neither the cache nor the
 	// flights keep a key they are asked about.
-	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.flags&flagCD != 0}
+	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	if h.cache.Has(k) || !h.flights.rejectNew(k, s.MaxInflight) {
-		return dst, false
+		return dst[:headerAt], false
 	}
 	h.cache.CountMiss()
 
-	headerAt := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	dst = append(dst, q.question...)
 	var extra uint16
 	if q.edns {
 		extra = 1
 		// RFC 8914: EDE 22, No Reachable Authority, as ServeDNS marks it.
 		dst = appendOPT(dst, q.do, dns.ExtendedErrorCodeNoReachableAuthority)
 	}
-	hdr := dst[headerAt:]
-	binary.BigEndian.PutUint16(hdr[0:], q.id)
-	binary.BigEndian.PutUint16(hdr[2:], uint16(flagQR|flagRA)|q.flags&(flagRD|flagCD)|dns.RcodeServerFailure)
-	binary.BigEndian.PutUint16(hdr[4:], 1)
-	binary.BigEndian.PutUint16(hdr[10:], extra)
+	putHeader(dst[headerAt:], q.id, q.replyFlags(dns.RcodeServerFailure), 0, 0, extra)
 	if h.obs != nil {
 		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceUpstream,
 			Rcode: dns.RcodeServerFailure, Duration: s.Now().Sub(start)})

@@ -64,12 +64,12 @@ func (u *udpServer) serve(started func()) error {
 	if started != nil {
 		started()
 	}
-	return u.read(u.conn)
+	return u.read()
 }
 
 // read is the reader's loop; it returns nil once shutdown began.
-func (u *udpServer) read(c *net.UDPConn) error {
-	io, err := newPacketIO(c)
+func (u *udpServer) read() error {
+	io, err := newPacketIO(u.conn)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (u *udpServer) read(c *net.UDPConn) error {
 			}
 			u.slow.Add(1)
 			u.mu.Unlock()
-			go u.serveGeneral(c, append([]byte(nil), pkt...), from)
+			go u.serveGeneral(append([]byte(nil), pkt...), from)
 		}
 		_ = io.flush() // a client gone is not our error
 	}
@@ -134,9 +134,9 @@ func (u *udpServer) answerFast(out, pkt []byte, from netip.AddrPort, q *plainQue
 }
 
 // serveGeneral answers one packet that the fast path declined.
-func (u *udpServer) serveGeneral(c *net.UDPConn, pkt []byte, from netip.AddrPort) {
+func (u *udpServer) serveGeneral(pkt []byte, from netip.AddrPort) {
 	defer u.slow.Done()
-	servePacket(u.handler, pkt, &udpWriter{conn: c, to: from}, u.badPacket)
+	servePacket(u.handler, pkt, &udpWriter{conn: u.conn, to: from}, u.badPacket)
 }
 
 // servePacket does with one packet what miekg/dns's Server.serveDNS
