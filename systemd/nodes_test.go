@@ -213,6 +213,26 @@ server=/consul/127.0.0.1#8600
 #rev-server=240.0.0.0/4,127.0.0.1#8600
 `
 
+// The lines of Debian's /sbin/dhclient-script that run the hooks.
+const debianDhclientScript = `#!/bin/sh
+run_hook() {
+    local script="$1"
+    if [ -f $script ]; then
+        . $script
+    fi
+}
+run_hookdir() {
+    local dir="$1"
+    if [ -d "$dir" ]; then
+        for script in $(run-parts --list $dir); do
+            run_hook $script || true
+        done
+    fi
+}
+run_hook /etc/dhcp/dhclient-enter-hooks
+run_hookdir /etc/dhcp/dhclient-enter-hooks.d
+`
+
 const dockerDaemonJSON = `{
   "log-driver": "json-file",
   "log-opts": {
@@ -259,7 +279,8 @@ func nodeTreeFor(c nodeCase) nodeTree {
 		f["/etc/resolv.conf"] = "domain corp.example\nsearch corp.example lab.corp.example\nnameserver 10.1.0.2\nnameserver 10.1.0.3\n"
 		f["/etc/dhcp/dhclient.conf"] = debianDhclientConf
 		f["/sbin/dhclient"] = ""
-		f["/sbin/dhclient-script"] = "#!/bin/sh\n"
+		f["/sbin/dhclient-script"] = debianDhclientScript
+		f["/etc/dhcp/dhclient-enter-hooks.d/debug"] = "RUN=\"no\"\n"
 		f["/etc/dhcp/dhclient-exit-hooks.d/rfc3442-classless-routes"] = "# set classless routes\n"
 		f["/etc/network/interfaces"] = "source /etc/network/interfaces.d/*\n\nauto lo\niface lo inet loopback\n\nallow-hotplug eth0\niface eth0 inet dhcp\n"
 		f["/var/lib/dhcp/dhclient.eth0.leases"] = "lease {\n  interface \"eth0\";\n  option domain-name-servers 10.1.0.2,10.1.0.3;\n}\n"
@@ -268,7 +289,8 @@ func nodeTreeFor(c nodeCase) nodeTree {
 		f["/etc/resolv.conf"] = "domain ec2.internal\nsearch ec2.internal\nnameserver 127.0.0.1\nnameserver 10.2.0.2\n"
 		f["/etc/dhcp/dhclient.conf"] = debianDhclientConf + "prepend domain-name-servers 127.0.0.1;\n"
 		f["/sbin/dhclient"] = ""
-		f["/sbin/dhclient-script"] = "#!/bin/sh\n"
+		f["/sbin/dhclient-script"] = debianDhclientScript
+		f["/etc/dhcp/dhclient-enter-hooks.d/debug"] = "RUN=\"no\"\n"
 		f["/etc/network/interfaces"] = "auto lo\niface lo inet loopback\n\nauto eth0\niface eth0 inet dhcp\n"
 		f["/etc/dnsmasq.conf"] = "# Configuration file for dnsmasq.\n#\n# Format is one option per line, legal options are the same\n# as the long options legal on the command line.\n\n#port=5353\n#no-resolv\n#listen-address=\n"
 		f["/etc/dnsmasq.d/10-consul"] = consulDnsmasqConf
