@@ -32,7 +32,7 @@ func ConsulTokenDropInFile() PlannedFile {
 // PlanConsulToken returns the drop-in when the node has a token file at
 // ConsulTokenPath, so install adds it only where it cannot fail the unit.
 func PlanConsulToken(files nodeFiles) (PlannedFile, bool) {
-	if !exists(files, ConsulTokenPath) {
+	if !nodeHas(files, ConsulTokenPath) {
 		return PlannedFile{}, false
 	}
 	return ConsulTokenDropInFile(), true

@@ -87,7 +87,7 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 	case nm.present && nm.dns != "none" && nm.rcManager != "unmanaged":
 		return planNetworkManager(files, nm), nil
 	case link != "" && path.Dir(link) == resolvedDir,
-		exists(files, ResolvedUpstreams) && resolvConfNames(files, resolvedStubAddress):
+		nodeHas(files, ResolvedUpstreams) && resolvConfNames(files, resolvedStubAddress):
 		return ManagerPlan{
 			Manager: ManagerResolved,
 			Follow:  ResolvedUpstreams,
@@ -95,7 +95,7 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 				", where resolved keeps writing the servers it learns (its stub is turned off, resolved keeps running)",
 		}, nil
 	case link == ResolvconfResolv || link == "/etc/resolvconf/run/resolv.conf" ||
-		(link == "" && resolvconfPresent(files) && exists(files, ResolvconfResolv)):
+		(link == "" && resolvconfPresent(files) && nodeHas(files, ResolvconfResolv)):
 		return planResolvconf(files, ""), nil
 	case dhclientPresent(files):
 		return planDhclient(files), nil
@@ -157,7 +157,7 @@ type nmConfig struct {
 func readNMConfig(files nodeFiles) (nmConfig, error) {
 	c := nmConfig{setBy: map[string]string{}}
 	for _, p := range []string{"/usr/sbin/NetworkManager", "/usr/bin/NetworkManager", NMConfPath, "/run/NetworkManager"} {
-		if exists(files, p) {
+		if nodeHas(files, p) {
 			c.present = true
 		}
 	}
@@ -249,7 +249,7 @@ func nmMainKeys(data []byte) map[string]string {
 // nothing; it is not used.
 func planNetworkManager(files nodeFiles, nm nmConfig) ManagerPlan {
 	follow := NMNoStubResolvConf
-	if !exists(files, NMNoStubResolvConf) && exists(files, NMResolvConf) && nm.dns != "systemd-resolved" && nm.dns != "dnsmasq" {
+	if !nodeHas(files, NMNoStubResolvConf) && nodeHas(files, NMResolvConf) && nm.dns != "systemd-resolved" && nm.dns != "dnsmasq" {
 		// Releases before no-stub-resolv.conf existed: in dns=default
 		// mode resolv.conf holds the servers themselves.
 		follow = NMResolvConf
@@ -280,8 +280,8 @@ func planNetworkManager(files nodeFiles, nm nmConfig) ManagerPlan {
 
 // resolvconfPresent tells whether Debian's resolvconf package is installed.
 func resolvconfPresent(files nodeFiles) bool {
-	return exists(files, "/etc/resolvconf/resolv.conf.d") &&
-		(exists(files, "/sbin/resolvconf") || exists(files, "/usr/sbin/resolvconf"))
+	return nodeHas(files, "/etc/resolvconf/resolv.conf.d") &&
+		(nodeHas(files, "/sbin/resolvconf") || nodeHas(files, "/usr/sbin/resolvconf"))
 }
 
 // planResolvconf follows the file resolvconf assembles. Nothing needs to
@@ -297,7 +297,7 @@ func planResolvconf(files nodeFiles, prefix string) ManagerPlan {
 		Reason: prefix + "resolvconf maintains resolv.conf through a symlink; zone \".\" follows " + ResolvconfResolv +
 			" and the symlink is replaced, so resolvconf no longer reaches " + ResolvConfPath,
 	}
-	if exists(files, "/etc/resolvconf/update.d/dnsmasq") {
+	if nodeHas(files, "/etc/resolvconf/update.d/dnsmasq") {
 		plan.Warnings = append(plan.Warnings, "dnsmasq registers 127.0.0.1 with resolvconf while it runs, and resolvconf drops every server after a loopback one: stop dnsmasq so "+ResolvconfResolv+" lists the real servers again")
 	}
 	return plan
@@ -306,8 +306,8 @@ func planResolvconf(files nodeFiles, prefix string) ManagerPlan {
 // dhclientPresent tells whether ISC dhclient with Debian's
 // dhclient-script is installed.
 func dhclientPresent(files nodeFiles) bool {
-	return exists(files, DhclientConf) &&
-		(exists(files, "/sbin/dhclient-script") || exists(files, "/usr/sbin/dhclient-script"))
+	return nodeHas(files, DhclientConf) &&
+		(nodeHas(files, "/sbin/dhclient-script") || nodeHas(files, "/usr/sbin/dhclient-script"))
 }
 
 // planDhclient installs an enter hook that redefines make_resolv_conf,
@@ -349,7 +349,7 @@ func planDhclient(files nodeFiles) ManagerPlan {
 			}
 		}
 	}
-	if !exists(files, DhclientEnterHooks) {
+	if !nodeHas(files, DhclientEnterHooks) {
 		plan.Warnings = append(plan.Warnings, DhclientEnterHooks+" does not exist: this dhclient-script may not read it (not Debian's); check that "+ResolvConfPath+" survives the next lease")
 	}
 	return plan

@@ -52,7 +52,7 @@ func TestDetectResolvConfManagerOnTheFourNodes(t *testing.T) {
 					t.Errorf("%s: incomplete plan %+v", f.Path, f)
 				}
 				// Every file install adds is new: uninstall then just removes it.
-				if f.Path != DhclientResolvConf && exists(n, f.Path) {
+				if f.Path != DhclientResolvConf && nodeHas(n, f.Path) {
 					t.Errorf("%s already exists on the fixture", f.Path)
 				}
 			}

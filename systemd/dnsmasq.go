@@ -48,8 +48,8 @@ type DnsmasqState struct {
 // Consul recipe).
 func DetectDnsmasq(files nodeFiles) DnsmasqState {
 	var s DnsmasqState
-	installed := exists(files, "/usr/sbin/dnsmasq") || exists(files, "/usr/bin/dnsmasq")
-	if exists(files, DnsmasqConf) {
+	installed := nodeHas(files, "/usr/sbin/dnsmasq") || nodeHas(files, "/usr/bin/dnsmasq")
+	if nodeHas(files, DnsmasqConf) {
 		s.Present = true
 		s.ConfigFiles = append(s.ConfigFiles, DnsmasqConf)
 	}
@@ -73,10 +73,10 @@ func DetectDnsmasq(files nodeFiles) DnsmasqState {
 		for _, opt := range dnsmasqOptions(data) {
 			switch opt.key {
 			case "conf-file":
-				s.ConfigFiles = appendNew(s.ConfigFiles, opt.value)
+				s.ConfigFiles = appendMissing(s.ConfigFiles, opt.value)
 			case "conf-dir":
 				for _, f := range dnsmasqConfDir(files, opt.value) {
-					s.ConfigFiles = appendNew(s.ConfigFiles, f)
+					s.ConfigFiles = appendMissing(s.ConfigFiles, f)
 				}
 			}
 		}
@@ -84,11 +84,11 @@ func DetectDnsmasq(files nodeFiles) DnsmasqState {
 	if len(s.ConfigFiles) > 0 {
 		s.Evidence = append(s.Evidence, "dnsmasq configuration: "+strings.Join(s.ConfigFiles, ", "))
 	}
-	if exists(files, dnsmasqEnabledLink) {
+	if nodeHas(files, dnsmasqEnabledLink) {
 		s.Present, s.Enabled = true, true
 		s.Evidence = append(s.Evidence, DnsmasqUnit+" is enabled ("+dnsmasqEnabledLink+")")
 	}
-	if exists(files, dnsmasqPIDFile) {
+	if nodeHas(files, dnsmasqPIDFile) {
 		s.Present = true
 		s.Evidence = append(s.Evidence, "dnsmasq is running ("+dnsmasqPIDFile+")")
 	}
@@ -188,7 +188,7 @@ func hasAnySuffix(s string, suffixes []string) bool {
 	return false
 }
 
-func appendNew(list []string, s string) []string {
+func appendMissing(list []string, s string) []string {
 	for _, x := range list {
 		if x == s {
 			return list

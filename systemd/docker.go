@@ -69,7 +69,7 @@ func PlanDocker(files nodeFiles, apply bool) (DockerPlan, error) {
 	var p DockerPlan
 	for _, name := range []string{DockerDaemonJSON, "/usr/bin/dockerd", "/usr/sbin/dockerd",
 		"/lib/systemd/system/docker.service", "/usr/lib/systemd/system/docker.service", "/etc/systemd/system/docker.service"} {
-		if exists(files, name) {
+		if nodeHas(files, name) {
 			p.Present = true
 		}
 	}

@@ -43,8 +43,8 @@ func OpenNodeRoot(dir string) (*NodeRoot, error) {
 // Close releases the root directory.
 func (n *NodeRoot) Close() error { return n.root.Close() }
 
-// rel turns a node path into one relative to the root.
-func rel(name string) string {
+// nodeRel turns a node path into one relative to the root.
+func nodeRel(name string) string {
 	p := strings.TrimPrefix(path.Clean("/"+name), "/")
 	if p == "" {
 		return "."
@@ -53,10 +53,10 @@ func rel(name string) string {
 }
 
 // Lstat describes name itself, not what a symlink points at.
-func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) { return n.root.Lstat(rel(name)) }
+func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) { return n.root.Lstat(nodeRel(name)) }
 
 // Readlink returns a symlink's target as written.
-func (n *NodeRoot) Readlink(name string) (string, error) { return n.root.Readlink(rel(name)) }
+func (n *NodeRoot) Readlink(name string) (string, error) { return n.root.Readlink(nodeRel(name)) }
 
 // ReadFile reads name after resolving every symlink on its way.
 func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
@@ -64,7 +64,7 @@ func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.root.ReadFile(rel(real))
+	return n.root.ReadFile(nodeRel(real))
 }
 
 // ReadDir lists name (symlinks resolved) sorted by entry name.
@@ -73,7 +73,7 @@ func (n *NodeRoot) ReadDir(name string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := n.root.Open(rel(real))
+	f, err := n.root.Open(nodeRel(real))
 	if err != nil {
 		return nil, err
 	}
@@ -144,9 +144,9 @@ func linkTarget(files nodeFiles, name string) string {
 	return path.Clean(target)
 }
 
-// exists tells whether name exists under the root (a dangling symlink
+// nodeHas tells whether name exists under the root (a dangling symlink
 // counts: something put it there).
-func exists(files nodeFiles, name string) bool {
+func nodeHas(files nodeFiles, name string) bool {
 	_, err := files.Lstat(name)
 	return err == nil
 }

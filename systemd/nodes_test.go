@@ -361,3 +361,73 @@ func TestNodeRootResolvesLinksInsideTheRoot(t *testing.T) {
 		t.Error("read outside the root")
 	}
 }
+
+// treeSnapshot is every file and link under root with its content or target.
+func treeSnapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			out[p] = "-> " + target
+			return err
+		case fi.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			out[p] = fi.Mode().String() + " " + string(data)
+			return err
+		}
+		out[p] = fi.Mode().String()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDetectorsOnTheEightNodes runs every detector on every fixture: what
+// each finds, and that none of them writes anything.
+func TestDetectorsOnTheEightNodes(t *testing.T) {
+	t.Parallel()
+	for _, c := range allNodeCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			root, n := buildNode(t, c)
+			before := treeSnapshot(t, root)
+
+			ns, err := n.ReadFile(NsswitchPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			edit := RewriteNsswitch(ns)
+			if edit.Changed != (c.kind == nodeDebianResolved) {
+				t.Errorf("nsswitch changed = %v: %q", edit.Changed, edit.Removed)
+			}
+			if _, err := DetectResolvConfManager(n); err != nil {
+				t.Error(err)
+			}
+			if _, err := PlanDocker(n, true); err != nil {
+				t.Error(err)
+			}
+			if d := DetectDnsmasq(n); d.Present != (c.kind == nodeConsulDnsmasq) {
+				t.Errorf("dnsmasq present = %v", d.Present)
+			}
+			if _, ok := PlanConsulToken(n); ok {
+				t.Error("token drop-in without a token file")
+			}
+			after := treeSnapshot(t, root)
+			if len(before) != len(after) {
+				t.Fatalf("detection changed the root: %d entries before, %d after", len(before), len(after))
+			}
+			for p, v := range before {
+				if after[p] != v {
+					t.Errorf("detection changed %s", p)
+				}
+			}
+		})
+	}
+}

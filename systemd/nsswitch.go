@@ -62,7 +62,7 @@ func RewriteNsswitch(data []byte) NsswitchEdit {
 		}
 		edit.Changed = true
 		edit.Removed = append(edit.Removed, removed...)
-		fmt.Fprintf(&out, "%s %s (see `towerd uninstall`).\n", nsswitchMarker, quoteAll(removed))
+		fmt.Fprintf(&out, "%s %s (see `towerd uninstall`).\n", nsswitchMarker, quoteEach(removed))
 		out.WriteString(rewritten)
 	}
 	if !edit.Changed {
@@ -71,11 +71,11 @@ func RewriteNsswitch(data []byte) NsswitchEdit {
 		return edit
 	}
 	edit.Data = out.Bytes()
-	edit.Reason = NsswitchPath + ": removed " + quoteAll(edit.Removed) + " from hosts:, so glibc lookups go to towerd through resolv.conf instead of around it to systemd-resolved"
+	edit.Reason = NsswitchPath + ": removed " + quoteEach(edit.Removed) + " from hosts:, so glibc lookups go to towerd through resolv.conf instead of around it to systemd-resolved"
 	return edit
 }
 
-func quoteAll(items []string) string {
+func quoteEach(items []string) string {
 	q := make([]string, len(items))
 	for i, s := range items {
 		q[i] = "\"" + s + "\""

@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// verify runs the real `systemd-analyze verify` on the units in dir (with
+// verifyUnitDir runs the real `systemd-analyze verify` on the units in dir (with
 // their drop-in directories). It passes only with exit status 0 and no
 // output: for an unknown key systemd-analyze warns but exits 0.
-func verify(t *testing.T, dir string) (string, bool) {
+func verifyUnitDir(t *testing.T, dir string) (string, bool) {
 	t.Helper()
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		t.Skip("systemd-analyze not installed (test/install-deps.sh)")
@@ -96,13 +96,13 @@ func TestUnitsWithDropInsPassSystemdAnalyzeVerify(t *testing.T) {
 		t.Fatal("no token drop-in for a node with a token file")
 	}
 	dir := writeUnitDir(t, docker.SocketDropIn, token)
-	if out, ok := verify(t, dir); !ok {
+	if out, ok := verifyUnitDir(t, dir); !ok {
 		t.Fatalf("systemd-analyze verify rejected the units with drop-ins:\n%s", out)
 	}
 	// The drop-ins are really read: a misspelt key in one is reported.
 	bad := docker.SocketDropIn
 	bad.Data = []byte(strings.Replace(string(bad.Data), "FreeBind=", "FreeBnd=", 1))
-	if out, ok := verify(t, writeUnitDir(t, bad, token)); ok || !strings.Contains(out, "FreeBnd") {
+	if out, ok := verifyUnitDir(t, writeUnitDir(t, bad, token)); ok || !strings.Contains(out, "FreeBnd") {
 		t.Errorf("a misspelt key in a drop-in passed verify:\n%s", out)
 	}
 	if _, ok := PlanConsulToken(nodeRootOf(t, nodeTree{})); ok {

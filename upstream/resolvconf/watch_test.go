@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-// never is a poll interval no test lives to see: with it, only inotify can
+// watchNever is a poll interval no test lives to see: with it, only inotify can
 // deliver a change.
-const never = time.Hour
+const watchNever = time.Hour
 
-// waitBound bounds every wait for a change; reaching it fails the test.
+// watchBound bounds every wait for a change; reaching it fails the test.
 // Issue 14 asks for a change within 2 s.
-const waitBound = 2 * time.Second
+const watchBound = 2 * time.Second
 
-// startWatch starts a watch whose changes arrive on a channel, stopped at
+// startTestWatch starts a watch whose changes arrive on a channel, stopped at
 // the end of the test.
-func startWatch(t *testing.T, path string, opts WatchOptions) (*Watcher, <-chan string) {
+func startTestWatch(t *testing.T, path string, opts WatchOptions) (*Watcher, <-chan string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	changes := make(chan string, 16)
@@ -27,37 +27,37 @@ func startWatch(t *testing.T, path string, opts WatchOptions) (*Watcher, <-chan 
 		cancel()
 		select {
 		case <-w.Done():
-		case <-time.After(waitBound):
+		case <-time.After(watchBound):
 			t.Error("watch did not stop after its context ended")
 		}
 	})
 	return w, changes
 }
 
-func expectChange(t *testing.T, changes <-chan string, want string) {
+func watchExpect(t *testing.T, changes <-chan string, want string) {
 	t.Helper()
 	select {
 	case got := <-changes:
 		if got != want {
 			t.Fatalf("change delivered %q, want %q", got, want)
 		}
-	case <-time.After(waitBound):
-		t.Fatalf("no change within %v (want %q)", waitBound, want)
+	case <-time.After(watchBound):
+		t.Fatalf("no change within %v (want %q)", watchBound, want)
 	}
 }
 
-func writeFile(t *testing.T, path, content string) {
+func watchWrite(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// renameOver replaces path the way resolved and dhclient-script do.
-func renameOver(t *testing.T, path, content string) {
+// watchRenameOver replaces path the way resolved and dhclient-script do.
+func watchRenameOver(t *testing.T, path, content string) {
 	t.Helper()
 	tmp := path + ".new"
-	writeFile(t, tmp, content)
+	watchWrite(t, tmp, content)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
@@ -66,33 +66,33 @@ func renameOver(t *testing.T, path, content string) {
 func TestWatchSeesRenameOverAndInPlaceWritesThroughInotify(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resolv.conf")
-	writeFile(t, path, "nameserver 10.0.0.1\n")
-	w, changes := startWatch(t, path, WatchOptions{PollInterval: never})
+	watchWrite(t, path, "nameserver 10.0.0.1\n")
+	w, changes := startTestWatch(t, path, WatchOptions{PollInterval: watchNever})
 	if string(w.Initial()) != "nameserver 10.0.0.1\n" {
 		t.Fatalf("Initial = %q", w.Initial())
 	}
-	renameOver(t, path, "nameserver 10.0.0.2\n")
-	expectChange(t, changes, "nameserver 10.0.0.2\n")
-	writeFile(t, path, "nameserver 10.0.0.3\n")
-	expectChange(t, changes, "nameserver 10.0.0.3\n")
+	watchRenameOver(t, path, "nameserver 10.0.0.2\n")
+	watchExpect(t, changes, "nameserver 10.0.0.2\n")
+	watchWrite(t, path, "nameserver 10.0.0.3\n")
+	watchExpect(t, changes, "nameserver 10.0.0.3\n")
 
 	// The same bytes written again are not a change: the next change
 	// delivered is the one after them.
-	renameOver(t, path, "nameserver 10.0.0.3\n")
-	renameOver(t, path, "nameserver 10.0.0.4\n")
-	expectChange(t, changes, "nameserver 10.0.0.4\n")
+	watchRenameOver(t, path, "nameserver 10.0.0.3\n")
+	watchRenameOver(t, path, "nameserver 10.0.0.4\n")
+	watchExpect(t, changes, "nameserver 10.0.0.4\n")
 
 	// A file that goes away is not a change; the one that comes back is.
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, path, "nameserver 10.0.0.5\n")
-	expectChange(t, changes, "nameserver 10.0.0.5\n")
+	watchWrite(t, path, "nameserver 10.0.0.5\n")
+	watchExpect(t, changes, "nameserver 10.0.0.5\n")
 
 	// Nor is an empty file (one caught between truncate and write).
-	writeFile(t, path, "")
-	writeFile(t, path, "nameserver 10.0.0.6\n")
-	expectChange(t, changes, "nameserver 10.0.0.6\n")
+	watchWrite(t, path, "")
+	watchWrite(t, path, "nameserver 10.0.0.6\n")
+	watchExpect(t, changes, "nameserver 10.0.0.6\n")
 }
 
 func TestWatchFollowsASymlinkThatIsRepointed(t *testing.T) {
@@ -104,17 +104,17 @@ func TestWatchFollowsASymlinkThatIsRepointed(t *testing.T) {
 		}
 	}
 	a, b := filepath.Join(root, "run/a/resolv.conf"), filepath.Join(root, "run/b/resolv.conf")
-	writeFile(t, a, "nameserver 10.1.0.1\n")
-	writeFile(t, b, "nameserver 10.2.0.1\n")
+	watchWrite(t, a, "nameserver 10.1.0.1\n")
+	watchWrite(t, b, "nameserver 10.2.0.1\n")
 	link := filepath.Join(root, "etc/resolv.conf")
 	if err := os.Symlink("../run/a/resolv.conf", link); err != nil {
 		t.Fatal(err)
 	}
-	_, changes := startWatch(t, link, WatchOptions{PollInterval: never})
+	_, changes := startTestWatch(t, link, WatchOptions{PollInterval: watchNever})
 
 	// The target changes where it lives, not where the link is.
-	renameOver(t, a, "nameserver 10.1.0.2\n")
-	expectChange(t, changes, "nameserver 10.1.0.2\n")
+	watchRenameOver(t, a, "nameserver 10.1.0.2\n")
+	watchExpect(t, changes, "nameserver 10.1.0.2\n")
 
 	// The link is re-pointed atomically, as resolvconf and NetworkManager do.
 	tmp := link + ".tmp"
@@ -124,10 +124,10 @@ func TestWatchFollowsASymlinkThatIsRepointed(t *testing.T) {
 	if err := os.Rename(tmp, link); err != nil {
 		t.Fatal(err)
 	}
-	expectChange(t, changes, "nameserver 10.2.0.1\n")
+	watchExpect(t, changes, "nameserver 10.2.0.1\n")
 	// And the new target's directory is watched from then on.
-	renameOver(t, b, "nameserver 10.2.0.2\n")
-	expectChange(t, changes, "nameserver 10.2.0.2\n")
+	watchRenameOver(t, b, "nameserver 10.2.0.2\n")
+	watchExpect(t, changes, "nameserver 10.2.0.2\n")
 }
 
 func TestWatchPollFallback(t *testing.T) {
@@ -136,17 +136,17 @@ func TestWatchPollFallback(t *testing.T) {
 	// The file and even its directory appear only later, as
 	// /run/towerd-dhclient does at the first lease after install.
 	path := filepath.Join(dir, "later", "resolv.conf")
-	w, changes := startWatch(t, path, WatchOptions{PollInterval: 5 * time.Millisecond, NoInotify: true})
+	w, changes := startTestWatch(t, path, WatchOptions{PollInterval: 5 * time.Millisecond, NoInotify: true})
 	if w.Initial() != nil {
 		t.Fatalf("Initial of a missing file = %q", w.Initial())
 	}
 	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, path, "nameserver 10.3.0.1\n")
-	expectChange(t, changes, "nameserver 10.3.0.1\n")
-	writeFile(t, path, "nameserver 10.3.0.2\n")
-	expectChange(t, changes, "nameserver 10.3.0.2\n")
+	watchWrite(t, path, "nameserver 10.3.0.1\n")
+	watchExpect(t, changes, "nameserver 10.3.0.1\n")
+	watchWrite(t, path, "nameserver 10.3.0.2\n")
+	watchExpect(t, changes, "nameserver 10.3.0.2\n")
 }
 
 func TestWatchArmsADirectoryCreatedLater(t *testing.T) {
@@ -154,25 +154,25 @@ func TestWatchArmsADirectoryCreatedLater(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "later", "resolv.conf")
 	// The poll arms inotify on the directory once it exists.
-	_, changes := startWatch(t, path, WatchOptions{PollInterval: 5 * time.Millisecond})
+	_, changes := startTestWatch(t, path, WatchOptions{PollInterval: 5 * time.Millisecond})
 	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	renameOver(t, path, "nameserver 10.4.0.1\n")
-	expectChange(t, changes, "nameserver 10.4.0.1\n")
+	watchRenameOver(t, path, "nameserver 10.4.0.1\n")
+	watchExpect(t, changes, "nameserver 10.4.0.1\n")
 }
 
 func TestWatchStopsWithItsContext(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "resolv.conf")
-	writeFile(t, path, "nameserver 10.5.0.1\n")
+	watchWrite(t, path, "nameserver 10.5.0.1\n")
 	ctx, cancel := context.WithCancel(context.Background())
-	w := StartWatch(ctx, path, WatchOptions{PollInterval: never}, func([]byte) { t.Error("change after stop") })
+	w := StartWatch(ctx, path, WatchOptions{PollInterval: watchNever}, func([]byte) { t.Error("change after stop") })
 	cancel()
 	select {
 	case <-w.Done():
-	case <-time.After(waitBound):
+	case <-time.After(watchBound):
 		t.Fatal("watch did not stop")
 	}
-	renameOver(t, path, "nameserver 10.5.0.2\n")
+	watchRenameOver(t, path, "nameserver 10.5.0.2\n")
 }
