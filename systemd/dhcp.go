@@ -84,7 +84,7 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 	case nm.present && nm.rcManager == "resolvconf" && resolvconfPresent(files):
 		// NetworkManager hands its servers to resolvconf: follow resolvconf.
 		return planResolvconf(files, "NetworkManager feeds resolvconf (rc-manager=resolvconf); "), nil
-	case nm.present && nm.dns != "none" && nm.rcManager != "unmanaged":
+	case nm.present && nm.dns != "none":
 		return planNetworkManager(files, nm), nil
 	case link != "" && path.Dir(link) == resolvedDir,
 		nodeHas(files, ResolvedUpstreams) && resolvConfNames(files, resolvedStubAddress):
@@ -241,12 +241,13 @@ func nmMainKeys(data []byte) map[string]string {
 
 // planNetworkManager keeps NetworkManager computing DNS but stops it from
 // writing /etc/resolv.conf. NetworkManager.conf(5): with
-// rc-manager=unmanaged it does not touch /etc/resolv.conf, and whatever
-// the setting it always writes its own files under /run/NetworkManager;
-// no-stub-resolv.conf there lists the servers of the active connections
-// (not a local stub), which is what towerd forwards to. dns=none would
-// stop NetworkManager from handling DNS at all, so towerd would learn
-// nothing; it is not used.
+// rc-manager=unmanaged it does not touch /etc/resolv.conf; and
+// nm-dns-manager.c's update_dns writes no-stub-resolv.conf (the servers of
+// the active connections, never a local stub: what towerd forwards to)
+// before it even looks at rc-manager. dns=none is not used: NetworkManager
+// would stop handling DNS, and a node set up that way has another manager
+// (the caller goes on to the next). When rc-manager is already unmanaged,
+// there is nothing to write.
 func planNetworkManager(files nodeFiles, nm nmConfig) ManagerPlan {
 	follow := NMNoStubResolvConf
 	if !nodeHas(files, NMNoStubResolvConf) && nodeHas(files, NMResolvConf) && nm.dns != "systemd-resolved" && nm.dns != "dnsmasq" {
@@ -268,10 +269,14 @@ func planNetworkManager(files nodeFiles, nm nmConfig) ManagerPlan {
 	plan := ManagerPlan{
 		Manager: ManagerNetworkManager,
 		Follow:  follow,
-		Files:   []PlannedFile{{Path: NMDropIn, Data: []byte(b.String()), Mode: 0o644, Reason: reason}},
 		Reason: "NetworkManager maintains resolv.conf; zone \".\" follows " + follow +
 			", where NetworkManager keeps writing the servers of the active connections",
 	}
+	if nm.rcManager == "unmanaged" && nm.dns != "dnsmasq" {
+		plan.Reason += " (rc-manager=unmanaged already, set in " + nm.setBy["rc-manager"] + ")"
+		return plan
+	}
+	plan.Files = []PlannedFile{{Path: NMDropIn, Data: []byte(b.String()), Mode: 0o644, Reason: reason}}
 	for _, p := range nm.overridesDropIn {
 		plan.Warnings = append(plan.Warnings, p+" is read after "+NMDropIn+" and sets dns or rc-manager: check it leaves "+ResolvConfPath+" alone")
 	}

@@ -109,6 +109,12 @@ func TestDetectResolvConfManagerVariants(t *testing.T) {
 			contains: []string{"rc-manager=unmanaged\n", "dns=default\n"},
 		},
 		{
+			name:    "NetworkManager already unmanaged: followed, nothing written",
+			tree:    nm("rc-manager=unmanaged\n", nil),
+			manager: ManagerNetworkManager,
+			follow:  NMNoStubResolvConf,
+		},
+		{
 			name:    "NetworkManager feeding resolvconf is left to resolvconf",
 			tree:    nm("rc-manager=resolvconf\n", nil),
 			manager: ManagerResolvconf,
