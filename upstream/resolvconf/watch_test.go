@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // watchNever is a poll interval no test lives to see: with it, only inotify can
@@ -162,8 +164,10 @@ func TestWatchArmsADirectoryCreatedLater(t *testing.T) {
 	watchExpect(t, changes, "nameserver 10.4.0.1\n")
 }
 
+// TestWatchStopsWithItsContext is not parallel: the parallel tests wait
+// until it is done, so goleak sees only this watch's goroutines.
 func TestWatchStopsWithItsContext(t *testing.T) {
-	t.Parallel()
+	defer goleak.VerifyNone(t)
 	path := filepath.Join(t.TempDir(), "resolv.conf")
 	watchWrite(t, path, "nameserver 10.5.0.1\n")
 	ctx, cancel := context.WithCancel(context.Background())
