@@ -233,3 +233,44 @@ func TestDhclientHookRunsUnderSh(t *testing.T) {
 		t.Error("temporary file left behind")
 	}
 }
+
+// TestDhclientHookWinsInDebiansHookOrder runs the hook directory the way
+// Debian's dhclient-script does (run-parts --list, each file sourced in
+// turn) with the resolvconf package's hook beside ours: "towerd" is a name
+// run-parts accepts, and it sorts after "resolvconf", so its
+// make_resolv_conf is the one dhclient-script calls.
+func TestDhclientHookWinsInDebiansHookOrder(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"sh", "run-parts"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	hooks := t.TempDir()
+	out := filepath.Join(t.TempDir(), "towerd-dhclient")
+	files := map[string]string{
+		"resolvconf": "make_resolv_conf() { echo resolvconf >\"$HOOK_OUT\"; }\n",
+		"towerd":     dhclientHookScript(out),
+		"debug":      "RUN=\"no\"\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(hooks, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := strings.ReplaceAll(debianDhclientScript, "/etc/dhcp/dhclient-enter-hooks.d", hooks) +
+		"make_resolv_conf\n"
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOOK_OUT=" + filepath.Join(t.TempDir(), "resolvconf-ran"),
+		"reason=RENEW", "interface=eth0", "new_domain_name_servers=10.1.0.7"}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("dhclient-script's hook loop failed: %v\n%s", err, b)
+	}
+	got, err := os.ReadFile(filepath.Join(out, "resolv.conf"))
+	if err != nil {
+		t.Fatalf("towerd's make_resolv_conf did not run: %v", err)
+	}
+	if want := "# Written by towerd's dhclient hook: RENEW on eth0\nnameserver 10.1.0.7\n"; string(got) != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
