@@ -48,6 +48,10 @@ type PlannedFile struct {
 	Mode fs.FileMode
 	// Reason is the report line.
 	Reason string
+	// Seed marks a starting copy of a file another program keeps current
+	// (the dhclient hook's): install writes it only where none exists yet,
+	// and leaves one that is there alone, since it may be newer.
+	Seed bool
 }
 
 // ManagerPlan is what install does about the program that maintains
@@ -79,7 +83,8 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 	if err != nil {
 		return ManagerPlan{}, err
 	}
-	link := linkTarget(files, ResolvConfPath)
+	replaced := replacedResolvConf(files)
+	link := linkTarget(files, replaced)
 	switch {
 	case nm.present && nm.rcManager == "resolvconf" && resolvconfPresent(files):
 		// NetworkManager hands its servers to resolvconf: follow resolvconf.
@@ -87,7 +92,7 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 	case nm.present && nm.dns != "none":
 		return planNetworkManager(files, nm), nil
 	case link != "" && path.Dir(link) == resolvedDir,
-		nodeHas(files, ResolvedUpstreams) && resolvConfNames(files, resolvedStubAddress):
+		nodeHas(files, ResolvedUpstreams) && resolvConfNames(files, replaced, resolvedStubAddress):
 		return ManagerPlan{
 			Manager: ManagerResolved,
 			Follow:  ResolvedUpstreams,
@@ -98,7 +103,7 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 		(link == "" && resolvconfPresent(files) && nodeHas(files, ResolvconfResolv)):
 		return planResolvconf(files, ""), nil
 	case dhclientPresent(files):
-		return planDhclient(files), nil
+		return planDhclient(files, replaced), nil
 	}
 	return ManagerPlan{
 		Manager: ManagerStatic,
@@ -106,10 +111,26 @@ func DetectResolvConfManager(files nodeFiles) (ManagerPlan, error) {
 	}, nil
 }
 
-// resolvConfNames tells whether the node's resolv.conf has a nameserver
-// line for addr.
-func resolvConfNames(files nodeFiles, addr string) bool {
+// replacedResolvConf is the resolv.conf that tells what the node had
+// before towerd: /etc/resolv.conf, or, once that is towerd's own file, the
+// backup install kept of it (a symlink stays a symlink there, and its
+// relative target still resolves from /etc). Detection then finds the same
+// on a second install as on the first.
+func replacedResolvConf(files nodeFiles) string {
+	if linkTarget(files, ResolvConfPath) != "" {
+		return ResolvConfPath
+	}
 	data, err := files.ReadFile(ResolvConfPath)
+	if err == nil && ownsResolvConf(data) && nodeHas(files, ResolvConfBackup) {
+		return ResolvConfBackup
+	}
+	return ResolvConfPath
+}
+
+// resolvConfNames tells whether the resolv.conf at name has a nameserver
+// line for addr.
+func resolvConfNames(files nodeFiles, name, addr string) bool {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return false
 	}
@@ -328,7 +349,7 @@ func dhclientPresent(files nodeFiles) bool {
 //
 // The file under /run is also seeded with the current resolv.conf, which
 // the last lease wrote, so towerd has servers before the next renewal.
-func planDhclient(files nodeFiles) ManagerPlan {
+func planDhclient(files nodeFiles, replaced string) ManagerPlan {
 	plan := ManagerPlan{
 		Manager: ManagerDhclient,
 		Follow:  DhclientResolvConf,
@@ -339,9 +360,9 @@ func planDhclient(files nodeFiles) ManagerPlan {
 			Reason: DhclientHook + ": dhclient writes each lease's DNS servers to " + DhclientResolvConf + " for towerd, not to " + ResolvConfPath,
 		}},
 	}
-	if data, err := files.ReadFile(ResolvConfPath); err == nil && !ownsResolvConf(data) {
+	if data, err := files.ReadFile(replaced); err == nil && !ownsResolvConf(data) {
 		plan.Files = append(plan.Files, PlannedFile{
-			Path: DhclientResolvConf, Data: data, Mode: 0o644,
+			Path: DhclientResolvConf, Data: data, Mode: 0o644, Seed: true,
 			Reason: DhclientResolvConf + ": seeded with the servers of the last lease, until the next one",
 		})
 	}

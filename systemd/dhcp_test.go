@@ -68,7 +68,7 @@ func TestDhclientPlanSeedsTheLastLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := plan.Files[1]
-	if seed.Path != DhclientResolvConf || string(seed.Data) != nodeTreeFor(nodeCase{kind: nodeDhclient}).files[ResolvConfPath] {
+	if seed.Path != DhclientResolvConf || !seed.Seed || plan.Files[0].Seed || string(seed.Data) != nodeTreeFor(nodeCase{kind: nodeDhclient}).files[ResolvConfPath] {
 		t.Errorf("seed %s = %q", seed.Path, seed.Data)
 	}
 }

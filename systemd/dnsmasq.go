@@ -92,7 +92,7 @@ func DetectDnsmasq(files nodeFiles) DnsmasqState {
 		s.Present = true
 		s.Evidence = append(s.Evidence, "dnsmasq is running ("+dnsmasqPIDFile+")")
 	}
-	if installed && resolvConfNames(files, "127.0.0.1") {
+	if installed && resolvConfNames(files, replacedResolvConf(files), "127.0.0.1") {
 		s.Present = true
 		s.Evidence = append(s.Evidence, ResolvConfPath+" sends lookups to 127.0.0.1, where dnsmasq answers")
 	}

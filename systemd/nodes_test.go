@@ -431,3 +431,63 @@ func TestDetectorsOnTheEightNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestDetectionAfterInstallFindsTheSame installs by hand what the plans
+// say (towerd's resolv.conf over the old one, kept as the backup as
+// install keeps it; the planned files; the nsswitch edit) and detects
+// again: a second install must plan the same, so it changes nothing.
+func TestDetectionAfterInstallFindsTheSame(t *testing.T) {
+	t.Parallel()
+	for _, c := range allNodeCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			root, n := buildNode(t, c)
+			first, err := DetectResolvConfManager(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			firstDnsmasq := DetectDnsmasq(n)
+
+			real := func(p string) string { return filepath.Join(root, p) }
+			if err := os.Rename(real(ResolvConfPath), real(ResolvConfBackup)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(real(ResolvConfPath), renderResolvConf([]string{"corp.example"}, nil), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range first.Files {
+				if err := os.MkdirAll(filepath.Dir(real(f.Path)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(real(f.Path), f.Data, f.Mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ns, _ := os.ReadFile(real(NsswitchPath))
+			if err := os.WriteFile(real(NsswitchPath), RewriteNsswitch(ns).Data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			second, err := DetectResolvConfManager(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if second.Manager != first.Manager || second.Follow != first.Follow || len(second.Files) != len(first.Files) {
+				t.Fatalf("after install: %s follow %q files %q; before: %s follow %q files %q",
+					second.Manager, second.Follow, planPaths(second), first.Manager, first.Follow, planPaths(first))
+			}
+			for i := range first.Files {
+				if first.Files[i].Path != second.Files[i].Path || string(first.Files[i].Data) != string(second.Files[i].Data) {
+					t.Errorf("%s planned differently after install", first.Files[i].Path)
+				}
+			}
+			if d := DetectDnsmasq(n); strings.Join(d.Evidence, "\n") != strings.Join(firstDnsmasq.Evidence, "\n") {
+				t.Errorf("dnsmasq evidence after install:\n%s\nbefore:\n%s", strings.Join(d.Evidence, "\n"), strings.Join(firstDnsmasq.Evidence, "\n"))
+			}
+			ns, _ = os.ReadFile(real(NsswitchPath))
+			if RewriteNsswitch(ns).Changed {
+				t.Error("nsswitch.conf would be rewritten again")
+			}
+		})
+	}
+}
