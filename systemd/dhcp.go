@@ -163,6 +163,8 @@ func resolvConfLines(data []byte, key string) []string {
 // nmConfig is the part of NetworkManager's merged configuration install
 // cares about.
 type nmConfig struct {
+	// present: NetworkManager runs now (/run/NetworkManager) or is enabled
+	// at boot. Merely installed, it maintains nothing.
 	present         bool
 	dns, rcManager  string
 	setBy           map[string]string // key → file that set it last
@@ -177,7 +179,8 @@ type nmConfig struct {
 // winning.
 func readNMConfig(files nodeFiles) (nmConfig, error) {
 	c := nmConfig{setBy: map[string]string{}}
-	for _, p := range []string{"/usr/sbin/NetworkManager", "/usr/bin/NetworkManager", NMConfPath, "/run/NetworkManager"} {
+	for _, p := range []string{"/run/NetworkManager",
+		"/etc/systemd/system/multi-user.target.wants/NetworkManager.service"} {
 		if nodeHas(files, p) {
 			c.present = true
 		}
@@ -329,11 +332,43 @@ func planResolvconf(files nodeFiles, prefix string) ManagerPlan {
 	return plan
 }
 
-// dhclientPresent tells whether ISC dhclient with Debian's
-// dhclient-script is installed.
+// dhclientPresent tells whether ISC dhclient with its dhclient-script is
+// installed and in use: a lease file, a running dhclient, or an ifupdown
+// interface configured "inet dhcp". Installed but unused (a networkd node
+// with isc-dhcp-client still around), its hook would be harmless, but the
+// file towerd followed would never be written again.
 func dhclientPresent(files nodeFiles) bool {
-	return nodeHas(files, DhclientConf) &&
-		(nodeHas(files, "/sbin/dhclient-script") || nodeHas(files, "/usr/sbin/dhclient-script"))
+	if !nodeHas(files, DhclientConf) ||
+		!(nodeHas(files, "/sbin/dhclient-script") || nodeHas(files, "/usr/sbin/dhclient-script")) {
+		return false
+	}
+	for _, dir := range []string{"/var/lib/dhcp", "/var/lib/dhclient", "/run"} {
+		entries, _ := files.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "dhclient") &&
+				(strings.HasSuffix(e.Name(), ".leases") || strings.HasSuffix(e.Name(), ".pid")) {
+				return true
+			}
+		}
+	}
+	ifaces := []string{"/etc/network/interfaces"}
+	entries, _ := files.ReadDir("/etc/network/interfaces.d")
+	for _, e := range entries {
+		ifaces = append(ifaces, path.Join("/etc/network/interfaces.d", e.Name()))
+	}
+	for _, name := range ifaces {
+		data, err := files.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 4 && f[0] == "iface" && f[3] == "dhcp" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // planDhclient installs an enter hook that redefines make_resolv_conf,
