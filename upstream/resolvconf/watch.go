@@ -46,7 +46,15 @@ type Watcher struct {
 
 	// Touched only by the run goroutine after Start returns.
 	inotify *os.File
-	watched map[string]bool
+	watched map[string]dirWatch
+}
+
+// dirWatch is one armed directory: the inode it was when armed, so a
+// directory replaced under the same name is armed again, and the watch
+// descriptor to drop then.
+type dirWatch struct {
+	ino uint64
+	wd  int
 }
 
 // StartWatch reads path, arms the watch, and from then on calls changed
@@ -60,7 +68,7 @@ func StartWatch(ctx context.Context, path string, opts WatchOptions, changed fun
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
-	w := &Watcher{path: path, changed: changed, opts: opts, done: make(chan struct{}), watched: map[string]bool{}}
+	w := &Watcher{path: path, changed: changed, opts: opts, done: make(chan struct{}), watched: map[string]dirWatch{}}
 	events := make(chan struct{}, 1)
 	var readers sync.WaitGroup
 	if !opts.NoInotify {
@@ -121,22 +129,36 @@ func (w *Watcher) run(ctx context.Context, events <-chan struct{}) {
 
 // arm adds inotify watches for the directory of the path and of every
 // link on the way to the file, as they are now. A directory that does not
-// exist yet is tried again on the next poll.
+// exist yet is tried again on the next poll; one replaced by another of the
+// same name (its old inode reports IN_DELETE_SELF or IN_MOVE_SELF, which
+// wakes the loop) is armed anew.
 func (w *Watcher) arm() {
 	if w.inotify == nil {
 		return
 	}
+	fd := int(w.inotify.Fd())
 	for _, dir := range watchDirs(w.path) {
-		if w.watched[dir] {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			delete(w.watched, dir)
 			continue
+		}
+		old, ok := w.watched[dir]
+		if ok && old.ino == st.Ino {
+			continue
+		}
+		if ok {
+			unix.InotifyRmWatch(fd, uint32(old.wd)) // already gone if the directory was deleted
 		}
 		// Not IN_MODIFY: a writer truncates before it writes, and reading
 		// then would see the file half-written. IN_CLOSE_WRITE says the
 		// writer is done.
 		const mask = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM |
-			unix.IN_CREATE | unix.IN_DELETE
-		if _, err := unix.InotifyAddWatch(int(w.inotify.Fd()), dir, mask); err == nil {
-			w.watched[dir] = true
+			unix.IN_CREATE | unix.IN_DELETE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF
+		if wd, err := unix.InotifyAddWatch(fd, dir, mask); err == nil {
+			w.watched[dir] = dirWatch{ino: st.Ino, wd: wd}
+		} else {
+			delete(w.watched, dir)
 		}
 	}
 }

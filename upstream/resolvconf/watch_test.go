@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // watchNever is a poll interval no test lives to see: with it, only inotify can
@@ -130,6 +131,37 @@ func TestWatchFollowsASymlinkThatIsRepointed(t *testing.T) {
 	// And the new target's directory is watched from then on.
 	watchRenameOver(t, b, "nameserver 10.2.0.2\n")
 	watchExpect(t, changes, "nameserver 10.2.0.2\n")
+}
+
+// TestWatchRearmsAReplacedDirectory swaps the file's directory for a new
+// one under the same name; with no poll, only re-arming inotify on the new
+// directory can see the change made in it afterwards.
+func TestWatchRearmsAReplacedDirectory(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "resolve")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "resolv.conf")
+	watchWrite(t, path, "nameserver 10.6.0.1\n")
+	_, changes := startTestWatch(t, path, WatchOptions{PollInterval: watchNever})
+
+	next := filepath.Join(root, "resolve.new")
+	if err := os.Mkdir(next, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	watchWrite(t, filepath.Join(next, "resolv.conf"), "nameserver 10.6.0.2\n")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	// rename(2) itself: os.Rename refuses an existing directory as target.
+	if err := unix.Rename(next, dir); err != nil { // over the now empty directory
+		t.Fatal(err)
+	}
+	watchExpect(t, changes, "nameserver 10.6.0.2\n")
+	watchRenameOver(t, path, "nameserver 10.6.0.3\n")
+	watchExpect(t, changes, "nameserver 10.6.0.3\n")
 }
 
 func TestWatchPollFallback(t *testing.T) {
