@@ -117,6 +117,7 @@ func checkReply(t *testing.T, packet, reply []byte, tcp bool) {
 // memWriter is a dns.ResponseWriter that keeps what is written.
 type memWriter struct {
 	tcp    bool
+	remote net.Addr // the client; nil: fuzzClientUDP or fuzzClientTCP
 	writes int
 	reply  []byte
 }
@@ -136,6 +137,9 @@ func (w *memWriter) LocalAddr() net.Addr {
 }
 
 func (w *memWriter) RemoteAddr() net.Addr {
+	if w.remote != nil {
+		return w.remote
+	}
 	if w.tcp {
 		return fuzzClientTCP
 	}
