@@ -272,7 +272,7 @@ func seedPackets(tb testing.TB) [][]byte {
 		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: 3, ExtraText: "client"},
 			&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"})
 	})
-	q(`weird\.label\000.example.`, dns.TypeA, false, nil) // escapes in a label
+	q(`weird\.label\000.example.`, dns.TypeA, false, nil)   // escapes in a label
 	q("big.example.", dns.TypeTXT, true, func(m *dns.Msg) { // 65,535 advertised: cut at 1232 (issue 13)
 		m.IsEdns0().SetUDPSize(dns.MaxMsgSize)
 	})
