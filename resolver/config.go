@@ -131,8 +131,7 @@ func (s *settings) staleTTLSeconds() uint32 {
 // lost packet's resend), so the refresh would still be running when the
 // entry expired and the next client would wait for it. Capped at a quarter
 // of the TTL, so a popular entry is refreshed at most every three quarters
-// of its TTL (measured on the bench's jitter day, TTL 2 s: no client waited
-// on the upstream, for 1.3× the upstream queries of the last-tenth rule).
+// of its TTL (the jitter-day figures are in docs/benchmarks.md).
 const prefetchLead = time.Second
 
 // wantsPrefetch reports whether a fresh hit should start a background refresh:

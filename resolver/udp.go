@@ -42,10 +42,8 @@ type udpServer struct {
 // One goroutine reads each socket and answers the hits itself. More readers
 // (each on a dup of the socket, so their reads would not queue on one
 // runtime lock) were measured and cost more: every datagram woke each of
-// them, one read it and the others went back to sleep (12.0 against 16.8 µs
-// of CPU per hit at 30k/s, before batching; make bench, issue 6). With
-// batches one reader answered 143,000 hits a second with dnsperf on the
-// other core of the 2-vCPU bench machine.
+// them, one read it and the others went back to sleep (make bench, issue 6;
+// figures in docs/benchmarks.md).
 
 // ioBatch is the most datagrams the reader takes from the socket, and
 // replies it sends, in one system call (see packetIO).
