@@ -1,7 +1,3 @@
-// Package resolver answers DNS queries: request checks, routing to a zone's
-// upstream, the cache with serve-stale and prefetch, coalescing of identical
-// misses, and answer shaping. It is straight code, not a plugin chain:
-// ServeDNS → checks → route → cache → coalesce → upstream → store → write.
 package resolver
 
 import (
