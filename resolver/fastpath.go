@@ -15,9 +15,11 @@ import (
 // question, plain name, maybe EDNS, its answer fresh in the cache — straight
 // from the packet's bytes into a reply buffer: no dns.Msg, no unpacking, no
 // packing, no allocation (issue 6). Anything else it declines, and the
-// packet takes the general path (unpack, ServeDNS), which holds every rule;
-// the fast path must give the same answer or none. TestFastPathMatchesServeDNS
-// and FuzzFastPath check that.
+// packet takes the general path (unpack, ServeDNS). Both apply the same
+// rules from the same places (request.go: admit, replyShape, observe;
+// Handler.planMiss), so the fast path gives the same answer or none.
+// TestFastPathMatchesServeDNS*, TestFastRejectMatchesServeDNS* and
+// FuzzFastPath check that.
 
 // maxNameLen is the longest domain name in presentation form without
 // escapes: 255 wire bytes less the root label's length byte.
