@@ -1,36 +1,24 @@
 package resolver
 
 import (
-	"net"
-
 	"github.com/miekg/dns"
 )
 
-// advertisedUDPSize is the EDNS buffer towerd offers to clients and asks of
-// upstreams (DNS flag day 2020: 1232 bytes fits any path without IP
-// fragmentation).
-const advertisedUDPSize = 1232
-
-// answer writes one reply to one request.
+// answer writes one reply to one request on the general path (UDP general,
+// TCP, wildcard UDP). The framing comes from the reply core (replyShape),
+// the same the fast path writes as bytes.
 type answer struct {
 	w   dns.ResponseWriter
 	req *dns.Msg
+	sh  replyShape
 	s   *settings
-}
-
-func (a answer) proto() string {
-	if _, ok := a.w.RemoteAddr().(*net.TCPAddr); ok {
-		return "tcp"
-	}
-	return "udp"
 }
 
 // rcode writes an empty reply with the given rcode.
 func (a answer) rcode(rcode int) {
 	out := new(dns.Msg)
 	out.SetRcode(a.req, rcode)
-	out.RecursionAvailable = true
-	a.write(out, false, rcode == dns.RcodeServerFailure)
+	a.write(out, false, false)
 }
 
 // msg writes body (a cached entry or an upstream reply) as the answer to the
@@ -48,11 +36,6 @@ func (a answer) body(body *dns.Msg, stale, staleTTLs bool) {
 	out := new(dns.Msg)
 	out.SetReply(a.req)
 	out.Rcode = body.Rcode
-	out.RecursionAvailable = true
-	// RFC 6840 §5.8: set AD only for clients that asked with DO or AD.
-	if opt := a.req.IsEdns0(); (opt != nil && opt.Do()) || a.req.AuthenticatedData {
-		out.AuthenticatedData = body.AuthenticatedData
-	}
 	out.Answer = body.Answer
 	out.Ns = body.Ns
 	out.Extra = withoutOPT(body.Extra)
@@ -62,39 +45,13 @@ func (a answer) body(body *dns.Msg, stale, staleTTLs bool) {
 		out.Ns = withTTL(out.Ns, ttl)
 		out.Extra = withTTL(out.Extra, ttl)
 	}
-	a.write(out, stale, false)
+	a.write(out, body.AuthenticatedData, stale)
 }
 
-// write adds EDNS when the client spoke it, truncates UDP answers to what the
-// client can take, and sends.
-func (a answer) write(out *dns.Msg, stale, failed bool) {
-	// Compressed, like the fast path's replies (cached entries are packed
-	// that way): the same answer fits the same client buffer either way.
-	out.Compress = true
-	size := dns.MinMsgSize // RFC 1035: 512 bytes without EDNS
-	if opt := a.req.IsEdns0(); opt != nil {
-		out.SetEdns0(advertisedUDPSize, opt.Do())
-		if stale {
-			// RFC 8914 §4.4: EDE 3 tells the client this answer is stale.
-			addEDE(out, dns.ExtendedErrorCodeStaleAnswer)
-		} else if failed {
-			addEDE(out, dns.ExtendedErrorCodeNoReachableAuthority)
-		}
-		size = max(size, int(opt.UDPSize()))
-	}
-	if a.proto() == "udp" {
-		// Truncate drops whole RRs and sets TC when the answer does not fit;
-		// the client then retries over TCP, where there is no such limit.
-		out.Truncate(size)
-	} else {
-		out.Truncate(dns.MaxMsgSize)
-	}
+// write frames out with the reply core and sends it.
+func (a answer) write(out *dns.Msg, ad, stale bool) {
+	a.sh.apply(out, ad, stale)
 	_ = a.w.WriteMsg(out) // the client is gone; nothing to do about it
-}
-
-func addEDE(m *dns.Msg, code uint16) {
-	opt := m.IsEdns0()
-	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code})
 }
 
 // withoutOPT returns a new slice of rrs without OPT pseudo-records, with room

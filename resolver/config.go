@@ -54,17 +54,14 @@ type Config struct {
 	// given without asking the upstream again (RFC 8767 §4: 30 s).
 	FailureRecheck time.Duration
 
+	// MaxUDPSize caps UDP answers in bytes, whatever size a client
+	// advertises: past min(client's size, MaxUDPSize) records are dropped and
+	// TC set, and the client retries over TCP (issue 13: amplification).
+	// Zero means DefaultMaxUDPSize, 1232 (DNS Flag Day 2020); 512 to 65535.
+	MaxUDPSize int
+
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
-}
-
-// RecordSource answers questions from records pushed into memory (the Consul
-// watch). Lookup returns ok=false for every question it does not cover, and
-// the query then takes the normal path (cache, upstream). stale reports that
-// the source has lost contact with its origin and serves its last known
-// records; the answer is then counted and marked as stale.
-type RecordSource interface {
-	Lookup(q dns.Question) (m *dns.Msg, stale, ok bool)
 }
 
 // Defaults of Config fields whose zero value means "use the default".
@@ -105,6 +102,12 @@ func newSettings(cfg Config) (*settings, error) {
 	if cfg.MaxInflight == 0 {
 		cfg.MaxInflight = DefaultMaxInflight
 	}
+	switch {
+	case cfg.MaxUDPSize == 0:
+		cfg.MaxUDPSize = DefaultMaxUDPSize
+	case cfg.MaxUDPSize < dns.MinMsgSize || cfg.MaxUDPSize > dns.MaxMsgSize:
+		return nil, fmt.Errorf("max UDP size %d is outside %d to %d bytes", cfg.MaxUDPSize, dns.MinMsgSize, dns.MaxMsgSize)
+	}
 	if cfg.StaleAnswerTTL > 0 && cfg.StaleAnswerTTL < time.Second {
 		return nil, fmt.Errorf("stale answer TTL %v is below one second", cfg.StaleAnswerTTL)
 	}
@@ -128,8 +131,7 @@ func (s *settings) staleTTLSeconds() uint32 {
 // lost packet's resend), so the refresh would still be running when the
 // entry expired and the next client would wait for it. Capped at a quarter
 // of the TTL, so a popular entry is refreshed at most every three quarters
-// of its TTL (measured on the bench's jitter day, TTL 2 s: no client waited
-// on the upstream, for 1.3× the upstream queries of the last-tenth rule).
+// of its TTL (the jitter-day figures are in docs/benchmarks.md).
 const prefetchLead = time.Second
 
 // wantsPrefetch reports whether a fresh hit should start a background refresh:

@@ -15,36 +15,24 @@ import (
 // question, plain name, maybe EDNS, its answer fresh in the cache — straight
 // from the packet's bytes into a reply buffer: no dns.Msg, no unpacking, no
 // packing, no allocation (issue 6). Anything else it declines, and the
-// packet takes the general path (unpack, ServeDNS), which holds every rule;
-// the fast path must give the same answer or none. TestFastPathMatchesServeDNS
-// and FuzzFastPath check that.
+// packet takes the general path (unpack, ServeDNS). Both apply the same
+// rules from the same places (request.go: admit, replyShape, observe;
+// Handler.planMiss), so the fast path gives the same answer or none.
+// TestFastPathMatchesServeDNS*, TestFastRejectMatchesServeDNS* and
+// FuzzFastPath check that.
 
 // maxNameLen is the longest domain name in presentation form without
 // escapes: 255 wire bytes less the root label's length byte.
 const maxNameLen = 254
 
-// plainQuery is a query as the fast path reads it.
+// plainQuery is a query as the fast path reads it: the request admission
+// and the reply core read, and the bytes the fast path copies.
 type plainQuery struct {
-	id       uint16
-	flags    uint16 // the request's header flags
+	request
 	question []byte // the question section as sent (name, type, class)
-	qtype    uint16
-	qclass   uint16
-	edns     bool
-	do       bool
-	udpSize  uint16
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
 }
-
-// Header flag bits (RFC 1035 §4.1.1, RFC 4035 §3.2 for AD and CD).
-const (
-	flagQR = 1 << 15
-	flagRD = 1 << 8
-	flagRA = 1 << 7
-	flagAD = 1 << 5
-	flagCD = 1 << 4
-)
 
 // EDNS option codes the fast path accepts: ones towerd ignores and that
 // cannot make unpacking fail (RFC 7873 cookie, RFC 7830 padding). Any other
@@ -54,25 +42,28 @@ const (
 	optionPadding = 12
 )
 
-// parse reads p into q. It accepts only a QUERY with exactly one question,
-// no answer or authority records and at most an OPT record of version 0,
-// whose name is uncompressed and made of letters, digits, '-' and '_'.
+// parse reads p into q. It accepts only a query whose header passes
+// acceptHeader, with no answer or authority records and at most one OPT
+// record, whose name is uncompressed and made of letters, digits, '-' and
+// '_'. The rest of admission (admit) is the caller's.
 func (q *plainQuery) parse(p []byte) bool {
 	if len(p) < 12+1+4 {
 		return false
 	}
-	q.id = binary.BigEndian.Uint16(p)
-	q.flags = binary.BigEndian.Uint16(p[2:])
-	if q.flags&flagQR != 0 || (q.flags>>11)&0xF != dns.OpcodeQuery {
+	q.request = request{
+		id:      binary.BigEndian.Uint16(p),
+		flags:   binary.BigEndian.Uint16(p[2:]),
+		qdcount: int(binary.BigEndian.Uint16(p[4:])),
+	}
+	if acceptHeader(q.flags, q.qdcount) != dns.MsgAccept {
 		return false
 	}
-	if binary.BigEndian.Uint16(p[4:]) != 1 || binary.BigEndian.Uint16(p[6:]) != 0 ||
-		binary.BigEndian.Uint16(p[8:]) != 0 {
+	if binary.BigEndian.Uint16(p[6:]) != 0 || binary.BigEndian.Uint16(p[8:]) != 0 {
 		return false
 	}
 	extra := binary.BigEndian.Uint16(p[10:])
 	if extra > 1 {
-		return false
+		return false // a second OPT (FORMERR) or other records: the general path's
 	}
 	off, ok := q.readName(p, 12)
 	if !ok || off+4 > len(p) {
@@ -82,7 +73,6 @@ func (q *plainQuery) parse(p []byte) bool {
 	q.qclass = binary.BigEndian.Uint16(p[off+2:])
 	off += 4
 	q.question = p[12:off]
-	q.edns, q.do, q.udpSize = false, false, 0
 	if extra == 1 {
 		if off, ok = q.readOPT(p, off); !ok {
 			return false
@@ -138,12 +128,12 @@ func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
 		return 0, false
 	}
 	q.udpSize = binary.BigEndian.Uint16(p[off+3:])
-	version := p[off+6]
+	q.version = p[off+6]
 	flags := binary.BigEndian.Uint16(p[off+7:])
 	rdlen := int(binary.BigEndian.Uint16(p[off+9:]))
 	off += 11
-	if version != 0 || off+rdlen > len(p) {
-		return 0, false // BADVERS is the general path's answer
+	if off+rdlen > len(p) {
+		return 0, false
 	}
 	for opts := p[off : off+rdlen]; len(opts) > 0; {
 		if len(opts) < 4 {
@@ -155,19 +145,9 @@ func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
 		}
 		opts = opts[4+l:]
 	}
-	q.edns = true
+	q.opts, q.edns = 1, true
 	q.do = flags&0x8000 != 0 // RFC 3225
 	return off + rdlen, true
-}
-
-// cd is the request's Checking Disabled bit, part of the cache key.
-func (q *plainQuery) cd() bool { return q.flags&flagCD != 0 }
-
-// replyFlags are the reply's header flags, as ServeDNS sets them (SetReply,
-// then RA): QR and RA, the request's RD and CD, the rcode. AD is the
-// caller's to add.
-func (q *plainQuery) replyFlags(rcode int) uint16 {
-	return uint16(flagQR|flagRA) | q.flags&(flagRD|flagCD) | uint16(rcode&0xF)
 }
 
 // putHeader writes a reply's header into hdr[:12]: one question, and the
@@ -212,56 +192,49 @@ func appendOPT(dst []byte, do bool, ede uint16) []byte {
 func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
-	if !q.parse(pkt) || q.qclass != dns.ClassINET || q.qtype == dns.TypeAXFR || q.qtype == dns.TypeIXFR {
+	if !q.parse(pkt) {
 		return dst, false
 	}
-	if !allowedAddr(s.Allow, from.Addr()) {
-		return dst, false
+	q.client = from.Addr()
+	if _, ok := admit(s, &q.request); !ok {
+		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it
 	}
 	name := q.name[:q.nameLen]
-	if s.Records != nil && coversName(s.Records, name) {
+	if s.Records != nil && s.Records.Covers(name) {
 		return dst, false
 	}
 	zone := s.router.routeCanonical(name)
 
-	size, reserve := dns.MinMsgSize, 0 // RFC 1035: 512 bytes without EDNS
-	if q.edns {
-		size, reserve = max(size, int(q.udpSize)), optLen
+	sh := s.replyShape(&q.request)
+	reserve := 0
+	if sh.opt {
+		reserve = optLen
 	}
 	headerAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
 	dst = append(dst, q.question...)
-	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+size-reserve)
+	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
 		if h.flights.full(s.MaxInflight) {
-			return h.rejectPacket(dst, headerAt, q, name, s, zone, start)
+			return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
 		}
 		return dst[:headerAt], false
 	}
 
-	flags := q.replyFlags(hit.Rcode)
-	// RFC 6840 §5.8: set AD only for clients that asked with DO or AD.
-	if hit.AuthenticatedData && (q.do || q.flags&flagAD != 0) {
-		flags |= flagAD
-	}
 	extra := hit.Extra
-	if q.edns {
+	if sh.opt {
 		extra++
-		dst = appendOPT(dst, q.do, 0)
+		dst = appendOPT(dst, sh.do, 0) // a fresh hit carries no EDE
 	}
-	putHeader(dst[headerAt:], q.id, flags, hit.Answer, hit.Ns, extra)
+	putHeader(dst[headerAt:], q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 
-	prefetch := s.wantsPrefetch(hit.TTL, hit.Remaining)
-	if prefetch {
-		// Rare (near expiry, once per flight), so the key's
-		// own string is allocated here only.
+	prefetch := false
+	if s.wantsPrefetch(hit.TTL, hit.Remaining) {
+		// Rare (near expiry), so the key's own string is allocated here only.
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
-		h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+		prefetch = h.prefetch(s, zone, key, hit.TTL, hit.Remaining)
 	}
-	if h.obs != nil {
-		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceCache,
-			Rcode: hit.Rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
-	}
+	h.observe(s, &q.request, zone.Name, SourceCache, hit.Rcode, start, prefetch)
 	return dst, true
 }
 
@@ -270,54 +243,32 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 // goroutine, the unpacking and the packing. Under a flood of unique names
 // (issue 7) nearly every query ends here, and answering them in the reader
 // keeps the flood from crowding out the cached names' answers. dst holds,
-// from headerAt, answerPacket's room for the header and the question. It
-// declines (false, dst cut back to headerAt) when ServeDNS would do
-// something else: the name has an entry (stale may be served) or a
-// resolution for it runs (join it).
-func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+// from headerAt, answerPacket's room for the header and the question.
+//
+// The decision is ServeDNS's own (planMiss) for a question with nothing
+// stale to serve; a key with any entry in the cache is left to ServeDNS,
+// whose lookup may find it servable stale. Declining cuts dst back to
+// headerAt and reports false.
+func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
 	// A key aliasing name, for lookups only: neither the cache nor the
-	// flights keep a key they are asked about.
+	// flights keep a key they are asked about, and planMiss starts nothing
+	// when mayStart is false.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if h.cache.Has(k) || !h.flights.rejectNew(k, s.MaxInflight) {
+	if h.cache.Has(k) {
 		return dst[:headerAt], false
 	}
-	h.cache.CountMiss()
+	if _, plan := h.planMiss(s, zone, k, nil, time.Time{}, start, false); plan != missFallback {
+		return dst[:headerAt], false
+	}
+	h.cache.CountMiss() // ServeDNS's lookup would have counted it
 
+	const rcode = dns.RcodeServerFailure
 	var extra uint16
-	if q.edns {
+	if sh.opt {
 		extra = 1
-		// RFC 8914: EDE 22, No Reachable Authority, as ServeDNS marks it.
-		dst = appendOPT(dst, q.do, dns.ExtendedErrorCodeNoReachableAuthority)
+		dst = appendOPT(dst, sh.do, sh.ede(rcode, false))
 	}
-	putHeader(dst[headerAt:], q.id, q.replyFlags(dns.RcodeServerFailure), 0, 0, extra)
-	if h.obs != nil {
-		h.obs.ObserveQuery(Query{Proto: "udp", Qtype: q.qtype, Zone: zone.Name, Source: SourceUpstream,
-			Rcode: dns.RcodeServerFailure, Duration: s.Now().Sub(start)})
-	}
+	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
+	h.observe(s, &q.request, zone.Name, SourceUpstream, rcode, start, false)
 	return dst, true
-}
-
-// NameCoverer is implemented by a RecordSource that can tell, from a
-// canonical name alone, whether it might answer for it. Without it the fast
-// path leaves every query to the general path, where Lookup is asked.
-// name is canonical (lower case, fully qualified) and only read during the
-// call.
-type NameCoverer interface {
-	Covers(name []byte) bool
-}
-
-func coversName(rs RecordSource, name []byte) bool {
-	c, ok := rs.(NameCoverer)
-	return !ok || c.Covers(name)
-}
-
-// allowedAddr is allowed for an address read with ReadFromUDPAddrPort.
-func allowedAddr(allow []netip.Prefix, ip netip.Addr) bool {
-	ip = ip.Unmap()
-	for _, p := range allow {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
 }

@@ -46,6 +46,11 @@ func (diffUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 		for i := range 25 {
 			m.Answer = append(m.Answer, rr(fmt.Sprintf("mid.example. 300 IN A 192.0.2.%d", i)))
 		}
+	case name == "huge.example.":
+		// 100 addresses: more than 1232 bytes, the UDP cap (issue 13).
+		for i := range 100 {
+			m.Answer = append(m.Answer, rr(fmt.Sprintf("huge.example. 300 IN A 192.0.2.%d", i)))
+		}
 	case name == "big.example.":
 		for i := range 40 {
 			m.Answer = append(m.Answer, rr(fmt.Sprintf("big.example. 300 IN A 192.0.2.%d", i)))
@@ -61,19 +66,29 @@ func (diffUpstream) Close() error    { return nil }
 
 func diffHandler(tb testing.TB, obs Observer) (*Handler, *fakeClock) {
 	tb.Helper()
+	return diffHandlerWith(tb, obs, nil)
+}
+
+// diffHandlerWith is diffHandler with tweak applied to its configuration.
+func diffHandlerWith(tb testing.TB, obs Observer, tweak func(*Config)) (*Handler, *fakeClock) {
+	tb.Helper()
 	clock := newFakeClock()
 	c, err := cache.New(cache.Config{Capacity: 1000, MaxStaleAge: time.Hour, Now: clock.Now})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := NewHandler(Config{
+	cfg := Config{
 		Zones:              []Zone{{Name: ".", Upstream: diffUpstream{}}},
 		ServeStale:         true,
 		StaleClientTimeout: time.Second,
 		StaleAnswerTTL:     30 * time.Second,
 		FailureRecheck:     30 * time.Second,
 		Now:                clock.Now,
-	}, c, nil, obs)
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	h, err := NewHandler(cfg, c, nil, obs)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -84,6 +99,13 @@ func diffHandler(tb testing.TB, obs Observer) (*Handler, *fakeClock) {
 // generalReply is ServeDNS's reply to pkt over UDP.
 func generalReply(h *Handler, pkt []byte) []byte {
 	w := &memWriter{}
+	servePacket(h, pkt, w, func(error) {})
+	return w.reply
+}
+
+// generalReplyFrom is generalReply to a client at from.
+func generalReplyFrom(h *Handler, pkt []byte, from netip.AddrPort) []byte {
+	w := &memWriter{remote: net.UDPAddrFromAddrPort(from)}
 	servePacket(h, pkt, w, func(error) {})
 	return w.reply
 }
@@ -269,24 +291,49 @@ func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 }
 
 // FuzzFastPath: for any packet the fast path answers, ServeDNS gives the
-// same reply.
+// same reply, from every client of diffClients (allowed and refused
+// prefixes), with and without a Records source; the seeds and the warm
+// cache cover query types beyond A and AAAA and names the source covers.
 func FuzzFastPath(f *testing.F) {
 	for _, v := range variants()[:40] {
 		f.Add(v.pack(f))
 	}
-	h, _ := diffHandler(f, nil)
+	var warm [][]byte
 	for _, v := range variants() {
-		generalReply(h, v.pack(f))
+		warm = append(warm, v.pack(f))
 	}
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	huge := variant{name: "huge.example.", qtype: dns.TypeA, edns: true, size: dns.MaxMsgSize}.pack(f)
+	warm = append(warm, huge)
+	f.Add(huge)
+	for _, name := range diffNames {
+		for _, qtype := range diffQtypes {
+			p := variant{name: name, qtype: qtype, edns: true, size: 1232}.pack(f)
+			warm = append(warm, p)
+			f.Add(p)
+		}
+	}
+	hs := make([]*Handler, len(diffSources))
+	for i, src := range diffSources {
+		hs[i], _ = variedHandler(f, src.rs, nil)
+		for _, p := range warm {
+			generalReply(hs[i], p)
+		}
+	}
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		var q plainQuery
-		reply, ok := h.answerPacket(nil, pkt, from, &q)
-		if !ok {
-			return
-		}
-		if diff, same := sameReply(reply, generalReply(h, pkt)); !same {
-			t.Fatal(diff)
+		for _, h := range hs {
+			for _, c := range diffClients {
+				reply, ok := h.answerPacket(nil, pkt, c.addr, &q)
+				if !ok {
+					continue
+				}
+				if !c.allowed {
+					t.Fatalf("client %s outside the allow-list answered by the fast path", c.addr)
+				}
+				if diff, same := sameReply(reply, generalReplyFrom(h, pkt, c.addr)); !same {
+					t.Fatal(diff)
+				}
+			}
 		}
 	})
 }

@@ -109,11 +109,15 @@ func checkReply(t *testing.T, packet, reply []byte, tcp bool) {
 	if len(reply) > limit {
 		t.Fatalf("UDP reply of %d bytes, the client takes %d", len(reply), limit)
 	}
+	if len(reply) > DefaultMaxUDPSize {
+		t.Fatalf("UDP reply of %d bytes, over the %d-byte cap (issue 13)", len(reply), DefaultMaxUDPSize)
+	}
 }
 
 // memWriter is a dns.ResponseWriter that keeps what is written.
 type memWriter struct {
 	tcp    bool
+	remote net.Addr // the client; nil: fuzzClientUDP or fuzzClientTCP
 	writes int
 	reply  []byte
 }
@@ -133,6 +137,9 @@ func (w *memWriter) LocalAddr() net.Addr {
 }
 
 func (w *memWriter) RemoteAddr() net.Addr {
+	if w.remote != nil {
+		return w.remote
+	}
 	if w.tcp {
 		return fuzzClientTCP
 	}
@@ -265,7 +272,13 @@ func seedPackets(tb testing.TB) [][]byte {
 		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: 3, ExtraText: "client"},
 			&dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"})
 	})
-	q(`weird\.label\000.example.`, dns.TypeA, false, nil) // escapes in a label
+	q(`weird\.label\000.example.`, dns.TypeA, false, nil)   // escapes in a label
+	q("big.example.", dns.TypeTXT, true, func(m *dns.Msg) { // 65,535 advertised: cut at 1232 (issue 13)
+		m.IsEdns0().SetUDPSize(dns.MaxMsgSize)
+	})
+	q("twoopt.example.", dns.TypeA, true, func(m *dns.Msg) { // two OPT records: FORMERR (RFC 6891 §6.1.1)
+		m.Extra = append(m.Extra, &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: 1232}})
+	})
 
 	raw := [][]byte{
 		{},                                   // empty

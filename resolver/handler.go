@@ -1,22 +1,15 @@
-// Package resolver answers DNS queries: request checks, routing to a zone's
-// upstream, the cache with serve-stale and prefetch, coalescing of identical
-// misses, and answer shaping. It is straight code, not a plugin chain:
-// ServeDNS → checks → route → cache → coalesce → upstream → store → write.
 package resolver
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/upstream"
 )
 
 // Where an answer came from, for metrics and logs.
@@ -96,63 +89,47 @@ func (h *Handler) ZoneOf(qname string) string { return h.settings.Load().router.
 // after the listeners have drained.
 func (h *Handler) Close() { h.flights.close() }
 
-// ServeDNS implements dns.Handler. The request has passed AcceptRequest, so it
-// is a QUERY whose header counts one question.
-func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+// ServeDNS implements dns.Handler: the general path of every route but the
+// fast path's (see the package doc).
+func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
 	s := h.settings.Load()
 	start := s.Now()
-	a := answer{w: w, req: r, s: s}
-	if len(r.Question) != 1 {
-		// A header that promises a question the packet does not carry parses
-		// without error in miekg/dns; answer it like QDCOUNT 0.
-		if h.obs != nil {
-			h.obs.ObserveQuery(Query{Proto: a.proto(), Source: SourceLocal, Rcode: dns.RcodeFormatError,
-				Duration: s.Now().Sub(start)})
+	var r request
+	r.fromMsg(m, w)
+	a := answer{w: w, req: m, sh: s.replyShape(&r), s: s}
+	if rcode, ok := admit(s, &r); !ok {
+		zone := ""
+		if len(m.Question) == 1 {
+			zone = s.router.route(m.Question[0].Name).Name
 		}
-		a.rcode(dns.RcodeFormatError)
-		return
-	}
-	q := r.Question[0]
-	zone := s.router.route(q.Name)
-
-	// Every answer is observed just before it is written, so a client that
-	// has its answer is already counted: /metrics never lags behind it.
-	record := func(source string, rcode int, prefetch bool) {
-		if h.obs != nil {
-			h.obs.ObserveQuery(Query{Proto: a.proto(), Qtype: q.Qtype, Zone: zone.Name, Source: source,
-				Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
-		}
-	}
-
-	if rcode, refuse := h.check(s, w, r); refuse {
-		record(SourceLocal, rcode, false)
+		h.observe(s, &r, zone, SourceLocal, rcode, start, false)
 		a.rcode(rcode)
 		return
 	}
+	q := m.Question[0]
+	zone := s.router.route(q.Name)
+	record := func(source string, rcode int, prefetch bool) {
+		h.observe(s, &r, zone.Name, source, rcode, start, prefetch)
+	}
 
 	if s.Records != nil {
-		if m, stale, ok := s.Records.Lookup(q); ok {
+		if body, stale, ok := s.Records.Lookup(q); ok {
 			source := SourceRecords
 			if stale {
 				source = SourceStale
 			}
 			// Pushed records carry their own TTLs; a stale source keeps them
 			// (they are the last known truth) but the answer is marked stale.
-			record(source, m.Rcode, false)
-			a.records(m, stale)
+			record(source, body.Rcode, false)
+			a.records(body, stale)
 			return
 		}
 	}
 
-	opt := r.IsEdns0()
-	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, opt != nil && opt.Do(), r.CheckingDisabled)
+	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, r.do, r.cd())
 	res, found := h.cache.Get(key)
 	if found && res.Fresh {
-		prefetch := s.wantsPrefetch(res.TTL, res.Remaining)
-		if prefetch {
-			// join starts at most one refresh per key: a running flight is reused.
-			h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
-		}
+		prefetch := h.prefetch(s, zone, key, res.TTL, res.Remaining)
 		record(SourceCache, res.Msg.Rcode, prefetch)
 		a.msg(res.Msg, false)
 		return
@@ -162,16 +139,8 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		stale = res.Msg
 	}
 
-	// RFC 8767 §4: after a failed refresh, keep answering stale for a while
-	// without asking the upstream again, so a dead upstream is not hammered.
-	if stale != nil && !res.RefreshFailedAt.IsZero() && start.Sub(res.RefreshFailedAt) < s.FailureRecheck {
-		h.fail(a, stale, record)
-		return
-	}
-
-	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
-	if !ok {
-		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", q.Name)
+	fl, plan := h.planMiss(s, zone, key, stale, res.RefreshFailedAt, start, true)
+	if plan == missFallback {
 		h.fail(a, stale, record)
 		return
 	}
@@ -180,12 +149,15 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
 		wait = min(wait, s.StaleClientTimeout)
-		zoneDown = downSignal(zone.Upstream)
-		if knownDown(zone.Upstream) {
-			// Every server of the zone has failed repeatedly: waiting out the
-			// client response timer would only delay the stale answer it
-			// will get anyway. The refresh still runs, as a probe.
-			wait = 0
+		if hr, ok := zone.Upstream.(HealthReporter); ok {
+			zoneDown = hr.AllDownSignal()
+			if hr.AllDown() {
+				// Every server of the zone has failed repeatedly: waiting
+				// out the client response timer would only delay the stale
+				// answer it will get anyway. The refresh still runs, as a
+				// probe.
+				wait = 0
+			}
 		}
 	}
 	if wait == 0 && stale != nil {
@@ -212,6 +184,59 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	record(SourceUpstream, fl.msg.Rcode, false)
 	a.msg(fl.msg, false)
+}
+
+// prefetch starts the background refresh of a fresh hit that is due for one
+// (Config.Prefetch) and reports whether this hit started it: a refresh
+// already running for key is not started again, and the cap may refuse one.
+func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining time.Duration) bool {
+	if !s.wantsPrefetch(ttl, remaining) {
+		return false
+	}
+	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+	return started
+}
+
+// missPlan is the miss decision's outcome for a question without a fresh
+// answer.
+type missPlan int
+
+const (
+	// missWait: a resolution for the key runs (joined or started): wait for
+	// it, within the client's timers.
+	missWait missPlan = iota
+	// missFallback: answer at once, stale if there is something stale, else
+	// SERVFAIL (h.fail).
+	missFallback
+	// missDecline: the fast path may not start or join a resolution; the
+	// general path takes the query and decides again.
+	missDecline
+)
+
+// planMiss is the one miss decision of every route. RFC 8767 §4: after a
+// failed refresh, a stale answer is given without asking the upstream again
+// for FailureRecheck, so a dead upstream is not hammered. Otherwise a
+// running resolution is joined or a new one started; with the in-flight cap
+// full and none running for key, the answer is due at once (never queued).
+// mayStart is false on the fast path, which starts nothing (it has no key
+// of its own, only one aliasing the packet): it only learns whether the
+// answer is the fallback, and declines otherwise.
+func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg, refreshFailedAt, now time.Time, mayStart bool) (*flight, missPlan) {
+	if stale != nil && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck {
+		return nil, missFallback
+	}
+	if !mayStart {
+		if h.flights.rejectNew(key, s.MaxInflight) {
+			return nil, missFallback
+		}
+		return nil, missDecline
+	}
+	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+	if !ok {
+		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
+		return nil, missFallback
+	}
+	return fl, missWait
 }
 
 // fail answers a query that gets no fresh upstream reply (the refresh failed,
@@ -260,28 +285,10 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 	}
 }
 
-// downReporter is implemented by upstreams that track health (upstream.Group).
-type downReporter interface{ AllDown() bool }
-
-func knownDown(u upstream.Upstream) bool {
-	d, ok := u.(downReporter)
-	return ok && d.AllDown()
-}
-
-// downSignal returns upstream.Group.AllDownSignal's channel, nil for an
-// upstream that does not track health.
-func downSignal(u upstream.Upstream) <-chan struct{} {
-	d, ok := u.(interface{ AllDownSignal() <-chan struct{} })
-	if !ok {
-		return nil
-	}
-	return d.AllDownSignal()
-}
-
 type errUpstreamRcode struct{ rcode int }
 
 func (e errUpstreamRcode) Error() string {
-	return "upstream answered " + dns.RcodeToString[e.rcode]
+	return "upstream answered " + RcodeLabel(e.rcode)
 }
 
 // upstreamQuery builds the question towerd sends for key: recursion desired,
@@ -294,40 +301,4 @@ func upstreamQuery(key cache.Key) *dns.Msg {
 	m.CheckingDisabled = key.CD
 	m.SetEdns0(advertisedUDPSize, key.DO)
 	return m
-}
-
-// check applies the request rules that need no upstream. It returns the rcode
-// to answer with and true when the query must not go further.
-func (h *Handler) check(s *settings, w dns.ResponseWriter, r *dns.Msg) (int, bool) {
-	if !allowed(s.Allow, w.RemoteAddr()) {
-		return dns.RcodeRefused, true
-	}
-	if opt := r.IsEdns0(); opt != nil && opt.Version() != 0 {
-		return dns.RcodeBadVers, true // RFC 6891 §6.1.3
-	}
-	q := r.Question[0]
-	if q.Qclass != dns.ClassINET {
-		return dns.RcodeRefused, true
-	}
-	switch q.Qtype {
-	case dns.TypeAXFR, dns.TypeIXFR:
-		// towerd holds no zones to transfer; refusing also keeps an open
-		// TCP stream from being turned into an amplifier.
-		return dns.RcodeRefused, true
-	}
-	return dns.RcodeSuccess, false
-}
-
-// allowed reports whether the client address is inside the allow-list.
-func allowed(allow []netip.Prefix, remote net.Addr) bool {
-	var ip netip.Addr
-	switch a := remote.(type) {
-	case *net.UDPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		return false
-	}
-	return allowedAddr(allow, ip)
 }

@@ -236,6 +236,14 @@ func (deadUpstream) Address() string { return "dead" }
 func (deadUpstream) Close() error    { return nil }
 func (deadUpstream) AllDown() bool   { return true }
 
+// AllDownSignal: already all down, so no client ever waits for the signal.
+func (deadUpstream) AllDownSignal() <-chan struct{} { return nil }
+
+var (
+	_ HealthReporter = deadUpstream{}
+	_ HealthReporter = downingUpstream{}
+)
+
 // When every server of the zone is known down, a client with a stale answer
 // gets it at once: the client timers here are an hour, so waiting them out
 // would fail the query (the client gives up after 5 s).

@@ -62,8 +62,8 @@ type Metrics struct {
 
 	// series remembers the counters and histogram of each label set seen, so
 	// that a query costs one lock-free map lookup instead of three label
-	// lookups in the vectors (hashing, a read lock each): on a cache hit
-	// those were 40 % of the fast path's time. The map is replaced, never
+	// lookups in the vectors (hashing, a read lock each), which weighed on
+	// the fast path's hit (docs/benchmarks.md). The map is replaced, never
 	// changed, under seriesMu; label values come from closed sets (see
 	// QtypeLabel, RcodeLabel, configured zones), so it stays small.
 	series   atomic.Pointer[map[seriesKey]*querySeries]

@@ -161,3 +161,27 @@ func TestQtypeAndRcodeLabels(t *testing.T) {
 		t.Errorf("RcodeLabel(3841) = %q, want the number", got)
 	}
 }
+
+// towerd_cache_prefetches_total counts refreshes started, not hits in the
+// prefetch window: three hits while one refresh runs count one (issue 16).
+func TestMetricsPrefetchesEqualRefreshesStarted(t *testing.T) {
+	e, m, _ := metricsEnv(t, nil)
+	e.query("pre.example.")
+	<-e.up.arrived // the miss
+	e.up.mode.Store("hold")
+	released := sync.OnceFunc(func() { close(e.up.release) })
+	t.Cleanup(released)
+
+	e.clock.Advance(291 * time.Second) // 9 s left of 300: inside the window
+	for range 3 {
+		e.query("pre.example.") // fast-path hits over UDP
+	}
+	<-e.up.arrived // the one refresh
+	started := e.up.queries.Load() - 1
+	if got := testutil.ToFloat64(m.prefetches); got != float64(started) || started != 1 {
+		t.Errorf("prefetches = %v, refreshes started = %d; want both 1", got, started)
+	}
+	if got := testutil.ToFloat64(m.responses.WithLabelValues(".", SourceCache, "NOERROR")); got != 3 {
+		t.Errorf("cache answers = %v, want 3", got)
+	}
+}

@@ -20,21 +20,12 @@ import (
 const DefaultTCPIdleTimeout = 10 * time.Second
 
 // AcceptRequest is the first check on every packet, run on the header alone
-// before the rest is parsed: responses are dropped (they are never queries,
-// and answering them could be used for reflection), opcodes other than QUERY
-// get NOTIMP, and anything but exactly one question gets FORMERR.
+// before the rest is parsed (dns.Server's MsgAcceptFunc): responses are
+// dropped, opcodes other than QUERY get NOTIMP, and anything but exactly
+// one question gets FORMERR. It is the header part of the one admission
+// step (acceptHeader, admit).
 func AcceptRequest(dh dns.Header) dns.MsgAcceptAction {
-	const qr = 1 << 15
-	if dh.Bits&qr != 0 {
-		return dns.MsgIgnore
-	}
-	if opcode := int(dh.Bits>>11) & 0xF; opcode != dns.OpcodeQuery {
-		return dns.MsgRejectNotImplemented
-	}
-	if dh.Qdcount != 1 {
-		return dns.MsgReject
-	}
-	return dns.MsgAccept
+	return acceptHeader(dh.Bits, int(dh.Qdcount))
 }
 
 // Server runs the UDP and TCP listeners of towerd on sockets it binds itself
@@ -138,7 +129,9 @@ func (s *Server) AddPacketConn(pc net.PacketConn) {
 		s.add(&dns.Server{PacketConn: pc, Net: "udp"}, addr)
 		return
 	}
-	fast, _ := s.Handler.(*Handler)
+	// The fast path needs the handler's packetAnswerer side; any other
+	// handler is served on the general path alone.
+	fast, _ := s.Handler.(packetAnswerer)
 	u := newUDPServer(uc, recoverer{next: s.Handler, onPanic: s.OnPanic}, fast, s.OnPanic, s.invalid)
 	s.mu.Lock()
 	s.servers = append(s.servers, u)

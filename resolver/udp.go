@@ -26,9 +26,9 @@ import (
 // address must answer from the address each query was sent to, which
 // dns.Server does with control messages; such sockets stay with dns.Server.
 type udpServer struct {
-	conn     *net.UDPConn // the socket as handed over; closed at shutdown
-	fast     *Handler     // nil: no fast path (a handler other than ours)
-	handler  dns.Handler  // the general path, panics already recovered
+	conn     *net.UDPConn   // the socket as handed over; closed at shutdown
+	fast     packetAnswerer // nil: no fast path (a handler other than ours)
+	handler  dns.Handler    // the general path, panics already recovered
 	onPanic  func(v any, stack []byte)
 	onBadPkt func(err error)
 
@@ -42,10 +42,8 @@ type udpServer struct {
 // One goroutine reads each socket and answers the hits itself. More readers
 // (each on a dup of the socket, so their reads would not queue on one
 // runtime lock) were measured and cost more: every datagram woke each of
-// them, one read it and the others went back to sleep (12.0 against 16.8 µs
-// of CPU per hit at 30k/s, before batching; make bench, issue 6). With
-// batches one reader answered 143,000 hits a second with dnsperf on the
-// other core of the 2-vCPU bench machine.
+// them, one read it and the others went back to sleep (make bench, issue 6;
+// figures in docs/benchmarks.md).
 
 // ioBatch is the most datagrams the reader takes from the socket, and
 // replies it sends, in one system call (see packetIO).
@@ -55,7 +53,7 @@ const ioBatch = 16
 // lets clients send big ones) is read whole, not cut.
 const udpReadBuffer = 65535
 
-func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast *Handler, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
+func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
 	return &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt}
 }
 
@@ -158,7 +156,7 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		Nscount: binary.BigEndian.Uint16(pkt[8:]),
 		Arcount: binary.BigEndian.Uint16(pkt[10:]),
 	}
-	action := AcceptRequest(dh)
+	action := acceptHeader(dh.Bits, int(dh.Qdcount))
 	switch action {
 	case dns.MsgIgnore:
 		return
@@ -173,7 +171,8 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		action = dns.MsgReject
 	}
 	req := new(dns.Msg)
-	setHeader(req, dh)
+	setMsgFlags(req, dh.Bits)
+	req.Id = dh.Id
 	opcode := req.Opcode
 	req.SetRcodeFormatError(req)
 	req.Zero = false
@@ -188,23 +187,6 @@ func (u *udpServer) badPacket(err error) {
 	if u.onBadPkt != nil {
 		u.onBadPkt(err)
 	}
-}
-
-// setHeader fills m's header from the raw one (dns.Msg.setHdr is not
-// exported).
-func setHeader(m *dns.Msg, dh dns.Header) {
-	b := dh.Bits
-	m.Id = dh.Id
-	m.Response = b&flagQR != 0
-	m.Opcode = int(b>>11) & 0xF
-	m.Authoritative = b&(1<<10) != 0
-	m.Truncated = b&(1<<9) != 0
-	m.RecursionDesired = b&flagRD != 0
-	m.RecursionAvailable = b&flagRA != 0
-	m.Zero = b&(1<<6) != 0
-	m.AuthenticatedData = b&flagAD != 0
-	m.CheckingDisabled = b&flagCD != 0
-	m.Rcode = int(b & 0xF)
 }
 
 // shutdown stops the readers and waits, up to ctx, for general-path queries

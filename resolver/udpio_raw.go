@@ -22,8 +22,8 @@ import (
 // (syscall.RawConn) instead of net.UDPConn's methods. The socket is
 // non-blocking, so they cannot block; what the raw form saves is the
 // runtime's bookkeeping around each call (entersyscall, exitsyscall, and the
-// sysmon thread they keep awake), which on a 2-core node answering 30,000
-// hits a second was a fifth of towerd's CPU (perf, issue 6). When nothing
+// sysmon thread they keep awake), a large share of towerd's CPU on a busy
+// node (perf, issue 6; docs/benchmarks.md). When nothing
 // is waiting the poller parks the goroutine as usual.
 type packetIO struct {
 	rc interface {

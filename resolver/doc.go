@@ -1,0 +1,53 @@
+// Package resolver answers DNS queries: request checks, routing to a zone's
+// upstream, the cache with serve-stale and prefetch, coalescing of identical
+// misses, and answer shaping. It is straight code, not a plugin chain:
+// ServeDNS → checks → route → cache → coalesce → upstream → store → write.
+//
+// # Answer routes
+//
+// A query reaches an answer by one of five routes:
+//
+//  1. Fast hit (udp.go → fastpath.go answerPacket): a UDP socket bound to
+//     one address; a plain query whose answer is fresh in the cache is
+//     answered by the socket's reader from the packet's bytes into a reused
+//     buffer, with no allocation.
+//  2. Fast reject (fastpath.go rejectPacket): the same reader, a miss while
+//     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
+//  3. UDP general (udp.go servePacket → ServeDNS): everything the fast
+//     path declines on such a socket, on its own goroutine.
+//  4. TCP via dns.Server (server.go AddListener → ServeDNS).
+//  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
+//     to 0.0.0.0 or ::, which must answer from the address each query was
+//     sent to) → ServeDNS.
+//
+// Every rule lives once, and every route uses it (request.go):
+//
+//   - Header rules (QR dropped, opcode → NOTIMP, QDCOUNT → FORMERR):
+//     acceptHeader, run on the header before parsing by AcceptRequest
+//     (dns.Server, routes 4 and 5), servePacket (route 3) and the fast
+//     parser (routes 1 and 2).
+//   - Admission (header rules again, allow-list → REFUSED, two OPT records →
+//     FORMERR, EDNS version → BADVERS, class and AXFR/IXFR → REFUSED): admit,
+//     over a request value filled by plainQuery.parse (routes 1, 2) or
+//     request.fromMsg (ServeDNS). The fast path declines what admit refuses;
+//     ServeDNS writes the refusal.
+//   - Reply framing (QR, RA, RD and CD from the request, RFC 6840 AD, OPT
+//     with the client's DO, EDE 3 on stale and 22 on SERVFAIL, the size
+//     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
+//     64 KiB over TCP): replyShape, written as bytes by the fast path and
+//     on a dns.Msg by replyShape.apply.
+//   - Records before the cache: ServeDNS asks RecordSource.Lookup; the fast
+//     path declines every name RecordSource.Covers.
+//   - Miss decision (failure recheck, join or start a resolution, cap full →
+//     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
+//     for a question with no cache entry.
+//   - Prefetch: Handler.prefetch, counted when a refresh starts.
+//   - Observation: Handler.observe, once per answer, before it is written.
+//
+// The contracts the resolver relies on are named interfaces with
+// compile-time checks (contracts.go): RecordSource, HealthReporter, the
+// fast path's packetAnswerer. TestFastPathMatchesServeDNS*,
+// TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
+// ServeDNS's answers byte for byte, across client prefixes, query types and
+// Records sources.
+package resolver

@@ -1,0 +1,296 @@
+package resolver
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// This file is the one admission step and the one reply core of every
+// answer route (see the package doc): both parsers fill a request, admit
+// decides what a request gets without going further, replyShape frames the
+// reply, and observe counts it. The routes differ only in how they read
+// the packet and how they write the reply (bytes or dns.Msg).
+
+// Header flag bits (RFC 1035 §4.1.1; RFC 4035 §3.2 for AD and CD).
+const (
+	flagQR = 1 << 15
+	flagAA = 1 << 10
+	flagTC = 1 << 9
+	flagRD = 1 << 8
+	flagRA = 1 << 7
+	flagZ  = 1 << 6
+	flagAD = 1 << 5
+	flagCD = 1 << 4
+)
+
+// opcodeOf is the opcode field of a header's flags.
+func opcodeOf(flags uint16) int { return int(flags>>11) & 0xF }
+
+// advertisedUDPSize is the EDNS buffer towerd offers to clients and asks of
+// upstreams (DNS flag day 2020: 1232 bytes fits any path without IP
+// fragmentation).
+const advertisedUDPSize = 1232
+
+// DefaultMaxUDPSize is the largest UDP answer towerd sends when
+// Config.MaxUDPSize is 0: the DNS Flag Day 2020 value. A client advertising
+// more gets at most this many bytes and TC past it, so a spoofed query
+// cannot be turned into a large reflected datagram (issue 13).
+const DefaultMaxUDPSize = 1232
+
+// request is what admission and the reply core know of a query. The fast
+// path's parser (plainQuery.parse) and ServeDNS (fromMsg) fill it.
+type request struct {
+	id      uint16
+	flags   uint16 // header flags as sent
+	qdcount int    // questions in the packet
+	qtype   uint16
+	qclass  uint16
+	opts    int   // OPT records in the additional section
+	edns    bool  // the client spoke EDNS (one OPT record or more)
+	version uint8 // EDNS version of the OPT record
+	do      bool  // RFC 3225 DNSSEC OK
+	udpSize uint16
+	tcp     bool
+	client  netip.Addr
+}
+
+// fromMsg fills r from an unpacked query and the connection it came on.
+func (r *request) fromMsg(m *dns.Msg, w dns.ResponseWriter) {
+	*r = request{id: m.Id, flags: msgFlags(m), qdcount: len(m.Question)}
+	if len(m.Question) == 1 {
+		r.qtype, r.qclass = m.Question[0].Qtype, m.Question[0].Qclass
+	}
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			r.opts++
+		}
+	}
+	if opt := m.IsEdns0(); opt != nil {
+		r.edns, r.version, r.do, r.udpSize = true, opt.Version(), opt.Do(), opt.UDPSize()
+	}
+	switch a := w.RemoteAddr().(type) {
+	case *net.UDPAddr:
+		r.client, _ = netip.AddrFromSlice(a.IP)
+	case *net.TCPAddr:
+		r.client, _ = netip.AddrFromSlice(a.IP)
+		r.tcp = true
+	}
+}
+
+// msgFlags is the header flags word of m, as it was on the wire (without
+// the rcode, which a query does not carry).
+func msgFlags(m *dns.Msg) uint16 {
+	f := uint16(m.Opcode&0xF) << 11
+	set := func(b bool, flag uint16) {
+		if b {
+			f |= flag
+		}
+	}
+	set(m.Response, flagQR)
+	set(m.Authoritative, flagAA)
+	set(m.Truncated, flagTC)
+	set(m.RecursionDesired, flagRD)
+	set(m.RecursionAvailable, flagRA)
+	set(m.Zero, flagZ)
+	set(m.AuthenticatedData, flagAD)
+	set(m.CheckingDisabled, flagCD)
+	return f
+}
+
+// setMsgFlags is msgFlags the other way: m's header from a flags word
+// (dns.Msg.setHdr is not exported).
+func setMsgFlags(m *dns.Msg, f uint16) {
+	m.Response = f&flagQR != 0
+	m.Opcode = opcodeOf(f)
+	m.Authoritative = f&flagAA != 0
+	m.Truncated = f&flagTC != 0
+	m.RecursionDesired = f&flagRD != 0
+	m.RecursionAvailable = f&flagRA != 0
+	m.Zero = f&flagZ != 0
+	m.AuthenticatedData = f&flagAD != 0
+	m.CheckingDisabled = f&flagCD != 0
+	m.Rcode = int(f & 0xF)
+}
+
+// cd is the request's Checking Disabled bit, part of the cache key.
+func (r *request) cd() bool { return r.flags&flagCD != 0 }
+
+func (r *request) proto() string {
+	if r.tcp {
+		return "tcp"
+	}
+	return "udp"
+}
+
+// acceptHeader is the part of admission that reads the header alone, run on
+// every packet before the rest is parsed (AcceptRequest for dns.Server,
+// servePacket and the fast parser): responses are dropped (they are never
+// queries, and answering them could be used for reflection), opcodes other
+// than QUERY get NOTIMP, anything but exactly one question gets FORMERR.
+func acceptHeader(flags uint16, qdcount int) dns.MsgAcceptAction {
+	if flags&flagQR != 0 {
+		return dns.MsgIgnore
+	}
+	if opcodeOf(flags) != dns.OpcodeQuery {
+		return dns.MsgRejectNotImplemented
+	}
+	if qdcount != 1 {
+		return dns.MsgReject
+	}
+	return dns.MsgAccept
+}
+
+// admit is the admission step of every answer route: it returns the rcode a
+// request is answered with by towerd itself and false, or true when the
+// request goes on to records, cache and upstream. Its order is the order
+// clients see: header rules, then the allow-list (a client outside it
+// learns nothing but REFUSED), then EDNS, then the question.
+func admit(s *settings, r *request) (rcode int, ok bool) {
+	// QR is the listener's to judge (it drops responses before parsing); a
+	// message handed to ServeDNS directly is judged as the query it carries.
+	switch acceptHeader(r.flags&^flagQR, r.qdcount) {
+	case dns.MsgRejectNotImplemented:
+		return dns.RcodeNotImplemented, false
+	case dns.MsgReject:
+		return dns.RcodeFormatError, false
+	}
+	if !allowedAddr(s.Allow, r.client) {
+		return dns.RcodeRefused, false
+	}
+	if r.opts > 1 {
+		return dns.RcodeFormatError, false // RFC 6891 §6.1.1: at most one OPT
+	}
+	if r.edns && r.version != 0 {
+		return dns.RcodeBadVers, false // RFC 6891 §6.1.3
+	}
+	if r.qclass != dns.ClassINET {
+		return dns.RcodeRefused, false
+	}
+	switch r.qtype {
+	case dns.TypeAXFR, dns.TypeIXFR:
+		// towerd holds no zones to transfer; refusing also keeps an open
+		// TCP stream from being turned into an amplifier.
+		return dns.RcodeRefused, false
+	}
+	return dns.RcodeSuccess, true
+}
+
+// replyShape is how every answer to a request is framed, whichever route
+// writes it: header flags, towerd's OPT record with the client's DO bit and
+// an Extended DNS Error, and the most bytes the reply may take.
+type replyShape struct {
+	flags uint16 // QR, RA, the request's RD and CD; rcode and AD come with the answer
+	adOK  bool   // RFC 6840 §5.8: AD only for clients that asked with DO or AD
+	opt   bool   // the client spoke EDNS: the reply carries towerd's OPT
+	do    bool
+	limit int // bytes; past it records are dropped and TC set
+}
+
+// replyShape frames replies to r. UDP replies stop at the client's
+// advertised size (512 bytes without EDNS, RFC 1035), and never above
+// MaxUDPSize whatever the client advertises (issue 13, DNS Flag Day 2020);
+// TCP carries up to a message's maximum.
+func (s *settings) replyShape(r *request) replyShape {
+	sh := replyShape{
+		flags: uint16(flagQR|flagRA) | r.flags&(flagRD|flagCD),
+		adOK:  r.do || r.flags&flagAD != 0,
+		opt:   r.edns,
+		do:    r.do,
+		limit: dns.MinMsgSize,
+	}
+	switch {
+	case r.tcp:
+		sh.limit = dns.MaxMsgSize
+	case r.edns:
+		sh.limit = max(dns.MinMsgSize, min(int(r.udpSize), s.MaxUDPSize))
+	}
+	return sh
+}
+
+// header is the reply's flags word for an answer with rcode (its low four
+// bits; the rest travels in the OPT record) whose source set AD as ad.
+func (sh replyShape) header(rcode int, ad bool) uint16 {
+	f := sh.flags | uint16(rcode&0xF)
+	if ad && sh.adOK {
+		f |= flagAD
+	}
+	return f
+}
+
+// ede is the Extended DNS Error the reply carries, 0 for none: 3 (Stale
+// Answer, RFC 8914 §4.4) on stale answers, 22 (No Reachable Authority) on
+// towerd's SERVFAIL. Only EDNS clients get one.
+func (sh replyShape) ede(rcode int, stale bool) uint16 {
+	switch {
+	case !sh.opt:
+		return 0
+	case stale:
+		return dns.ExtendedErrorCodeStaleAnswer
+	case rcode == dns.RcodeServerFailure:
+		return dns.ExtendedErrorCodeNoReachableAuthority
+	}
+	return 0
+}
+
+// apply frames out, the general path's reply (built with SetReply, carrying
+// the answer's rcode and sections), as sh says: flags, AD, OPT with EDE,
+// and truncation to the size limit.
+func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
+	f := sh.header(out.Rcode, ad)
+	out.Response = true
+	out.RecursionAvailable = true
+	out.RecursionDesired = f&flagRD != 0
+	out.CheckingDisabled = f&flagCD != 0
+	out.AuthenticatedData = f&flagAD != 0
+	// Compressed, like the fast path's replies (cached entries are packed
+	// that way): the same answer fits the same client buffer either way.
+	out.Compress = true
+	if sh.opt {
+		out.SetEdns0(advertisedUDPSize, sh.do)
+		if code := sh.ede(out.Rcode, stale); code != 0 {
+			opt := out.IsEdns0()
+			opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code})
+		}
+	}
+	// Truncate drops whole RRs and sets TC when the answer does not fit;
+	// the client then retries over TCP, where there is no such limit.
+	out.Truncate(sh.limit)
+}
+
+// observe is the one Observer call of every route, made just before the
+// answer is written, so a client that has its answer is already counted:
+// /metrics never lags behind it.
+func (h *Handler) observe(s *settings, r *request, zone, source string, rcode int, start time.Time, prefetch bool) {
+	if h.obs != nil {
+		h.obs.ObserveQuery(Query{Proto: r.proto(), Qtype: r.qtype, Zone: zone, Source: source,
+			Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
+	}
+}
+
+// allowedAddr reports whether the client address is inside the allow-list.
+func allowedAddr(allow []netip.Prefix, ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// allowed is allowedAddr for a connection's address.
+func allowed(allow []netip.Prefix, remote net.Addr) bool {
+	var ip netip.Addr
+	switch a := remote.(type) {
+	case *net.UDPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		return false
+	}
+	return allowedAddr(allow, ip)
+}
