@@ -39,9 +39,12 @@ func (f faultFS) Overwrite(name string, data []byte, perm fs.FileMode) error {
 	f.step()
 	return f.fileSystem.Overwrite(name, data, perm)
 }
-func (f faultFS) Symlink(target, name string) error { f.step(); return f.fileSystem.Symlink(target, name) }
-func (f faultFS) Rename(o, n string) error          { f.step(); return f.fileSystem.Rename(o, n) }
-func (f faultFS) Remove(name string) error          { f.step(); return f.fileSystem.Remove(name) }
+func (f faultFS) Symlink(target, name string) error {
+	f.step()
+	return f.fileSystem.Symlink(target, name)
+}
+func (f faultFS) Rename(o, n string) error { f.step(); return f.fileSystem.Rename(o, n) }
+func (f faultFS) Remove(name string) error { f.step(); return f.fileSystem.Remove(name) }
 func (f faultFS) Mkdir(name string, perm fs.FileMode) error {
 	f.step()
 	return f.fileSystem.Mkdir(name, perm)
