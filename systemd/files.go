@@ -175,6 +175,10 @@ func sweepTemps(fsys fileSystem, r *Report) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
+		if errors.Is(err, errEscapesRoot) {
+			r.warn("%s: %v", dir, err) // nothing of towerd's can be in there
+			continue
+		}
 		if err != nil {
 			return err
 		}
