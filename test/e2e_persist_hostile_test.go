@@ -57,13 +57,13 @@ func snapshotFile(t *testing.T, entries ...snapshotEntry) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
-// TestHostileSavedCache: issue 13 item 4, against the built binary. A
+// TestPersistRefusesHostileFiles: issue 13 item 4, against the built binary. A
 // state file planted by someone else, or one whose entries Dump could not
 // have written, must not keep towerd from starting, must not answer a
 // single query, and must be explained in the log. The victim name is
 // asked after start: the answer must be the upstream's, and the upstream
 // must have been asked.
-func TestHostileSavedCache(t *testing.T) {
+func TestPersistRefusesHostileFiles(t *testing.T) {
 	t.Parallel()
 	const victim, upstreamAddr, forgedAddr = "victim.test.", "192.0.2.80", "6.6.6.6"
 	const years68 = 68 * 365 * 24 * time.Hour
