@@ -153,8 +153,11 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 				if killedAfter(t, steps, rootFS{Root: root}, doUninstall) {
 					break
 				}
-				mustUninstall(t, rootFS{Root: root})
+				r := mustUninstall(t, rootFS{Root: root})
 				diffTrees(t, before, treeOf(t, root))
+				if len(r.Warnings) != 0 {
+					t.Errorf("uninstall after the kill warns %q", r.Warnings)
+				}
 				if t.Failed() {
 					t.Fatalf("uninstall killed after %d changes (see above)", steps)
 				}

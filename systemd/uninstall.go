@@ -61,16 +61,34 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 	// Newest first: resolv.conf goes back before towerd's files go. The
 	// record loses each file once it is undone, so an uninstall killed
 	// midway is finished by the next one.
+	save := func() error {
+		if r.DryRun {
+			return nil
+		}
+		if _, err := writeFileAtomic(fsys, manifestPath, m.encode(), 0o644); err != nil {
+			return fmt.Errorf("updating %s: %w", manifestPath, err)
+		}
+		return nil
+	}
 	for _, rec := range slices.Backward(m.Files) {
+		// Pending again while it changes: killed after the file went back
+		// but before the record lost it, the next run must not take the
+		// restored file for one someone changed since install.
+		if !rec.Pending {
+			inTransition := rec
+			inTransition.Pending = true
+			m.setFile(inTransition)
+			if err := save(); err != nil {
+				return r, err
+			}
+		}
 		if err := undoFile(fsys, r, rec); err != nil {
 			return r, err
 		}
 		droppedIn = droppedIn || rec.Path == ResolvedDropIn
-		if !r.DryRun {
-			m.removeFile(rec.Path)
-			if _, err := writeFileAtomic(fsys, manifestPath, m.encode(), 0o644); err != nil {
-				return r, fmt.Errorf("updating %s: %w", manifestPath, err)
-			}
+		m.removeFile(rec.Path)
+		if err := save(); err != nil {
+			return r, err
 		}
 	}
 	recordDir := path.Dir(manifestPath)
@@ -155,7 +173,7 @@ func undoFile(fsys fileSystem, r *Report, rec fileRecord) error {
 		}
 		r.did("remove", rec.Backup, fmt.Sprintf("a copy of %s made by an install that stopped before replacing it", rec.Path))
 	case !ours && rec.Pending:
-		r.same("skipped", rec.Path, "an install stopped before changing it")
+		r.same("skipped", rec.Path, "not towerd's: an install stopped before it wrote it, or an uninstall after it put it back")
 	case cur.exists && !ours:
 		msg := fmt.Sprintf("left %s alone: it changed since towerd install wrote it, so someone else manages it now", rec.Path)
 		if rec.Backup != "" && backup.exists {
