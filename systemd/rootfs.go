@@ -1,8 +1,6 @@
 package systemd
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -346,27 +344,6 @@ func writeSynced(fd int, name string, data []byte, perm fs.FileMode) error {
 		err = cerr
 	}
 	return err
-}
-
-// tempName is an unpredictable name beside name: ".<base>.towerd-<16 hex>".
-// isTempName recognises it, so a temp file left by an install that was
-// killed is removed by the next install or uninstall.
-func tempName(name string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return path.Join(path.Dir(name), "."+path.Base(name)+tempMarker+hex.EncodeToString(b[:]))
-}
-
-const tempMarker = ".towerd-"
-
-func isTempName(base string) bool {
-	i := strings.LastIndex(base, tempMarker)
-	if !strings.HasPrefix(base, ".") || i < 2 {
-		return false
-	}
-	suffix := base[i+len(tempMarker):]
-	_, err := hex.DecodeString(suffix)
-	return len(suffix) == 16 && err == nil
 }
 
 func retryEINTR(f func() (int, error)) (int, error) {

@@ -67,8 +67,8 @@ func statePath(cfg Config) (path, dir string) {
 }
 
 // loadCache fills c from the snapshot, if there is one. A file that cannot
-// be used is logged and left for the next save to replace: towerd starts
-// with an empty cache rather than not at all.
+// be trusted or used is logged and set aside (cache.OpenSnapshot, Load):
+// towerd starts with an empty cache rather than not at all.
 func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
 	path := d.stateFile(cfg)
 	if path == "" {
