@@ -34,6 +34,11 @@ type InstallOptions struct {
 // /etc/resolv.conf at 127.0.0.1, keeping the old one as a backup. Every
 // step compares before it writes, so a second run changes nothing. It
 // never starts or stops anything: Report.Next says what to run.
+//
+// Every path is resolved inside opts.Root without following a link out of
+// it (rootFS), and every change is recorded in install-state.json before it
+// is made, so an install killed at any point is finished by the next
+// Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
 	return install(rootFS{Root: opts.Root}, opts)
 }
