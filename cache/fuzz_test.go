@@ -18,6 +18,9 @@ import (
 // fuzzConfig keeps expired entries, so every stored reply stays servable.
 var fuzzConfig = Config{Capacity: 8, MaxStaleAge: 24 * time.Hour}
 
+// fuzzLoadConfig adds a MaxTTL that Load must hold every entry to.
+var fuzzLoadConfig = Config{Capacity: 8, MaxTTL: time.Hour, MaxStaleAge: 24 * time.Hour}
+
 func seedReplies(f *testing.F) [][]byte {
 	f.Helper()
 	var out [][]byte
@@ -134,7 +137,7 @@ func FuzzCacheLoad(f *testing.F) {
 			}
 			data = sealSnapshot(count, data[min(1, len(data)):])
 		}
-		c, _ := newTestCache(t, fuzzConfig)
+		c, clock := newTestCache(t, fuzzLoadConfig)
 		stats, err := c.Load(bytes.NewReader(data))
 		if err != nil {
 			if !errors.Is(err, ErrBadSnapshot) {
@@ -148,12 +151,27 @@ func FuzzCacheLoad(f *testing.F) {
 		if stats.Loaded != c.Len() {
 			t.Fatalf("Load says %d loaded, the cache holds %d", stats.Loaded, c.Len())
 		}
+		// Issue 13: what loads answers its own key, lives no longer than
+		// today's MaxTTL and was not stored in the future.
+		for _, k := range c.lru.Keys() {
+			r, ok := c.Get(k)
+			if !ok {
+				continue // past the stale age by now
+			}
+			q := r.Msg.Question
+			if len(q) != 1 || canonicalName(q[0].Name) != k.Name || q[0].Qtype != k.Type || q[0].Qclass != k.Class {
+				t.Fatalf("entry %s answers %v", k, q)
+			}
+			if r.TTL > fuzzLoadConfig.MaxTTL || r.Stored.After(clock.Now()) {
+				t.Fatalf("entry %s: TTL %v (max %v), stored %v (now %v)", k, r.TTL, fuzzLoadConfig.MaxTTL, r.Stored, clock.Now())
+			}
+		}
 		var out bytes.Buffer
 		n, err := c.Dump(&out)
 		if err != nil || n != c.Len() {
 			t.Fatalf("Dump after Load = %d, %v; want %d entries", n, err, c.Len())
 		}
-		again, _ := newTestCache(t, fuzzConfig)
+		again, _ := newTestCache(t, fuzzLoadConfig)
 		if stats, err := again.Load(&out); err != nil || stats.Loaded != n {
 			t.Fatalf("reloading = %+v, %v; want %d entries", stats, err, n)
 		}

@@ -61,6 +61,23 @@ type LoadStats struct {
 	Written time.Time
 	// Oldest is the earliest stored time of a loaded entry; zero if none.
 	Oldest time.Time
+	// Rejected counts entries dropped because they failed a check a
+	// snapshot written by Dump always passes (see entryRejection); the rest
+	// of the file is still loaded. Rejections counts them by reason.
+	Rejected   int
+	Rejections map[string]int
+	// Clamped counts loaded entries whose TTL was cut to the current
+	// MaxTTL: the file is trusted no further than the running config.
+	Clamped int
+}
+
+// reject counts one dropped entry under reason.
+func (s *LoadStats) reject(reason string) {
+	if s.Rejections == nil {
+		s.Rejections = map[string]int{}
+	}
+	s.Rejections[reason]++
+	s.Rejected++
 }
 
 // snapshotEntry is one decoded entry waiting for the checksum to be verified.
@@ -139,12 +156,25 @@ func appendEntry(b []byte, k Key, stored time.Time, ttl time.Duration, wire []by
 }
 
 // Load reads a snapshot written by Dump and adds its entries to the cache,
-// keeping each entry's stored time and TTL. Entries past the maximum stale
-// age by the cache's clock are skipped, and so are keys already cached (what
-// the cache holds is newer). Every entry must pass the store policy Set
-// applies. A snapshot that is not whole and valid is rejected with an error
-// wrapping ErrBadSnapshot and leaves the cache unchanged.
+// keeping each entry's stored time and TTL, the TTL cut to the current
+// MaxTTL. Entries past the maximum stale age by the cache's clock are
+// skipped, and so are keys already cached (what the cache holds is newer).
+// An entry Dump could not have written (one the store policy refuses, whose
+// message answers another question than its key, or stored in the future)
+// is dropped and counted in LoadStats.Rejected; a checksum proves only that
+// the file is whole, not who wrote it (issue 13). A snapshot that is not
+// whole and valid is rejected with an error wrapping ErrBadSnapshot and
+// leaves the cache unchanged; when r is a *SnapshotFile, the file is then
+// also set aside (see OpenSnapshot).
 func (c *Cache) Load(r io.Reader) (LoadStats, error) {
+	stats, err := c.load(r)
+	if f, ok := r.(*SnapshotFile); ok && err != nil {
+		err = f.setAside(err)
+	}
+	return stats, err
+}
+
+func (c *Cache) load(r io.Reader) (LoadStats, error) {
 	now := c.clock()
 	sum := crc32.New(castagnoli)
 	br := bufio.NewReader(r)
@@ -163,15 +193,24 @@ func (c *Cache) Load(r io.Reader) (LoadStats, error) {
 	stats := LoadStats{Written: time.Unix(0, int64(binary.BigEndian.Uint64(hdr[12:])))}
 	count := binary.BigEndian.Uint32(hdr[20:])
 
-	maxStale := c.policy.Load().maxStaleAge
+	policy := c.policy.Load()
+	maxStale := policy.maxStaleAge
 	// Only the last Capacity entries can stay (they are the most recently
 	// used), so memory stays bounded by the cache's size whatever the
 	// file's count claims.
 	kept := make([]snapshotEntry, 0, min(int(count), c.capacity))
 	for i := uint32(0); i < count; i++ {
-		e, err := dec.entry()
+		e, rejection, err := dec.entry()
 		if err != nil {
 			return LoadStats{}, fmt.Errorf("entry %d of %d: %w", i+1, count, err)
+		}
+		if rejection != "" {
+			stats.reject(rejection)
+			continue
+		}
+		if policy.bounds.max > 0 && e.item.ttl > policy.bounds.max {
+			e.item.ttl = policy.bounds.max
+			stats.Clamped++
 		}
 		if !e.item.ageAt(now.sinceEpoch).servable(maxStale) {
 			stats.Skipped++
@@ -260,46 +299,77 @@ func (d *snapshotDecoder) bytes() ([]byte, error) {
 	return d.buf, nil
 }
 
-// entry decodes one entry and holds it to the rules Set applies, so that a
-// damaged or hand-made file cannot put into the cache what Set would refuse.
-func (d *snapshotDecoder) entry() (snapshotEntry, error) {
+// Why entryRejection drops an entry; stable words, as they are logged and
+// counted by reason.
+const (
+	rejectOtherQuestion = "message answers another question than its key"
+	rejectFuture        = "stored in the future"
+	rejectPolicy        = "store policy refuses it"
+)
+
+// entry decodes one entry. What does not decode (a damaged file, or one
+// not written by Dump) is an error wrapping ErrBadSnapshot; an entry that
+// decodes but fails entryRejection comes back with the reason instead, so
+// the caller drops it alone.
+func (d *snapshotDecoder) entry() (snapshotEntry, string, error) {
 	var fixed [8 + 8 + 2 + 2 + 1]byte
 	if err := d.full(fixed[:]); err != nil {
-		return snapshotEntry{}, err
+		return snapshotEntry{}, "", err
 	}
 	stored := time.Unix(0, int64(binary.BigEndian.Uint64(fixed[0:])))
 	ttl := time.Duration(binary.BigEndian.Uint64(fixed[8:]))
 	flags := fixed[20]
 	if ttl < 0 || ttl > maxRRTTL*time.Second {
-		return snapshotEntry{}, fmt.Errorf("%w: TTL %d out of range", ErrBadSnapshot, ttl)
+		return snapshotEntry{}, "", fmt.Errorf("%w: TTL %d out of range", ErrBadSnapshot, ttl)
 	}
 	if flags&^(flagDO|flagCD) != 0 {
-		return snapshotEntry{}, fmt.Errorf("%w: unknown key flags %#x", ErrBadSnapshot, flags)
+		return snapshotEntry{}, "", fmt.Errorf("%w: unknown key flags %#x", ErrBadSnapshot, flags)
 	}
 	name, err := d.bytes()
 	if err != nil {
-		return snapshotEntry{}, err
+		return snapshotEntry{}, "", err
 	}
 	k := NewKey(string(name), binary.BigEndian.Uint16(fixed[16:]), binary.BigEndian.Uint16(fixed[18:]),
 		flags&flagDO != 0, flags&flagCD != 0)
 	if _, ok := dns.IsDomainName(k.Name); !ok || k.Name != string(name) {
-		return snapshotEntry{}, fmt.Errorf("%w: bad key name %q", ErrBadSnapshot, name)
+		return snapshotEntry{}, "", fmt.Errorf("%w: bad key name %q", ErrBadSnapshot, name)
 	}
 	wire, err := d.bytes()
 	if err != nil {
-		return snapshotEntry{}, err
+		return snapshotEntry{}, "", err
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(wire); err != nil {
-		return snapshotEntry{}, fmt.Errorf("%w: message of %s: %w", ErrBadSnapshot, k, err)
+		return snapshotEntry{}, "", fmt.Errorf("%w: message of %s: %w", ErrBadSnapshot, k, err)
+	}
+	if reason := entryRejection(k, m, stored, d.now.Time); reason != "" {
+		return snapshotEntry{}, reason, nil
 	}
 	// The TTL in the file is the one the entry was stored with (clamps of
 	// that time included), so only the policy's verdict and kind are taken
-	// from prepare, not its TTL.
-	p, reason := prepare(withQuestion(m, k), ttlBounds{})
+	// from prepare, not its TTL; Load clamps it to today's MaxTTL.
+	p, reason := prepare(m, ttlBounds{})
 	if reason != "" {
-		return snapshotEntry{}, fmt.Errorf("%w: entry %s would not be cached: %s", ErrBadSnapshot, k, reason)
+		return snapshotEntry{}, rejectPolicy, nil
 	}
 	p.ttl = ttl
-	return snapshotEntry{key: k, item: &item{prepared: p, stored: d.now.fromTime(stored)}}, nil
+	return snapshotEntry{key: k, item: &item{prepared: p, stored: d.now.fromTime(stored)}}, "", nil
+}
+
+// entryRejection says why an entry that decodes must not be served, or "".
+// Dump writes every message packed behind its key's question (withQuestion),
+// so a message asking anything else was put there by someone else: loaded,
+// it would answer k with records about another name or type. A stored time
+// after now is not an age at all; it would keep the entry fresh for as long
+// as the writer liked (a clock stepped back since the save loses those
+// entries, which is the safe side).
+func entryRejection(k Key, m *dns.Msg, stored, now time.Time) string {
+	if len(m.Question) != 1 || m.Question[0].Qtype != k.Type || m.Question[0].Qclass != k.Class ||
+		canonicalName(m.Question[0].Name) != k.Name {
+		return rejectOtherQuestion
+	}
+	if stored.After(now) {
+		return rejectFuture
+	}
+	return ""
 }

@@ -92,8 +92,8 @@ func TestDumpLoadSkipsTooOld(t *testing.T) {
 // since the cache's epoch, which cannot hold every time a file may carry. An
 // entry stored at the far past of Unix nanoseconds (1677), kept by a stale
 // age of "forever", must stay very old as the clock moves on, not wrap
-// around into fresh; one stored in 2262 counts as just stored, as an entry
-// from a clock ahead of ours always has, and keeps its time.
+// around into fresh; one stored in 2262 is in the future and refused (issue
+// 13: an age in the future is no age at all).
 func TestLoadStoredTimesFarAway(t *testing.T) {
 	m := aReply(t, "past.example.", 300, "192.0.2.1")
 	past, err := m.Pack()
@@ -111,8 +111,8 @@ func TestLoadStoredTimesFarAway(t *testing.T) {
 
 	dst, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: math.MaxInt64})
 	stats, err := dst.Load(bytes.NewReader(sealSnapshot(2, body)))
-	if err != nil || stats.Loaded != 2 {
-		t.Fatalf("Load = %+v, %v; want both entries loaded", stats, err)
+	if err != nil || stats.Loaded != 1 || stats.Rejected != 1 || stats.Rejections[rejectFuture] != 1 {
+		t.Fatalf("Load = %+v, %v; want the past entry loaded, the future one rejected", stats, err)
 	}
 	clock.Advance(time.Second)
 	const centuries = 200 * 365 * 24 * time.Hour
@@ -120,10 +120,8 @@ func TestLoadStoredTimesFarAway(t *testing.T) {
 	if !ok || r.Fresh || r.Expired < centuries {
 		t.Errorf("entry stored in 1677: ok %v fresh %v expired %v; want stale for centuries", ok, r.Fresh, r.Expired)
 	}
-	r, ok = dst.Get(keyA("future.example."))
-	if !ok || !r.Fresh || r.Remaining != 300*time.Second || !r.Stored.Equal(farFuture) {
-		t.Errorf("entry stored in 2262: ok %v fresh %v remaining %v stored %v; want fresh, 5m0s left, stored %v",
-			ok, r.Fresh, r.Remaining, r.Stored, farFuture)
+	if _, ok := dst.Get(keyA("future.example.")); ok {
+		t.Errorf("the entry stored in 2262 is served")
 	}
 }
 
@@ -199,21 +197,91 @@ func TestLoadRejectsBadSnapshots(t *testing.T) {
 	}
 }
 
-// TestLoadAppliesStorePolicy: a file with a correct checksum but an entry Set
-// would refuse (here NXDOMAIN, never cached) is rejected as well.
-func TestLoadAppliesStorePolicy(t *testing.T) {
-	m := aReply(t, "nx.example.", 300, "192.0.2.1")
-	m.Rcode = dns.RcodeNameError
+// forgedEntry is issue 13's planted entry: victim.test A 6.6.6.6 with a
+// 68-year TTL, stored at stored, its message asking question.
+func forgedEntry(t *testing.T, k Key, question string, stored time.Time) []byte {
+	t.Helper()
+	const years68 = 68 * 365 * 24 * time.Hour
+	m := aReply(t, question, int(years68/time.Second), "6.6.6.6")
 	wire, err := m.Pack()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := keyA("nx.example.")
-	body := appendEntry(nil, k, newFakeClock().Now(), time.Minute, wire)
-	snapshot := sealSnapshot(1, body)
-	dst, _ := newTestCache(t, persistConfig)
-	if _, err := dst.Load(bytes.NewReader(snapshot)); !errors.Is(err, ErrBadSnapshot) {
-		t.Errorf("Load of an NXDOMAIN entry = %v, want ErrBadSnapshot", err)
+	return appendEntry(nil, k, stored, years68, wire)
+}
+
+// TestLoadChecksEveryEntry: a file with a correct checksum is trusted no
+// further than its entries' own consistency and today's config. Each bad
+// entry is dropped and counted by reason; the good ones beside it load.
+func TestLoadChecksEveryEntry(t *testing.T) {
+	now := newFakeClock().Now()
+	victim := keyA("victim.test.")
+	nx := aReply(t, "nx.example.", 300, "192.0.2.1")
+	nx.Rcode = dns.RcodeNameError
+	nxWire, err := nx.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := aReply(t, "good.example.", 300, "192.0.2.7")
+	goodWire, err := good.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aaaa := NewKey("victim.test.", dns.TypeAAAA, dns.ClassINET, false, false)
+	chaos := NewKey("victim.test.", dns.TypeA, dns.ClassCHAOS, false, false)
+
+	tests := []struct {
+		name   string
+		entry  []byte
+		reason string
+	}{
+		{"another name", forgedEntry(t, victim, "other.test.", now), rejectOtherQuestion},
+		{"another type", forgedEntry(t, aaaa, "victim.test.", now), rejectOtherQuestion},
+		{"another class", forgedEntry(t, chaos, "victim.test.", now), rejectOtherQuestion},
+		{"stored a minute ahead", forgedEntry(t, victim, "victim.test.", now.Add(time.Minute)), rejectFuture},
+		{"refused by the store policy", appendEntry(nil, keyA("nx.example."), now, time.Minute, nxWire), rejectPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := append(appendEntry(nil, keyA("good.example."), now, 300*time.Second, goodWire), tt.entry...)
+			dst, _ := newTestCache(t, persistConfig)
+			stats, err := dst.Load(bytes.NewReader(sealSnapshot(2, body)))
+			if err != nil || stats.Loaded != 1 || stats.Rejected != 1 || stats.Rejections[tt.reason] != 1 {
+				t.Fatalf("Load = %+v, %v; want 1 loaded, 1 rejected for %q", stats, err, tt.reason)
+			}
+			if _, ok := dst.Get(keyA("good.example.")); !ok {
+				t.Error("the good entry beside the bad one was not loaded")
+			}
+			for _, k := range []Key{victim, aaaa, chaos, keyA("other.test."), keyA("nx.example.")} {
+				if r, ok := dst.Get(k); ok {
+					t.Errorf("%s is served: %v", k, r.Msg.Answer)
+				}
+			}
+		})
+	}
+}
+
+// TestLoadClampsToTodaysMaxTTL: the forged entry whose message does answer
+// its key is held to the running MaxTTL, whatever TTL the file claims: it
+// lives at most a day, and one stored a day and a minute ago is expired.
+func TestLoadClampsToTodaysMaxTTL(t *testing.T) {
+	cfg := Config{Capacity: 10, MaxTTL: 24 * time.Hour, MaxStaleAge: 24 * time.Hour}
+	now := newFakeClock().Now()
+	victim := keyA("victim.test.")
+	body := forgedEntry(t, victim, "victim.test.", now.Add(-time.Hour))
+	other := keyA("old.test.")
+	old := forgedEntry(t, other, "old.test.", now.Add(-24*time.Hour-time.Minute))
+	dst, _ := newTestCache(t, cfg)
+	stats, err := dst.Load(bytes.NewReader(sealSnapshot(2, append(body, old...))))
+	if err != nil || stats.Loaded != 2 || stats.Clamped != 2 {
+		t.Fatalf("Load = %+v, %v; want 2 loaded, both clamped", stats, err)
+	}
+	r, ok := dst.Get(victim)
+	if !ok || !r.Fresh || r.TTL != 24*time.Hour || r.Remaining != 23*time.Hour || r.Msg.Answer[0].Header().Ttl != 23*3600 {
+		t.Errorf("victim.test: ok %v fresh %v TTL %v remaining %v; want the TTL cut to 24h, 23h left", ok, r.Fresh, r.TTL, r.Remaining)
+	}
+	if r, ok := dst.Get(other); !ok || r.Fresh || r.Expired != time.Minute {
+		t.Errorf("old.test: ok %v fresh %v expired %v; want expired a minute ago", ok, r.Fresh, r.Expired)
 	}
 }
 

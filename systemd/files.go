@@ -6,78 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"syscall"
 )
 
 // fileSystem is every file operation install and uninstall make, on paths
-// as the target system sees them ("/etc/resolv.conf"). rootFS maps them
-// under a root directory; tests wrap it to make a rename fail the way a
-// bind-mounted /etc/resolv.conf does.
+// as the target system sees them ("/etc/resolv.conf"). rootFS (rootfs.go)
+// maps them under a root directory without ever following a link out of
+// it; tests wrap it to make a rename fail the way a bind-mounted
+// /etc/resolv.conf does, or to kill an install after any number of steps.
+// There is no chmod by name: a mode is set on the open file.
 type fileSystem interface {
 	Lstat(name string) (fs.FileInfo, error)
-	// ReadFile follows symlinks, resolving them inside the root.
+	// ReadFile follows symlinks, resolving them inside the root, and reads
+	// only a regular file.
 	ReadFile(name string) ([]byte, error)
 	Readlink(name string) (string, error)
+	// ReadDir lists a directory's names.
+	ReadDir(name string) ([]string, error)
 	Symlink(target, name string) error
-	// WriteFile creates or truncates name in place and syncs it.
-	WriteFile(name string, data []byte, perm fs.FileMode) error
-	Chmod(name string, perm fs.FileMode) error
+	// WriteTemp creates a new file with an unpredictable name (tempName)
+	// beside name, writes data with mode perm, syncs it and returns its name.
+	WriteTemp(name string, data []byte, perm fs.FileMode) (string, error)
+	// Overwrite writes data into the existing regular file name in place,
+	// with mode perm, and syncs it; a symlink at name is refused.
+	Overwrite(name string, data []byte, perm fs.FileMode) error
 	Rename(oldName, newName string) error
 	Remove(name string) error
+	// Mkdir creates a directory with exactly perm, whatever the umask.
 	Mkdir(name string, perm fs.FileMode) error
-}
-
-// rootFS is the real file system under Root ("/" for the live system).
-type rootFS struct{ Root string }
-
-var _ fileSystem = rootFS{}
-
-func (r rootFS) real(name string) string {
-	if r.Root == "" || r.Root == "/" {
-		return filepath.Clean(name)
-	}
-	return filepath.Join(r.Root, filepath.Clean("/"+name))
-}
-
-func (r rootFS) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(r.real(name)) }
-func (r rootFS) Readlink(name string) (string, error)   { return os.Readlink(r.real(name)) }
-func (r rootFS) Symlink(target, name string) error      { return os.Symlink(target, r.real(name)) }
-func (r rootFS) Chmod(name string, perm fs.FileMode) error {
-	return os.Chmod(r.real(name), perm)
-}
-func (r rootFS) Rename(oldName, newName string) error {
-	return os.Rename(r.real(oldName), r.real(newName))
-}
-func (r rootFS) Remove(name string) error                  { return os.Remove(r.real(name)) }
-func (r rootFS) Mkdir(name string, perm fs.FileMode) error { return os.Mkdir(r.real(name), perm) }
-
-// ReadFile resolves symlinks of the last path element itself, so that an
-// absolute link such as /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf
-// is read inside the root and not on the machine running the tests.
-func (r rootFS) ReadFile(name string) ([]byte, error) {
-	resolved, err := resolveLinks(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return os.ReadFile(r.real(resolved))
-}
-
-func (r rootFS) WriteFile(name string, data []byte, perm fs.FileMode) error {
-	f, err := os.OpenFile(r.real(name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // resolveLinks follows name while it is a symlink, the way the kernel would
@@ -100,21 +57,17 @@ func resolveLinks(fsys fileSystem, name string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, syscall.ELOOP)
 }
 
-// writeFileAtomic replaces name with data and mode perm: a temp file beside
-// it, an explicit chmod (the installing shell's umask must not decide the
-// mode of a file every process reads), then a rename over name, so a reader
-// sees the old file or the new one, never half of one. When the rename is
-// refused, as it is for a bind-mounted file (EBUSY: Docker and Kubernetes
-// mount /etc/resolv.conf that way) or across mounts (EXDEV), it writes name
-// in place instead; copied then reports that.
+// writeFileAtomic replaces name with data and mode perm: a new temp file
+// beside it under a random name, its mode set on the open file, then a
+// rename over name, so a reader sees the old file or the new one, never half
+// of one, and a symlink at name is replaced, never written through. When the
+// rename is refused, as it is for a bind-mounted file (EBUSY: Docker and
+// Kubernetes mount /etc/resolv.conf that way) or across mounts (EXDEV), it
+// writes name in place instead; copied then reports that.
 func writeFileAtomic(fsys fileSystem, name string, data []byte, perm fs.FileMode) (copied bool, err error) {
-	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".towerd-new")
-	if err := fsys.WriteFile(tmp, data, perm); err != nil {
-		return false, fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	if err := fsys.Chmod(tmp, perm); err != nil {
-		_ = fsys.Remove(tmp)
-		return false, fmt.Errorf("setting the mode of %s: %w", tmp, err)
+	tmp, err := fsys.WriteTemp(name, data, perm)
+	if err != nil {
+		return false, fmt.Errorf("writing a new %s: %w", name, err)
 	}
 	err = fsys.Rename(tmp, name)
 	if err == nil {
@@ -128,11 +81,8 @@ func writeFileAtomic(fsys fileSystem, name string, data []byte, perm fs.FileMode
 		// Writing in place would write through the link into its target.
 		return false, fmt.Errorf("replacing %s: %w (and it is a symlink, so it is not written through)", name, err)
 	}
-	if err := fsys.WriteFile(name, data, perm); err != nil {
+	if err := fsys.Overwrite(name, data, perm); err != nil {
 		return false, fmt.Errorf("writing %s in place after rename failed: %w", name, err)
-	}
-	if err := fsys.Chmod(name, perm); err != nil {
-		return true, fmt.Errorf("setting the mode of %s: %w", name, err)
 	}
 	return true, nil
 }
@@ -196,8 +146,9 @@ func restoreSnapshot(fsys fileSystem, name string, s snapshot) error {
 		_, err := writeFileAtomic(fsys, name, s.data, s.mode)
 		return err
 	}
-	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".towerd-link")
-	_ = fsys.Remove(tmp)
+	// symlink(2) never follows or replaces what is at its name, and the
+	// name is random: a link planted in advance cannot be in the way.
+	tmp := tempName(name)
 	if err := fsys.Symlink(s.link, tmp); err != nil {
 		return err
 	}

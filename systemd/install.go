@@ -3,10 +3,12 @@ package systemd
 import (
 	"bytes"
 	_ "embed" // the unit files ship inside the binary, for `towerd install`
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/towerd/towerd/upstream"
@@ -32,6 +34,11 @@ type InstallOptions struct {
 // /etc/resolv.conf at 127.0.0.1, keeping the old one as a backup. Every
 // step compares before it writes, so a second run changes nothing. It
 // never starts or stops anything: Report.Next says what to run.
+//
+// Every path is resolved inside opts.Root without following a link out of
+// it (rootFS), and every change is recorded in install-state.json before it
+// is made, so an install killed at any point is finished by the next
+// Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
 	return install(rootFS{Root: opts.Root}, opts)
 }
@@ -42,10 +49,13 @@ type installer struct {
 	m       *manifest
 	r       *Report
 	planned map[string]bool // directories a dry run would create
+	// recorded is set once the record was written and reported.
+	recorded bool
 }
 
-func install(fsys fileSystem, opts InstallOptions) (report *Report, err error) {
+func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	in := &installer{fsys: fsys, r: &Report{DryRun: opts.DryRun}, planned: map[string]bool{}}
+	var err error
 	if in.m, err = loadManifest(fsys); err != nil {
 		return in.r, err
 	}
@@ -64,13 +74,15 @@ func install(fsys fileSystem, opts InstallOptions) (report *Report, err error) {
 	if err != nil {
 		return in.r, err
 	}
-	// Whatever happens below, what was done is recorded, so that uninstall
-	// can undo a half-finished install.
-	defer func() {
-		if merr := in.saveManifest(); err == nil {
-			err = merr
-		}
-	}()
+	// Nothing above changed anything. From here on every change is
+	// recorded before it is made (record, ensureDir), so an install killed
+	// at any point is finished by the next install or undone by uninstall.
+	if err := sweepTemps(fsys, in.r); err != nil {
+		return in.r, err
+	}
+	if err := in.saveManifest(); err != nil {
+		return in.r, err
+	}
 
 	if err := in.writeOwned(DefaultBinaryPath, binary, 0o755, "copy of "+opts.Binary); err != nil {
 		return in.r, err
@@ -133,10 +145,11 @@ func (in *installer) upstreams(given []string) (discovered, error) {
 
 // writeOwned puts data at name unless it is there already. A file towerd
 // did not write is kept at name+".pre-towerd" first, so uninstall can put it
-// back.
+// back: one with no record, or one that is not what the record says while
+// no backup exists (an install stopped before it made the backup).
 func (in *installer) writeOwned(name string, data []byte, mode fs.FileMode, detail string) error {
-	return in.write(name, data, mode, detail, name+".pre-towerd", func(cur snapshot, rec *fileRecord) bool {
-		return rec == nil
+	return in.write(name, data, mode, detail, name+".pre-towerd", func(cur snapshot, rec *fileRecord, backup snapshot) bool {
+		return rec == nil || (cur.sum() != rec.Sum && !backup.exists)
 	})
 }
 
@@ -151,7 +164,7 @@ func (in *installer) writeResolvConf() error {
 	}
 	data := renderResolvConf(prev.Search, prev.Options)
 	detail := fmt.Sprintf("nameserver %s, search and options kept from %s", towerdListenAddress, source)
-	return in.write(ResolvConfPath, data, 0o644, detail, ResolvConfBackup, func(cur snapshot, _ *fileRecord) bool {
+	return in.write(ResolvConfPath, data, 0o644, detail, ResolvConfBackup, func(cur snapshot, _ *fileRecord, _ snapshot) bool {
 		return cur.isLink() || !ownsResolvConf(cur.data)
 	})
 }
@@ -177,41 +190,69 @@ func (in *installer) writeConfig(found discovered) error {
 }
 
 // write is the one way install changes a file: compare, back up what is
-// someone else's, create missing directories, write atomically, record.
+// someone else's, create missing directories, write atomically. The record
+// says what is about to happen before it happens (Pending) and is updated
+// once it has.
 func (in *installer) write(name string, data []byte, mode fs.FileMode, detail, backup string,
-	theirs func(cur snapshot, rec *fileRecord) bool) error {
+	theirs func(cur snapshot, rec *fileRecord, backup snapshot) bool) error {
 	cur, err := look(in.fsys, name)
 	if err != nil {
 		return err
 	}
 	rec := in.m.file(name)
 	if cur.exists && !cur.isLink() && bytes.Equal(cur.data, data) && cur.mode == mode {
-		if rec == nil {
+		switch {
+		case rec == nil:
 			// Identical, but not ours: leave it unrecorded, so uninstall
 			// leaves it too.
 			in.r.same("unchanged", name, "already there; not towerd's, so uninstall keeps it")
-		} else {
+		case rec.Pending:
+			// Written by an install killed before it said so.
+			done := *rec
+			done.Pending = false
+			if err := in.record(done); err != nil {
+				return err
+			}
+			in.r.same("unchanged", name, "written by an install that did not finish")
+		default:
 			in.r.same("unchanged", name, "")
 		}
 		return nil
 	}
-	newRec := fileRecord{Path: name, Sum: sha256Hex(data)}
+	newRec := fileRecord{Path: name, Sum: sha256Hex(data), Pending: true}
 	if rec != nil {
 		newRec.Backup = rec.Backup
 	}
-	if cur.exists && theirs != nil && theirs(cur, rec) {
+	var old snapshot
+	if backup != "" {
+		if old, err = look(in.fsys, backup); err != nil {
+			return err
+		}
+	}
+	switch {
+	case cur.exists && theirs != nil && theirs(cur, rec, old):
+		newRec.Backup = backup
+		if old.exists && old.sum() == cur.sum() {
+			// Copied already by an install that stopped before it
+			// replaced the file.
+			break
+		}
+		if err := in.record(newRec); err != nil {
+			return err
+		}
 		if err := in.backUp(name, cur, backup); err != nil {
 			return err
 		}
+	case rec == nil && backup != "" && old.exists:
+		// Ours without a record (an install of an older towerd interrupted
+		// before it saved the record): the backup from then is still the
+		// original.
 		newRec.Backup = backup
-	} else if rec == nil && backup != "" {
-		// Ours without a record (an install interrupted before it saved
-		// the manifest): the backup from then is still the original.
-		if old, err := look(in.fsys, backup); err == nil && old.exists {
-			newRec.Backup = backup
-		}
 	}
-	if err := ensureDir(in.fsys, in.m, in.r, in.planned, path.Dir(name)); err != nil {
+	if err := ensureDir(in.fsys, in.m, in.r, in.planned, path.Dir(name), in.saveManifest); err != nil {
+		return err
+	}
+	if err := in.record(newRec); err != nil {
 		return err
 	}
 	if !in.r.DryRun {
@@ -223,7 +264,10 @@ func (in *installer) write(name string, data []byte, mode fs.FileMode, detail, b
 			detail = strings.TrimPrefix(detail+"; written in place: the rename was refused (a bind mount?)", "; ")
 		}
 	}
-	in.m.setFile(newRec)
+	newRec.Pending = false
+	if err := in.record(newRec); err != nil {
+		return err
+	}
 	in.r.did("write", name, detail)
 	return nil
 }
@@ -242,23 +286,63 @@ func (in *installer) backUp(name string, cur snapshot, backup string) error {
 	return nil
 }
 
+// record puts rec in the record and saves it.
+func (in *installer) record(rec fileRecord) error {
+	in.m.setFile(rec)
+	return in.saveManifest()
+}
+
 // saveManifest writes the record when it changed; a dry run writes nothing.
+// The record's directory is made under a temp name with the record already
+// in it and then renamed into place, so there is never a /etc/towerd that
+// no record accounts for.
 func (in *installer) saveManifest() error {
-	if in.r.DryRun || len(in.m.Files) == 0 {
+	if in.r.DryRun {
 		return nil
 	}
 	data := in.m.encode()
-	if cur, err := in.fsys.ReadFile(manifestPath); err == nil && bytes.Equal(cur, data) {
+	cur, err := look(in.fsys, manifestPath)
+	if err != nil {
+		return err
+	}
+	if cur.isLink() {
+		return fmt.Errorf("%s is a symlink (to %s): refusing to write the install record through it; remove it", manifestPath, cur.link)
+	}
+	if cur.exists && bytes.Equal(cur.data, data) {
 		return nil
 	}
-	if err := ensureDir(in.fsys, in.m, in.r, in.planned, path.Dir(manifestPath)); err != nil {
+	defer func() {
+		if !in.recorded {
+			in.recorded = true
+			in.r.did("write", manifestPath, "what towerd uninstall undoes")
+		}
+	}()
+	dir := path.Dir(manifestPath)
+	if _, err := in.fsys.Lstat(dir); err == nil {
+		_, err := writeFileAtomic(in.fsys, manifestPath, data, 0o644)
+		return err
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	data = in.m.encode() // ensureDir may have recorded a directory
-	if _, err := writeFileAtomic(in.fsys, manifestPath, data, 0o644); err != nil {
+	// The parents (/etc) exist on any system; were one missing, it is
+	// created before the record can say so.
+	if err := ensureDir(in.fsys, in.m, in.r, in.planned, path.Dir(dir), nil); err != nil {
 		return err
 	}
-	in.r.did("write", manifestPath, "what towerd uninstall undoes")
+	if !slices.Contains(in.m.Dirs, dir) {
+		in.m.Dirs = append(in.m.Dirs, dir)
+	}
+	tmp := tempName(dir)
+	if err := in.fsys.Mkdir(tmp, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", tmp, err)
+	}
+	if _, err := writeFileAtomic(in.fsys, path.Join(tmp, path.Base(manifestPath)), in.m.encode(), 0o644); err != nil {
+		return err
+	}
+	if err := in.fsys.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	in.r.did("create", dir+"/", "")
 	return nil
 }
 

@@ -112,6 +112,11 @@ type fileRecord struct {
 	Sum string `json:"sum"`
 	// Backup holds the file install replaced; empty when there was none.
 	Backup string `json:"backup,omitempty"`
+	// Pending is set while install is about to change the file: recorded
+	// before the backup and the write, cleared after. An install killed in
+	// between leaves it set, and the next install or uninstall knows that
+	// a file that is not Sum was never replaced, rather than changed since.
+	Pending bool `json:"pending,omitempty"`
 }
 
 func (m *manifest) file(name string) *fileRecord {
@@ -136,25 +141,36 @@ func (m *manifest) encode() []byte {
 	return append(b, '\n')
 }
 
-// loadManifest returns the recorded install, or nil when there is none.
+// removeFile drops name's record.
+func (m *manifest) removeFile(name string) {
+	m.Files = slices.DeleteFunc(m.Files, func(f fileRecord) bool { return f.Path == name })
+}
+
+// loadManifest returns the recorded install, or nil when there is none. A
+// symlink at the record's name is refused: the record decides what
+// uninstall removes, and nobody but install writes it.
 func loadManifest(fsys fileSystem) (*manifest, error) {
-	data, err := fsys.ReadFile(manifestPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	cur, err := look(fsys, manifestPath)
 	if err != nil {
 		return nil, err
 	}
+	if !cur.exists {
+		return nil, nil
+	}
+	if cur.isLink() {
+		return nil, fmt.Errorf("%s is a symlink (to %s), not the record install writes: refusing it; remove it", manifestPath, cur.link)
+	}
 	m := &manifest{}
-	if err := json.Unmarshal(data, m); err != nil {
+	if err := json.Unmarshal(cur.data, m); err != nil {
 		return nil, fmt.Errorf("%s is damaged (%v): fix or remove it by hand", manifestPath, err)
 	}
 	return m, nil
 }
 
 // ensureDir creates dir and any missing parents with mode 0755, recording
-// each one so uninstall removes exactly those. In a dry run it only reports.
-func ensureDir(fsys fileSystem, m *manifest, r *Report, planned map[string]bool, dir string) error {
+// each one (and saving the record with save, when given) before it is
+// made, so uninstall removes exactly those. In a dry run it only reports.
+func ensureDir(fsys fileSystem, m *manifest, r *Report, planned map[string]bool, dir string, save func() error) error {
 	var missing []string
 	for d := dir; d != "/" && d != "."; d = path.Dir(d) {
 		if _, err := fsys.Lstat(d); err == nil || planned[d] {
@@ -166,18 +182,20 @@ func ensureDir(fsys fileSystem, m *manifest, r *Report, planned map[string]bool,
 	}
 	slices.Reverse(missing)
 	for _, d := range missing {
+		if !slices.Contains(m.Dirs, d) {
+			m.Dirs = append(m.Dirs, d)
+		}
 		if r.DryRun {
 			planned[d] = true
 		} else {
+			if save != nil {
+				if err := save(); err != nil {
+					return err
+				}
+			}
 			if err := fsys.Mkdir(d, 0o755); err != nil {
 				return fmt.Errorf("creating %s: %w", d, err)
 			}
-			if err := fsys.Chmod(d, 0o755); err != nil { // whatever the umask
-				return fmt.Errorf("setting the mode of %s: %w", d, err)
-			}
-		}
-		if !slices.Contains(m.Dirs, d) {
-			m.Dirs = append(m.Dirs, d)
 		}
 		r.did("create", d+"/", "")
 	}

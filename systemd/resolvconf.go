@@ -68,7 +68,9 @@ func previousResolvConf(fsys fileSystem) (upstream.ResolvConf, string, error) {
 		return upstream.ResolvConf{}, name, fmt.Errorf("reading %s: %w", name, err)
 	}
 	rc, err := upstream.ParseResolvConf(bytes.NewReader(data))
-	return rc, name, err
+	// Named as the file it was, wherever it is kept now: a second install
+	// (or one finishing a killed one) renders the same config as the first.
+	return rc, ResolvConfPath, err
 }
 
 // discovered are the upstreams install found for zone ".".

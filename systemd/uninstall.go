@@ -46,6 +46,9 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 	if err != nil {
 		return r, err
 	}
+	if err := sweepTemps(fsys, r); err != nil {
+		return r, err
+	}
 	if m == nil {
 		r.same("skipped", manifestPath, "no record of an install here: nothing to undo")
 		if cur, err := look(fsys, ResolvConfPath); err == nil && !cur.isLink() && ownsResolvConf(cur.data) {
@@ -55,27 +58,92 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 		return r, nil
 	}
 	droppedIn := false
-	// Newest first: resolv.conf goes back before towerd's files go.
+	// Newest first: resolv.conf goes back before towerd's files go. The
+	// record loses each file once it is undone, so an uninstall killed
+	// midway is finished by the next one.
+	save := func() error {
+		if r.DryRun {
+			return nil
+		}
+		if _, err := writeFileAtomic(fsys, manifestPath, m.encode(), 0o644); err != nil {
+			return fmt.Errorf("updating %s: %w", manifestPath, err)
+		}
+		return nil
+	}
 	for _, rec := range slices.Backward(m.Files) {
+		// Pending again while it changes: killed after the file went back
+		// but before the record lost it, the next run must not take the
+		// restored file for one someone changed since install.
+		if !rec.Pending {
+			inTransition := rec
+			inTransition.Pending = true
+			m.setFile(inTransition)
+			if err := save(); err != nil {
+				return r, err
+			}
+		}
 		if err := undoFile(fsys, r, rec); err != nil {
 			return r, err
 		}
 		droppedIn = droppedIn || rec.Path == ResolvedDropIn
-	}
-	if !r.DryRun {
-		if err := fsys.Remove(manifestPath); err != nil {
-			return r, fmt.Errorf("removing %s: %w", manifestPath, err)
+		m.removeFile(rec.Path)
+		if err := save(); err != nil {
+			return r, err
 		}
 	}
-	r.did("remove", manifestPath, "")
+	recordDir := path.Dir(manifestPath)
 	for _, dir := range slices.Backward(m.Dirs) {
-		removeDirIfEmpty(fsys, r, dir)
+		if dir != recordDir {
+			removeDirIfEmpty(fsys, r, dir)
+		}
+	}
+	if err := removeRecord(fsys, r, slices.Contains(m.Dirs, recordDir)); err != nil {
+		return r, err
 	}
 	r.Next = append(r.Next, "systemctl daemon-reload")
 	if droppedIn {
 		r.Next = append(r.Next, "systemctl restart systemd-resolved   # stub listener back on")
 	}
 	return r, nil
+}
+
+// removeRecord removes the record last. When install created its directory
+// and the record is all that is left in it, the directory goes with it in
+// one rename to a temp name (swept by the next run if this one is killed
+// before it removes that), so there is never an empty /etc/towerd that no
+// record accounts for.
+func removeRecord(fsys fileSystem, r *Report, ownDir bool) error {
+	dir := path.Dir(manifestPath)
+	if ownDir && !r.DryRun {
+		names, err := fsys.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		if slices.Equal(names, []string{path.Base(manifestPath)}) {
+			tmp := tempName(dir)
+			if err := fsys.Rename(dir, tmp); err != nil {
+				return fmt.Errorf("removing %s: %w", dir, err)
+			}
+			for _, p := range []string{path.Join(tmp, path.Base(manifestPath)), tmp} {
+				if err := fsys.Remove(p); err != nil {
+					return fmt.Errorf("removing %s: %w", p, err)
+				}
+			}
+			r.did("remove", manifestPath, "")
+			r.did("remove", dir+"/", "")
+			return nil
+		}
+	}
+	if !r.DryRun {
+		if err := fsys.Remove(manifestPath); err != nil {
+			return fmt.Errorf("removing %s: %w", manifestPath, err)
+		}
+	}
+	r.did("remove", manifestPath, "")
+	if ownDir {
+		removeDirIfEmpty(fsys, r, dir)
+	}
+	return nil
 }
 
 // undoFile removes or restores one file install wrote.
@@ -89,24 +157,32 @@ func undoFile(fsys fileSystem, r *Report, rec fileRecord) error {
 		if backup, err = look(fsys, rec.Backup); err != nil {
 			return err
 		}
-		if !backup.exists {
-			r.warn("the backup %s of %s is gone; %s is left as it is", rec.Backup, rec.Path, rec.Path)
-			return nil
-		}
 	}
 	ours := cur.exists && cur.sum() == rec.Sum
 	if rec.Path == ResolvConfPath {
 		ours = ours && !cur.isLink() && ownsResolvConf(cur.data)
 	}
 	switch {
+	case !ours && cur.exists && backup.exists && backup.sum() == cur.sum():
+		// The backup is a copy of what is still there: an install stopped
+		// between making it and replacing the file.
+		if !r.DryRun {
+			if err := fsys.Remove(rec.Backup); err != nil {
+				return fmt.Errorf("removing %s: %w", rec.Backup, err)
+			}
+		}
+		r.did("remove", rec.Backup, fmt.Sprintf("a copy of %s made by an install that stopped before replacing it", rec.Path))
+	case !ours && rec.Pending:
+		r.same("skipped", rec.Path, "not towerd's: an install stopped before it wrote it, or an uninstall after it put it back")
 	case cur.exists && !ours:
 		msg := fmt.Sprintf("left %s alone: it changed since towerd install wrote it, so someone else manages it now", rec.Path)
-		if rec.Backup != "" {
+		if rec.Backup != "" && backup.exists {
 			msg += fmt.Sprintf("; the file it replaced is still in %s", rec.Backup)
 		}
 		r.warn("%s", msg)
 		r.same("kept", rec.Path, "changed since install")
-		return nil
+	case rec.Backup != "" && !backup.exists:
+		r.warn("the backup %s of %s is gone; %s is left as it is", rec.Backup, rec.Path, rec.Path)
 	case rec.Backup != "":
 		if !r.DryRun {
 			if err := restoreSnapshot(fsys, rec.Path, backup); err != nil {

@@ -67,14 +67,14 @@ func statePath(cfg Config) (path, dir string) {
 }
 
 // loadCache fills c from the snapshot, if there is one. A file that cannot
-// be used is logged and left for the next save to replace: towerd starts
-// with an empty cache rather than not at all.
+// be trusted or used is logged and set aside (cache.OpenSnapshot, Load):
+// towerd starts with an empty cache rather than not at all.
 func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
 	path := d.stateFile(cfg)
 	if path == "" {
 		return
 	}
-	f, err := os.Open(path)
+	f, err := cache.OpenSnapshot(path) // refuses links, FIFOs, others' and writable files
 	if errors.Is(err, fs.ErrNotExist) {
 		d.log.Info("no saved cache to load", "file", path)
 		return
@@ -92,8 +92,11 @@ func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
 	now := time.Now()
 	attrs := []any{"file", path, "entries", stats.Loaded, "skipped", stats.Skipped,
 		"saved_ago", now.Sub(stats.Written).Round(time.Second).String()}
+	if stats.Rejected > 0 {
+		d.log.Warn("saved cache entries dropped", "file", path, "rejected", stats.Rejected, "why", stats.Rejections)
+	}
 	if stats.Loaded > 0 {
-		attrs = append(attrs, "oldest_entry_age", now.Sub(stats.Oldest).Round(time.Second).String())
+		attrs = append(attrs, "clamped_to_max_ttl", stats.Clamped, "oldest_entry_age", now.Sub(stats.Oldest).Round(time.Second).String())
 	}
 	d.log.Info("loaded saved cache", attrs...)
 }
