@@ -16,7 +16,7 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/resolver"
-	"github.com/towerd/towerd/test/faultproxy"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // Bounds on a drill, so a typo cannot turn it into a flood or a day-long run.
