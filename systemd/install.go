@@ -9,7 +9,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // InstallOptions say where and what to install.
@@ -110,7 +110,7 @@ func (in *installer) upstreams(given []string) (discovered, error) {
 	if len(given) > 0 {
 		d := discovered{source: "--upstream"}
 		for _, s := range given {
-			n, err := upstream.NormalizeAddress(s)
+			n, err := resolvconf.NormalizeAddress(s)
 			if err != nil {
 				return d, fmt.Errorf("--upstream %q: %w", s, err)
 			}

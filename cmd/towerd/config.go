@@ -14,6 +14,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // DefaultConfigPath is where towerd looks for its config file. A missing file
@@ -415,7 +416,7 @@ func (c *Config) zones(root string) ([]ZoneConfig, string, error) {
 			}
 			normalized = append(normalized, n)
 		}
-		kept := upstream.WithoutAddresses(normalized, c.Listen)
+		kept := resolvconf.WithoutAddresses(normalized, c.Listen)
 		if len(kept) == 0 {
 			msg := fmt.Sprintf("zone %q has no server left once towerd's own listen addresses %v are left out (forwarding to itself would loop)", name, c.Listen)
 			if source != "" && name == "." {
@@ -429,15 +430,15 @@ func (c *Config) zones(root string) ([]ZoneConfig, string, error) {
 }
 
 // readResolvConf reads the file named by the resolv_conf key, or the system's.
-func readResolvConf(root, path string) (upstream.ResolvConf, string, error) {
+func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	if path == "" {
-		return upstream.SystemResolvConf(root)
+		return resolvconf.ReadSystem(root)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return upstream.ResolvConf{}, path, err
+		return resolvconf.Conf{}, path, err
 	}
 	defer f.Close()
-	rc, err := upstream.ParseResolvConf(f)
+	rc, err := resolvconf.Parse(f)
 	return rc, path, err
 }

@@ -1,4 +1,4 @@
-package upstream
+package resolvconf
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ func TestParseResolvConf(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
-		want ResolvConf
+		want Conf
 	}{
 		{
 			name: "systemd-resolved upstream list",
@@ -25,53 +25,53 @@ nameserver 10.0.0.2
 nameserver 2001:db8::53
 search corp.example.com
 `,
-			want: ResolvConf{Nameservers: []string{"10.0.0.2:53", "[2001:db8::53]:53"}, Search: []string{"corp.example.com"}},
+			want: Conf{Nameservers: []string{"10.0.0.2:53", "[2001:db8::53]:53"}, Search: []string{"corp.example.com"}},
 		},
 		{
 			name: "comments, blanks, tabs and trailing comments",
 			in:   "; old style comment\n\n\tnameserver\t192.0.2.1  # primary\r\nnameserver 192.0.2.2;secondary\n",
-			want: ResolvConf{Nameservers: []string{"192.0.2.1:53", "192.0.2.2:53"}},
+			want: Conf{Nameservers: []string{"192.0.2.1:53", "192.0.2.2:53"}},
 		},
 		{
 			name: "link-local with zone",
 			in:   "nameserver fe80::1%eth0\n",
-			want: ResolvConf{Nameservers: []string{"[fe80::1%eth0]:53"}},
+			want: Conf{Nameservers: []string{"[fe80::1%eth0]:53"}},
 		},
 		{
 			name: "invalid nameservers skipped as glibc does",
 			in:   "nameserver dns.example.com\nnameserver 192.0.2.1:5353\nnameserver\nnameserver 192.0.2.9\n",
-			want: ResolvConf{Nameservers: []string{"192.0.2.9:53"}},
+			want: Conf{Nameservers: []string{"192.0.2.9:53"}},
 		},
 		{
 			name: "last of search and domain wins",
 			in:   "search a.example b.example\ndomain c.example\n",
-			want: ResolvConf{Search: []string{"c.example"}},
+			want: Conf{Search: []string{"c.example"}},
 		},
 		{
 			name: "domain then search",
 			in:   "domain c.example\nsearch a.example b.example\n",
-			want: ResolvConf{Search: []string{"a.example", "b.example"}},
+			want: Conf{Search: []string{"a.example", "b.example"}},
 		},
 		{
 			name: "options accumulate, unknown lines ignored",
 			in:   "options ndots:2 edns0\nsortlist 130.155.160.0/255.255.240.0\nlookup file bind\noptions timeout:1\n",
-			want: ResolvConf{Options: []string{"ndots:2", "edns0", "timeout:1"}},
+			want: Conf{Options: []string{"ndots:2", "edns0", "timeout:1"}},
 		},
 		{
 			name: "more than glibc's three are kept",
 			in:   "nameserver 192.0.2.1\nnameserver 192.0.2.2\nnameserver 192.0.2.3\nnameserver 192.0.2.4\n",
-			want: ResolvConf{Nameservers: []string{"192.0.2.1:53", "192.0.2.2:53", "192.0.2.3:53", "192.0.2.4:53"}},
+			want: Conf{Nameservers: []string{"192.0.2.1:53", "192.0.2.2:53", "192.0.2.3:53", "192.0.2.4:53"}},
 		},
-		{name: "empty", in: "", want: ResolvConf{}},
+		{name: "empty", in: "", want: Conf{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseResolvConf(strings.NewReader(tt.in))
+			got, err := Parse(strings.NewReader(tt.in))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("ParseResolvConf = %#v, want %#v", got, tt.want)
+				t.Errorf("Parse = %#v, want %#v", got, tt.want)
 			}
 		})
 	}
@@ -79,7 +79,7 @@ search corp.example.com
 
 func TestParseResolvConfReadError(t *testing.T) {
 	broken := errors.New("disk on fire")
-	if _, err := ParseResolvConf(iotest.ErrReader(broken)); !errors.Is(err, broken) {
+	if _, err := Parse(iotest.ErrReader(broken)); !errors.Is(err, broken) {
 		t.Errorf("error = %v, want it to wrap %v", err, broken)
 	}
 }
@@ -124,7 +124,7 @@ func TestSystemResolvConf(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			conf, path, err := SystemResolvConf(root)
+			conf, path, err := ReadSystem(root)
 			if want := filepath.Join(root, tt.wantPath); path != want {
 				t.Errorf("path = %q, want %q", path, want)
 			}

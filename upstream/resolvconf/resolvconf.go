@@ -1,4 +1,9 @@
-package upstream
+// Package resolvconf reads resolv.conf(5) and normalizes nameserver
+// addresses. It sits apart from package upstream so that both the forwarder
+// (zone "." from the system's servers) and systemd (install reads the file
+// it replaces) use one parser without systemd importing the upstream
+// transport (issue 16).
+package resolvconf
 
 import (
 	"bufio"
@@ -14,8 +19,8 @@ import (
 	"strings"
 )
 
-// ResolvConf is the part of resolv.conf(5) that towerd uses.
-type ResolvConf struct {
+// Conf is the part of resolv.conf(5) that towerd uses.
+type Conf struct {
 	// Nameservers are host:port with port 53, in file order. Entries that
 	// are not IP addresses are skipped, as glibc skips them. All entries are
 	// kept, not only glibc's first three: towerd's MaxAttempts already
@@ -36,12 +41,12 @@ const (
 	resolvConfPath = "etc/resolv.conf"
 )
 
-// ParseResolvConf reads resolv.conf(5) syntax: nameserver, search, domain and
+// Parse reads resolv.conf(5) syntax: nameserver, search, domain and
 // options lines; "#" and ";" start comments; unknown keywords are ignored. It
 // fails only when r does. An empty Nameservers is returned as is: glibc would
 // then fall back to the local host, which for towerd is itself.
-func ParseResolvConf(r io.Reader) (ResolvConf, error) {
-	var conf ResolvConf
+func Parse(r io.Reader) (Conf, error) {
+	var conf Conf
 	scanner := bufio.NewScanner(r)
 	for scanner.Scan() {
 		line := scanner.Text()
@@ -70,15 +75,15 @@ func ParseResolvConf(r io.Reader) (ResolvConf, error) {
 		}
 	}
 	if err := scanner.Err(); err != nil {
-		return ResolvConf{}, fmt.Errorf("reading resolv.conf: %w", err)
+		return Conf{}, fmt.Errorf("reading resolv.conf: %w", err)
 	}
 	return conf, nil
 }
 
-// SystemResolvConf reads <root>/run/systemd/resolve/resolv.conf when it
+// ReadSystem reads <root>/run/systemd/resolve/resolv.conf when it
 // exists (systemd-resolved's list of real upstreams) and <root>/etc/resolv.conf
 // otherwise, and returns the path it read. root "" or "/" is the real root.
-func SystemResolvConf(root string) (ResolvConf, string, error) {
+func ReadSystem(root string) (Conf, string, error) {
 	if root == "" {
 		root = "/"
 	}
@@ -89,12 +94,12 @@ func SystemResolvConf(root string) (ResolvConf, string, error) {
 		f, err = os.Open(path)
 	}
 	if err != nil {
-		return ResolvConf{}, path, fmt.Errorf("opening %s: %w", path, err)
+		return Conf{}, path, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
-	conf, err := ParseResolvConf(f)
+	conf, err := Parse(f)
 	if err != nil {
-		return ResolvConf{}, path, fmt.Errorf("parsing %s: %w", path, err)
+		return Conf{}, path, fmt.Errorf("parsing %s: %w", path, err)
 	}
 	return conf, path, nil
 }
