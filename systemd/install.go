@@ -3,6 +3,7 @@ package systemd
 import (
 	"bytes"
 	_ "embed" // the unit files ship inside the binary, for `towerd install`
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -23,6 +24,21 @@ type InstallOptions struct {
 	Upstreams []string
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
+	// RenderConfig writes the towerd.toml install puts in place when there
+	// is none. Required: the config file's syntax belongs to towerd's own
+	// config package, which this package cannot import (issue 16).
+	RenderConfig func(InstallConfig) []byte
+}
+
+// InstallConfig is what install decided for the towerd.toml it writes.
+type InstallConfig struct {
+	// Listen is towerd's listen address (ip:port), the one resolv.conf
+	// points at.
+	Listen string
+	// Servers are zone "."'s upstreams, host:port.
+	Servers []string
+	// Source names where Servers came from: a file, or "--upstream".
+	Source string
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
@@ -42,6 +58,8 @@ type installer struct {
 	m       *manifest
 	r       *Report
 	planned map[string]bool // directories a dry run would create
+	// renderConfig is InstallOptions.RenderConfig over what install found.
+	renderConfig func(discovered) []byte
 }
 
 func install(fsys fileSystem, opts InstallOptions) (report *Report, err error) {
@@ -51,6 +69,12 @@ func install(fsys fileSystem, opts InstallOptions) (report *Report, err error) {
 	}
 	if in.m == nil {
 		in.m = &manifest{}
+	}
+	if opts.RenderConfig == nil {
+		return in.r, errors.New("InstallOptions.RenderConfig is not set")
+	}
+	in.renderConfig = func(d discovered) []byte {
+		return opts.RenderConfig(InstallConfig{Listen: towerdListenAddress + ":53", Servers: d.servers, Source: d.source})
 	}
 	binary, err := os.ReadFile(opts.Binary)
 	if err != nil {
@@ -173,7 +197,7 @@ func (in *installer) writeConfig(found discovered) error {
 		in.r.same("kept", ConfigPath, "changed since towerd install wrote it")
 		return nil
 	}
-	return in.write(ConfigPath, renderConfig(found), 0o644, "zone \".\" -> "+servers+" (from "+found.source+")", "", nil)
+	return in.write(ConfigPath, in.renderConfig(found), 0o644, "zone \".\" -> "+servers+" (from "+found.source+")", "", nil)
 }
 
 // write is the one way install changes a file: compare, back up what is

@@ -128,29 +128,6 @@ func localResolver(hostport string) string {
 	return "a resolver on this node, which towerd replaces"
 }
 
-// renderConfig is the towerd.toml install writes when there is none.
-func renderConfig(d discovered) []byte {
-	var b strings.Builder
-	b.WriteString("# Written by `towerd install`; edit freely. `towerd uninstall` removes this\n")
-	b.WriteString("# file only while it is unchanged. Every key and its default: README.md,\n")
-	b.WriteString("# \"Configuration\". Zone \"consul.\" keeps its default, 127.0.0.1:8600.\n")
-	b.WriteString("# Under towerd.socket the sockets come from systemd; listen still tells\n")
-	b.WriteString("# towerd which addresses are its own, so it never forwards to itself.\n")
-	fmt.Fprintf(&b, "listen = [\"%s:53\"]\n\n", towerdListenAddress)
-	if d.source != "" {
-		fmt.Fprintf(&b, "# The servers %s named at install time.\n", d.source)
-	}
-	b.WriteString("[[zone]]\nname    = \".\"\nservers = [")
-	for i, s := range d.servers {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%q", s)
-	}
-	b.WriteString("]\n")
-	return []byte(b.String())
-}
-
 // renderDropIn turns off resolved's stub listener on 127.0.0.53. resolved
 // itself keeps running: it still learns upstreams from DHCP and writes them
 // to /run/systemd/resolve/resolv.conf, and still serves LLMNR/mDNS if set up.

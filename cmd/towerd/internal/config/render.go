@@ -156,3 +156,25 @@ func tomlString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// InstallFile is the towerd.toml `towerd install` writes where there is
+// none: towerd on listen, zone "." forwarding to servers, which install
+// found in source.
+func InstallFile(listen string, servers []string, source string) File {
+	f := File{
+		Header: []string{
+			"Written by `towerd install`; edit freely. `towerd uninstall` removes this",
+			"file only while it is unchanged. Every key and its default: README.md,",
+			`"Configuration". Zone "consul." keeps its default, 127.0.0.1:8600.`,
+			"Under towerd.socket the sockets come from systemd; listen still tells",
+			"towerd which addresses are its own, so it never forwards to itself.",
+		},
+		Keys: []Key{{Name: "listen", Value: []string{listen}}},
+	}
+	z := Zone{Name: ".", Servers: servers}
+	if source != "" {
+		z.Lead = []string{"The servers " + source + " named at install time."}
+	}
+	f.Zones = []Zone{z}
+	return f
+}

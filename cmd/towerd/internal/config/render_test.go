@@ -46,3 +46,24 @@ func TestRenderReadsBack(t *testing.T) {
 		t.Errorf("a top-level key follows a table:\n%s", out)
 	}
 }
+
+// What `towerd install` writes loads back with its listen address and
+// zone "." servers; an install that found no servers still writes a file
+// that decodes, and validation then names the empty zone.
+func TestInstallFileReadsBack(t *testing.T) {
+	out := InstallFile("127.0.0.1:53", []string{"192.0.2.5:53", "192.0.2.6:5353"}, "--upstream").Render()
+	if !strings.Contains(string(out), `servers = ["192.0.2.5:53", "192.0.2.6:5353"]`) {
+		t.Errorf("zone \".\" servers not written as expected:\n%s", out)
+	}
+	cfg := DefaultConfig()
+	if err := Decode(out, "towerd.toml", &cfg); err != nil {
+		t.Fatalf("does not decode: %v\n%s", err, out)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("not valid: %v\n%s", err, out)
+	}
+	if strings.Join(cfg.Listen, " ") != "127.0.0.1:53" || len(cfg.Zones) != 1 || cfg.Zones[0].Name != "." ||
+		strings.Join(cfg.Zones[0].Servers, " ") != "192.0.2.5:53 192.0.2.6:5353" {
+		t.Errorf("read back as listen %v zones %+v\n%s", cfg.Listen, cfg.Zones, out)
+	}
+}

@@ -1,6 +1,7 @@
-package main
+package admin
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -10,10 +11,10 @@ import (
 	"github.com/towerd/towerd/upstream"
 )
 
-// statsReport is the /stats document; `towerd stats` decodes it. Counts are
+// Report is the /stats document; `towerd stats` decodes it. Counts are
 // since start-up; latencies are estimated from the histogram buckets the way
 // Prometheus's histogram_quantile does, so they match the dashboard.
-type statsReport struct {
+type Report struct {
 	Version        string        `json:"version"`
 	Started        time.Time     `json:"started"`
 	UptimeSeconds  float64       `json:"uptime_seconds"`
@@ -25,8 +26,8 @@ type statsReport struct {
 	InvalidPackets uint64        `json:"invalid_packets"`
 	Zones          []zoneStats   `json:"zones"`
 	Upstreams      []serverStats `json:"upstreams"`
-	ConsulWatch    *watchStatus  `json:"consul_watch"` // null while no watch runs
-	LastReload     *reloadStatus `json:"last_reload"`  // null before the first SIGHUP
+	ConsulWatch    *WatchStatus  `json:"consul_watch"` // null while no watch runs
+	LastReload     *ReloadStatus `json:"last_reload"`  // null before the first SIGHUP
 }
 
 // configSummary is the running configuration in brief.
@@ -105,14 +106,55 @@ type serverStats struct {
 	SRTTSeconds       float64           `json:"srtt_seconds"`
 }
 
-// watchStatus is the Consul watch's state as /stats shows it.
-type watchStatus struct {
+// WatchStatus is the Consul watch's state as /stats shows it.
+type WatchStatus struct {
 	State       string    `json:"state"` // e.g. "watching", "erroring"
 	Services    int       `json:"services"`
 	LastIndex   uint64    `json:"last_index"`
 	LastSuccess time.Time `json:"last_success"`
 	Errors      uint64    `json:"errors"`
 	LastError   string    `json:"last_error,omitempty"`
+}
+
+// report builds the /stats document.
+func (a *Server) report() (Report, error) {
+	mfs, err := a.tel.reg.Gather()
+	if err != nil {
+		return Report{}, fmt.Errorf("gathering metrics: %w", err)
+	}
+	v := a.view.Load()
+	r := buildReport(indexFamilies(mfs), v.Groups)
+	now := a.now()
+	r.Version = a.version
+	r.Started = a.tel.started
+	r.UptimeSeconds = now.Sub(a.tel.started).Seconds()
+	r.Ready = a.ready.Load()
+	r.Config = summarize(v)
+	r.Config.AdminListen = a.addr // port 0 resolved
+	r.ConsulWatch = a.tel.watchState()
+	if st, ok := a.tel.reloadState(); ok {
+		r.LastReload = &st
+	}
+	return r, nil
+}
+
+func summarize(v *View) configSummary {
+	c := v.Config
+	s := configSummary{
+		File: v.File, Listen: c.Listen, Allow: c.Allow,
+		CacheSize: c.Cache.Size, MinTTL: c.Cache.MinTTL.String(), MaxTTL: c.Cache.MaxTTL.String(),
+		Prefetch: c.Cache.Prefetch, ServeStale: c.ServeStale.Enabled, StaleMaxAge: c.ServeStale.MaxAge.String(),
+		QueryTimeout: c.QueryTimeout.String(), MaxInflight: c.Upstream.MaxInflight,
+		AdminListen: c.Admin.Listen, ConfigLoaded: v.LoadedAt,
+	}
+	for _, g := range v.Groups {
+		z := zoneSummary{Name: g.Address()}
+		for _, st := range g.Servers() {
+			z.Servers = append(z.Servers, st.Address)
+		}
+		s.Zones = append(s.Zones, z)
+	}
+	return s
 }
 
 // families indexes one Gather by metric name. The /stats figures are read
@@ -232,8 +274,8 @@ func bucketQuantile(q float64, bounds []float64, cumulative map[float64]uint64, 
 
 // buildReport fills the counters and latencies of a report from one Gather
 // and the groups' live state; the caller adds what is not a metric.
-func buildReport(f families, groups []*upstream.Group) statsReport {
-	var r statsReport
+func buildReport(f families, groups []*upstream.Group) Report {
+	var r Report
 	r.Queries = queryStats{
 		Total:    f.sum("towerd_responses_total", nil),
 		BySource: f.by("towerd_responses_total", "source", nil),

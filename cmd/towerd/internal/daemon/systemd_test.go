@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
 )
@@ -38,7 +39,7 @@ func (s *syncBuffer) String() string {
 // newSDTestDaemon is a daemon with what the systemd side reads (a handler,
 // a group, a cache) and no sockets, past the point where its sockets
 // serve: the test plays the main loop by hand.
-func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessCheck) (*daemon, *syncBuffer) {
+func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessCheck) (*Daemon, *syncBuffer) {
 	t.Helper()
 	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID"} {
 		t.Setenv(k, env[k])
@@ -59,15 +60,16 @@ func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessChe
 	}
 	t.Cleanup(h.Close)
 	logs := &syncBuffer{}
-	d := &daemon{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		opts: &options{configPath: "test.toml"}, handler: h, groups: []*upstream.Group{g}}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		opts: Options{ConfigFile: "test.toml", Systemd: true}, handler: h, groups: []*upstream.Group{g}, cache: c,
+		sd: &sdSession{events: make(chan sdEvent)}}
 	for _, c := range checks {
 		d.addReadiness(c.what, c.wait)
 	}
-	if _, _, err := d.adoptSockets(DefaultConfig(), nil); err != nil {
+	if _, _, err := d.adoptSockets(config.DefaultConfig(), nil); err != nil {
 		t.Fatal(err)
 	}
-	d.sdServing([]string{"udp/127.0.0.1:53", "tcp/127.0.0.1:53"}, c)
+	d.sdServing([]string{"udp/127.0.0.1:53", "tcp/127.0.0.1:53"})
 	t.Cleanup(d.sd.cancel)
 	return d, logs
 }
@@ -96,7 +98,7 @@ func readDatagram(t *testing.T, conn *net.UnixConn) string {
 }
 
 // nextEvent is one turn of the main loop, bounded.
-func nextEvent(t *testing.T, d *daemon) sdEvent {
+func nextEvent(t *testing.T, d *Daemon) sdEvent {
 	t.Helper()
 	select {
 	case ev := <-d.sd.events:

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -7,8 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/systemd"
 )
 
@@ -29,7 +28,7 @@ type readinessCheck struct {
 
 // addReadiness makes READY=1 wait for one more thing. Call it before the
 // sockets serve.
-func (d *daemon) addReadiness(what string, wait func(ctx context.Context) error) {
+func (d *Daemon) addReadiness(what string, wait func(ctx context.Context) error) {
 	d.readiness = append(d.readiness, readinessCheck{what: what, wait: wait})
 }
 
@@ -44,7 +43,6 @@ type sdSession struct {
 	cancel    context.CancelFunc
 	ready     bool // READY=1 was sent
 	lastErr   string
-	cache     *cache.Cache
 	addrs     []string
 }
 
@@ -58,8 +56,10 @@ const (
 // adoptSockets takes the sockets systemd passed, if any, before anything is
 // built from cfg: they replace the listen addresses, also for the loop
 // check that keeps towerd's own addresses out of its upstreams.
-func (d *daemon) adoptSockets(cfg Config, zones []ZoneConfig) (Config, []ZoneConfig, error) {
-	d.sd = &sdSession{events: make(chan sdEvent)}
+func (d *Daemon) adoptSockets(cfg config.Config, zones []config.ZoneConfig) (config.Config, []config.ZoneConfig, error) {
+	if !d.opts.Systemd {
+		return cfg, zones, nil
+	}
 	var err error
 	if d.sd.notifier, err = systemd.NewNotifier(); err != nil {
 		d.log.Warn("watchdog off", "err", err)
@@ -84,25 +84,29 @@ func (d *daemon) adoptSockets(cfg Config, zones []ZoneConfig) (Config, []ZoneCon
 		return cfg, zones, nil
 	}
 	cfg.Listen = addrs
-	if zones, _, err = cfg.zones("/"); err != nil {
+	if zones, _, err = cfg.ForwardZones("/"); err != nil {
 		d.sd.inherited.Close()
 	}
 	return cfg, zones, err
 }
 
-// reloadConfig is options.load for SIGHUP, with the inherited sockets'
+// reloadConfig is Options.Load for a reload, with the inherited sockets'
 // addresses kept as the listen addresses.
-func (d *daemon) reloadConfig() (Config, error) {
-	cfg, err := d.opts.load()
-	if err == nil && d.sd != nil && d.sd.inherited != nil {
+func (d *Daemon) reloadConfig() (config.Config, error) {
+	if d.opts.Load == nil {
+		return d.cfg, errNoReload
+	}
+	cfg, err := d.opts.Load()
+	if err == nil && d.sd.inherited != nil {
 		cfg.Listen = d.sd.inherited.Addrs()
 	}
 	return cfg, err
 }
 
-// listen gives srv the inherited sockets, or binds addrs without them.
-func (d *daemon) listen(srv *resolver.Server, addrs []string) error {
-	if d.sd == nil || d.sd.inherited == nil {
+// listen gives the server the inherited sockets, or binds addrs without them.
+func (d *Daemon) listen(addrs []string) error {
+	srv := d.server
+	if d.sd.inherited == nil {
 		return srv.Listen(addrs)
 	}
 	for _, pc := range d.sd.inherited.Packet {
@@ -116,9 +120,9 @@ func (d *daemon) listen(srv *resolver.Server, addrs []string) error {
 
 // sdServing starts what follows the sockets serving: the readiness checks
 // (then READY=1) and the periodic WATCHDOG=1/STATUS= ticks.
-func (d *daemon) sdServing(addrs []string, c *cache.Cache) {
+func (d *Daemon) sdServing(addrs []string) {
 	sd := d.sd
-	sd.addrs, sd.cache = addrs, c
+	sd.addrs = addrs
 	ctx, cancel := context.WithCancel(context.Background())
 	sd.cancel = cancel
 	checks := append([]readinessCheck(nil), d.readiness...)
@@ -161,7 +165,7 @@ func (sd *sdSession) send(ctx context.Context, ev sdEvent) {
 }
 
 // sdHandle runs on the main loop for each event.
-func (d *daemon) sdHandle(ev sdEvent) {
+func (d *Daemon) sdHandle(ev sdEvent) {
 	sd := d.sd
 	switch ev {
 	case sdAllReady:
@@ -179,23 +183,20 @@ func (d *daemon) sdHandle(ev sdEvent) {
 
 // sdReloading and sdReloaded bracket a SIGHUP reload. Before the first
 // READY=1 they say nothing: that READY=1 is still to come and covers it.
-func (d *daemon) sdReloading() {
-	if d.sd != nil && d.sd.ready {
-		d.sdResult(d.sd.notifier.Reloading("reloading " + d.opts.configPath))
+func (d *Daemon) sdReloading() {
+	if d.sd.ready {
+		d.sdResult(d.sd.notifier.Reloading("reloading " + d.opts.ConfigFile))
 	}
 }
 
-func (d *daemon) sdReloaded() {
-	if d.sd != nil && d.sd.ready {
+func (d *Daemon) sdReloaded() {
+	if d.sd.ready {
 		d.sdResult(d.sd.notifier.Ready(d.sdStatus()))
 	}
 }
 
 // sdStopping says STOPPING=1 and ends the goroutines of sdServing.
-func (d *daemon) sdStopping() {
-	if d.sd == nil {
-		return
-	}
+func (d *Daemon) sdStopping() {
 	d.sdResult(d.sd.notifier.Stopping(fmt.Sprintf("stopping: draining %d queries in flight", d.handler.Inflight())))
 	if d.sd.cancel != nil {
 		d.sd.cancel()
@@ -204,7 +205,7 @@ func (d *daemon) sdStopping() {
 
 // sdResult logs a failed notification once, not at every tick, and says so
 // when notifications work again.
-func (d *daemon) sdResult(err error) {
+func (d *Daemon) sdResult(err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -220,13 +221,13 @@ func (d *daemon) sdResult(err error) {
 }
 
 // sdStatus is the one line `systemctl status towerd` shows.
-func (d *daemon) sdStatus() string {
+func (d *Daemon) sdStatus() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "serving %s", strings.Join(d.sd.addrs, " "))
 	if d.sd.inherited != nil {
 		b.WriteString(" (from systemd)")
 	}
-	if c := d.sd.cache; c != nil {
+	if c := d.cache; c != nil {
 		s := c.Stats()
 		lookups := s.Hits + s.Misses + s.StaleHits
 		hitRate := 0.0

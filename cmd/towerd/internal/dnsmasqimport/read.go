@@ -1,4 +1,4 @@
-package main
+package dnsmasqimport
 
 import (
 	"bufio"
@@ -9,9 +9,9 @@ import (
 	"strings"
 )
 
-// dnsmasqDirective is one "option" or "option=value" line of a dnsmasq
+// Directive is one "option" or "option=value" line of a dnsmasq
 // configuration, with where it came from for the report.
-type dnsmasqDirective struct {
+type Directive struct {
 	File  string
 	Line  int
 	Name  string
@@ -19,30 +19,30 @@ type dnsmasqDirective struct {
 	Has   bool // "=" was present (use-stale-cache vs use-stale-cache=0)
 }
 
-func (d dnsmasqDirective) String() string {
+func (d Directive) String() string {
 	if d.Has {
 		return d.Name + "=" + d.Value
 	}
 	return d.Name
 }
 
-func (d dnsmasqDirective) where() string { return fmt.Sprintf("%s:%d", d.File, d.Line) }
+func (d Directive) where() string { return fmt.Sprintf("%s:%d", d.File, d.Line) }
 
 // maxIncludeDepth bounds conf-file/conf-dir nesting; dnsmasq has no limit,
 // but a file including itself must not hang the import.
 const maxIncludeDepth = 10
 
-// readDnsmasq reads a dnsmasq configuration file and, in place, every file
+// Read reads a dnsmasq configuration file and, in place, every file
 // its conf-file= and conf-dir= directives name, in the order dnsmasq reads
 // them. The conf-file/conf-dir lines themselves are kept too, so the report
 // can show where included directives came from.
-func readDnsmasq(path string) ([]dnsmasqDirective, error) {
-	var out []dnsmasqDirective
-	err := readDnsmasqFile(path, 0, map[string]bool{}, &out)
+func Read(path string) ([]Directive, error) {
+	var out []Directive
+	err := readFile(path, 0, map[string]bool{}, &out)
 	return out, err
 }
 
-func readDnsmasqFile(path string, depth int, reading map[string]bool, out *[]dnsmasqDirective) error {
+func readFile(path string, depth int, reading map[string]bool, out *[]Directive) error {
 	if depth > maxIncludeDepth {
 		return fmt.Errorf("%s: conf-file/conf-dir nested more than %d deep", path, maxIncludeDepth)
 	}
@@ -60,7 +60,7 @@ func readDnsmasqFile(path string, depth int, reading map[string]bool, out *[]dns
 	defer f.Close()
 	scanner := bufio.NewScanner(f)
 	for n := 1; scanner.Scan(); n++ {
-		d, ok := parseDnsmasqLine(scanner.Text())
+		d, ok := parseLine(scanner.Text())
 		if !ok {
 			continue
 		}
@@ -68,16 +68,16 @@ func readDnsmasqFile(path string, depth int, reading map[string]bool, out *[]dns
 		*out = append(*out, d)
 		switch d.Name {
 		case "conf-file", "servers-file":
-			if err := readDnsmasqFile(d.Value, depth+1, reading, out); err != nil {
+			if err := readFile(d.Value, depth+1, reading, out); err != nil {
 				return fmt.Errorf("%s: %w", d.where(), err)
 			}
 		case "conf-dir":
-			files, err := dnsmasqConfDir(d.Value)
+			files, err := confDir(d.Value)
 			if err != nil {
 				return fmt.Errorf("%s: %w", d.where(), err)
 			}
 			for _, name := range files {
-				if err := readDnsmasqFile(name, depth+1, reading, out); err != nil {
+				if err := readFile(name, depth+1, reading, out); err != nil {
 					return err
 				}
 			}
@@ -89,10 +89,10 @@ func readDnsmasqFile(path string, depth int, reading map[string]bool, out *[]dns
 	return nil
 }
 
-// parseDnsmasqLine splits one line. As in dnsmasq, "#" starts a comment
+// parseLine splits one line. As in dnsmasq, "#" starts a comment
 // only at the start of the line or after white space, because it also
 // separates a server's address from its port (server=/consul/127.0.0.1#8600).
-func parseDnsmasqLine(line string) (dnsmasqDirective, bool) {
+func parseLine(line string) (Directive, bool) {
 	white := true
 	for i, r := range line {
 		if white && r == '#' {
@@ -103,22 +103,22 @@ func parseDnsmasqLine(line string) (dnsmasqDirective, bool) {
 	}
 	line = strings.TrimSpace(line)
 	if line == "" {
-		return dnsmasqDirective{}, false
+		return Directive{}, false
 	}
 	name, value, has := strings.Cut(line, "=")
-	return dnsmasqDirective{
+	return Directive{
 		Name:  strings.TrimSpace(name),
 		Value: strings.Trim(strings.TrimSpace(value), `"`),
 		Has:   has,
 	}, true
 }
 
-// dnsmasqConfDir lists the files conf-dir=DIR[,ext...] reads, sorted as
+// confDir lists the files conf-dir=DIR[,ext...] reads, sorted as
 // dnsmasq (2.80+) sorts them. Extensions starting with "*" select files
 // ("conf-dir=/etc/dnsmasq.d/,*.conf"); the others exclude them
 // ("conf-dir=/etc/dnsmasq.d,.dpkg-dist,.bak"). Like dnsmasq it skips dot
 // files, editor backups ("~") and emacs autosaves ("#name#").
-func dnsmasqConfDir(value string) ([]string, error) {
+func confDir(value string) ([]string, error) {
 	parts := strings.Split(value, ",")
 	dir := strings.TrimSpace(parts[0])
 	var include, exclude []string

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"runtime"
@@ -7,19 +7,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
 )
 
-// telemetry is towerd's own Prometheus registry and the metrics on it. Its
+// Telemetry is towerd's own Prometheus registry and the metrics on it. Its
 // own, not the global one, so that nothing a library registers behind our
 // back shows up on /metrics, and tests can build as many as they like.
-type telemetry struct {
-	reg       *prometheus.Registry
-	resolver  *resolver.Metrics
-	upstreams *upstream.Metrics
+type Telemetry struct {
+	reg *prometheus.Registry
+	// Resolver is the handler's query observer and instrumentation.
+	Resolver *resolver.Metrics
+	// Upstreams observes every upstream attempt and reads the groups' state.
+	Upstreams *upstream.Metrics
 	started   time.Time
 
 	reloads      *prometheus.CounterVec
@@ -30,31 +33,31 @@ type telemetry struct {
 	cacheSaveOKTime prometheus.Gauge
 
 	mu         sync.Mutex
-	lastReload reloadStatus
-	watch      func() *watchStatus // nil until a Consul watch reports to us
+	lastReload ReloadStatus
+	watch      func() *WatchStatus // nil until a Consul watch reports to us
 }
 
-// reloadStatus is the outcome of the last SIGHUP, for /stats.
-type reloadStatus struct {
+// ReloadStatus is the outcome of the last SIGHUP, for /stats.
+type ReloadStatus struct {
 	At    time.Time `json:"at"`
 	OK    bool      `json:"ok"`
 	Error string    `json:"error,omitempty"`
 }
 
-// newTelemetry builds the registry: Go and process collectors, build info,
+// NewTelemetry builds the registry: Go and process collectors, build info,
 // the resolver's, the upstreams' and c's metrics, and reload outcomes.
 // Registration only fails on a programming error (two metrics with one
 // name), so it panics.
-func newTelemetry(c *cache.Cache, now time.Time) *telemetry {
+func NewTelemetry(c *cache.Cache, now time.Time, version string) *Telemetry {
 	reg := prometheus.NewRegistry()
 	rm, err := resolver.NewMetrics(reg)
 	if err != nil {
 		panic(err)
 	}
-	t := &telemetry{
+	t := &Telemetry{
 		reg:       reg,
-		resolver:  rm,
-		upstreams: upstream.NewMetrics(resolver.DurationBuckets),
+		Resolver:  rm,
+		Upstreams: upstream.NewMetrics(resolver.DurationBuckets),
 		started:   now,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "towerd_config_reloads_total",
@@ -93,15 +96,15 @@ func newTelemetry(c *cache.Cache, now time.Time) *telemetry {
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 		}, func() float64 { return 1 }),
 		cache.NewCollector(c),
-		t.upstreams,
+		t.Upstreams,
 		t.reloads, t.reloadOK, t.reloadOKTime,
 		t.cacheSaves, t.cacheSaveOKTime,
 	)
 	return t
 }
 
-// recordCacheSave counts one cache snapshot's outcome.
-func (t *telemetry) recordCacheSave(at time.Time, err error) {
+// RecordCacheSave counts one cache snapshot's outcome.
+func (t *Telemetry) RecordCacheSave(at time.Time, err error) {
 	if err != nil {
 		t.cacheSaves.WithLabelValues("failure").Inc()
 		return
@@ -110,9 +113,9 @@ func (t *telemetry) recordCacheSave(at time.Time, err error) {
 	t.cacheSaveOKTime.Set(float64(at.UnixNano()) / 1e9)
 }
 
-// recordReload counts one reload's outcome.
-func (t *telemetry) recordReload(at time.Time, err error) {
-	st := reloadStatus{At: at, OK: err == nil}
+// RecordReload counts one reload's outcome.
+func (t *Telemetry) RecordReload(at time.Time, err error) {
+	st := ReloadStatus{At: at, OK: err == nil}
 	if err != nil {
 		st.Error = err.Error()
 		t.reloads.WithLabelValues("failure").Inc()
@@ -128,22 +131,21 @@ func (t *telemetry) recordReload(at time.Time, err error) {
 }
 
 // reloadState returns the last reload's outcome; ok is false before any.
-func (t *telemetry) reloadState() (reloadStatus, bool) {
+func (t *Telemetry) reloadState() (ReloadStatus, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lastReload, !t.lastReload.At.IsZero()
 }
 
-// setWatchStatus tells /stats how to read the Consul watch's state. The
-// watch registers its own metrics on t.reg.
-func (t *telemetry) setWatchStatus(f func() *watchStatus) {
+// SetWatchStatus tells /stats how to read the Consul watch's state.
+func (t *Telemetry) SetWatchStatus(f func() *WatchStatus) {
 	t.mu.Lock()
 	t.watch = f
 	t.mu.Unlock()
 }
 
 // watchState returns the Consul watch's state, or nil when none runs.
-func (t *telemetry) watchState() *watchStatus {
+func (t *Telemetry) watchState() *WatchStatus {
 	t.mu.Lock()
 	f := t.watch
 	t.mu.Unlock()
@@ -153,11 +155,9 @@ func (t *telemetry) watchState() *watchStatus {
 	return f()
 }
 
-// upstreamObserver returns the attempt hook of zone's group; nil before
-// telemetry exists (a daemon under construction in tests).
-func (t *telemetry) upstreamObserver(zone string) func(string, time.Duration, string) {
-	if t == nil {
-		return nil
-	}
-	return t.upstreams.Observer(zone)
-}
+// Gather reads the registry /metrics serves; /stats and tests use it.
+func (t *Telemetry) Gather() ([]*dto.MetricFamily, error) { return t.reg.Gather() }
+
+// Register adds a collector of another part of towerd, such as the Consul
+// watch's, to the registry /metrics serves.
+func (t *Telemetry) Register(c prometheus.Collector) error { return t.reg.Register(c) }

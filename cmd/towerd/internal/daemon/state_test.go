@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 func TestResolveStateDir(t *testing.T) {
 	tests := []struct {
 		configured, env, want string
 	}{
-		{DefaultStateDir, "", DefaultStateDir},
-		{DefaultStateDir, "/var/lib/private/towerd", "/var/lib/private/towerd"},
-		{DefaultStateDir, "/a:/b", "/a"}, // several StateDirectory= entries: the first
+		{config.DefaultStateDir, "", config.DefaultStateDir},
+		{config.DefaultStateDir, "/var/lib/private/towerd", "/var/lib/private/towerd"},
+		{config.DefaultStateDir, "/a:/b", "/a"}, // several StateDirectory= entries: the first
 		{"/srv/towerd", "/var/lib/towerd", "/srv/towerd"},
 		{"", "/var/lib/towerd", ""}, // "" turns persistence off even under systemd
 	}
@@ -48,8 +49,8 @@ func newStateCache(t *testing.T) *cache.Cache {
 func TestSaveAndLoadCache(t *testing.T) {
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	d := &daemon{log: slog.New(slog.NewTextHandler(&logs, nil))}
-	cfg := Config{StateDir: dir}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), tel: admin.NewTelemetry(newStateCache(t), time.Now(), "test")}
+	cfg := config.Config{StateDir: dir}
 
 	src := newStateCache(t)
 	m := new(dns.Msg)
@@ -95,7 +96,7 @@ func TestSaveAndLoadCache(t *testing.T) {
 
 	// A missing directory turns persistence off; nothing is created.
 	logs.Reset()
-	missing := Config{StateDir: filepath.Join(dir, "nope")}
+	missing := config.Config{StateDir: filepath.Join(dir, "nope")}
 	d.saveCache(src, missing)
 	if _, err := os.Stat(missing.StateDir); err == nil {
 		t.Errorf("towerd created the missing state directory")
@@ -141,8 +142,8 @@ func TestPeriodicCacheSave(t *testing.T) {
 	dir := t.TempDir()
 	lines := make(logLines, 64)
 	c := newStateCache(t)
-	d := &daemon{log: slog.New(slog.NewTextHandler(lines, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		ops: newOperations(c)}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(lines, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		tel: admin.NewTelemetry(c, time.Now(), "test")}
 	add := func(name string) {
 		t.Helper()
 		m := new(dns.Msg)
@@ -154,11 +155,11 @@ func TestPeriodicCacheSave(t *testing.T) {
 		}
 	}
 	saves := func(result string) float64 {
-		return testutil.ToFloat64(d.ops.tel.cacheSaves.WithLabelValues(result))
+		return metricValue(t, d.tel, "towerd_cache_saves_total", result)
 	}
 
 	add("one.example.")
-	s := d.startCacheSaver(c, Config{StateDir: dir, StateSaveInterval: dur(10 * time.Millisecond)})
+	s := d.startCacheSaver(c, config.Config{StateDir: dir, StateSaveInterval: config.Dur(10 * time.Millisecond)})
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
@@ -173,14 +174,14 @@ func TestPeriodicCacheSave(t *testing.T) {
 	for !strings.Contains(lines.next(t, `msg="saved cache"`), "entries=2") {
 	}
 	loaded := newStateCache(t)
-	d.loadCache(loaded, Config{StateDir: dir})
+	d.loadCache(loaded, config.Config{StateDir: dir})
 	if loaded.Len() != 2 {
 		t.Errorf("the periodic snapshot loads %d entries, want 2", loaded.Len())
 	}
 	if n := saves("success"); n < 2 {
 		t.Errorf("towerd_cache_saves_total{result=success} %v, want at least 2", n)
 	}
-	if ts := testutil.ToFloat64(d.ops.tel.cacheSaveOKTime); ts <= 0 {
+	if ts := metricValue(t, d.tel, "towerd_cache_last_save_success_timestamp_seconds", ""); ts <= 0 {
 		t.Errorf("towerd_cache_last_save_success_timestamp_seconds %v after a save", ts)
 	}
 
@@ -190,7 +191,7 @@ func TestPeriodicCacheSave(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(other, cacheFileName), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s.reconfigure(Config{StateDir: other, StateSaveInterval: dur(10 * time.Millisecond)})
+	s.reconfigure(config.Config{StateDir: other, StateSaveInterval: config.Dur(10 * time.Millisecond)})
 	if line := lines.next(t, `msg="cache not saved"`); !strings.Contains(line, "level=WARN") || !strings.Contains(line, other) {
 		t.Errorf("failed save logged as %q, want a warning naming %s", line, other)
 	}
@@ -199,10 +200,36 @@ func TestPeriodicCacheSave(t *testing.T) {
 	}
 
 	// "0s" saves only on stop; stop returns once the saver is gone.
-	s.reconfigure(Config{StateDir: dir})
+	s.reconfigure(config.Config{StateDir: dir})
 	s.stop()
 	stopped = true
 	if leftovers, _ := filepath.Glob(filepath.Join(dir, ".*")); len(leftovers) != 0 {
 		t.Errorf("temporary files left behind: %v", leftovers)
 	}
+}
+
+// metricValue reads one series of tel's registry: name, with label
+// result="result" when result is not "".
+func metricValue(t *testing.T, tel *admin.Telemetry, name, result string) float64 {
+	t.Helper()
+	mfs, err := tel.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := result == ""
+			for _, lp := range m.GetLabel() {
+				match = match || (lp.GetName() == "result" && lp.GetValue() == result)
+			}
+			if match {
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s{result=%q}", name, result)
+	return 0
 }

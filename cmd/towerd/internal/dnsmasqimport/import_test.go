@@ -1,4 +1,4 @@
-package main
+package dnsmasqimport
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 func TestParseDnsmasqLine(t *testing.T) {
@@ -23,9 +25,9 @@ func TestParseDnsmasqLine(t *testing.T) {
 		{`resolv-file="/etc/resolv.dnsmasq"`, "resolv-file", "/etc/resolv.dnsmasq", true, true},
 	}
 	for _, tt := range tests {
-		d, ok := parseDnsmasqLine(tt.line)
+		d, ok := parseLine(tt.line)
 		if ok != tt.ok || d.Name != tt.name || d.Value != tt.value || d.Has != tt.has {
-			t.Errorf("parseDnsmasqLine(%q) = %+v, %v; want %q=%q has=%v, %v", tt.line, d, ok, tt.name, tt.value, tt.has, tt.ok)
+			t.Errorf("parseLine(%q) = %+v, %v; want %q=%q has=%v, %v", tt.line, d, ok, tt.name, tt.value, tt.has, tt.ok)
 		}
 	}
 }
@@ -46,7 +48,7 @@ func TestDnsmasqConfDirRules(t *testing.T) {
 		dir + ",.dpkg-dist,README": {"10-consul.conf", "20-lab.conf"},
 	}
 	for value, want := range tests {
-		files, err := dnsmasqConfDir(value)
+		files, err := confDir(value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,20 +95,20 @@ domain-needed
 dhcp-range=192.0.2.100,192.0.2.200
 conf-file=`+filepath.Join(dir, "extra.conf")+`
 `)
-	dirs, err := readDnsmasq(main)
+	dirs, err := Read(main)
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := importDnsmasq(main, dirs)
-	out := im.render()
-	cfg := DefaultConfig()
-	if err := decodeConfig(out, "imported", &cfg); err != nil {
+	res := Import(main, dirs)
+	out := res.File.Render()
+	cfg := config.DefaultConfig()
+	if err := config.Decode(out, "imported", &cfg); err != nil {
 		t.Fatalf("the import does not decode: %v\n%s", err, out)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the import is not valid: %v\n%s", err, out)
 	}
-	zones, _, err := cfg.zones(t.TempDir()) // an empty root: no resolv.conf may be needed
+	zones, _, err := cfg.ForwardZones(t.TempDir()) // an empty root: no resolv.conf may be needed
 	if err != nil {
 		t.Fatalf("zones: %v\n%s", err, out)
 	}
@@ -144,7 +146,7 @@ conf-file=`+filepath.Join(dir, "extra.conf")+`
 
 	// Every directive not carried over is named with its line.
 	var notes bytes.Buffer
-	for _, n := range im.notes {
+	for _, n := range res.Notes {
 		notes.WriteString(n.String() + "\n")
 	}
 	for _, want := range []string{
@@ -168,15 +170,15 @@ conf-file=`+filepath.Join(dir, "extra.conf")+`
 }
 
 func TestImportDnsmasqNotesWhatTowerdDoesDifferently(t *testing.T) {
-	dirs := []dnsmasqDirective{
+	dirs := []Directive{
 		{File: "f", Line: 1, Name: "server", Value: "192.0.2.1", Has: true},
 		{File: "f", Line: 2, Name: "server", Value: "/x.example/#", Has: true},
 		{File: "f", Line: 3, Name: "cache-size", Value: "lots", Has: true},
 		{File: "f", Line: 4, Name: "port", Value: "0", Has: true},
 	}
-	im := importDnsmasq("f", dirs)
+	res := Import("f", dirs)
 	var notes []string
-	for _, n := range im.notes {
+	for _, n := range res.Notes {
 		notes = append(notes, n.String())
 	}
 	all := strings.Join(notes, "\n")
@@ -197,7 +199,7 @@ func TestImportDnsmasqIncludeLoop(t *testing.T) {
 	if err := os.WriteFile(p, []byte("conf-file="+p+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readDnsmasq(p); err == nil || !strings.Contains(err.Error(), "includes itself") {
+	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "includes itself") {
 		t.Fatalf("readDnsmasq = %v, want an include loop error", err)
 	}
 }

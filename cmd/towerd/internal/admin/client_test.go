@@ -1,10 +1,8 @@
-package main
+package admin
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/towerd/towerd/upstream"
 )
 
-// bucketQuantile answers what histogram_quantile would for the same buckets.
 func TestBucketQuantile(t *testing.T) {
 	bounds := []float64{0.001, 0.01, 0.1, math.Inf(1)}
 	cumulative := map[float64]uint64{0.001: 50, 0.01: 90, 0.1: 100, math.Inf(1): 100}
@@ -47,19 +44,12 @@ func cacheKey(name string) cache.Key {
 	return cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false)
 }
 
-// runStats runs `towerd stats args...` and returns its exit code and output.
-func runStats(args ...string) (int, string, string) {
-	var stdout, stderr bytes.Buffer
-	code := run(append([]string{"stats"}, args...), &stdout, &stderr)
-	return code, stdout.String(), stderr.String()
-}
-
-// `towerd stats` reads /stats of a running admin server: the human view
-// and, with --json, the document itself.
-func TestStatsCommand(t *testing.T) {
+// The client behind `towerd stats` reads /stats of a running admin server:
+// the document itself (what --json prints) and the human view.
+func TestStatsClient(t *testing.T) {
 	ta := newTestAdmin(t)
-	ta.ready.Store(true)
-	obs := ta.tel.resolver
+	ta.SetReady(true)
+	obs := ta.tel.Resolver
 	for _, q := range []resolver.Query{
 		{Source: resolver.SourceCache}, {Source: resolver.SourceCache}, {Source: resolver.SourceCache},
 		{Source: resolver.SourceUpstream}, {Source: resolver.SourceStale},
@@ -72,16 +62,23 @@ func TestStatsCommand(t *testing.T) {
 	for range 3 {
 		ta.cache.Get(cacheKey("a.example."))
 	}
-	ta.tel.upstreamObserver(".")("192.0.2.53:53", 250*time.Millisecond, upstream.KindTimeout)
-	ta.tel.setWatchStatus(func() *watchStatus {
-		return &watchStatus{State: "erroring", Services: 12, LastIndex: 4711, Errors: 3, LastError: "Unexpected response code: 403 (ACL not found)"}
+	ta.tel.Upstreams.Observer(".")("192.0.2.53:53", 250*time.Millisecond, upstream.KindTimeout)
+	ta.tel.SetWatchStatus(func() *WatchStatus {
+		return &WatchStatus{State: "erroring", Services: 12, LastIndex: 4711, Errors: 3, LastError: "Unexpected response code: 403 (ACL not found)"}
 	})
 	addr := strings.TrimPrefix(ta.url, "http://")
 
-	code, out, errOut := runStats("-admin", addr)
-	if code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
+	body, err := Fetch(addr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var r Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("/stats is not a Report: %v\n%s", err, body)
+	}
+	var human strings.Builder
+	Render(&human, r, time.Now())
+	out := human.String()
 	for _, want := range []string{
 		"queries      5  (cache 3, stale 1, upstream 1)",
 		"hit ratio 75.0% (3 hits, 1 misses)  stale answers 1",
@@ -95,48 +92,8 @@ func TestStatsCommand(t *testing.T) {
 		}
 	}
 
-	code, out, _ = runStats("-admin", addr, "--json")
-	var r statsReport
-	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
-		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
-	}
 	if r.Cache.Hits != 3 || r.Cache.Misses != 1 || r.Queries.BySource["stale"] != 1 || r.ConsulWatch == nil ||
 		len(r.Upstreams) != 2 || r.Upstreams[0].Timeouts != 1 || !r.Ready {
 		t.Errorf("--json document: %+v", r)
-	}
-}
-
-// Without a daemon: exit 1 and a one-line reason that names the address.
-func TestStatsCommandWithoutDaemon(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
-
-	code, out, errOut := runStats("-admin", addr)
-	if code != exitFail || out != "" {
-		t.Errorf("exit %d, stdout %q; want 1 and nothing", code, out)
-	}
-	if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no towerd admin server at "+addr) {
-		t.Errorf("stderr %q, want one line naming %s", errOut, addr)
-	}
-}
-
-// The address comes from the config file's [admin] table unless -admin
-// names one; an admin server turned off there is said so.
-func TestStatsCommandReadsConfig(t *testing.T) {
-	off := writeFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n")
-	code, _, errOut := runStats("-config", off)
-	if code != exitFail || !strings.Contains(errOut, "admin server is off") {
-		t.Errorf("admin off: exit %d, stderr %q", code, errOut)
-	}
-	bad := writeFile(t, "towerd.toml", "[admin]\nlisten = 9253\n")
-	if code, _, errOut := runStats("-config", bad); code != exitConfig || !strings.Contains(errOut, "admin.listen") {
-		t.Errorf("bad config: exit %d, stderr %q; want 2 naming admin.listen", code, errOut)
-	}
-	if code, _, _ := runStats("extra"); code != exitConfig {
-		t.Errorf("stray argument: exit %d, want 2", code)
 	}
 }

@@ -1,9 +1,7 @@
-package main
+package admin
 
 import (
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,75 +14,16 @@ import (
 // statsTimeout bounds one /stats request: towerd answers it from memory.
 const statsTimeout = 5 * time.Second
 
-// statsCommand is `towerd stats`: it reads a running towerd's /stats and
-// prints a compact view for humans, or the JSON for scripts.
-func statsCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("towerd stats", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "ip:port of towerd's admin server (default: [admin] listen of the config file, else "+DefaultAdminListen+")")
-	configPath := fs.String("config", DefaultConfigPath, "config file to read [admin] listen from")
-	asJSON := fs.Bool("json", false, "print the /stats JSON as it is, for scripts")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitConfig
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "towerd stats: unexpected argument %q\n", fs.Arg(0))
-		return exitConfig
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	addr, note := *admin, ""
-	if !set["admin"] {
-		cfg, err := LoadConfig(*configPath, !set["config"])
-		switch {
-		case err != nil && set["config"]:
-			fmt.Fprintf(stderr, "towerd stats: config: %v\n", err)
-			return exitConfig
-		case err != nil:
-			// The default file may be unreadable to this user (it can hold
-			// an ACL token) or broken while towerd runs on the old one:
-			// try the default address, and say why if nobody is there.
-			addr, note = DefaultAdminListen, fmt.Sprintf(" (%s unusable for [admin] listen: %s)", *configPath, oneLine(err.Error()))
-		case cfg.Admin.Listen == "":
-			fmt.Fprintf(stderr, "towerd stats: the admin server is off in %s ([admin] listen = \"\"); name one with -admin\n", *configPath)
-			return exitFail
-		default:
-			addr = cfg.Admin.Listen
-		}
-	}
-
-	body, err := fetchStats(addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "towerd stats: %v%s\n", err, note)
-		return exitFail
-	}
-	if *asJSON {
-		_, _ = stdout.Write(body)
-		return exitOK
-	}
-	var r statsReport
-	if err := json.Unmarshal(body, &r); err != nil {
-		fmt.Fprintf(stderr, "towerd stats: %s/stats is not towerd's stats JSON: %v\n", addr, err)
-		return exitFail
-	}
-	renderStats(stdout, r, time.Now())
-	return exitOK
-}
-
-// fetchStats gets /stats from addr, with an error that says in one line
+// Fetch gets /stats from addr, with an error that says in one line
 // what went wrong and what it usually means.
-func fetchStats(addr string) ([]byte, error) {
+func Fetch(addr string) ([]byte, error) {
 	client := &http.Client{Timeout: statsTimeout}
 	resp, err := client.Get("http://" + addr + "/stats")
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("no towerd admin server at %s (connection refused): is towerd running, and is this its [admin] listen?", addr)
 		}
-		return nil, fmt.Errorf("asking %s: %v", addr, oneLine(err.Error()))
+		return nil, fmt.Errorf("asking %s: %v", addr, OneLine(err.Error()))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -92,12 +31,14 @@ func fetchStats(addr string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s/stats: %v", addr, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/stats answered %s: %s", addr, resp.Status, oneLine(string(body)))
+		return nil, fmt.Errorf("%s/stats answered %s: %s", addr, resp.Status, OneLine(string(body)))
 	}
 	return body, nil
 }
 
-func oneLine(s string) string {
+// OneLine is s up to its first line break, trimmed: errors from HTTP
+// clients and servers can run to pages.
+func OneLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
@@ -105,10 +46,10 @@ func oneLine(s string) string {
 	return s
 }
 
-// renderStats prints the human view: what an operator checks first when
+// Render prints the human view: what an operator checks first when
 // services fail together (is it DNS?): hit ratio, stale answers, the
 // slowest upstream, the Consul watch.
-func renderStats(w io.Writer, r statsReport, now time.Time) {
+func Render(w io.Writer, r Report, now time.Time) {
 	state := "ready"
 	if !r.Ready {
 		state = "NOT READY"
@@ -161,7 +102,7 @@ func renderStats(w io.Writer, r statsReport, now time.Time) {
 		}
 		fmt.Fprintf(w, "consul watch %s, %d services, index %d, last success %s, %d errors", cw.State, cw.Services, cw.LastIndex, last, cw.Errors)
 		if cw.LastError != "" {
-			fmt.Fprintf(w, " (last: %s)", oneLine(cw.LastError))
+			fmt.Fprintf(w, " (last: %s)", OneLine(cw.LastError))
 		}
 		fmt.Fprintln(w)
 	}

@@ -1,4 +1,10 @@
-package main
+// Package admin is towerd's operators' side: the Prometheus registry and
+// the metrics towerd adds to it (Telemetry), the admin HTTP server (/metrics,
+// /stats, /healthz, /readyz, /cache, /cache/flush), the /stats report read
+// back from the registry, and the client behind `towerd stats`. The daemon
+// owns one Telemetry and one Server and tells them what changed; nothing
+// here reaches into the daemon (issue 16).
+package admin
 
 import (
 	"context"
@@ -16,62 +22,40 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
 )
 
-// DefaultAdminListen is where the admin HTTP server listens by default;
-// 9253 sits beside the exporters' ports and is free on a stock node.
-const DefaultAdminListen = "127.0.0.1:9253"
-
-// AdminConfig is the [admin] table: the HTTP server for metrics, /stats,
-// health checks and the cache.
-type AdminConfig struct {
-	// Listen: ip:port of the admin HTTP server; "" turns it off.
-	Listen string `toml:"listen"`
-	// AllowNonLoopback: serve on an address that is not loopback. The
-	// server has no authentication and can flush the cache, so this must
-	// be asked for explicitly.
-	AllowNonLoopback bool `toml:"allow_non_loopback"`
+// View is what the admin server shows of the running configuration; the
+// daemon swaps it whole at start and on every reload (SetView).
+type View struct {
+	// Config is the configuration running, with [admin] as it was at start.
+	Config config.Config
+	// File is the config file it came from; "" for built-in defaults.
+	File string
+	// Groups are the upstream groups serving the zones.
+	Groups []*upstream.Group
+	// LoadedAt is when Config was loaded.
+	LoadedAt time.Time
+	// StaleUntil is serve_stale.max_age, 0 when serve-stale is off: how
+	// long past expiry /cache calls an entry stale rather than expired.
+	StaleUntil time.Duration
 }
 
-func (a AdminConfig) validate() error {
-	if a.Listen == "" {
-		return nil
-	}
-	ap, err := netip.ParseAddrPort(a.Listen)
-	if err != nil {
-		return keyErr("admin.listen", "%q is not ip:port (e.g. %q; \"\" turns the admin server off)", a.Listen, DefaultAdminListen)
-	}
-	if !ap.Addr().Unmap().IsLoopback() && !a.AllowNonLoopback {
-		return keyErr("admin.listen", "%s is not a loopback address; the admin server has no authentication "+
-			"and can flush the cache: set admin.allow_non_loopback = true to serve it there anyway", a.Listen)
-	}
-	return nil
-}
-
-// adminView is what the admin server shows of the running configuration;
-// the daemon swaps it whole on every reload.
-type adminView struct {
-	cfg        Config
-	file       string
-	groups     []*upstream.Group
-	loadedAt   time.Time
-	staleUntil time.Duration // serve_stale.max_age, 0 when serve-stale is off
-}
-
-// adminServer is the admin HTTP server. Its handlers only read: the
-// registry, the cache and an adminView behind an atomic pointer, so a
-// reload never waits for a slow HTTP client.
-type adminServer struct {
+// Server is the admin HTTP server. Its handlers only read: the registry,
+// the cache and a View behind an atomic pointer, so a reload never waits
+// for a slow HTTP client.
+type Server struct {
 	log     *slog.Logger
-	tel     *telemetry
+	tel     *Telemetry
 	cache   *cache.Cache
 	handler *resolver.Handler
+	version string
 	now     func() time.Time
 
 	ready atomic.Bool
-	view  atomic.Pointer[adminView]
+	view  atomic.Pointer[View]
 	// loopbackOnly: served on loopback, so every legitimate client names a
 	// loopback address or localhost in Host.
 	loopbackOnly bool
@@ -86,7 +70,7 @@ type adminServer struct {
 // through a loopback port; on loopback, the Host check also stops a page
 // that rebinds its own name to 127.0.0.1 (DNS rebinding) from reading
 // /stats and /cache as if it were same-origin.
-func (a *adminServer) routes() http.Handler {
+func (a *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.tel.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /stats", a.serveStats)
@@ -120,8 +104,24 @@ func loopbackHosts(next http.Handler) http.Handler {
 	})
 }
 
-// start listens on addr and serves in the background.
-func (a *adminServer) start(addr string) error {
+// NewServer returns an admin server over tel's registry, the cache c and
+// the handler h (which names the zone a cached name routes to). It serves
+// once Start is called; /stats needs a SetView first.
+func NewServer(log *slog.Logger, tel *Telemetry, c *cache.Cache, h *resolver.Handler, version string) *Server {
+	return &Server{log: log, tel: tel, cache: c, handler: h, version: version, now: time.Now}
+}
+
+// SetView replaces what /stats and /cache show of the configuration.
+func (a *Server) SetView(v *View) { a.view.Store(v) }
+
+// SetReady turns /readyz to 200 (every listener serves) or 503.
+func (a *Server) SetReady(ready bool) { a.ready.Store(ready) }
+
+// Addr is where the server listens, with port 0 resolved; "" before Start.
+func (a *Server) Addr() string { return a.addr }
+
+// Start listens on addr and serves in the background.
+func (a *Server) Start(addr string) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("admin server on %s: %w", addr, err)
@@ -142,8 +142,8 @@ func (a *adminServer) start(addr string) error {
 	return nil
 }
 
-// stop closes the listener and waits up to ctx for requests being served.
-func (a *adminServer) stop(ctx context.Context) {
+// Stop closes the listener and waits up to ctx for requests being served.
+func (a *Server) Stop(ctx context.Context) {
 	if a.srv == nil {
 		return
 	}
@@ -153,7 +153,7 @@ func (a *adminServer) stop(ctx context.Context) {
 	<-a.done
 }
 
-func (a *adminServer) serveReady(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if !a.ready.Load() {
 		http.Error(w, "not ready: listeners not serving yet, or shutting down", http.StatusServiceUnavailable)
 		return
@@ -161,54 +161,13 @@ func (a *adminServer) serveReady(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ready")
 }
 
-func (a *adminServer) serveStats(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 	r, err := a.report()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	writeJSON(w, r)
-}
-
-// report builds the /stats document.
-func (a *adminServer) report() (statsReport, error) {
-	mfs, err := a.tel.reg.Gather()
-	if err != nil {
-		return statsReport{}, fmt.Errorf("gathering metrics: %w", err)
-	}
-	v := a.view.Load()
-	r := buildReport(indexFamilies(mfs), v.groups)
-	now := a.now()
-	r.Version = version
-	r.Started = a.tel.started
-	r.UptimeSeconds = now.Sub(a.tel.started).Seconds()
-	r.Ready = a.ready.Load()
-	r.Config = summarize(v)
-	r.Config.AdminListen = a.addr // port 0 resolved
-	r.ConsulWatch = a.tel.watchState()
-	if st, ok := a.tel.reloadState(); ok {
-		r.LastReload = &st
-	}
-	return r, nil
-}
-
-func summarize(v *adminView) configSummary {
-	c := v.cfg
-	s := configSummary{
-		File: v.file, Listen: c.Listen, Allow: c.Allow,
-		CacheSize: c.Cache.Size, MinTTL: c.Cache.MinTTL.String(), MaxTTL: c.Cache.MaxTTL.String(),
-		Prefetch: c.Cache.Prefetch, ServeStale: c.ServeStale.Enabled, StaleMaxAge: c.ServeStale.MaxAge.String(),
-		QueryTimeout: c.QueryTimeout.String(), MaxInflight: c.Upstream.MaxInflight,
-		AdminListen: c.Admin.Listen, ConfigLoaded: v.loadedAt,
-	}
-	for _, g := range v.groups {
-		z := zoneSummary{Name: g.Address()}
-		for _, st := range g.Servers() {
-			z.Servers = append(z.Servers, st.Address)
-		}
-		s.Zones = append(s.Zones, z)
-	}
-	return s
 }
 
 // cacheEntry is one entry in the GET /cache answer.
@@ -226,7 +185,7 @@ type cacheEntry struct {
 }
 
 // serveCache shows what is cached under ?name=, optionally one ?type= only.
-func (a *adminServer) serveCache(w http.ResponseWriter, r *http.Request) {
+func (a *Server) serveCache(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	if _, ok := dns.IsDomainName(name); !ok || name == "" {
 		http.Error(w, "name= must be a domain name, e.g. /cache?name=example.org&type=A", http.StatusBadRequest)
@@ -252,7 +211,7 @@ func (a *adminServer) serveCache(w http.ResponseWriter, r *http.Request) {
 		state := "fresh"
 		if !info.Fresh {
 			state = "stale"
-			if v.staleUntil == 0 || info.Expired > v.staleUntil {
+			if v.StaleUntil == 0 || info.Expired > v.StaleUntil {
 				state = "expired" // kept until looked up, never served
 			}
 		}
@@ -267,7 +226,7 @@ func (a *adminServer) serveCache(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveFlush empties the cache, or forgets one name=.
-func (a *adminServer) serveFlush(w http.ResponseWriter, r *http.Request) {
+func (a *Server) serveFlush(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

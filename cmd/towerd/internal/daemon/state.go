@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 // Cache persistence: on a clean stop, and every state_save_interval while
@@ -20,9 +21,6 @@ import (
 // upstream is down still has stale answers to serve (issue 7), even when it
 // was a crash and not a clean stop. The format and its checks live in
 // cache.Dump/Load; this file only finds the directory and handles the file.
-
-// DefaultStateDir is where the cache is saved: systemd's StateDirectory=towerd.
-const DefaultStateDir = "/var/lib/towerd"
 
 // cacheFileName is the snapshot's name inside the state directory.
 const cacheFileName = "cache.bin"
@@ -33,7 +31,7 @@ const cacheFileName = "cache.bin"
 // unit with another StateDirectory= (or DynamicUser=, which moves it under
 // /var/lib/private) needs no config change.
 func resolveStateDir(configured string) string {
-	if configured == DefaultStateDir {
+	if configured == config.DefaultStateDir {
 		if env, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); env != "" {
 			return env
 		}
@@ -45,7 +43,7 @@ func resolveStateDir(configured string) string {
 // directory is missing. towerd does not create the directory: systemd does,
 // with the owner and mode the unit asks for, and a directory towerd made
 // itself as root somewhere under /var/lib would surprise an operator.
-func (d *daemon) stateFile(cfg Config) string {
+func (d *Daemon) stateFile(cfg config.Config) string {
 	path, dir := statePath(cfg)
 	if path == "" && dir != "" {
 		d.log.Info("state directory missing; the cache is not saved across restarts", "state_dir", dir)
@@ -55,7 +53,7 @@ func (d *daemon) stateFile(cfg Config) string {
 
 // statePath is stateFile without the log line: the snapshot's path, or ""
 // with the directory that is missing ("" too when persistence is off).
-func statePath(cfg Config) (path, dir string) {
+func statePath(cfg config.Config) (path, dir string) {
 	dir = resolveStateDir(cfg.StateDir)
 	if dir == "" {
 		return "", ""
@@ -69,7 +67,7 @@ func statePath(cfg Config) (path, dir string) {
 // loadCache fills c from the snapshot, if there is one. A file that cannot
 // be used is logged and left for the next save to replace: towerd starts
 // with an empty cache rather than not at all.
-func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
+func (d *Daemon) loadCache(c *cache.Cache, cfg config.Config) {
 	path := d.stateFile(cfg)
 	if path == "" {
 		return
@@ -101,7 +99,7 @@ func (d *daemon) loadCache(c *cache.Cache, cfg Config) {
 // saveCache writes c to the snapshot file on stop. It runs after the
 // listeners have drained and upstream work has stopped, so the file holds
 // the last answers towerd had.
-func (d *daemon) saveCache(c *cache.Cache, cfg Config) {
+func (d *Daemon) saveCache(c *cache.Cache, cfg config.Config) {
 	path := d.stateFile(cfg)
 	if path == "" {
 		return
@@ -111,12 +109,10 @@ func (d *daemon) saveCache(c *cache.Cache, cfg Config) {
 
 // writeCache saves c to path, counts the outcome in the metrics and logs it:
 // success at level, failure as a warning.
-func (d *daemon) writeCache(c *cache.Cache, path string, level slog.Level) {
+func (d *Daemon) writeCache(c *cache.Cache, path string, level slog.Level) {
 	start := time.Now()
 	n, err := writeSnapshot(path, c)
-	if d.ops != nil {
-		d.ops.tel.recordCacheSave(time.Now(), err)
-	}
+	d.tel.RecordCacheSave(time.Now(), err)
 	if err != nil {
 		d.log.Warn("cache not saved", "file", path, "err", err)
 		return
@@ -133,19 +129,19 @@ func (d *daemon) writeCache(c *cache.Cache, path string, level slog.Level) {
 // answering while it is written (cache.Dump holds its lock only to list the
 // entries).
 type cacheSaver struct {
-	configs chan Config // a reload's configuration: new interval, new state_dir
+	configs chan config.Config // a reload's configuration: new interval, new state_dir
 	quit    chan struct{}
 	done    chan struct{}
 }
 
 // startCacheSaver starts saving c every cfg.StateSaveInterval; stop ends it.
-func (d *daemon) startCacheSaver(c *cache.Cache, cfg Config) *cacheSaver {
-	s := &cacheSaver{configs: make(chan Config, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func (d *Daemon) startCacheSaver(c *cache.Cache, cfg config.Config) *cacheSaver {
+	s := &cacheSaver{configs: make(chan config.Config, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go s.run(d, c, cfg)
 	return s
 }
 
-func (s *cacheSaver) run(d *daemon, c *cache.Cache, cfg Config) {
+func (s *cacheSaver) run(d *Daemon, c *cache.Cache, cfg config.Config) {
 	defer close(s.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -184,7 +180,7 @@ func (s *cacheSaver) run(d *daemon, c *cache.Cache, cfg Config) {
 // reconfigure hands the saver a reloaded configuration; the next save is
 // due one new interval after the last. Only the daemon's main loop calls it,
 // so draining the buffer before sending cannot block.
-func (s *cacheSaver) reconfigure(cfg Config) {
+func (s *cacheSaver) reconfigure(cfg config.Config) {
 	if s == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package drill
 
 import (
 	"errors"
@@ -12,9 +12,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// drillLoad is the simulated clients' side of a drill: how many, how fast,
+// load is the simulated clients' side of a drill: how many, how fast,
 // how patient, and which names they ask.
-type drillLoad struct {
+type load struct {
 	clients  int
 	rate     int           // queries per second of each client
 	duration time.Duration // of each path
@@ -38,7 +38,7 @@ type outcome struct {
 // path cannot slow the load down and hide its slowness; in flight per client
 // are at most rate × timeout queries, and the run ends at most one timeout
 // after the duration.
-func (l drillLoad) run(server string) []outcome {
+func (l load) run(server string) []outcome {
 	var mu sync.Mutex
 	var out []outcome
 	var queries sync.WaitGroup
@@ -76,7 +76,7 @@ func (l drillLoad) run(server string) []outcome {
 
 // ask sends one query with EDNS (so stale answers show their EDE) from a
 // fresh socket, as a stub resolver does, and waits at most l.timeout.
-func (l drillLoad) ask(server, name string) outcome {
+func (l load) ask(server, name string) outcome {
 	m := new(dns.Msg)
 	m.SetQuestion(name, dns.TypeA)
 	m.SetEdns0(1232, false)
@@ -148,8 +148,8 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[max(rank, 1)-1]
 }
 
-// drillDuration prints a latency so that time.ParseDuration reads it back.
-func drillDuration(d time.Duration) string {
+// formatLatency prints a latency so that time.ParseDuration reads it back.
+func formatLatency(d time.Duration) string {
 	switch {
 	case d >= time.Second:
 		return d.Round(10 * time.Millisecond).String()
@@ -164,7 +164,7 @@ func printTable(w io.Writer, rows ...pathSummary) {
 		"path", "queries", "success", "p50", "p99", "max", "timeouts", "servfail", "other", "stale")
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-16s %8d %8.3f%% %10s %10s %10s %9d %9d %6d %6d\n",
-			r.label, r.queries, r.successPercent, drillDuration(r.p50), drillDuration(r.p99),
-			drillDuration(r.max), r.timeouts, r.servfail, r.other, r.stale)
+			r.label, r.queries, r.successPercent, formatLatency(r.p50), formatLatency(r.p99),
+			formatLatency(r.max), r.timeouts, r.servfail, r.other, r.stale)
 	}
 }

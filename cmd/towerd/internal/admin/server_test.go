@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"encoding/json"
@@ -15,52 +15,15 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
 )
 
-
-
-// -admin overrides the file and goes through the same checks.
-func TestAdminFlag(t *testing.T) {
-	path := writeFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
-	for _, tc := range []struct {
-		flag, want, wantErr string
-	}{
-		{"", "127.0.0.1:9999", ""},
-		{"127.0.0.1:0", "127.0.0.1:0", ""},
-		{"-", "", ""}, // -admin '' turns it off
-		{"0.0.0.0:9253", "", "after applying flags"},
-	} {
-		args := []string{"-config", path}
-		switch tc.flag {
-		case "":
-		case "-":
-			args = append(args, "-admin", "")
-		default:
-			args = append(args, "-admin", tc.flag)
-		}
-		o, err := parseFlags(args, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := o.load()
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "admin.listen") {
-				t.Errorf("-admin %q: error %v, want admin.listen %q", tc.flag, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil || cfg.Admin.Listen != tc.want {
-			t.Errorf("-admin %q: listen %q, err %v; want %q", tc.flag, cfg.Admin.Listen, err, tc.want)
-		}
-	}
-}
-
 // testAdmin is an admin server over a real cache (on a fake clock), handler
 // and registry, served by httptest.
 type testAdmin struct {
-	*adminServer
+	*Server
 	url   string
 	clock *adminClock
 }
@@ -92,12 +55,12 @@ func newTestAdmin(t *testing.T) *testAdmin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel := newTelemetry(c, clock.Now())
+	tel := NewTelemetry(c, clock.Now(), "test")
 	// The groups are never asked anything: these tests send no DNS query.
 	var groups []*upstream.Group
 	var zones []resolver.Zone
 	for _, z := range []struct{ name, server string }{{".", "192.0.2.53:53"}, {"consul.", "127.0.0.1:8600"}} {
-		g, err := upstream.NewGroup(z.name, []string{z.server}, upstream.GroupOptions{Observe: tel.upstreamObserver(z.name)})
+		g, err := upstream.NewGroup(z.name, []string{z.server}, upstream.GroupOptions{Observe: tel.Upstreams.Observer(z.name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,21 +68,21 @@ func newTestAdmin(t *testing.T) *testAdmin {
 		groups = append(groups, g)
 		zones = append(zones, resolver.Zone{Name: z.name, Upstream: g})
 	}
-	h, err := resolver.NewHandler(resolver.Config{Zones: zones}, c, nil, tel.resolver)
+	h, err := resolver.NewHandler(resolver.Config{Zones: zones}, c, nil, tel.Resolver)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	if err := tel.resolver.Instrument(h, &resolver.Server{}); err != nil {
+	if err := tel.Resolver.Instrument(h, &resolver.Server{}); err != nil {
 		t.Fatal(err)
 	}
-	tel.upstreams.SetGroups(groups, 0)
-	cfg := DefaultConfig()
-	a := &adminServer{log: discardLogger(), tel: tel, cache: c, handler: h, now: clock.Now, loopbackOnly: true}
-	a.view.Store(&adminView{cfg: cfg, groups: groups, loadedAt: clock.Now(), staleUntil: 24 * time.Hour})
+	tel.Upstreams.SetGroups(groups, 0)
+	a := NewServer(discardLogger(), tel, c, h, "test")
+	a.now, a.loopbackOnly = clock.Now, true
+	a.SetView(&View{Config: config.DefaultConfig(), Groups: groups, LoadedAt: clock.Now(), StaleUntil: 24 * time.Hour})
 	srv := httptest.NewServer(a.routes())
 	t.Cleanup(srv.Close)
-	return &testAdmin{adminServer: a, url: srv.URL, clock: clock}
+	return &testAdmin{Server: a, url: srv.URL, clock: clock}
 }
 
 // get returns the status and body of GET path.
@@ -161,7 +124,7 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 	if code, _ := ta.get(t, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before the listeners serve: %d, want 503", code)
 	}
-	ta.ready.Store(true)
+	ta.SetReady(true)
 	if code, _ := ta.get(t, "/readyz"); code != 200 {
 		t.Errorf("/readyz once serving: %d, want 200", code)
 	}

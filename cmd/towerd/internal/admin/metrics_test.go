@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"os"
@@ -42,30 +42,30 @@ func gatherEverything(t *testing.T) []*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel := newTelemetry(c, time.Now())
+	tel := NewTelemetry(c, time.Now(), "test")
 	// Nothing is ever sent to these addresses: the test drives the hooks.
-	g, err := upstream.NewGroup(".", []string{"192.0.2.53:53"}, upstream.GroupOptions{Observe: tel.upstreamObserver(".")})
+	g, err := upstream.NewGroup(".", []string{"192.0.2.53:53"}, upstream.GroupOptions{Observe: tel.Upstreams.Observer(".")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	tel.upstreams.SetGroups([]*upstream.Group{g}, 0)
-	observe := tel.upstreamObserver(".")
+	tel.Upstreams.SetGroups([]*upstream.Group{g}, 0)
+	observe := tel.Upstreams.Observer(".")
 	observe("192.0.2.53:53", 3*time.Millisecond, "")
 	observe("192.0.2.53:53", 400*time.Millisecond, upstream.KindTimeout)
 
-	h, err := resolver.NewHandler(resolver.Config{Zones: []resolver.Zone{{Name: ".", Upstream: g}}}, c, nil, tel.resolver)
+	h, err := resolver.NewHandler(resolver.Config{Zones: []resolver.Zone{{Name: ".", Upstream: g}}}, c, nil, tel.Resolver)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	if err := tel.resolver.Instrument(h, &resolver.Server{}); err != nil {
+	if err := tel.Resolver.Instrument(h, &resolver.Server{}); err != nil {
 		t.Fatal(err)
 	}
-	tel.resolver.ObserveQuery(resolver.Query{Proto: "udp", Qtype: dns.TypeA, Zone: ".",
+	tel.Resolver.ObserveQuery(resolver.Query{Proto: "udp", Qtype: dns.TypeA, Zone: ".",
 		Source: resolver.SourceCache, Rcode: dns.RcodeSuccess, Duration: 80 * time.Microsecond, Prefetch: true})
-	tel.recordReload(time.Now(), nil)
-	tel.recordCacheSave(time.Now(), nil)
+	tel.RecordReload(time.Now(), nil)
+	tel.RecordCacheSave(time.Now(), nil)
 
 	w, err := consul.New(consul.Config{Address: "127.0.0.1:1"})
 	if err != nil {
@@ -133,7 +133,7 @@ func TestMonitoringAndREADMEMatchMetrics(t *testing.T) {
 		}
 	}
 	for _, file := range []string{"towerd.rules.yml", "towerd.rules.test.yml", "grafana-dashboard.json"} {
-		data, err := os.ReadFile("../../monitoring/" + file)
+		data, err := os.ReadFile("../../../../monitoring/" + file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestMonitoringAndREADMEMatchMetrics(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
