@@ -8,11 +8,19 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -36,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "towerd", version)
 			return exitOK
 		case "check":
-			return serveCommand(args[1:], stdout, stderr, true) // serve.go
+			return serveCommand(args[1:], stdout, stderr, true)
 		case "stats":
 			return statsCommand(args[1:], stdout, stderr) // tools.go
 		case "install", "uninstall":
@@ -96,4 +104,167 @@ func setGCPercent() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+}
+
+// options are the command-line flags of serve and check.
+type options struct {
+	configPath  string
+	listen      string
+	upstreams   string
+	consulDNS   string
+	consulHTTP  string
+	cacheSize   int
+	logLevel    string
+	admin       string
+	stateDir    string
+	saveEvery   time.Duration
+	checkConfig bool
+	showVersion bool
+	set         map[string]bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{set: map[string]bool{}}
+	fs := flag.NewFlagSet("towerd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file (TOML); a missing file at the default path means built-in defaults; \"\" = built-in defaults only")
+	fs.StringVar(&o.listen, "listen", "", "comma-separated ip:port addresses to serve on (UDP and TCP); overrides the listen key")
+	fs.StringVar(&o.upstreams, "upstream", "", "comma-separated servers for zone \".\"; overrides the file and resolv.conf")
+	fs.StringVar(&o.consulDNS, "consul-dns", "", "server for zone \"consul.\" (default 127.0.0.1:8600)")
+	fs.StringVar(&o.consulHTTP, "consul-http", "", "HTTP API of the local Consul agent the service watch follows (overrides consul.address); \"off\" turns the watch off")
+	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
+	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
+	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
+	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+config.DefaultStateDir+")")
+	fs.DurationVar(&o.saveEvery, "state-save-interval", 0, "how often the cache is also saved while serving, e.g. \"5m\"; \"0s\" = only on stop; overrides state_save_interval (default 5m)")
+	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o, nil
+}
+
+// load reads the config file and applies the flags over it.
+func (o *options) load() (config.Config, error) {
+	optional := !o.set["config"] || o.configPath == ""
+	cfg, err := config.Load(o.configPath, optional)
+	if err != nil {
+		return cfg, err
+	}
+	if o.set["listen"] {
+		cfg.Listen = splitList(o.listen)
+	}
+	if o.set["cache-size"] {
+		cfg.Cache.Size = o.cacheSize
+	}
+	if o.set["log-level"] {
+		cfg.LogLevel = o.logLevel
+	}
+	if o.set["admin"] {
+		cfg.Admin.Listen = o.admin
+	}
+	if o.set["state-dir"] {
+		cfg.StateDir = o.stateDir
+	}
+	if o.set["state-save-interval"] {
+		cfg.StateSaveInterval = config.Dur(o.saveEvery)
+	}
+	if o.set["upstream"] {
+		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))
+	}
+	if o.set["consul-dns"] {
+		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
+	}
+	if o.set["consul-http"] {
+		cfg.Consul.Enabled = o.consulHTTP != "off"
+		if cfg.Consul.Enabled {
+			cfg.Consul.Address = o.consulHTTP
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			ce.Msg += " (after applying flags)"
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// setZone replaces zone name's servers, as -upstream and -consul-dns do.
+func setZone(zones []config.ZoneConfig, name string, servers []string) []config.ZoneConfig {
+	out := make([]config.ZoneConfig, 0, len(zones)+1)
+	for _, z := range zones {
+		if !strings.EqualFold(strings.TrimSuffix(z.Name, ".")+".", name) {
+			out = append(out, z)
+		}
+	}
+	return append(out, config.ZoneConfig{Name: name, Servers: servers})
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serveCommand is `towerd serve` and, with check, `towerd check`.
+func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitConfig
+	}
+	if o.showVersion {
+		fmt.Fprintln(stdout, "towerd", version)
+		return exitOK
+	}
+	cfg, err := o.load()
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
+		return exitConfig
+	}
+	zones, source, err := cfg.ForwardZones("/")
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
+		return exitConfig
+	}
+	if check || o.checkConfig {
+		fmt.Fprintf(stdout, "config ok: listen %s\n", strings.Join(cfg.Listen, ", "))
+		for _, z := range zones {
+			fmt.Fprintf(stdout, "  zone %-20s -> %s\n", z.Name, strings.Join(z.Servers, ", "))
+		}
+		if source != "" {
+			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
+		}
+		return exitOK
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	setGCPercent()
+	d, err := daemon.New(daemon.Options{
+		Config: cfg, Zones: zones, ZonesSource: source, Log: log, ConfigFile: o.configPath,
+		Load: o.load, Version: version, Systemd: true, Signals: true,
+	})
+	switch {
+	case errors.Is(err, daemon.ErrConfig):
+		return exitConfig
+	case err != nil:
+		return exitFail
+	}
+	if err := d.Run(context.Background()); err != nil {
+		return exitFail // logged by Run
+	}
+	return exitOK
 }

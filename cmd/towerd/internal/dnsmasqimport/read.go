@@ -12,13 +12,14 @@ import (
 // Directive is one "option" or "option=value" line of a dnsmasq
 // configuration, with where it came from for the report.
 type Directive struct {
-	File  string
-	Line  int
-	Name  string
-	Value string
-	Has   bool // "=" was present (use-stale-cache vs use-stale-cache=0)
+	File  string // the file it was read from
+	Line  int    // its line in File, from 1
+	Name  string // the option, e.g. "server"
+	Value string // after "=", unquoted; "" without one
+	Has   bool   // "=" was present (use-stale-cache vs use-stale-cache=0)
 }
 
+// String is the directive as written, "name" or "name=value".
 func (d Directive) String() string {
 	if d.Has {
 		return d.Name + "=" + d.Value
