@@ -86,6 +86,7 @@ type Daemon struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 	ready    chan struct{} // closed once every listener serves
+	stopped  chan struct{} // closed when Run returns
 }
 
 // New builds a towerd from opts and binds its sockets; Run serves them. On
@@ -93,7 +94,7 @@ type Daemon struct {
 // ErrConfig) tells a configuration problem from a system one.
 func New(opts Options) (*Daemon, error) {
 	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan error), quit: make(chan struct{}),
-		ready: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
+		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
 	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
 	if err != nil {
 		d.log.Error("cannot use the sockets systemd passed", "err", err)

@@ -25,6 +25,7 @@ var errNoReload = errors.New("reload: this towerd has no configuration to re-rea
 // returns nil after a clean shutdown and an error when serving stopped by
 // itself. Call it once.
 func (d *Daemon) Run(ctx context.Context) error {
+	defer close(d.stopped)
 	d.startAdmin()
 	d.runConsul()
 	d.saver = d.startCacheSaver(d.cache, d.cfg) // state.go
@@ -91,7 +92,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 func (d *Daemon) Addrs() []string { return d.server.Addrs() }
 
 // Reload does what SIGHUP does and returns its outcome. It waits for Run's
-// loop, so it must not be called before Run or after Run returned.
+// loop, so it blocks until Run is called, and fails once Run has returned.
 func (d *Daemon) Reload() error {
 	done := make(chan error, 1)
 	select {
@@ -99,6 +100,8 @@ func (d *Daemon) Reload() error {
 		return <-done
 	case <-d.quit:
 		return errors.New("reload: shutting down")
+	case <-d.stopped:
+		return errors.New("reload: not running")
 	}
 }
 

@@ -181,9 +181,6 @@ func (s *cacheSaver) run(d *Daemon, c *cache.Cache, cfg config.Config) {
 // due one new interval after the last. Only the daemon's main loop calls it,
 // so draining the buffer before sending cannot block.
 func (s *cacheSaver) reconfigure(cfg config.Config) {
-	if s == nil {
-		return
-	}
 	select {
 	case <-s.configs:
 	default:
@@ -194,9 +191,6 @@ func (s *cacheSaver) reconfigure(cfg config.Config) {
 // stop ends the saver and waits for a save in progress: the save on stop
 // must be the last one to rename its file into place.
 func (s *cacheSaver) stop() {
-	if s == nil {
-		return
-	}
 	close(s.quit)
 	<-s.done
 }

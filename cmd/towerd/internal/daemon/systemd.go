@@ -227,16 +227,15 @@ func (d *Daemon) sdStatus() string {
 	if d.sd.inherited != nil {
 		b.WriteString(" (from systemd)")
 	}
-	if c := d.cache; c != nil {
-		s := c.Stats()
-		lookups := s.Hits + s.Misses + s.StaleHits
-		hitRate := 0.0
-		if lookups > 0 {
-			hitRate = 100 * float64(s.Hits+s.StaleHits) / float64(lookups)
-		}
-		fmt.Fprintf(&b, "; cache %d/%d, %d lookups, %.0f%% answered from it, %d stale",
-			c.Len(), c.Capacity(), lookups, hitRate, s.StaleHits)
+	c := d.cache
+	s := c.Stats()
+	lookups := s.Hits + s.Misses + s.StaleHits
+	hitRate := 0.0
+	if lookups > 0 {
+		hitRate = 100 * float64(s.Hits+s.StaleHits) / float64(lookups)
 	}
+	fmt.Fprintf(&b, "; cache %d/%d, %d lookups, %.0f%% answered from it, %d stale",
+		c.Len(), c.Capacity(), lookups, hitRate, s.StaleHits)
 	fmt.Fprintf(&b, "; %d in flight", d.handler.Inflight())
 	up, total := 0, 0
 	for _, g := range d.groups {
