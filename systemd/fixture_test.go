@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -156,4 +158,22 @@ func inode(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// withRenderer gives opts a stand-in for towerd's config renderer, which
+// lives in cmd/towerd/internal/config where this package cannot reach: it
+// writes what install decided in the shape the tests look for. The real
+// renderer's output is tested there and by test/'s install tests.
+func withRenderer(opts InstallOptions) InstallOptions {
+	if opts.RenderConfig == nil {
+		opts.RenderConfig = func(c InstallConfig) []byte {
+			quoted := make([]string, len(c.Servers))
+			for i, s := range c.Servers {
+				quoted[i] = strconv.Quote(s)
+			}
+			return []byte(fmt.Sprintf("# from %s\nlisten = [%q]\n[[zone]]\nname = \".\"\nservers = [%s]\n",
+				c.Source, c.Listen, strings.Join(quoted, ", ")))
+		}
+	}
+	return opts
 }

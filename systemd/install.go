@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // InstallOptions say where and what to install.
@@ -25,6 +25,21 @@ type InstallOptions struct {
 	Upstreams []string
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
+	// RenderConfig writes the towerd.toml install puts in place when there
+	// is none. Required: the config file's syntax belongs to towerd's own
+	// config package, which this package cannot import (issue 16).
+	RenderConfig func(InstallConfig) []byte
+}
+
+// InstallConfig is what install decided for the towerd.toml it writes.
+type InstallConfig struct {
+	// Listen is towerd's listen address (ip:port), the one resolv.conf
+	// points at.
+	Listen string
+	// Servers are zone "."'s upstreams, host:port.
+	Servers []string
+	// Source names where Servers came from: a file, or "--upstream".
+	Source string
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
@@ -51,6 +66,8 @@ type installer struct {
 	planned map[string]bool // directories a dry run would create
 	// recorded is set once the record was written and reported.
 	recorded bool
+	// renderConfig is InstallOptions.RenderConfig over what install found.
+	renderConfig func(discovered) []byte
 }
 
 func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
@@ -61,6 +78,12 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	}
 	if in.m == nil {
 		in.m = &manifest{}
+	}
+	if opts.RenderConfig == nil {
+		return in.r, errors.New("InstallOptions.RenderConfig is not set")
+	}
+	in.renderConfig = func(d discovered) []byte {
+		return opts.RenderConfig(InstallConfig{Listen: towerdListenAddress + ":53", Servers: d.servers, Source: d.source})
 	}
 	binary, err := os.ReadFile(opts.Binary)
 	if err != nil {
@@ -122,7 +145,7 @@ func (in *installer) upstreams(given []string) (discovered, error) {
 	if len(given) > 0 {
 		d := discovered{source: "--upstream"}
 		for _, s := range given {
-			n, err := upstream.NormalizeAddress(s)
+			n, err := resolvconf.NormalizeAddress(s)
 			if err != nil {
 				return d, fmt.Errorf("--upstream %q: %w", s, err)
 			}
@@ -186,7 +209,7 @@ func (in *installer) writeConfig(found discovered) error {
 		in.r.same("kept", ConfigPath, "changed since towerd install wrote it")
 		return nil
 	}
-	return in.write(ConfigPath, renderConfig(found), 0o644, "zone \".\" -> "+servers+" (from "+found.source+")", "", nil)
+	return in.write(ConfigPath, in.renderConfig(found), 0o644, "zone \".\" -> "+servers+" (from "+found.source+")", "", nil)
 }
 
 // write is the one way install changes a file: compare, back up what is

@@ -42,7 +42,7 @@ func TestInstallNeedsAnUpstream(t *testing.T) {
 		"run/systemd/resolve/stub-resolv.conf": stubResolvConf,
 	})
 	before := treeOf(t, root)
-	_, err := install(rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	_, err := install(rootFS{Root: root}, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
 	if err == nil || !strings.Contains(err.Error(), "--upstream") {
 		t.Fatalf("install = %v, want an error that suggests --upstream", err)
 	}

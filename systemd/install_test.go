@@ -20,7 +20,7 @@ func read(t *testing.T, root, name string) string {
 
 func mustInstall(t *testing.T, fsys fileSystem, opts InstallOptions) *Report {
 	t.Helper()
-	r, err := install(fsys, opts)
+	r, err := install(fsys, withRenderer(opts))
 	if err != nil {
 		t.Fatalf("install: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 		root := t.TempDir()
 		writeTree(t, root, map[string]string{"etc/resolv.conf": original})
 		fsys := bindMountFS{rootFS: rootFS{Root: root}, target: ResolvConfPath, errno: syscall.EPERM}
-		if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t)}); !errors.Is(err, syscall.EPERM) {
+		if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)})); !errors.Is(err, syscall.EPERM) {
 			t.Fatalf("install = %v, want EPERM", err)
 		}
 		if got := read(t, root, "etc/resolv.conf"); got != original {

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // Paths install reads and writes, as the target system sees them.
@@ -53,7 +53,7 @@ func renderResolvConf(search, options []string) []byte {
 // previousResolvConf returns the resolv.conf install replaces (or replaced:
 // once the live file is towerd's, the backup is the previous one), read
 // through symlinks inside the root, and the path it came from.
-func previousResolvConf(fsys fileSystem) (upstream.ResolvConf, string, error) {
+func previousResolvConf(fsys fileSystem) (resolvconf.Conf, string, error) {
 	name := ResolvConfPath
 	if data, err := fsys.ReadFile(name); err == nil && ownsResolvConf(data) {
 		name = ResolvConfBackup
@@ -62,12 +62,12 @@ func previousResolvConf(fsys fileSystem) (upstream.ResolvConf, string, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// No resolv.conf at all (or a dangling stub link): glibc then asks
 		// the local host; there is nothing to keep.
-		return upstream.ResolvConf{}, name, nil
+		return resolvconf.Conf{}, name, nil
 	}
 	if err != nil {
-		return upstream.ResolvConf{}, name, fmt.Errorf("reading %s: %w", name, err)
+		return resolvconf.Conf{}, name, fmt.Errorf("reading %s: %w", name, err)
 	}
-	rc, err := upstream.ParseResolvConf(bytes.NewReader(data))
+	rc, err := resolvconf.Parse(bytes.NewReader(data))
 	// Named as the file it was, wherever it is kept now: a second install
 	// (or one finishing a killed one) renders the same config as the first.
 	return rc, ResolvConfPath, err
@@ -87,13 +87,13 @@ type discovered struct {
 // install turns off, and 127.0.0.1 is towerd itself; forwarding to either
 // would loop or fail.
 func discoverUpstreams(fsys fileSystem) (discovered, error) {
-	var rc upstream.ResolvConf
+	var rc resolvconf.Conf
 	var source string
 	data, err := fsys.ReadFile(ResolvedUpstreams)
 	switch {
 	case err == nil:
 		source = ResolvedUpstreams
-		rc, err = upstream.ParseResolvConf(bytes.NewReader(data))
+		rc, err = resolvconf.Parse(bytes.NewReader(data))
 	case errors.Is(err, fs.ErrNotExist):
 		rc, source, err = previousResolvConf(fsys)
 	}
@@ -128,29 +128,6 @@ func localResolver(hostport string) string {
 		return "towerd itself"
 	}
 	return "a resolver on this node, which towerd replaces"
-}
-
-// renderConfig is the towerd.toml install writes when there is none.
-func renderConfig(d discovered) []byte {
-	var b strings.Builder
-	b.WriteString("# Written by `towerd install`; edit freely. `towerd uninstall` removes this\n")
-	b.WriteString("# file only while it is unchanged. Every key and its default: README.md,\n")
-	b.WriteString("# \"Configuration\". Zone \"consul.\" keeps its default, 127.0.0.1:8600.\n")
-	b.WriteString("# Under towerd.socket the sockets come from systemd; listen still tells\n")
-	b.WriteString("# towerd which addresses are its own, so it never forwards to itself.\n")
-	fmt.Fprintf(&b, "listen = [\"%s:53\"]\n\n", towerdListenAddress)
-	if d.source != "" {
-		fmt.Fprintf(&b, "# The servers %s named at install time.\n", d.source)
-	}
-	b.WriteString("[[zone]]\nname    = \".\"\nservers = [")
-	for i, s := range d.servers {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%q", s)
-	}
-	b.WriteString("]\n")
-	return []byte(b.String())
 }
 
 // renderDropIn turns off resolved's stub listener on 127.0.0.53. resolved

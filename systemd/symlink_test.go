@@ -93,7 +93,7 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 			before := treeOf(t, root)
 			fsys := rootFS{Root: root}
 
-			_, err := install(fsys, InstallOptions{Binary: fakeBinary(t)})
+			_, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/test/faultproxy"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // Flapping scenario of issue 7, test 7.

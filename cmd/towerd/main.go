@@ -1,9 +1,14 @@
 // Command towerd is a per-node DNS caching resolver: split forwarding (consul.
 // to the local agent, everything else to the site's resolvers), an LRU cache
 // that serves stale answers when the upstream fails, and never caches NXDOMAIN.
+//
+// This package only dispatches subcommands and parses their flags; the work
+// is in internal/config, daemon, admin, drill and dnsmasqimport, after the
+// Go toolchain's cmd/go/internal layout (issue 16).
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +18,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -38,13 +46,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "check":
 			return serveCommand(args[1:], stdout, stderr, true)
 		case "stats":
-			return statsCommand(args[1:], stdout, stderr) // stats.go
+			return statsCommand(args[1:], stdout, stderr) // tools.go
 		case "install", "uninstall":
-			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // install.go
+			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // tools.go
 		case "import-dnsmasq":
-			return importDnsmasqCommand(args[1:], stdout, stderr) // install.go
+			return importDnsmasqCommand(args[1:], stdout, stderr) // tools.go
 		case "drill":
-			return drillCommand(args[1:], stdout, stderr) // drill.go
+			return drillCommand(args[1:], stdout, stderr) // tools.go
 		case "serve":
 			args = args[1:]
 		case "help":
@@ -73,6 +81,31 @@ Run "towerd -h" for the flags.
 `)
 }
 
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level)) // validated already
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// defaultGCPercent is towerd's garbage collector target unless GOGC is set.
+// Go's default (100) lets the heap grow to twice what is live before a
+// collection; towerd's live heap is mostly its cache, so that doubled the
+// memory each cached entry costs a node. At 50 an entry costs 600 bytes of
+// RSS instead of 770 (100,000 names, make bench's memory scenario, where
+// unbound needs 676), for about 3 % of miss throughput; cache hits allocate
+// nothing, so they never trigger a collection.
+const defaultGCPercent = 50
+
+func setGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+}
+
 // options are the command-line flags of serve and check.
 type options struct {
 	configPath  string
@@ -94,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{set: map[string]bool{}}
 	fs := flag.NewFlagSet("towerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", DefaultConfigPath, "config file (TOML); a missing file at the default path means built-in defaults; \"\" = built-in defaults only")
+	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file (TOML); a missing file at the default path means built-in defaults; \"\" = built-in defaults only")
 	fs.StringVar(&o.listen, "listen", "", "comma-separated ip:port addresses to serve on (UDP and TCP); overrides the listen key")
 	fs.StringVar(&o.upstreams, "upstream", "", "comma-separated servers for zone \".\"; overrides the file and resolv.conf")
 	fs.StringVar(&o.consulDNS, "consul-dns", "", "server for zone \"consul.\" (default 127.0.0.1:8600)")
@@ -102,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
 	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
-	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+DefaultStateDir+")")
+	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+config.DefaultStateDir+")")
 	fs.DurationVar(&o.saveEvery, "state-save-interval", 0, "how often the cache is also saved while serving, e.g. \"5m\"; \"0s\" = only on stop; overrides state_save_interval (default 5m)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
@@ -117,9 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 }
 
 // load reads the config file and applies the flags over it.
-func (o *options) load() (Config, error) {
+func (o *options) load() (config.Config, error) {
 	optional := !o.set["config"] || o.configPath == ""
-	cfg, err := LoadConfig(o.configPath, optional)
+	cfg, err := config.Load(o.configPath, optional)
 	if err != nil {
 		return cfg, err
 	}
@@ -139,7 +172,7 @@ func (o *options) load() (Config, error) {
 		cfg.StateDir = o.stateDir
 	}
 	if o.set["state-save-interval"] {
-		cfg.StateSaveInterval = dur(o.saveEvery)
+		cfg.StateSaveInterval = config.Dur(o.saveEvery)
 	}
 	if o.set["upstream"] {
 		cfg.Zones = setZone(cfg.Zones, ".", splitList(o.upstreams))
@@ -153,8 +186,8 @@ func (o *options) load() (Config, error) {
 			cfg.Consul.Address = o.consulHTTP
 		}
 	}
-	if err := cfg.validate(); err != nil {
-		var ce *ConfigError
+	if err := cfg.Validate(); err != nil {
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			ce.Msg += " (after applying flags)"
 		}
@@ -163,16 +196,18 @@ func (o *options) load() (Config, error) {
 	return cfg, nil
 }
 
-func setZone(zones []ZoneConfig, name string, servers []string) []ZoneConfig {
-	out := make([]ZoneConfig, 0, len(zones)+1)
+// setZone replaces zone name's servers, as -upstream and -consul-dns do.
+func setZone(zones []config.ZoneConfig, name string, servers []string) []config.ZoneConfig {
+	out := make([]config.ZoneConfig, 0, len(zones)+1)
 	for _, z := range zones {
 		if !strings.EqualFold(strings.TrimSuffix(z.Name, ".")+".", name) {
 			out = append(out, z)
 		}
 	}
-	return append(out, ZoneConfig{Name: name, Servers: servers})
+	return append(out, config.ZoneConfig{Name: name, Servers: servers})
 }
 
+// splitList splits a comma-separated flag value, dropping empty entries.
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -183,16 +218,7 @@ func splitList(s string) []string {
 	return out
 }
 
-func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level)) // validated already
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
+// serveCommand is `towerd serve` and, with check, `towerd check`.
 func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -210,7 +236,7 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
 		return exitConfig
 	}
-	zones, source, err := cfg.zones("/")
+	zones, source, err := cfg.ForwardZones("/")
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd: config: %v\n", err)
 		return exitConfig
@@ -227,21 +253,18 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	setGCPercent()
-	d := &daemon{log: log, opts: o}
-	return d.serve(cfg, zones, source)
-}
-
-// defaultGCPercent is towerd's garbage collector target unless GOGC is set.
-// Go's default (100) lets the heap grow to twice what is live before a
-// collection; towerd's live heap is mostly its cache, so that doubled the
-// memory each cached entry costs a node. At 50 an entry costs 600 bytes of
-// RSS instead of 770 (100,000 names, make bench's memory scenario, where
-// unbound needs 676), for about 3 % of miss throughput; cache hits allocate
-// nothing, so they never trigger a collection.
-const defaultGCPercent = 50
-
-func setGCPercent() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
+	d, err := daemon.New(daemon.Options{
+		Config: cfg, Zones: zones, ZonesSource: source, Log: log, ConfigFile: o.configPath,
+		Load: o.load, Version: version, Systemd: true, Signals: true,
+	})
+	switch {
+	case errors.Is(err, daemon.ErrConfig):
+		return exitConfig
+	case err != nil:
+		return exitFail
 	}
+	if err := d.Run(context.Background()); err != nil {
+		return exitFail // logged by Run
+	}
+	return exitOK
 }

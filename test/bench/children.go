@@ -16,7 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/test/faultproxy"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // The two helper servers run as child processes of the bench (the same

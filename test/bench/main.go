@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/towerd/towerd/test/faultproxy"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // Loopback addresses: each server on its own, all on port 5300; the

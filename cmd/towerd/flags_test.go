@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	path := writeFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
+	o, err := parseFlags([]string{"-config", path, "-cache-size", "7", "-upstream", "192.0.2.9:5300, 192.0.2.8",
+		"-listen", "127.0.0.1:1053"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones, _, err := cfg.ForwardZones(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	for _, z := range zones {
+		if z.Name == "." {
+			root = strings.Join(z.Servers, ",")
+		}
+	}
+	if cfg.Cache.Size != 7 || root != "192.0.2.9:5300,192.0.2.8:53" || cfg.Listen[0] != "127.0.0.1:1053" {
+		t.Fatalf("flags not applied: size %d root %q listen %v", cfg.Cache.Size, root, cfg.Listen)
+	}
+	if cfg.StateSaveInterval.Duration != 5*time.Minute {
+		t.Errorf("state_save_interval %v without the flag, want the default 5m", cfg.StateSaveInterval)
+	}
+	o, _ = parseFlags([]string{"-config", path, "-state-save-interval", "0s"}, os.Stderr)
+	if cfg, err = o.load(); err != nil || cfg.StateSaveInterval.Duration != 0 {
+		t.Errorf("-state-save-interval 0s: %v, %v; want 0s (save only on stop)", cfg.StateSaveInterval, err)
+	}
+	o, _ = parseFlags([]string{"-config", path, "-cache-size", "-1"}, os.Stderr)
+	if _, err := o.load(); err == nil || !strings.Contains(err.Error(), "cache.size") {
+		t.Fatalf("bad flag value accepted: %v", err)
+	}
+}
+
+func TestConsulHTTPFlag(t *testing.T) {
+	for _, tc := range []struct {
+		flag    string
+		enabled bool
+		address string
+	}{
+		{"off", false, ""},
+		{"127.0.0.1:18500", true, "127.0.0.1:18500"},
+		{"unix:///run/consul/http.sock", true, "unix:///run/consul/http.sock"},
+	} {
+		o, err := parseFlags([]string{"-config", "", "-consul-http", tc.flag}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Consul.Enabled != tc.enabled || cfg.Consul.Address != tc.address {
+			t.Errorf("-consul-http %s: enabled %v address %q", tc.flag, cfg.Consul.Enabled, cfg.Consul.Address)
+		}
+	}
+}
+
+// -admin overrides the file and goes through the same checks.
+func TestAdminFlag(t *testing.T) {
+	path := writeFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
+	for _, tc := range []struct {
+		flag, want, wantErr string
+	}{
+		{"", "127.0.0.1:9999", ""},
+		{"127.0.0.1:0", "127.0.0.1:0", ""},
+		{"-", "", ""}, // -admin '' turns it off
+		{"0.0.0.0:9253", "", "after applying flags"},
+	} {
+		args := []string{"-config", path}
+		switch tc.flag {
+		case "":
+		case "-":
+			args = append(args, "-admin", "")
+		default:
+			args = append(args, "-admin", tc.flag)
+		}
+		o, err := parseFlags(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.load()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "admin.listen") {
+				t.Errorf("-admin %q: error %v, want admin.listen %q", tc.flag, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || cfg.Admin.Listen != tc.want {
+			t.Errorf("-admin %q: listen %q, err %v; want %q", tc.flag, cfg.Admin.Listen, err, tc.want)
+		}
+	}
+}
+
+// bucketQuantile answers what histogram_quantile would for the same buckets.
+// runStats runs `towerd stats args...` and returns its exit code and output.
+func runStats(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"stats"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// Without a daemon: exit 1 and a one-line reason that names the address.
+func TestStatsCommandWithoutDaemon(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+
+	code, out, errOut := runStats("-admin", addr)
+	if code != exitFail || out != "" {
+		t.Errorf("exit %d, stdout %q; want 1 and nothing", code, out)
+	}
+	if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no towerd admin server at "+addr) {
+		t.Errorf("stderr %q, want one line naming %s", errOut, addr)
+	}
+}
+
+// The address comes from the config file's [admin] table unless -admin
+// names one; an admin server turned off there is said so.
+func TestStatsCommandReadsConfig(t *testing.T) {
+	off := writeFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n")
+	code, _, errOut := runStats("-config", off)
+	if code != exitFail || !strings.Contains(errOut, "admin server is off") {
+		t.Errorf("admin off: exit %d, stderr %q", code, errOut)
+	}
+	bad := writeFile(t, "towerd.toml", "[admin]\nlisten = 9253\n")
+	if code, _, errOut := runStats("-config", bad); code != exitConfig || !strings.Contains(errOut, "admin.listen") {
+		t.Errorf("bad config: exit %d, stderr %q; want 2 naming admin.listen", code, errOut)
+	}
+	if code, _, _ := runStats("extra"); code != exitConfig {
+		t.Errorf("stray argument: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,162 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// statsTimeout bounds one /stats request: towerd answers it from memory.
+const statsTimeout = 5 * time.Second
+
+// Fetch gets /stats from addr, with an error that says in one line
+// what went wrong and what it usually means.
+func Fetch(addr string) ([]byte, error) {
+	client := &http.Client{Timeout: statsTimeout}
+	resp, err := client.Get("http://" + addr + "/stats")
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("no towerd admin server at %s (connection refused): is towerd running, and is this its [admin] listen?", addr)
+		}
+		return nil, fmt.Errorf("asking %s: %v", addr, OneLine(err.Error()))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s/stats: %v", addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/stats answered %s: %s", addr, resp.Status, OneLine(string(body)))
+	}
+	return body, nil
+}
+
+// OneLine is s up to its first line break, trimmed: errors from HTTP
+// clients and servers can run to pages.
+func OneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// Render prints the human view: what an operator checks first when
+// services fail together (is it DNS?): hit ratio, stale answers, the
+// slowest upstream, the Consul watch.
+func Render(w io.Writer, r Report, now time.Time) {
+	state := "ready"
+	if !r.Ready {
+		state = "NOT READY"
+	}
+	fmt.Fprintf(w, "towerd %s  up %s  %s  listen %s\n", r.Version,
+		time.Duration(r.UptimeSeconds*float64(time.Second)).Round(time.Second), state, strings.Join(r.Config.Listen, " "))
+
+	q := r.Queries
+	fmt.Fprintf(w, "queries      %d  (%s)  p50 %s  p99 %s\n", q.Total, counts(q.BySource), seconds(q.LatencyP50Seconds), seconds(q.LatencyP99Seconds))
+	fmt.Fprintf(w, "rcodes       %s\n", counts(q.ByRcode))
+	c := r.Cache
+	fmt.Fprintf(w, "cache        hit ratio %.1f%% (%d hits, %d misses)  stale answers %d  prefetches %d\n",
+		100*c.HitRatio, c.Hits, c.Misses, c.StaleAnswers, c.Prefetches)
+	fmt.Fprintf(w, "             %d of %d entries, %d evictions\n", c.Entries, c.Capacity, c.Evictions)
+	fmt.Fprintf(w, "in flight    %d of %d, %d rejected at the cap\n", r.Inflight.Now, r.Inflight.Limit, r.Inflight.Rejections)
+
+	for i, z := range r.Zones {
+		label := ""
+		if i == 0 {
+			label = "zones"
+		}
+		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; %d/%d up\n",
+			label, z.Name, z.Queries, z.StaleAnswers, z.ServFail, z.UpstreamRequests, errorCounts(z.Errors),
+			seconds(z.LatencyP99Seconds), z.ServersUp, z.Servers)
+	}
+
+	// Slowest first: the upstream that makes clients wait is the one to look at.
+	ups := append([]serverStats(nil), r.Upstreams...)
+	sort.SliceStable(ups, func(i, j int) bool { return ups[i].LatencyP99Seconds > ups[j].LatencyP99Seconds })
+	for i, u := range ups {
+		label := ""
+		if i == 0 {
+			label = "upstreams"
+		}
+		health := "up"
+		if !u.Up {
+			health = "DOWN"
+		}
+		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s\n",
+			label, u.Server, health, u.Zone, u.Requests, errorCounts(u.Errors),
+			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds))
+	}
+
+	if cw := r.ConsulWatch; cw == nil {
+		fmt.Fprintf(w, "consul watch not running\n")
+	} else {
+		last := "never"
+		if !cw.LastSuccess.IsZero() {
+			last = now.Sub(cw.LastSuccess).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(w, "consul watch %s, %d services, index %d, last success %s, %d errors", cw.State, cw.Services, cw.LastIndex, last, cw.Errors)
+		if cw.LastError != "" {
+			fmt.Fprintf(w, " (last: %s)", OneLine(cw.LastError))
+		}
+		fmt.Fprintln(w)
+	}
+	if lr := r.LastReload; lr != nil {
+		result := "ok"
+		if !lr.OK {
+			result = "REJECTED: " + lr.Error
+		}
+		fmt.Fprintf(w, "last reload  %s ago: %s\n", now.Sub(lr.At).Round(time.Second), result)
+	}
+}
+
+// counts renders {"cache": 4, "stale": 1} as "cache 4, stale 1", largest first.
+func counts(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// errorCounts renders upstream errors, or "no errors".
+func errorCounts(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "no errors"
+	}
+	return "errors: " + counts(m)
+}
+
+// seconds renders a latency readably ("412µs", "3.1ms", "1.2s"); "-" for
+// none measured.
+func seconds(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}

@@ -1,0 +1,184 @@
+// Package config is towerd's configuration: the TOML file's shape, the
+// built-in defaults, loading with errors that name file, line and key,
+// validation, the zones the daemon forwards to, and the one renderer that
+// writes a towerd.toml (for install and import-dnsmasq). It lives under
+// cmd/towerd/internal because only towerd's subcommands read this file
+// format; the libraries take their own Config structs (issue 16).
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultPath is where towerd looks for its config file. A missing file
+// at this path means built-in defaults; a missing file named with -config is
+// an error.
+const DefaultPath = "/etc/towerd/towerd.toml"
+
+// Config is towerd's whole configuration: the TOML file's shape. Durations are
+// strings such as "1.8s" or "24h".
+type Config struct {
+	// Listen: UDP and TCP on each address.
+	Listen []string `toml:"listen"`
+	// Allow: client networks that get answers; others get REFUSED.
+	Allow []string `toml:"allow"`
+	// QueryTimeout: the longest a client waits when nothing usable is cached.
+	QueryTimeout Duration `toml:"query_timeout"`
+	// ResolvConf: file whose nameservers serve zone "." when it lists none;
+	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
+	ResolvConf string `toml:"resolv_conf"`
+	// LogLevel: debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	// LogFormat: text or json.
+	LogFormat string `toml:"log_format"`
+	// StateDir: where the cache is saved on stop and loaded on start
+	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
+	StateDir string `toml:"state_dir"`
+	// StateSaveInterval: how often the cache is also saved while serving,
+	// so a crash or SIGKILL loses at most this much; "0s" = only on stop.
+	StateSaveInterval Duration `toml:"state_save_interval"`
+
+	Cache      CacheConfig      `toml:"cache"`
+	ServeStale ServeStaleConfig `toml:"serve_stale"`
+	Upstream   UpstreamConfig   `toml:"upstream"`
+	Zones      []ZoneConfig     `toml:"zone"`
+	Admin      AdminConfig      `toml:"admin"`
+	Consul     ConsulConfig     `toml:"consul"` // consul.go
+}
+
+// CacheConfig is the [cache] table.
+type CacheConfig struct {
+	// Size: maximum number of cached answers (LRU beyond it).
+	Size int `toml:"size"`
+	// MinTTL, MaxTTL: clamps on a cached answer's TTL; "0s" = no clamp.
+	MinTTL Duration `toml:"min_ttl"`
+	MaxTTL Duration `toml:"max_ttl"`
+	// Prefetch: refresh an entry hit in the last 10 % of its TTL.
+	Prefetch bool `toml:"prefetch"`
+}
+
+// ServeStaleConfig is the [serve_stale] table (RFC 8767).
+type ServeStaleConfig struct {
+	Enabled bool `toml:"enabled"`
+	// ClientTimeout: how long a client with a stale answer waits for the
+	// upstream; "0s" = answer stale at once and refresh in the background.
+	ClientTimeout Duration `toml:"client_timeout"`
+	// MaxAge: how long past expiry an answer may be served.
+	MaxAge Duration `toml:"max_age"`
+	// AnswerTTL: TTL on stale answers.
+	AnswerTTL Duration `toml:"answer_ttl"`
+	// FailureRecheck: after a failed refresh, serve stale this long without
+	// asking the upstream again.
+	FailureRecheck Duration `toml:"failure_recheck"`
+}
+
+// UpstreamConfig is the [upstream] table.
+type UpstreamConfig struct {
+	// Timeout: budget of one upstream resolution, all attempts included.
+	Timeout Duration `toml:"timeout"`
+	// MaxInflight: concurrent upstream resolutions; over it, stale or SERVFAIL.
+	MaxInflight int `toml:"max_inflight"`
+	// MaxAttempts: packets one resolution may send, across servers.
+	MaxAttempts int `toml:"max_attempts"`
+	// FailThreshold: consecutive failures that mark a server down.
+	FailThreshold int `toml:"fail_threshold"`
+	// MinAttemptTimeout: floor of the per-attempt timeout that follows a
+	// server's measured round-trip; below it a fast server's hiccup would
+	// already cost a retry.
+	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
+}
+
+// ZoneConfig is one [[zone]] entry.
+type ZoneConfig struct {
+	// Name: the zone, e.g. "consul." or "." for everything else.
+	Name string `toml:"name"`
+	// Servers: host or host:port (port 53 when left out). Empty for "." =
+	// the nameservers of ResolvConf.
+	Servers []string `toml:"servers"`
+}
+
+// Duration is a time.Duration written as a Go duration string in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses "1.8s", "30s", "24h".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: \"1.8s\", \"30s\", \"24h\")", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration back as a string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Dur wraps d for the config structs; flags and tests build values with it.
+func Dur(d time.Duration) Duration { return Duration{d} }
+
+// DefaultConfig returns the built-in configuration: loopback port 53, the
+// consul. zone to the local agent, everything else to the system's resolvers.
+func DefaultConfig() Config {
+	return Config{
+		Listen:       []string{"127.0.0.1:53"},
+		Allow:        []string{"127.0.0.0/8", "::1/128"},
+		QueryTimeout: Dur(1800 * time.Millisecond),
+		LogLevel:     "info",
+		LogFormat:    "text",
+		StateDir:     DefaultStateDir,
+		// A snapshot of 10,000 entries is written in tens of milliseconds,
+		// fsync included; every 5 minutes keeps what a crash loses small
+		// without keeping the disk busy.
+		StateSaveInterval: Dur(5 * time.Minute),
+		Cache: CacheConfig{
+			Size:     10000,
+			MinTTL:   Dur(0),
+			MaxTTL:   Dur(24 * time.Hour),
+			Prefetch: true,
+		},
+		ServeStale: ServeStaleConfig{
+			Enabled:        true,
+			ClientTimeout:  Dur(1800 * time.Millisecond),
+			MaxAge:         Dur(24 * time.Hour),
+			AnswerTTL:      Dur(30 * time.Second),
+			FailureRecheck: Dur(30 * time.Second),
+		},
+		Upstream: UpstreamConfig{
+			Timeout:       Dur(5 * time.Second),
+			MaxInflight:   150,
+			MaxAttempts:   3,
+			FailThreshold: 3,
+			// 200 ms: a lost packet is still resent well inside the 1.8 s
+			// client timer, while a fast upstream's GC pause or a loaded
+			// node does not turn every slow reply into a second packet.
+			MinAttemptTimeout: Dur(200 * time.Millisecond),
+		},
+		Admin:  AdminConfig{Listen: DefaultAdminListen},
+		Consul: defaultConsulConfig(),
+	}
+}
+
+// defaultZones are merged under the configured ones by name.
+var defaultZones = []ZoneConfig{
+	{Name: "consul.", Servers: []string{"127.0.0.1:8600"}},
+	{Name: "."},
+}
+
+// DefaultAdminListen is where the admin HTTP server listens by default;
+// 9253 sits beside the exporters' ports and is free on a stock node.
+const DefaultAdminListen = "127.0.0.1:9253"
+
+// AdminConfig is the [admin] table: the HTTP server for metrics, /stats,
+// health checks and the cache.
+type AdminConfig struct {
+	// Listen: ip:port of the admin HTTP server; "" turns it off.
+	Listen string `toml:"listen"`
+	// AllowNonLoopback: serve on an address that is not loopback. The
+	// server has no authentication and can flush the cache, so this must
+	// be asked for explicitly.
+	AllowNonLoopback bool `toml:"allow_non_loopback"`
+}
+
+// DefaultStateDir is where the cache is saved: systemd's StateDirectory=towerd.
+const DefaultStateDir = "/var/lib/towerd"

@@ -1,0 +1,85 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// ConsulConfig is the [consul] table: the watch that pushes the catalog's
+// healthy services into memory and answers <svc>.service.consul from there.
+type ConsulConfig struct {
+	// Enabled: run the watch. On by default: towerd starts whether or not
+	// an agent runs, and the watch retries until one answers.
+	Enabled bool `toml:"enabled"`
+	// Address: the local agent's HTTP API (host:port, http(s)://host:port,
+	// unix:///path); "" = CONSUL_HTTP_ADDR, else 127.0.0.1:8500.
+	Address string `toml:"address"`
+	// Scheme: "http" or "https"; "" = CONSUL_HTTP_SSL, else http.
+	Scheme string `toml:"scheme"`
+	// Token: the ACL token; "" = CONSUL_HTTP_TOKEN(_FILE), else none.
+	Token string `toml:"token"`
+	// TokenFile: file holding the ACL token (read at start).
+	TokenFile string `toml:"token_file"`
+	// TLSCAFile: CA bundle for an https agent; "" = CONSUL_CACERT, else
+	// the system's.
+	TLSCAFile string `toml:"tls_ca_file"`
+	// Datacenter: names the <svc>.service.<dc>.consul form; "" = the
+	// agent's.
+	Datacenter string `toml:"datacenter"`
+	// Domain: Consul's DNS domain; "" = the agent's, else "consul.".
+	Domain string `toml:"domain"`
+	// Services: the services to watch; empty = all.
+	Services []string `toml:"services"`
+	// Tags: watch only services carrying at least one of these; empty =
+	// no tag filter.
+	Tags []string `toml:"tags"`
+	// AnswerTTL: TTL of the answers served from the watch.
+	AnswerTTL Duration `toml:"answer_ttl"`
+}
+
+func defaultConsulConfig() ConsulConfig {
+	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0)}
+}
+
+func (c ConsulConfig) validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	switch c.Scheme {
+	case "", "http", "https":
+	default:
+		return keyErr("consul.scheme", "%q is not one of http, https", c.Scheme)
+	}
+	if c.Token != "" && c.TokenFile != "" {
+		return keyErr("consul.token_file", "set consul.token or consul.token_file, not both")
+	}
+	for key, path := range map[string]string{"consul.token_file": c.TokenFile, "consul.tls_ca_file": c.TLSCAFile} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(path); err != nil {
+			return keyErr(key, "cannot be read: %v", err)
+		}
+	}
+	if c.Domain != "" {
+		if _, ok := dns.IsDomainName(c.Domain); !ok {
+			return keyErr("consul.domain", "%q is not a domain name", c.Domain)
+		}
+	}
+	for i, s := range c.Services {
+		if strings.TrimSpace(s) == "" {
+			return keyErr(fmt.Sprintf("consul.services[%d]", i), "empty service name")
+		}
+	}
+	if c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour {
+		return keyErr("consul.answer_ttl", "must be between 0s and 24h (got %v)", c.AnswerTTL)
+	}
+	if c.AnswerTTL.Duration%time.Second != 0 {
+		return keyErr("consul.answer_ttl", "DNS TTLs are whole seconds (got %v)", c.AnswerTTL)
+	}
+	return nil
+}

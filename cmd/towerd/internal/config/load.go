@@ -1,0 +1,310 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/towerd/towerd/upstream/resolvconf"
+)
+
+// Error is a configuration problem tied to a key and, when known, a line.
+type Error struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+// Error formats "file:line: key \"k\": msg", leaving out what is unknown.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads path over the defaults. A missing file is fine when
+// optional (the default path): towerd then runs on built-in defaults.
+func Load(path string, optional bool) (Config, error) {
+	cfg := DefaultConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && optional {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("reading config: %w", err)
+	}
+	if err := Decode(data, path, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *Error
+		if errors.As(err, &ce) {
+			ce.File = path
+			ce.Line = lineOfKey(data, ce.Key)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Decode reads TOML data over cfg, rejecting unknown keys; path only names
+// the source in errors. It does not validate: callers run Validate.
+func Decode(data []byte, path string, cfg *Config) error {
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(cfg)
+	if err == nil {
+		return nil
+	}
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) && len(strict.Errors) > 0 {
+		e := strict.Errors[0]
+		line, _ := e.Position()
+		return &Error{File: path, Line: line, Key: strings.Join(e.Key(), "."),
+			Msg: "unknown key (see the README's configuration table)"}
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		return &Error{File: path, Line: line, Key: strings.Join(de.Key(), "."),
+			Msg: strings.TrimPrefix(de.Error(), "toml: ")}
+	}
+	return &Error{File: path, Msg: err.Error()}
+}
+
+// lineOfKey finds the line of "leaf =" for a dotted key, best effort, so
+// validation errors point at the line like parse errors do. Only lines of
+// the key's own table count: "admin.listen" must not point at the top-level
+// "listen".
+func lineOfKey(data []byte, key string) int {
+	if key == "" {
+		return 0
+	}
+	parts := strings.Split(key, ".")
+	leaf := regexp.QuoteMeta(strings.TrimSuffix(parts[len(parts)-1], "]"))
+	if i := strings.Index(leaf, `\[`); i >= 0 {
+		leaf = leaf[:i]
+	}
+	table := ""
+	if len(parts) > 1 {
+		table, _, _ = strings.Cut(parts[0], "[")
+	}
+	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
+	current := ""
+	for i, line := range strings.Split(string(data), "\n") {
+		if m := tableHeader.FindStringSubmatch(line); m != nil {
+			current = m[1]
+			continue
+		}
+		if current == table && re.MatchString(line) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// tableHeader matches "[cache]" and "[[zone]]" lines.
+var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_-]+)\s*\]\]?`)
+
+func keyErr(key, format string, args ...any) error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks every value once, at start-up or reload, with messages that
+// name the key.
+func (c *Config) Validate() error {
+	if len(c.Listen) == 0 {
+		return keyErr("listen", "needs at least one address")
+	}
+	for i, a := range c.Listen {
+		if _, err := netip.ParseAddrPort(a); err != nil {
+			return keyErr(fmt.Sprintf("listen[%d]", i), "%q is not ip:port (e.g. \"127.0.0.1:53\", \"[::1]:53\")", a)
+		}
+	}
+	for i, a := range c.Allow {
+		if _, err := netip.ParsePrefix(a); err != nil {
+			return keyErr(fmt.Sprintf("allow[%d]", i), "%q is not a network in CIDR form (e.g. \"10.0.0.0/8\")", a)
+		}
+	}
+	if c.QueryTimeout.Duration <= 0 {
+		return keyErr("query_timeout", "must be positive (got %v)", c.QueryTimeout)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return keyErr("log_level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return keyErr("log_format", "%q is not one of text, json", c.LogFormat)
+	}
+	if c.StateSaveInterval.Duration < 0 {
+		return keyErr("state_save_interval", "cannot be negative (\"0s\" means save only on stop)")
+	}
+	if c.Cache.Size <= 0 {
+		return keyErr("cache.size", "must be at least 1 (got %d)", c.Cache.Size)
+	}
+	if c.Cache.MinTTL.Duration < 0 || c.Cache.MaxTTL.Duration < 0 {
+		return keyErr("cache.min_ttl", "TTL clamps cannot be negative")
+	}
+	if c.Cache.MaxTTL.Duration > 0 && c.Cache.MinTTL.Duration > c.Cache.MaxTTL.Duration {
+		return keyErr("cache.min_ttl", "%v is above cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
+	}
+	s := c.ServeStale
+	if s.ClientTimeout.Duration < 0 {
+		return keyErr("serve_stale.client_timeout", "cannot be negative (\"0s\" means answer stale at once)")
+	}
+	if s.MaxAge.Duration < 0 {
+		return keyErr("serve_stale.max_age", "cannot be negative")
+	}
+	if s.AnswerTTL.Duration < time.Second {
+		return keyErr("serve_stale.answer_ttl", "must be at least 1s (got %v)", s.AnswerTTL)
+	}
+	if s.FailureRecheck.Duration < 0 {
+		return keyErr("serve_stale.failure_recheck", "cannot be negative")
+	}
+	u := c.Upstream
+	if u.Timeout.Duration <= 0 {
+		return keyErr("upstream.timeout", "must be positive (got %v)", u.Timeout)
+	}
+	if u.MaxInflight <= 0 {
+		return keyErr("upstream.max_inflight", "must be at least 1 (got %d)", u.MaxInflight)
+	}
+	if u.MaxAttempts <= 0 {
+		return keyErr("upstream.max_attempts", "must be at least 1 (got %d)", u.MaxAttempts)
+	}
+	if u.FailThreshold <= 0 {
+		return keyErr("upstream.fail_threshold", "must be at least 1 (got %d)", u.FailThreshold)
+	}
+	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
+		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
+	}
+	if err := c.Admin.validate(); err != nil {
+		return err
+	}
+	if err := c.Consul.validate(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, z := range c.Zones {
+		key := fmt.Sprintf("zone[%d].name", i)
+		if _, ok := dns.IsDomainName(z.Name); !ok || z.Name == "" {
+			return keyErr(key, "%q is not a domain name", z.Name)
+		}
+		name := dns.CanonicalName(z.Name)
+		if seen[name] {
+			return keyErr(key, "zone %q is configured twice", name)
+		}
+		seen[name] = true
+		if len(z.Servers) == 0 && name != "." {
+			return keyErr(fmt.Sprintf("zone[%d].servers", i), "zone %q needs at least one server", name)
+		}
+		for j, srv := range z.Servers {
+			if _, err := resolvconf.NormalizeAddress(srv); err != nil {
+				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
+			}
+		}
+	}
+	return nil
+}
+
+// ForwardZones returns the configured zones merged over the defaults by name, with
+// the system's nameservers filled in for "." when it lists none, and
+// towerd's own listen addresses left out so it never forwards to itself.
+// root is the directory that stands for / when reading resolv.conf; source
+// names the file zone "." took its servers from, "" when configured.
+func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
+	byName := map[string]ZoneConfig{}
+	var order []string
+	for _, z := range append(append([]ZoneConfig(nil), defaultZones...), c.Zones...) {
+		name := dns.CanonicalName(z.Name)
+		if _, ok := byName[name]; !ok {
+			order = append(order, name)
+		}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers}
+	}
+	var source string
+	out := make([]ZoneConfig, 0, len(order))
+	for _, name := range order {
+		z := byName[name]
+		servers := z.Servers
+		if len(servers) == 0 && name == "." {
+			rc, path, err := readResolvConf(root, c.ResolvConf)
+			if err != nil {
+				return nil, "", &Error{Key: "zone[.].servers",
+					Msg: fmt.Sprintf("no servers configured and the system's cannot be read: %v", err)}
+			}
+			servers, source = rc.Nameservers, path
+		}
+		normalized := make([]string, 0, len(servers))
+		for _, s := range servers {
+			n, err := resolvconf.NormalizeAddress(s)
+			if err != nil {
+				return nil, "", keyErr("zone["+name+"].servers", "%v", err)
+			}
+			normalized = append(normalized, n)
+		}
+		kept := resolvconf.WithoutAddresses(normalized, c.Listen)
+		if len(kept) == 0 {
+			msg := fmt.Sprintf("zone %q has no server left once towerd's own listen addresses %v are left out (forwarding to itself would loop)", name, c.Listen)
+			if source != "" && name == "." {
+				msg += "; " + source + " names only towerd: set servers for zone \".\" or resolv_conf"
+			}
+			return nil, "", keyErr("zone["+name+"].servers", "%s", msg)
+		}
+		out = append(out, ZoneConfig{Name: name, Servers: kept})
+	}
+	return out, source, nil
+}
+
+// readResolvConf reads the file named by the resolv_conf key, or the system's.
+func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
+	if path == "" {
+		return resolvconf.ReadSystem(root)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return resolvconf.Conf{}, path, err
+	}
+	defer f.Close()
+	rc, err := resolvconf.Parse(f)
+	return rc, path, err
+}
+
+func (a AdminConfig) validate() error {
+	if a.Listen == "" {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(a.Listen)
+	if err != nil {
+		return keyErr("admin.listen", "%q is not ip:port (e.g. %q; \"\" turns the admin server off)", a.Listen, DefaultAdminListen)
+	}
+	if !ap.Addr().Unmap().IsLoopback() && !a.AllowNonLoopback {
+		return keyErr("admin.listen", "%s is not a loopback address; the admin server has no authentication "+
+			"and can flush the cache: set admin.allow_non_loopback = true to serve it there anyway", a.Listen)
+	}
+	return nil
+}

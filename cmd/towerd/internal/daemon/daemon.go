@@ -1,0 +1,228 @@
+// Package daemon is a running towerd: New builds the cache, the Consul
+// watch, the upstream groups and the handler from a config.Config and binds
+// the sockets (systemd's when it passed some); Run serves until Shutdown or
+// a signal, answers systemd's notify protocol, saves the cache, and reloads
+// on SIGHUP or Reload. `towerd serve` and `towerd drill` both start their
+// towerd here, so there is one wiring (issue 16).
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/upstream/consul"
+)
+
+// ErrConfig marks a New failure that the configuration caused (towerd exits
+// 2), as opposed to the system refusing a socket (exit 1).
+var ErrConfig = errors.New("configuration rejected")
+
+// Options say what New builds.
+type Options struct {
+	// Config is the validated configuration to run.
+	Config config.Config
+	// Zones and ZonesSource are Config.ForwardZones's result, computed by
+	// the caller so that `towerd check` and start-up report the same errors.
+	Zones       []config.ZoneConfig
+	ZonesSource string
+	// Log receives every log line; required.
+	Log *slog.Logger
+	// ConfigFile names the config file in logs, STATUS= and /stats.
+	ConfigFile string
+	// Load re-reads the configuration for a reload (file and flags); nil
+	// refuses reloads.
+	Load func() (config.Config, error)
+	// Version is reported by /stats and the towerd_build_info metric.
+	Version string
+	// Systemd: take the sockets systemd passed and speak its notify
+	// protocol. Off for an in-process towerd such as the drill's, which
+	// must not take its parent's sockets.
+	Systemd bool
+	// Signals: SIGHUP reloads, SIGTERM and SIGINT shut down.
+	Signals bool
+}
+
+// Daemon is a running towerd: the sockets, the handler and what a reload
+// replaces. Its fields belong to Run's loop once Run is called; other
+// goroutines reach it through Reload and Shutdown.
+type Daemon struct {
+	log     *slog.Logger
+	opts    Options
+	cfg     config.Config
+	zones   []config.ZoneConfig
+	cache   *cache.Cache
+	handler *resolver.Handler
+	server  *resolver.Server
+	groups  []*upstream.Group
+
+	// The operators' side: metrics always, the admin server when
+	// admin.listen is set and its port could be bound.
+	tel      *admin.Telemetry
+	admin    *admin.Server
+	adminCfg config.AdminConfig // [admin] as started: a reload does not move the server
+
+	saver *cacheSaver // periodic cache saves (state.go)
+
+	// systemd (systemd.go): the sockets it passed, the notifications
+	// sent, and what READY=1 waits for after the sockets serve.
+	sd        *sdSession
+	readiness []readinessCheck
+
+	// The Consul watch (consul.go): pushed records for Config.Records.
+	consul          *consul.Watcher
+	stopConsulWatch func()
+
+	reloads  chan chan error
+	quit     chan struct{}
+	quitOnce sync.Once
+	ready    chan struct{} // closed once every listener serves
+	stopped  chan struct{} // closed when Run returns
+}
+
+// New builds a towerd from opts and binds its sockets; Run serves them. On
+// error nothing is left running and the error was logged; errors.Is(err,
+// ErrConfig) tells a configuration problem from a system one.
+func New(opts Options) (*Daemon, error) {
+	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan error), quit: make(chan struct{}),
+		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
+	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
+	if err != nil {
+		d.log.Error("cannot use the sockets systemd passed", "err", err)
+		return nil, err
+	}
+	c, err := cache.New(cacheConfig(cfg))
+	if err != nil {
+		d.log.Error("cache", "err", err)
+		return nil, fmt.Errorf("%w: cache: %v", ErrConfig, err)
+	}
+	d.cache = c
+	d.tel = admin.NewTelemetry(c, time.Now(), opts.Version)
+	d.loadCache(c, cfg) // state.go
+	if err := d.prepareConsul(cfg); err != nil {
+		d.log.Error("consul watch", "err", err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	rcfg, groups, err := d.resolverConfig(cfg, zones)
+	if err != nil {
+		d.log.Error("upstreams", "err", err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	h, err := resolver.NewHandler(rcfg, c, d.log, d.tel.Resolver)
+	if err != nil {
+		closeGroups(groups)
+		d.log.Error("resolver", "err", err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
+
+	d.server = &resolver.Server{
+		Handler: h,
+		OnInvalid: func(err error) {
+			d.log.Debug("dropped unparsable packet", "err", err)
+		},
+		OnPanic: func(v any, stack []byte) {
+			d.log.Error("BUG: panic while answering a query; answered SERVFAIL", "panic", v, "stack", string(stack))
+		},
+	}
+	if err := d.listen(cfg.Listen); err != nil {
+		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
+		h.Close()
+		closeGroups(groups)
+		return nil, err
+	}
+	return d, nil
+}
+
+// resolverConfig builds the handler's configuration and one upstream group
+// per zone; the caller closes the groups once they are no longer used.
+func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (resolver.Config, []*upstream.Group, error) {
+	var groups []*upstream.Group
+	rcfg := resolver.Config{
+		QueryTimeout:       cfg.QueryTimeout.Duration,
+		UpstreamTimeout:    cfg.Upstream.Timeout.Duration,
+		MaxInflight:        cfg.Upstream.MaxInflight,
+		Prefetch:           cfg.Cache.Prefetch,
+		ServeStale:         cfg.ServeStale.Enabled,
+		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
+		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
+		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+	}
+	if d.consul != nil {
+		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface
+	}
+	for _, a := range cfg.Allow {
+		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
+	}
+	for _, z := range zones {
+		g, err := upstream.NewGroup(z.Name, z.Servers, upstream.GroupOptions{
+			MaxAttempts:   cfg.Upstream.MaxAttempts,
+			FailThreshold: cfg.Upstream.FailThreshold,
+			// The ceiling follows the floor so a high floor stays meaningful.
+			MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
+			MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
+			InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
+			Observe:               d.tel.Upstreams.Observer(z.Name),
+			OnHealthChange: func(server string, up bool) {
+				if up {
+					d.log.Info("upstream is back up", "zone", z.Name, "server", server)
+				} else {
+					d.log.Warn("upstream marked down", "zone", z.Name, "server", server)
+				}
+			},
+		})
+		if err != nil {
+			closeGroups(groups)
+			return rcfg, nil, fmt.Errorf("zone %q: %w", z.Name, err)
+		}
+		groups = append(groups, g)
+		rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: g})
+	}
+	return rcfg, groups, nil
+}
+
+// cacheConfig is the cache's share of cfg. Without serve-stale nothing is
+// kept past expiry, so the cache need not hold it.
+func cacheConfig(cfg config.Config) cache.Config {
+	maxStale := cfg.ServeStale.MaxAge.Duration
+	if !cfg.ServeStale.Enabled {
+		maxStale = 0
+	}
+	return cache.Config{
+		Capacity:    cfg.Cache.Size,
+		MinTTL:      cfg.Cache.MinTTL.Duration,
+		MaxTTL:      cfg.Cache.MaxTTL.Duration,
+		MaxStaleAge: maxStale,
+	}
+}
+
+func closeGroups(groups []*upstream.Group) {
+	for _, g := range groups {
+		g.Close()
+	}
+}
+
+// bindHint says what usually holds a DNS port and how to find out.
+func bindHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "another process serves DNS on this address, often systemd-resolved or dnsmasq; " +
+			"find it with: sudo ss -lunp 'sport = :53' (and ss -ltnp for TCP); " +
+			"`towerd install` turns off resolved's stub listener"
+	case errors.Is(err, syscall.EACCES):
+		return "ports below 1024 need root, CAP_NET_BIND_SERVICE or socket activation (towerd.socket); " +
+			"to try towerd without root use -listen 127.0.0.1:1053"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "no interface of this machine has that address"
+	}
+	return ""
+}

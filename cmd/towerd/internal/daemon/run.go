@@ -1,0 +1,275 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/upstream"
+)
+
+// errNoReload answers Reload when Options.Load is nil.
+var errNoReload = errors.New("reload: this towerd has no configuration to re-read")
+
+// Run serves until ctx ends, Shutdown is called or (with Options.Signals)
+// SIGTERM or SIGINT arrives, then drains; SIGHUP and Reload reload. It
+// returns nil after a clean shutdown and an error when serving stopped by
+// itself. Call it once.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer close(d.stopped)
+	d.startAdmin()
+	d.runConsul()
+	d.saver = d.startCacheSaver(d.cache, d.cfg) // state.go
+	for _, z := range d.zones {
+		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
+	}
+	if d.opts.ZonesSource != "" {
+		d.log.Info("zone \".\" servers taken from the system", "file", d.opts.ZonesSource)
+	}
+
+	signals := make(chan os.Signal, 1)
+	if d.opts.Signals {
+		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		defer signal.Stop(signals)
+	}
+
+	ready := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { served <- d.server.Serve(func() { close(ready) }) }()
+
+	for {
+		select {
+		case err := <-served:
+			d.log.Error("serving stopped", "err", err)
+			d.saver.stop()
+			d.handler.Close()
+			d.stopConsul()
+			closeGroups(d.groups)
+			return fmt.Errorf("serving stopped: %w", err)
+		case <-ready:
+			ready = nil
+			d.markReady()
+			addrs := d.server.Addrs()
+			d.log.Info("serving", "addrs", strings.Join(addrs, " "),
+				"try", "dig @"+digTarget(strings.TrimPrefix(addrs[0], "udp/")))
+			d.sdServing(addrs)
+			close(d.ready)
+		case ev := <-d.sd.events:
+			d.sdHandle(ev)
+		case done := <-d.reloads:
+			done <- d.reload()
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				_ = d.reload() // logged and counted by reload
+				continue
+			}
+			d.shutdown(sig.String())
+			return nil
+		case <-d.quit:
+			d.shutdown("shutdown requested")
+			return nil
+		case <-ctx.Done():
+			d.shutdown(context.Cause(ctx).Error())
+			return nil
+		}
+	}
+}
+
+// Ready is closed once every listener serves.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// Addrs are the served addresses as "udp/ip:port" and "tcp/ip:port", with
+// port 0 resolved.
+func (d *Daemon) Addrs() []string { return d.server.Addrs() }
+
+// Reload does what SIGHUP does and returns its outcome. It waits for Run's
+// loop, so it blocks until Run is called, and fails once Run has returned.
+func (d *Daemon) Reload() error {
+	done := make(chan error, 1)
+	select {
+	case d.reloads <- done:
+		return <-done
+	case <-d.quit:
+		return errors.New("reload: shutting down")
+	case <-d.stopped:
+		return errors.New("reload: not running")
+	}
+}
+
+// Shutdown makes Run drain and return; it does not wait for it.
+func (d *Daemon) Shutdown() {
+	d.quitOnce.Do(func() { close(d.quit) })
+}
+
+// shutdown drains: the listeners stop taking queries, the ones being answered
+// finish (a client waits at most query_timeout), then upstream work stops.
+func (d *Daemon) shutdown(why string) {
+	d.log.Info("shutting down", "signal", why, "inflight", d.handler.Inflight())
+	d.sdStopping()
+	d.stopAdmin()
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.QueryTimeout.Duration+time.Second)
+	defer cancel()
+	err := d.server.Shutdown(ctx)
+	d.handler.Close()
+	// After the drain and with upstream work stopped, so the snapshot holds
+	// every answer towerd got; and after the last periodic save, so this one
+	// is renamed into place last.
+	d.saver.stop()
+	d.saveCache(d.cache, d.cfg) // state.go
+	d.stopConsul()
+	closeGroups(d.groups)
+	if err != nil {
+		d.log.Warn("queries still running at shutdown were dropped", "err", err)
+	}
+	d.log.Info("stopped")
+}
+
+// reload re-reads the configuration and swaps in zones, upstreams,
+// timeouts, serve-stale timers, the allow-list and the cache's TTL policy.
+// The cache and queries in flight survive; a bad file leaves the running
+// config alone. Either way the outcome is counted and logged.
+func (d *Daemon) reload() error {
+	d.sdReloading()
+	defer d.sdReloaded()
+	cfg, groups, err := d.prepareReload()
+	if err != nil {
+		d.log.Error("reload rejected; the running configuration stays", "err", err)
+		d.tel.RecordReload(time.Now(), err)
+		return err
+	}
+	d.applyReload(cfg, groups)
+	d.tel.RecordReload(time.Now(), nil)
+	d.log.Info("reloaded", "config", d.opts.ConfigFile)
+	return nil
+}
+
+// prepareReload reads the new configuration and hands the handler its new
+// zones; nothing else has changed when it fails.
+func (d *Daemon) prepareReload() (config.Config, []*upstream.Group, error) {
+	cfg, err := d.reloadConfig()
+	if err != nil {
+		return cfg, nil, err
+	}
+	zones, _, err := cfg.ForwardZones("/")
+	if err != nil {
+		return cfg, nil, err
+	}
+	rcfg, groups, err := d.resolverConfig(cfg, zones)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := d.handler.Reconfigure(rcfg); err != nil {
+		closeGroups(groups)
+		return cfg, nil, err
+	}
+	return cfg, groups, nil
+}
+
+// applyReload makes the rest of the daemon follow a configuration the
+// handler has taken: groups, cache TTL policy, saver, metrics, admin view.
+func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
+	old := d.groups
+	d.groups = groups
+	// Resolutions started before the swap may still use the old groups;
+	// close them once those are surely done.
+	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
+	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
+		d.log.Warn("listen addresses and cache.size change only on restart")
+	}
+	if consulChanged(d.cfg, cfg) {
+		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
+	}
+	d.cfg = cfg
+	d.saver.reconfigure(cfg) // state.go
+	cc := cacheConfig(cfg)
+	if err := d.cache.SetTTLPolicy(cc.MinTTL, cc.MaxTTL, cc.MaxStaleAge); err != nil {
+		// Unreachable: the config was validated with the same rules.
+		d.log.Error("BUG: cache TTL policy rejected after validation; the old one stays", "err", err)
+	}
+	// The old groups finish their attempts within the upstream timeout, as
+	// the closing above assumes.
+	d.tel.Upstreams.SetGroups(groups, cfg.Upstream.Timeout.Duration)
+	if cfg.Admin != d.adminCfg {
+		d.log.Warn("[admin] settings change only on restart", "running", d.adminCfg.Listen)
+	}
+	if d.admin != nil {
+		d.admin.SetView(d.adminView())
+	}
+}
+
+// digTarget turns "127.0.0.1:1053" into "127.0.0.1 -p 1053 example.org".
+func digTarget(listen string) string {
+	ap, err := netip.ParseAddrPort(listen)
+	if err != nil {
+		return listen
+	}
+	return fmt.Sprintf("%s -p %d example.org", ap.Addr(), ap.Port())
+}
+
+// adminStopTimeout bounds how long shutdown waits for admin requests (a
+// scrape, a /stats) being served.
+const adminStopTimeout = 2 * time.Second
+
+// startAdmin wires the metrics read at scrape time to the handler, server
+// and upstream groups, then starts the admin server when admin.listen is
+// set. A port that cannot be bound is logged, not fatal: a node's DNS must
+// not go down over its monitoring port, and a failing scrape is the very
+// thing monitoring notices.
+func (d *Daemon) startAdmin() {
+	if err := d.tel.Resolver.Instrument(d.handler, d.server); err != nil {
+		d.log.Error("BUG: registering metrics", "err", err)
+	}
+	d.tel.Upstreams.SetGroups(d.groups, 0)
+	d.adminCfg = d.cfg.Admin
+	if d.cfg.Admin.Listen == "" {
+		d.log.Info("admin server off (admin.listen is empty)")
+		return
+	}
+	a := admin.NewServer(d.log, d.tel, d.cache, d.handler, d.opts.Version)
+	a.SetView(d.adminView())
+	if err := a.Start(d.cfg.Admin.Listen); err != nil {
+		d.log.Error("admin server cannot listen; DNS is served without /metrics and /stats",
+			"err", err, "hint", "set [admin] listen, or -admin, to a free port; \"\" turns the admin server off")
+		return
+	}
+	d.admin = a
+	d.log.Info("admin server listening", "addr", a.Addr(), "endpoints", "/metrics /stats /healthz /readyz /cache /cache/flush")
+}
+
+// adminView captures the running configuration for the admin server, with
+// the [admin] table that actually runs.
+func (d *Daemon) adminView() *admin.View {
+	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now()}
+	v.Config.Admin = d.adminCfg
+	if d.cfg.ServeStale.Enabled {
+		v.StaleUntil = d.cfg.ServeStale.MaxAge.Duration
+	}
+	return v
+}
+
+// markReady is called once every listener serves: /readyz turns 200.
+func (d *Daemon) markReady() {
+	if d.admin != nil {
+		d.admin.SetReady(true)
+	}
+}
+
+// stopAdmin turns /readyz to 503 and stops the admin server.
+func (d *Daemon) stopAdmin() {
+	if d.admin == nil {
+		return
+	}
+	d.admin.SetReady(false)
+	ctx, cancel := context.WithTimeout(context.Background(), adminStopTimeout)
+	defer cancel()
+	d.admin.Stop(ctx)
+}
