@@ -90,7 +90,7 @@ func variedHandler(tb testing.TB, rs RecordSource, tweak func(*Config)) (*Handle
 func fastMatches(t *testing.T, h *Handler, pkt []byte, from netip.AddrPort, what string) (bool, int) {
 	t.Helper()
 	var q plainQuery
-	reply, ok := h.answerPacket(nil, pkt, from, &q)
+	reply, ok := h.answerPacket(nil, pkt, from, false, &q)
 	if !ok {
 		return false, 0
 	}

@@ -192,13 +192,13 @@ func TestFastPathMatchesServeDNS(t *testing.T) {
 	for _, v := range variants() {
 		pkt := v.pack(t)
 		k := cache.NewKey(v.name, v.qtype, dns.ClassINET, v.do, v.cd)
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok && !seen[k] {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok && !seen[k] {
 			t.Fatalf("%+v: cold cache answered by the fast path", v)
 		}
 		seen[k] = true
 		generalReply(h, pkt)                  // warm this key
 		clock.Advance(100 * time.Millisecond) // 210 variants: 21 s, inside every TTL
-		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		reply, ok := h.answerPacket(nil, pkt, from, false, &q)
 		if ok != v.fastHit {
 			t.Errorf("%+v: fast path answered %v, want %v", v, ok, v.fastHit)
 			continue
@@ -252,17 +252,17 @@ func TestFastPathDeclines(t *testing.T) {
 		}),
 	}
 	for name, pkt := range cases {
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok {
 			t.Errorf("%s: answered by the fast path", name)
 		}
 	}
-	if _, ok := h.answerPacket(nil, warm, netip.MustParseAddrPort("192.0.2.99:53000"), &q); ok {
+	if _, ok := h.answerPacket(nil, warm, netip.MustParseAddrPort("192.0.2.99:53000"), false, &q); ok {
 		t.Error("a client outside the allow-list answered by the fast path")
 	}
 	if got := h.cache.Stats(); got != before {
 		t.Errorf("declined packets changed the cache counters: %+v, before %+v", got, before)
 	}
-	if _, ok := h.answerPacket(nil, warm, from, &q); !ok {
+	if _, ok := h.answerPacket(nil, warm, from, false, &q); !ok {
 		t.Error("the warm query itself was declined")
 	}
 }
@@ -284,7 +284,7 @@ func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 	for name, want := range map[string]bool{"web.service.consul.": false, "www.example.": true} {
 		pkt := variant{name: name, qtype: dns.TypeA}.pack(t)
 		generalReply(h, pkt)
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok != want {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok != want {
 			t.Errorf("%s: fast path answered %v, want %v", name, ok, want)
 		}
 	}
@@ -323,7 +323,7 @@ func FuzzFastPath(f *testing.F) {
 		var q plainQuery
 		for _, h := range hs {
 			for _, c := range diffClients {
-				reply, ok := h.answerPacket(nil, pkt, c.addr, &q)
+				reply, ok := h.answerPacket(nil, pkt, c.addr, false, &q)
 				if !ok {
 					continue
 				}
@@ -353,7 +353,7 @@ func BenchmarkAnswerPacketHit(b *testing.B) {
 	out := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, &q); !ok {
+		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
 			b.Fatal("declined")
 		}
 	}
@@ -388,7 +388,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	} {
 		pkt := v.pack(t)
 		cacheBefore, rejectedBefore := h.cache.Stats(), h.InflightRejections()
-		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		reply, ok := h.answerPacket(nil, pkt, from, false, &q)
 		if !ok {
 			t.Errorf("%+v: not rejected by the fast path with the cap full", v)
 			continue
@@ -406,7 +406,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 		}
 	}
 	for _, v := range []variant{{name: "busy.example.", qtype: dns.TypeA}, stale} {
-		if _, ok := h.answerPacket(nil, v.pack(t), from, &q); ok {
+		if _, ok := h.answerPacket(nil, v.pack(t), from, false, &q); ok {
 			t.Errorf("%s: answered by the fast path, ServeDNS joins the resolution or serves stale", v.name)
 		}
 	}
