@@ -25,6 +25,9 @@ type Config struct {
 	Allow []string `toml:"allow"`
 	// QueryTimeout: the longest a client waits when nothing usable is cached.
 	QueryTimeout Duration `toml:"query_timeout"`
+	// MaxUDPSize: bytes; UDP answers stop at min(client's EDNS size, this)
+	// and set TC past it (issue 13: amplification). 512 to 65535.
+	MaxUDPSize int `toml:"max_udp_size"`
 	// ResolvConf: file whose nameservers serve zone "." when it lists none;
 	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
 	ResolvConf string `toml:"resolv_conf"`
@@ -42,6 +45,7 @@ type Config struct {
 	Cache      CacheConfig      `toml:"cache"`
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
+	TCP        TCPConfig        `toml:"tcp"`
 	Zones      []ZoneConfig     `toml:"zone"`
 	Admin      AdminConfig      `toml:"admin"`
 	Consul     ConsulConfig     `toml:"consul"` // consul.go
@@ -89,6 +93,24 @@ type UpstreamConfig struct {
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
 }
 
+// TCPConfig is the [tcp] table: limits on DNS over TCP (issue 13), which any
+// local process can open connections to.
+type TCPConfig struct {
+	// MaxConnections: concurrent TCP connections; to admit one more, the
+	// connection idle longest is closed. Lowered at start when the file
+	// descriptor limit would not leave the reserve for upstream sockets
+	// and the admin server.
+	MaxConnections int `toml:"max_connections"`
+	// IdleTimeout: a connection without a query this long is closed.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// ReadTimeout: once a query's first byte arrived, the rest must
+	// arrive within this, or the connection is closed.
+	ReadTimeout Duration `toml:"read_timeout"`
+	// WriteTimeout: a reply not taken by the client within this closes
+	// the connection.
+	WriteTimeout Duration `toml:"write_timeout"`
+}
+
 // ZoneConfig is one [[zone]] entry.
 type ZoneConfig struct {
 	// Name: the zone, e.g. "consul." or "." for everything else.
@@ -124,6 +146,7 @@ func DefaultConfig() Config {
 		Listen:       []string{"127.0.0.1:53"},
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
+		MaxUDPSize:   1232, // DNS Flag Day 2020
 		LogLevel:     "info",
 		LogFormat:    "text",
 		StateDir:     DefaultStateDir,
@@ -153,6 +176,12 @@ func DefaultConfig() Config {
 			// client timer, while a fast upstream's GC pause or a loaded
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
+		},
+		TCP: TCPConfig{
+			MaxConnections: 256,
+			IdleTimeout:    Dur(10 * time.Second), // RFC 7766 §6.2.3: seconds, not minutes
+			ReadTimeout:    Dur(2 * time.Second),
+			WriteTimeout:   Dur(2 * time.Second),
 		},
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),

@@ -151,6 +151,9 @@ func (c *Config) Validate() error {
 	if c.QueryTimeout.Duration <= 0 {
 		return keyErr("query_timeout", "must be positive (got %v)", c.QueryTimeout)
 	}
+	if c.MaxUDPSize < 512 || c.MaxUDPSize > 65535 {
+		return keyErr("max_udp_size", "must be between 512 and 65535 bytes (got %d)", c.MaxUDPSize)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -201,6 +204,9 @@ func (c *Config) Validate() error {
 	}
 	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
 		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
+	}
+	if err := c.TCP.validate(); err != nil {
+		return err
 	}
 	if err := c.Admin.validate(); err != nil {
 		return err
@@ -292,6 +298,21 @@ func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	defer f.Close()
 	rc, err := resolvconf.Parse(f)
 	return rc, path, err
+}
+
+func (t TCPConfig) validate() error {
+	if t.MaxConnections < 1 {
+		return keyErr("tcp.max_connections", "must be at least 1 (got %d)", t.MaxConnections)
+	}
+	for _, k := range []struct {
+		key string
+		d   Duration
+	}{{"tcp.idle_timeout", t.IdleTimeout}, {"tcp.read_timeout", t.ReadTimeout}, {"tcp.write_timeout", t.WriteTimeout}} {
+		if k.d.Duration <= 0 {
+			return keyErr(k.key, "must be positive (got %v)", k.d)
+		}
+	}
+	return nil
 }
 
 func (a AdminConfig) validate() error {

@@ -126,7 +126,11 @@ func New(opts Options) (*Daemon, error) {
 	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
 
 	d.server = &resolver.Server{
-		Handler: h,
+		Handler:           h,
+		TCPMaxConnections: tcpConnectionCap(cfg, d.log), // fds.go
+		TCPIdleTimeout:    cfg.TCP.IdleTimeout.Duration,
+		TCPReadTimeout:    cfg.TCP.ReadTimeout.Duration,
+		TCPWriteTimeout:   cfg.TCP.WriteTimeout.Duration,
 		OnInvalid: func(err error) {
 			d.log.Debug("dropped unparsable packet", "err", err)
 		},
@@ -156,6 +160,7 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+		MaxUDPSize:         cfg.MaxUDPSize,
 	}
 	if d.consul != nil {
 		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface

@@ -182,8 +182,8 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
-	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
-		d.log.Warn("listen addresses and cache.size change only on restart")
+	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size || cfg.TCP != d.cfg.TCP {
+		d.log.Warn("listen addresses, cache.size and [tcp] change only on restart")
 	}
 	if consulChanged(d.cfg, cfg) {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
