@@ -105,7 +105,15 @@ func generalReply(h *Handler, pkt []byte) []byte {
 
 // generalReplyFrom is generalReply to a client at from.
 func generalReplyFrom(h *Handler, pkt []byte, from netip.AddrPort) []byte {
-	w := &memWriter{remote: net.UDPAddrFromAddrPort(from)}
+	return generalReplyOver(h, pkt, from, false)
+}
+
+// generalReplyOver is generalReplyFrom over UDP or TCP.
+func generalReplyOver(h *Handler, pkt []byte, from netip.AddrPort, tcp bool) []byte {
+	w := &memWriter{tcp: tcp, remote: net.UDPAddrFromAddrPort(from)}
+	if tcp {
+		w.remote = net.TCPAddrFromAddrPort(from)
+	}
 	servePacket(h, pkt, w, func(error) {})
 	return w.reply
 }
@@ -210,6 +218,17 @@ func TestFastPathMatchesServeDNS(t *testing.T) {
 		if diff, same := sameReply(reply, generalReply(h, pkt)); !same {
 			t.Errorf("%+v: %s", v, diff)
 		}
+		// Over TCP (issue 13: TCP has its own loop and fast path): what
+		// the fast path answers over UDP it answers over TCP, as ServeDNS
+		// does over TCP (no UDP size limit).
+		reply, ok = h.answerPacket(nil, pkt, from, true, &q)
+		if !ok {
+			t.Errorf("%+v: answered by the fast path over UDP, not over TCP", v)
+			continue
+		}
+		if diff, same := sameReply(reply, generalReplyOver(h, pkt, from, true)); !same {
+			t.Errorf("%+v over TCP: %s", v, diff)
+		}
 	}
 	if fast < 100 {
 		t.Errorf("only %d variants took the fast path", fast)
@@ -290,8 +309,8 @@ func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 	}
 }
 
-// FuzzFastPath: for any packet the fast path answers, ServeDNS gives the
-// same reply, from every client of diffClients (allowed and refused
+// FuzzFastPath: for any packet the fast path answers, over UDP or TCP,
+// ServeDNS gives the same reply over the same transport, from every client of diffClients (allowed and refused
 // prefixes), with and without a Records source; the seeds and the warm
 // cache cover query types beyond A and AAAA and names the source covers.
 func FuzzFastPath(f *testing.F) {
@@ -323,15 +342,17 @@ func FuzzFastPath(f *testing.F) {
 		var q plainQuery
 		for _, h := range hs {
 			for _, c := range diffClients {
-				reply, ok := h.answerPacket(nil, pkt, c.addr, false, &q)
-				if !ok {
-					continue
-				}
-				if !c.allowed {
-					t.Fatalf("client %s outside the allow-list answered by the fast path", c.addr)
-				}
-				if diff, same := sameReply(reply, generalReplyFrom(h, pkt, c.addr)); !same {
-					t.Fatal(diff)
+				for _, tcp := range []bool{false, true} {
+					reply, ok := h.answerPacket(nil, pkt, c.addr, tcp, &q)
+					if !ok {
+						continue
+					}
+					if !c.allowed {
+						t.Fatalf("client %s outside the allow-list answered by the fast path (tcp %v)", c.addr, tcp)
+					}
+					if diff, same := sameReply(reply, generalReplyOver(h, pkt, c.addr, tcp)); !same {
+						t.Fatalf("tcp %v: %s", tcp, diff)
+					}
 				}
 			}
 		}

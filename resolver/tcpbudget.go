@@ -23,6 +23,11 @@ type tcpBudget struct {
 
 	closed     [tcpClosedReasons]atomic.Uint64
 	acceptErrs [acceptErrorKinds]atomic.Uint64
+
+	// Tests' hooks, nil otherwise: a connection went idle; one was
+	// released for a reason.
+	onIdle    func()
+	onRelease func(reason int)
 }
 
 // tcpConn is one served connection; its fields but conn and owner are
@@ -48,16 +53,16 @@ func (b *tcpBudget) admit(owner *tcpServer, c net.Conn) *tcpConn {
 	defer b.mu.Unlock()
 	select {
 	case <-owner.stop:
-		c.Close()
 		b.closed[tcpClosedShutdown].Add(1)
+		c.Close()
 		return nil
 	default:
 	}
 	if b.open >= b.limit {
 		oldest := b.idle.Front()
 		if oldest == nil {
+			b.closed[tcpClosedCap].Add(1) // counted before the client can see it
 			c.Close()
-			b.closed[tcpClosedCap].Add(1)
 			return nil
 		}
 		b.closeLocked(oldest.Value.(*tcpConn), tcpClosedCap)
@@ -101,6 +106,9 @@ func (b *tcpBudget) setIdle(tc *tcpConn) bool {
 	default:
 	}
 	tc.idleAt = b.idle.PushBack(tc)
+	if b.onIdle != nil {
+		b.onIdle()
+	}
 	return true
 }
 
@@ -135,6 +143,9 @@ func (b *tcpBudget) release(tc *tcpConn, reason int) {
 	b.mu.Unlock()
 	tc.conn.Close()
 	b.closed[reason].Add(1)
+	if b.onRelease != nil {
+		b.onRelease(reason)
+	}
 	tc.owner.conns.Done()
 }
 
