@@ -206,10 +206,7 @@ func (c tcpCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c tcpCollector) Collect(ch chan<- prometheus.Metric) {
-	st, ok := c.srv.TCPStats()
-	if !ok {
-		return // no TCP listener
-	}
+	st := c.srv.TCPStats()
 	ch <- prometheus.MustNewConstMetric(tcpConnectionsDesc, prometheus.GaugeValue, float64(st.Connections))
 	ch <- prometheus.MustNewConstMetric(tcpConnectionsLimitDesc, prometheus.GaugeValue, float64(st.Limit))
 	for reason, n := range st.Closed {

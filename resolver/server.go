@@ -191,24 +191,30 @@ type TCPStats struct {
 	AcceptErrors map[string]uint64
 }
 
-// TCPStats returns the TCP counts; ok is false when no TCP listener was
-// added.
-func (s *Server) TCPStats() (st TCPStats, ok bool) {
+// TCPStats returns the TCP counts; all zero before a TCP listener is added.
+func (s *Server) TCPStats() TCPStats {
+	st := TCPStats{Closed: map[string]uint64{}, AcceptErrors: map[string]uint64{}}
 	s.mu.Lock()
 	b := s.tcpBudget
 	s.mu.Unlock()
-	if b == nil {
-		return st, false
-	}
-	st = TCPStats{Connections: b.connections(), Limit: b.limit,
-		Closed: map[string]uint64{}, AcceptErrors: map[string]uint64{}}
 	for i, l := range tcpClosedLabels {
-		st.Closed[l] = b.closed[i].Load()
+		if b != nil {
+			st.Closed[l] = b.closed[i].Load()
+		} else {
+			st.Closed[l] = 0
+		}
 	}
 	for i, l := range acceptErrorLabels {
-		st.AcceptErrors[l] = b.acceptErrs[i].Load()
+		if b != nil {
+			st.AcceptErrors[l] = b.acceptErrs[i].Load()
+		} else {
+			st.AcceptErrors[l] = 0
+		}
 	}
-	return st, true
+	if b != nil {
+		st.Connections, st.Limit = b.connections(), b.limit
+	}
+	return st
 }
 
 // add serves a wildcard-bound UDP socket with dns.Server.
