@@ -90,6 +90,9 @@ const (
 	KindServFail = "servfail"
 	KindRefused  = "refused"
 	KindOther    = "other"
+	// KindSuperseded is an attempt still unanswered when another attempt's
+	// reply ended its resolution: not a failure, and not an ErrorKind.
+	KindSuperseded = "superseded"
 )
 
 // ErrorKind classifies err for metrics as "timeout", "network", "servfail",
