@@ -18,9 +18,10 @@ type GroupOptions struct {
 	// MaxAttempts bounds the attempts of one Exchange across all servers,
 	// and so the packets one client query can cause; 0 means 3.
 	MaxAttempts int
-	// MinAttemptTimeout is the floor of the per-attempt timeout; 0 means
-	// 100ms. It keeps a jittery sub-millisecond server from being given up
-	// on after a single slow packet.
+	// MinAttemptTimeout is the floor of the per-attempt timeout (the wait
+	// before the next packet; the attempt itself waits on until its
+	// resolution ends); 0 means 100ms. It keeps a jittery sub-millisecond
+	// server from being sent a retransmission after one slow packet.
 	MinAttemptTimeout time.Duration
 	// MaxAttemptTimeout is the ceiling of the per-attempt timeout and the
 	// timeout of a health probe; 0 means 1500ms.
