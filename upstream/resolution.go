@@ -216,7 +216,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		kind := ErrorKind(r.err)
 		if r.reply != nil {
 			r.attempt.server.addSample(r.rtt)
-		} else if kind == KindNetwork || kind == KindTimeout {
+		} else if kind == KindNetwork {
 			failed[r.attempt.server] = true
 		}
 		observe(r.attempt, r.rtt, kind)

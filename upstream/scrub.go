@@ -50,8 +50,8 @@ func (r ScrubResult) Dropped() int { return r.Answer + r.Authority + r.Additiona
 //     type, at its end, after maxChainLength steps, at a loop, or where it
 //     leaves zone (ChaseName);
 //   - authority: the SOA of a negative answer (NXDOMAIN or NODATA) whose
-//     owner encloses a chain name, NS records whose owner encloses one, and
-//     NSEC/NSEC3 proofs;
+//     owner encloses a chain name (the one record allowed above zone), NS
+//     records whose owner encloses one, and NSEC/NSEC3 proofs;
 //   - additional: A and AAAA records of names the kept records point to
 //     (NS, MX and SRV targets, the chain's names), and the OPT record;
 //
@@ -70,12 +70,16 @@ func Scrub(q dns.Question, reply *dns.Msg, zone string) ScrubResult {
 	negative := !hasData && chase == ""
 	authority := keepRRs(reply.Ns, func(rr dns.RR) bool {
 		owner := lowerName(rr.Header().Name)
+		if rr.Header().Rrtype == dns.TypeSOA {
+			// The SOA may sit above the zone (a zone configured below the
+			// server's apex): it only gives the negative answer its TTL
+			// (RFC 2308) and says nothing about other names.
+			return negative && enclosesAny(owner, chain)
+		}
 		if !inZone(owner, zone) {
 			return false
 		}
 		switch rr.Header().Rrtype {
-		case dns.TypeSOA:
-			return negative && enclosesAny(owner, chain)
 		case dns.TypeNS:
 			return chase == "" && enclosesAny(owner, chain)
 		case dns.TypeNSEC, dns.TypeNSEC3:

@@ -149,6 +149,17 @@ func TestScrub(t *testing.T) {
 			wantDropped: [3]int{0, 1, 0},
 		},
 		{
+			// A zone configured below the server's apex still gets the
+			// negative answer's SOA, and only for a negative answer.
+			name: "NODATA's SOA above the zone", zone: "svc.corp.example.", qname: "db.svc.corp.example.", qtype: dns.TypeAAAA,
+			ns: []string{
+				"corp.example. 300 IN SOA ns1.corp.example. h.corp.example. 1 2 3 4 5",
+				"corp.example. 300 IN NS ns1.corp.example.",
+			},
+			wantNs:      []string{"corp.example. 300 IN SOA ns1.corp.example. h.corp.example. 1 2 3 4 5"},
+			wantDropped: [3]int{0, 1, 0},
+		},
+		{
 			name: "signatures follow their RRsets", zone: ".", qname: "www.example.", qtype: dns.TypeA,
 			answer: []string{
 				"www.example. 60 IN A 192.0.2.1",
