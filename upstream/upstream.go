@@ -2,8 +2,10 @@
 //
 // One small interface, Upstream, sits in front of every transport. Plain is
 // classic DNS over UDP with a TCP retry when the reply is truncated; Group
-// puts several of them behind one name with per-server RTT-derived attempt
-// timeouts, bounded retries and health tracking. ResolvConf reads the
+// puts several of them behind one zone with per-server RTT-derived
+// retransmission, attempts that wait for each other, health tracking, and
+// Scrub, which drops what a server says about names it was not asked
+// about. ResolvConf reads the
 // system's own list of upstreams so `.` can be forwarded where the machine
 // sent it before towerd took over.
 package upstream
@@ -90,6 +92,9 @@ const (
 	KindServFail = "servfail"
 	KindRefused  = "refused"
 	KindOther    = "other"
+	// KindSuperseded is an attempt still unanswered when another attempt's
+	// reply ended its resolution: not a failure, and not an ErrorKind.
+	KindSuperseded = "superseded"
 )
 
 // ErrorKind classifies err for metrics as "timeout", "network", "servfail",
