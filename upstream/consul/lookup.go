@@ -149,7 +149,9 @@ func (w *Watcher) Covers(name []byte) bool {
 	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
 }
 
-// Lookup implements resolver.RecordSource. It answers A, AAAA and SRV
+// Lookup implements resolver.RecordSource. A question for a service that is
+// not watched yet returns ok=false and starts its watch (demand mode), so
+// the next question is answered from memory. It answers A, AAAA and SRV
 // questions about services the watch holds, in the local datacenter, from
 // memory. Everything else — other types, nodes, prepared queries, other
 // datacenters, services filtered out or without a healthy instance, and
@@ -171,6 +173,12 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	}
 	sq, ok := parseServiceQuery(q.Name, q.Qtype, info.domain)
 	if !ok || (sq.dc != "" && sq.dc != info.datacenter) {
+		return nil, false, false
+	}
+	// A question for a service is what starts and keeps its watch: an
+	// unwatched one goes the normal way this time (noteAsked asks for the
+	// watch), a watched one without healthy instances too.
+	if !w.noteAsked(sq.service) {
 		return nil, false, false
 	}
 	svc := w.store.get(sq.service)
