@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -43,17 +46,25 @@ type ConsulConfig struct {
 	Datacenter string `toml:"datacenter"`
 	// Domain: Consul's DNS domain; "" = the agent's, else "consul.".
 	Domain string `toml:"domain"`
-	// Services: the services to watch; empty = all.
+	// Services: services always watched (pinned), from the start; the
+	// rest are watched once this node asks for them. ["*"] = follow the
+	// whole catalog (small catalogs only; capped at max_watches).
 	Services []string `toml:"services"`
-	// Tags: watch only services carrying at least one of these; empty =
-	// no tag filter.
+	// Tags: answer from the watch only services carrying at least one of
+	// these; empty = no tag filter.
 	Tags []string `toml:"tags"`
+	// MaxWatches: cap on watched services (each holds one HTTP connection
+	// to the agent while it blocks).
+	MaxWatches int `toml:"max_watches"`
+	// IdleTimeout: a watch ends after this long without a question.
+	IdleTimeout Duration `toml:"idle_timeout"`
 	// AnswerTTL: TTL of the answers served from the watch.
 	AnswerTTL Duration `toml:"answer_ttl"`
 }
 
 func defaultConsulConfig() ConsulConfig {
-	return ConsulConfig{Enabled: true, AnswerTTL: dur(0)}
+	return ConsulConfig{Enabled: true, AnswerTTL: dur(0), MaxWatches: consul.DefaultMaxWatches,
+		IdleTimeout: dur(consul.DefaultIdleTimeout)}
 }
 
 func (c ConsulConfig) validate() error {
@@ -85,6 +96,20 @@ func (c ConsulConfig) validate() error {
 		if strings.TrimSpace(s) == "" {
 			return keyErr(fmt.Sprintf("consul.services[%d]", i), "empty service name")
 		}
+		if s == consul.WatchAll && len(c.Services) > 1 {
+			return keyErr(fmt.Sprintf("consul.services[%d]", i), `"*" (watch the whole catalog) must be the only entry`)
+		}
+	}
+	// 150 leaves room under Consul's default http_max_conns_per_client
+	// (200) for the node's other Consul clients.
+	if c.MaxWatches < 1 || c.MaxWatches > 150 {
+		return keyErr("consul.max_watches", "must be between 1 and 150 (got %d)", c.MaxWatches)
+	}
+	if pinned := len(c.Services); pinned > c.MaxWatches && !(pinned == 1 && c.Services[0] == consul.WatchAll) {
+		return keyErr("consul.services", "%d pinned services exceed consul.max_watches = %d", pinned, c.MaxWatches)
+	}
+	if c.IdleTimeout.Duration < time.Second {
+		return keyErr("consul.idle_timeout", "must be at least 1s (got %v)", c.IdleTimeout)
 	}
 	if c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour {
 		return keyErr("consul.answer_ttl", "must be between 0s and 24h (got %v)", c.AnswerTTL)
@@ -110,23 +135,26 @@ func (d *daemon) prepareConsul(cfg Config) error {
 		maxStale = 0
 	}
 	w, err := consul.New(consul.Config{
-		Address:    c.Address,
-		Scheme:     c.Scheme,
-		Token:      c.Token,
-		TokenFile:  c.TokenFile,
-		TLSCAFile:  c.TLSCAFile,
-		Datacenter: c.Datacenter,
-		Domain:     c.Domain,
-		Services:   c.Services,
-		Tags:       c.Tags,
-		AnswerTTL:  c.AnswerTTL.Duration,
-		MaxStale:   maxStale,
-		Log:        d.log,
+		Address:     c.Address,
+		Scheme:      c.Scheme,
+		Token:       c.Token,
+		TokenFile:   c.TokenFile,
+		TLSCAFile:   c.TLSCAFile,
+		Datacenter:  c.Datacenter,
+		Domain:      c.Domain,
+		Services:    c.Services,
+		Tags:        c.Tags,
+		MaxWatches:  c.MaxWatches,
+		IdleTimeout: c.IdleTimeout.Duration,
+		AnswerTTL:   c.AnswerTTL.Duration,
+		MaxStale:    maxStale,
+		Log:         d.log,
 	})
 	if err != nil {
 		return &ConfigError{Key: "consul", Msg: err.Error()}
 	}
 	d.consul = w
+	d.loadWatchSet(w, cfg)
 	d.addReadiness("the first Consul sync", func(ctx context.Context) error {
 		t := time.NewTimer(firstSyncWait)
 		defer t.Stop()
@@ -166,8 +194,8 @@ func (d *daemon) runConsul() {
 		<-done
 	}
 	c := d.cfg.Consul
-	d.log.Info("consul watch started", "address", st.Address, "services", watchedList(c.Services),
-		"answer_ttl", c.AnswerTTL.Duration)
+	d.log.Info("consul watch started", "address", st.Address, "mode", st.Mode, "pinned", watchedList(c.Services),
+		"max_watches", c.MaxWatches, "idle_timeout", c.IdleTimeout.Duration, "answer_ttl", c.AnswerTTL.Duration)
 }
 
 // stopConsul ends the watch and waits for its queries to stop.
@@ -204,13 +232,57 @@ func (d *daemon) reportConsul(w *consul.Watcher) {
 			state = "watching"
 		}
 		return &watchStatus{State: state, Services: s.Services, LastIndex: s.LastIndex,
-			LastSuccess: s.LastSuccess, Errors: s.Errors, LastError: s.LastError}
+			LastSuccess: s.LastSuccess, Errors: s.Errors, LastError: s.LastError,
+			Mode: s.Mode, Watched: s.Watched, Pinned: s.Pinned, MaxWatches: s.MaxWatches, Limit: s.Limit,
+			CatalogCapped: s.CatalogCapped, Evictions: map[string]uint64{"cap": s.EvictedCap,
+				"idle": s.EvictedIdle, "429": s.Evicted429}, Agent429s: s.Agent429s}
 	})
 }
 
 func watchedList(services []string) string {
 	if len(services) == 0 {
-		return "all"
+		return "none"
 	}
 	return strings.Join(services, ",")
+}
+
+// loadWatchSet restores the watch set saved next to the cache, so the
+// services this node asked for before a restart are watched (and answered
+// from memory) from the start. A missing or bad file only means starting
+// with the pinned services.
+func (d *daemon) loadWatchSet(w *consul.Watcher, cfg Config) {
+	_, dir := statePath(cfg)
+	if dir == "" {
+		return
+	}
+	path := filepath.Join(dir, consul.SetFileName)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		d.log.Warn("saved consul watch set ignored", "file", path, "err", err)
+		return
+	}
+	defer f.Close()
+	n, err := w.ReadSet(f)
+	if err != nil {
+		d.log.Warn("saved consul watch set ignored", "file", path, "err", err)
+		return
+	}
+	d.log.Info("loaded saved consul watch set", "file", path, "services", n)
+}
+
+// saveWatchSet writes the watch set next to the cache snapshot at path.
+func (d *daemon) saveWatchSet(cachePath string, level slog.Level) {
+	if d.consul == nil || cachePath == "" {
+		return
+	}
+	path := filepath.Join(filepath.Dir(cachePath), consul.SetFileName)
+	n, err := writeAtomic(path, d.consul.WriteSet)
+	if err != nil {
+		d.log.Warn("consul watch set not saved", "file", path, "err", err)
+		return
+	}
+	d.log.Log(context.Background(), level, "saved consul watch set", "file", path, "services", n)
 }
