@@ -168,11 +168,23 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		return nil, false, false
 	}
 	info := w.info.Load()
-	if info == nil || info.datacenter == "" {
-		return nil, false, false // records cannot be named yet
+	if info == nil {
+		return nil, false, false // the domain is not known yet
 	}
 	sq, ok := parseServiceQuery(q.Name, q.Qtype, info.domain)
-	if !ok || (sq.dc != "" && sq.dc != info.datacenter) {
+	if !ok {
+		return nil, false, false
+	}
+	if info.datacenter == "" {
+		// Records cannot be named yet: a token without agent:read and no
+		// consul.datacenter; the watch learns it from its first reply, so
+		// the question still asks for a watch.
+		if sq.dc == "" {
+			w.noteAsked(sq.service)
+		}
+		return nil, false, false
+	}
+	if sq.dc != "" && sq.dc != info.datacenter {
 		return nil, false, false
 	}
 	// A question for a service is what starts and keeps its watch: an
