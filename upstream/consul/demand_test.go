@@ -211,3 +211,25 @@ func TestCatalogModeCapped(t *testing.T) {
 		t.Error("c answered from memory past the cap")
 	}
 }
+
+// TestIdleWatcherPings: with no watch running, the watch still reads the
+// agent (its /v1/agent/self, no RPC to the servers) once per idle check, so
+// its last success does not age on a node that asks for nothing.
+func TestIdleWatcherPings(t *testing.T) {
+	f := newFakeAPI(t)
+	clk := newFakeClock()
+	w := newTestWatcher(t, f, Config{IdleTimeout: 40 * time.Millisecond}, clk, noJitter)
+	runWatcher(t, w)
+	first := w.State().LastSuccess
+	clk.advance(time.Minute)
+	f.waitQueries(t, "/v1/agent/self", 3)
+	st := waitState(t, w, "a later success", func(s State) bool { return s.LastSuccess.After(first) })
+	if !st.Connected || st.Watched != 0 {
+		t.Errorf("idle watcher state %+v", st)
+	}
+	f.setSelf(reply{status: http.StatusTooManyRequests})
+	st = waitState(t, w, "the refused ping counted", func(s State) bool { return s.Agent429s > 0 && !s.Connected })
+	if st.Evicted429 != 0 {
+		t.Errorf("a refused ping evicted a watch: %+v", st)
+	}
+}

@@ -290,6 +290,7 @@ func (w *Watcher) manage(ctx context.Context) {
 	w.mu.Unlock()
 	tick := time.NewTicker(w.idleCheckEvery())
 	defer tick.Stop()
+	pingFailures := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -298,8 +299,33 @@ func (w *Watcher) manage(ctx context.Context) {
 			w.startDemanded(key)
 		case <-tick.C:
 			w.expireIdle()
+			pingFailures = w.pingIfIdle(ctx, pingFailures)
 		}
 	}
+}
+
+// pingIfIdle reads /v1/agent/self (local to the agent, no RPC to the
+// servers) when no watch runs, so that State and the metrics still say
+// whether the agent answers: without it an idle node's last success would
+// age until TowerdConsulWatchStale fired. It returns the consecutive
+// failures so far.
+func (w *Watcher) pingIfIdle(ctx context.Context, failures int) int {
+	w.mu.Lock()
+	idle := len(w.watches) == 0
+	w.mu.Unlock()
+	if !idle {
+		return 0
+	}
+	w.rereadAgent.Store(true)
+	if err := w.ensureAgent(ctx); err != nil {
+		if ctx.Err() == nil {
+			failures++
+			w.listFailure(err, failures)
+		}
+		return failures
+	}
+	w.listContact(0)
+	return 0
 }
 
 // noteAsked records a question for the service key. It reports whether the
@@ -612,6 +638,9 @@ func (w *Watcher) listFailure(err error, consecutive int) {
 
 func (w *Watcher) failureLocked(err error, consecutive int) {
 	w.recordError(err)
+	if errors.Is(err, ErrThrottled) {
+		w.state.Agent429s++
+	}
 	w.state.Connected = false
 	w.state.ConsecutiveErrors = max(consecutive, w.state.ConsecutiveErrors+1)
 	switch {
