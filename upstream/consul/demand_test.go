@@ -233,3 +233,34 @@ func TestIdleWatcherPings(t *testing.T) {
 		t.Errorf("a refused ping evicted a watch: %+v", st)
 	}
 }
+
+// TestDemandWithoutDatacenter: while the datacenter is unknown (a token
+// without agent:read, no consul.datacenter) nothing is answered, but a
+// question still asks for its service's watch, whose reply names the
+// datacenter; a question for another datacenter does not.
+func TestDemandWithoutDatacenter(t *testing.T) {
+	w, err := New(Config{Address: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.info.Store(&agentInfo{domain: "consul."})
+	if _, _, ok := w.Lookup(question("web.service.dc2.consul.", dns.TypeA)); ok {
+		t.Fatal("answered without a datacenter")
+	}
+	if _, _, ok := w.Lookup(question("web.service.consul.", dns.TypeA)); ok {
+		t.Fatal("answered without a datacenter")
+	}
+	select {
+	case key := <-w.demand:
+		if key != "web" {
+			t.Errorf("asked for a watch of %q, want web", key)
+		}
+	default:
+		t.Fatal("the question did not ask for a watch")
+	}
+	select {
+	case key := <-w.demand:
+		t.Errorf("a second watch asked for: %q", key)
+	default:
+	}
+}

@@ -141,9 +141,12 @@ func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, 
 // names it could never answer, without allocating.
 func (w *Watcher) Covers(name []byte) bool {
 	info := w.info.Load()
-	if info == nil || info.datacenter == "" {
+	if info == nil {
 		return false
 	}
+	// With the datacenter still unknown Lookup answers nothing, but a
+	// question must still reach it: it is what asks for a watch, and the
+	// watch's first reply names the datacenter.
 	d := info.domain
 	n := len(name) - len(d)
 	return n > 0 && name[n-1] == '.' && string(name[n:]) == d

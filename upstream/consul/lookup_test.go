@@ -206,6 +206,10 @@ func TestCovers(t *testing.T) {
 	if w.Covers([]byte("web.service.consul.")) {
 		t.Error("covers names before the agent was asked")
 	}
+	w.info.Store(&agentInfo{domain: "consul."}) // datacenter not known yet
+	if !w.Covers([]byte("web.service.consul.")) {
+		t.Error("without a datacenter: Lookup is skipped, so no question can ask for a watch")
+	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	for name, want := range map[string]bool{
 		"web.service.consul.":     true,
