@@ -105,6 +105,15 @@ func TestDemandWatch(t *testing.T) {
 	}
 	f.waitQueries(t, healthPath("c"), 2)
 	st := waitState(t, w, "c replaces b", func(s State) bool { return s.EvictedCap == 1 })
+	// A name that is no service (its first reply is empty) does not take a
+	// place in the full set.
+	f.script(healthPath("nosuch"), reply{index: 7, body: []any{}})
+	ask("nosuch")
+	f.waitQueries(t, healthPath("nosuch"), 1)
+	waitState(t, w, "nosuch let go", func(s State) bool { return s.Starts == 4 && s.Watched == 2 })
+	if st := w.State(); st.EvictedCap != 1 {
+		t.Errorf("a name without instances evicted a watch: %+v", st)
+	}
 	if got := watchedKeys(w); !slices.Equal(got, []string{"a", "c"}) || st.Watched != 2 {
 		t.Errorf("after the cap: watched %v (%d), want [a c]: b was the least recently asked", got, st.Watched)
 	}

@@ -126,6 +126,12 @@ type Watcher struct {
 	limit    int             // the cap in force: MaxWatches, lowered by the agent's 429s
 	throttle bool            // a 429 since the last idle check
 	listed   bool            // catalog mode: the first list was applied
+	// probation is a watch started past the cap, waiting for its first
+	// reply: only a service that exists (has instances) takes the least
+	// recently asked one's place, so questions for names that are no
+	// service cannot empty the set. One at a time: it is the one
+	// connection over max_watches that the missing list loop leaves free.
+	probation string
 	runCtx   context.Context
 	wg       *sync.WaitGroup
 	state    State
@@ -352,8 +358,10 @@ func (w *Watcher) noteAsked(key string) bool {
 	return false
 }
 
-// startDemanded starts the watch of a service a question asked for, making
-// room by ending the least recently asked watch when the set is full.
+// startDemanded starts the watch of a service a question asked for. When
+// the set is full the new watch starts on probation (see Watcher.probation)
+// and its first reply decides whether the least recently asked watch makes
+// room for it (admit).
 func (w *Watcher) startDemanded(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -361,25 +369,53 @@ func (w *Watcher) startDemanded(key string) {
 		return
 	}
 	if len(w.watches) >= w.limit {
-		var victim *serviceLoop
-		var vkey string
-		for k, sl := range w.watches {
-			if sl.pinned {
-				continue
-			}
-			if victim == nil || w.lastAsked(sl) < w.lastAsked(victim) {
-				victim, vkey = sl, k
-			}
-		}
-		if victim == nil {
+		if _, ok := w.leastRecentlyAsked(""); !ok {
 			w.state.Refused++
 			w.log.Debug("consul watch: set full of pinned services; not watching", "service", key)
 			return
 		}
-		w.stopWatch(vkey, "cap")
+		if w.probation != "" {
+			return // one at a time; the next question asks again
+		}
+		w.probation = key
 	}
 	w.startWatch(key, key, false, w.clock.Now())
-	w.log.Debug("consul watch: watching a service asked for", "service", key, "watched", len(w.watches))
+	w.log.Debug("consul watch: watching a service asked for", "service", key, "watched", len(w.watches),
+		"probation", w.probation == key)
+}
+
+// leastRecentlyAsked returns the unpinned watch asked for longest ago,
+// other than except. Callers hold w.mu.
+func (w *Watcher) leastRecentlyAsked(except string) (string, bool) {
+	var victim *serviceLoop
+	var vkey string
+	for k, sl := range w.watches {
+		if sl.pinned || k == except {
+			continue
+		}
+		if victim == nil || w.lastAsked(sl) < w.lastAsked(victim) {
+			victim, vkey = sl, k
+		}
+	}
+	return vkey, victim != nil
+}
+
+// admit ends a watch's probation with its first reply: a service with
+// instances stays and the least recently asked watch makes room (if the
+// set is still over the cap); one without ends again, leaving the set as
+// it was. Callers hold w.mu.
+func (w *Watcher) admit(key string, instances []instance) {
+	w.probation = ""
+	if len(instances) == 0 {
+		w.stopWatch(key, "")
+		w.log.Debug("consul watch: no instance of a service asked for while the set is full; not kept", "service", key)
+		return
+	}
+	if len(w.watches) > w.limit {
+		if victim, ok := w.leastRecentlyAsked(key); ok {
+			w.stopWatch(victim, "cap")
+		}
+	}
 }
 
 // lastAsked is when sl's service was last asked for, counting a watch that
@@ -437,6 +473,9 @@ func (w *Watcher) stopWatch(key, reason string) {
 	w.setMu.Lock()
 	delete(w.watches, key)
 	w.setMu.Unlock()
+	if w.probation == key {
+		w.probation = ""
+	}
 	w.store.remove(key)
 	delete(w.pending, key)
 	w.state.Watched = len(w.watches)
@@ -682,6 +721,12 @@ func (w *Watcher) runService(sl *serviceLoop, key, name string) {
 			if len(w.cfg.Tags) > 0 && !w.cfg.watchAll() && !slices.ContainsFunc(instances,
 				func(in instance) bool { return anyFold(w.cfg.Tags, in.Tags) }) {
 				instances = nil // filtered out by consul.tags: Consul's DNS answers it
+			}
+			if w.probation == key {
+				w.admit(key, instances)
+				if sl.ctx.Err() != nil {
+					return
+				}
 			}
 			w.store.set(key, instances)
 			if w.pending != nil {
