@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -101,6 +102,11 @@ func TestConsulFleetScale(t *testing.T) {
 	if v := towerdMetric(t, a, "towerd_consul_watch_watched_services"); v != fleetAsked {
 		t.Errorf("watching %v services, want the %d asked", v, fleetAsked)
 	}
+	n := connsTo(t, a, agentA.HTTPAddr)
+	t.Logf("towerd A holds %d connections to its agent", n)
+	if n > fleetAsked+2 {
+		t.Errorf("towerd holds %d connections to its agent for %d watches, want at most %d", n, fleetAsked, fleetAsked+2)
+	}
 	for i := range fleetAsked {
 		name := fleetName(i) + ".service.consul."
 		expectAddress(t, a, name, fleetAddr(i), "second question (from memory)")
@@ -189,6 +195,13 @@ func TestConsulFleetScale(t *testing.T) {
 	// max_watches, says so, and the agent never refuses it.
 	all := startFleetTowerd(t, agentB, deadPort(t), t.TempDir(), "services = [\"*\"]\nmax_watches = 150\n")
 	waitLog(t, all, regexp.MustCompile(`msg="consul watch: the catalog has more services than consul.max_watches`), time.Second)
+	// Each of the 150 watches holds its connection while it blocks; the
+	// transport allows 2 more, never the 200 that make the agent refuse.
+	n = connsTo(t, all, agentB.HTTPAddr)
+	t.Logf(`services = ["*"] on %d services, max_watches 150: %d connections to the agent`, fleetCatalog, n)
+	if n < 150 || n > 152 {
+		t.Errorf(`services = ["*"], max_watches 150: %d connections to the agent, want 150 to 152`, n)
+	}
 	for series, want := range map[string]float64{"towerd_consul_watch_catalog_capped": 1,
 		"towerd_consul_watch_watched_services": 150, "towerd_consul_watch_agent_429s_total": 0} {
 		if v := towerdMetric(t, all, series); v != want {
@@ -292,4 +305,39 @@ func waitMetric(t *testing.T, d *towerd, series string, want float64, timeout ti
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
 	}
+}
+
+// connsTo counts the established TCP connections of d's process to addr
+// (an IPv4 ip:port), from /proc: the sockets among its file descriptors
+// whose remote end is addr.
+func connsTo(t *testing.T, d *towerd, addr string) int {
+	t.Helper()
+	pid := d.cmd.Process.Pid
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(link, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		}
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	ip := netip.MustParseAddr(host).As4()
+	p, _ := strconv.Atoi(port)
+	remote := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], p) // /proc's byte order
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[2] == remote && f[3] == "01" && inodes[f[9]] { // 01 = ESTABLISHED
+			n++
+		}
+	}
+	return n
 }
