@@ -156,6 +156,7 @@ func TestWatchSetRestart(t *testing.T) {
 	old.watches["web"].asked.Store(clk.Now().UnixNano())
 	old.mu.Lock()
 	old.watches["pin"] = &serviceLoop{name: "Pin", pinned: true, cancel: func() {}}
+	old.publish()
 	old.mu.Unlock()
 	var buf bytes.Buffer
 	if n, err := old.WriteSet(&buf); err != nil || n != 2 {

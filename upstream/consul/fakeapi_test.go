@@ -223,9 +223,8 @@ func entry(node, nodeAddr, id, addr string, port int, tags []string, checks ...m
 func markWatched(w *Watcher, keys ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.setMu.Lock()
-	defer w.setMu.Unlock()
 	for _, k := range keys {
 		w.watches[k] = &serviceLoop{name: k, cancel: func() {}}
 	}
+	w.publish()
 }

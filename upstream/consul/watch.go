@@ -115,26 +115,28 @@ type Watcher struct {
 	// next question sends it again).
 	demand chan string
 
-	// setMu guards watches for Lookup's read; every change also holds mu.
-	setMu   sync.RWMutex
-	watches map[string]*serviceLoop // lower-case name → its loop
+	// view is a read-only copy of watches for Lookup, replaced (under mu)
+	// on every change: questions read it without a lock, and the set
+	// changes rarely (a start, an end).
+	view atomic.Pointer[map[string]*serviceLoop]
 
 	mu       sync.Mutex
-	pending  map[string]bool // services of the first sync not fetched yet
-	restored []SavedService  // read by ReadSet, watched when Run starts
-	started  time.Time       // when Run started: the idle clock of restored watches
-	limit    int             // the cap in force: MaxWatches, lowered by the agent's 429s
-	throttle bool            // a 429 since the last idle check
-	listed   bool            // catalog mode: the first list was applied
+	watches  map[string]*serviceLoop // lower-case name → its loop
+	pending  map[string]bool         // services of the first sync not fetched yet
+	restored []SavedService          // read by ReadSet, watched when Run starts
+	started  time.Time               // when Run started: the idle clock of restored watches
+	limit    int                     // the cap in force: MaxWatches, lowered by the agent's 429s
+	throttle bool                    // a 429 since the last idle check
+	listed   bool                    // catalog mode: the first list was applied
 	// probation is a watch started past the cap, waiting for its first
 	// reply: only a service that exists (has instances) takes the least
 	// recently asked one's place, so questions for names that are no
 	// service cannot empty the set. One at a time: it is the one
 	// connection over max_watches that the missing list loop leaves free.
 	probation string
-	runCtx   context.Context
-	wg       *sync.WaitGroup
-	state    State
+	runCtx    context.Context
+	wg        *sync.WaitGroup
+	state     State
 }
 
 type serviceLoop struct {
@@ -337,9 +339,10 @@ func (w *Watcher) pingIfIdle(ctx context.Context, failures int) int {
 // noteAsked records a question for the service key. It reports whether the
 // service is watched; if not, the demand mode is told to start a watch.
 func (w *Watcher) noteAsked(key string) bool {
-	w.setMu.RLock()
-	sl := w.watches[key]
-	w.setMu.RUnlock()
+	var sl *serviceLoop
+	if view := w.view.Load(); view != nil {
+		sl = (*view)[key]
+	}
 	if sl != nil {
 		now := w.clock.Now().UnixNano()
 		// Stored at most once a second: a hot service's questions do not all
@@ -449,9 +452,8 @@ func (w *Watcher) startWatch(key, name string, pinned bool, asked time.Time) {
 	if !asked.IsZero() {
 		sl.asked.Store(asked.UnixNano())
 	}
-	w.setMu.Lock()
 	w.watches[key] = sl
-	w.setMu.Unlock()
+	w.publish()
 	w.state.Starts++
 	w.state.Watched = len(w.watches)
 	w.wg.Add(1)
@@ -459,6 +461,15 @@ func (w *Watcher) startWatch(key, name string, pinned bool, asked time.Time) {
 		defer w.wg.Done()
 		w.runService(sl, key, name)
 	}()
+}
+
+// publish makes the current set what Lookup sees. Callers hold w.mu.
+func (w *Watcher) publish() {
+	view := make(map[string]*serviceLoop, len(w.watches))
+	for k, sl := range w.watches {
+		view[k] = sl
+	}
+	w.view.Store(&view)
 }
 
 // stopWatch ends the loop of one service and forgets its records, so its
@@ -470,9 +481,8 @@ func (w *Watcher) stopWatch(key, reason string) {
 		return
 	}
 	sl.cancel()
-	w.setMu.Lock()
 	delete(w.watches, key)
-	w.setMu.Unlock()
+	w.publish()
 	if w.probation == key {
 		w.probation = ""
 	}
