@@ -181,8 +181,11 @@ func (o *options) load() (config.Config, error) {
 		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
 	}
 	if o.set["consul-http"] {
-		cfg.Consul.Enabled = o.consulHTTP != "off"
-		if cfg.Consul.Enabled {
+		// Only "off" changes consul.enabled: an address never turns on a
+		// watch the configuration turned off (issue 12).
+		if o.consulHTTP == "off" {
+			cfg.Consul.Enabled = false
+		} else {
 			cfg.Consul.Address = o.consulHTTP
 		}
 	}
