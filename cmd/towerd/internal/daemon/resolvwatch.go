@@ -146,7 +146,7 @@ func (d *Daemon) followResolvConf() {
 	}
 	path, data := readFollowed(f.paths)
 	if data == nil {
-		d.followKept(fmt.Sprintf("%s is missing or empty", strings.Join(f.paths, " and ")), "")
+		d.followKept("missing or empty", strings.Join(f.paths, " "))
 		return
 	}
 	rc, err := resolvconf.Parse(bytes.NewReader(data))
