@@ -29,7 +29,8 @@ type followEvent struct {
 // (inotify off, the interval injected): a file missing at start leaves the
 // zone without servers (SERVFAIL at once, no refusal to start) until the
 // file appears; a change of servers swaps the zone's group and is counted,
-// a change of anything else is not; a reload that finds the file gone keeps
+// a change of anything else is not, a file naming only towerd is ignored;
+// a reload that finds the file gone keeps
 // the servers; a reload that pins servers stops the following; and Shutdown
 // stops the watch.
 func TestFollowResolvConf(t *testing.T) {
@@ -60,6 +61,9 @@ func TestFollowResolvConf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As if towerd also served 127.0.0.1:53 (binding it is not needed for
+	// what this test checks: the file naming towerd itself).
+	d.cfg.Listen = append(d.cfg.Listen, "127.0.0.1:53")
 	events := make(chan followEvent, 16)
 	d.followEvent = func(what string, servers []string) { events <- followEvent{what, slices.Clone(servers)} }
 	done := make(chan error, 1)
@@ -102,6 +106,9 @@ func TestFollowResolvConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("changed", "192.0.2.3:53")
+	// A file naming only towerd: forwarding to itself would loop.
+	replaceFile(t, resolvPath, "nameserver 127.0.0.1\n")
+	expect("kept", "192.0.2.3:53")
 	if n := changes(); n != 2 {
 		t.Errorf("changes counted %v, want 2", n)
 	}
