@@ -30,9 +30,8 @@ type followEvent struct {
 // zone without servers (SERVFAIL at once, no refusal to start) until the
 // file appears; a change of servers swaps the zone's group and is counted,
 // a change of anything else is not, a file naming only towerd is ignored;
-// a reload that finds the file gone keeps
-// the servers; a reload that pins servers stops the following; and Shutdown
-// stops the watch.
+// a reload that finds the file gone keeps the servers; a reload that pins
+// servers stops the following; and Shutdown stops the watch.
 func TestFollowResolvConf(t *testing.T) {
 	dir := t.TempDir()
 	resolvPath := filepath.Join(dir, "resolv.conf")
