@@ -112,6 +112,40 @@ func TestZonesMergeAndAvoidLoops(t *testing.T) {
 	}
 }
 
+// A followed resolv.conf that does not exist yet (its DHCP client has not
+// run) leaves "." without servers instead of failing, and names the file
+// the daemon is to wait for (issue 14). A file that cannot be read for
+// another reason still fails.
+func TestZonesMissingResolvConf(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.ResolvConf = filepath.Join(dir, "later/resolv.conf")
+	zones, source, err := cfg.ForwardZones("/")
+	if err != nil {
+		t.Fatalf("missing resolv_conf: %v", err)
+	}
+	if source != cfg.ResolvConf {
+		t.Errorf("source = %q, want %q", source, cfg.ResolvConf)
+	}
+	found := false
+	for _, z := range zones {
+		if z.Name == "." {
+			found = true
+			if len(z.Servers) != 0 {
+				t.Errorf("zone . servers %v, want none", z.Servers)
+			}
+		}
+	}
+	if !found {
+		t.Error("no zone .")
+	}
+
+	cfg.ResolvConf = dir // a directory: exists, cannot be parsed
+	if _, _, err := cfg.ForwardZones("/"); err == nil || !strings.Contains(err.Error(), "zone[.].servers") {
+		t.Errorf("unreadable resolv_conf: %v, want an error naming zone[.].servers", err)
+	}
+}
+
 func TestConsulConfig(t *testing.T) {
 	cfg, err := Load("", true)
 	if err != nil {
