@@ -16,7 +16,7 @@ RUN_ADMIN ?= 127.0.0.1:9253
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean deb deb-check
+.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean deb deb-check version
 
 all: build
 
@@ -95,17 +95,24 @@ bench: build
 # v0.1.0 -> 0.1.0, v0.1.0-3-g1a2b3c4 -> 0.1.0+3.g1a2b3c4.
 DEB_VERSION := $(shell echo '$(VERSION)' | sed -e 's/^v//' -e 's/-/+/' -e 's/-/./g')
 DEB_ARCH    ?= $(shell $(GO) env GOARCH | sed -e 's/^386$$/i386/' -e 's/^arm$$/armhf/' -e 's/^ppc64le$$/ppc64el/')
-DEB         := bin/towerd_$(DEB_VERSION)_$(DEB_ARCH).deb
+# Where the package and its tree go (the tests build into a temp dir).
+DEB_DIR     ?= bin
+DEB         := $(DEB_DIR)/towerd_$(DEB_VERSION)_$(DEB_ARCH).deb
 # File times and the changelog date: the commit's, so a commit builds the same package.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
 deb:
-	rm -rf bin/deb && mkdir -p bin/deb
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o bin/deb/towerd ./cmd/towerd
-	$(GO) run ./cmd/towerd/dist -binary bin/deb/towerd -out bin/deb/root \
+	rm -rf $(DEB_DIR)/deb && mkdir -p $(DEB_DIR)/deb
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(DEB_DIR)/deb/towerd ./cmd/towerd
+	$(GO) run ./cmd/towerd/dist -binary $(DEB_DIR)/deb/towerd -out $(DEB_DIR)/deb/root \
 		-version '$(DEB_VERSION)' -arch '$(DEB_ARCH)' -source-date-epoch '$(SOURCE_DATE_EPOCH)'
-	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' dpkg-deb --root-owner-group -Zxz --build bin/deb/root $(DEB)
+	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' dpkg-deb --root-owner-group -Zxz --build $(DEB_DIR)/deb/root $(DEB)
 	@echo "built $(DEB)"
+
+# Prints towerd's version and the package's, as make deb would use them.
+version:
+	@echo '$(VERSION) $(DEB_VERSION)'
+
 
 # lintian on the package; errors fail, warnings are printed (the accepted
 # ones are overridden, with the reason, in cmd/towerd/dist/debian/lintian-overrides).
