@@ -192,6 +192,8 @@ func TestDebPackage(t *testing.T) {
 		}
 	})
 
+	t.Run("dpkg --root", func(t *testing.T) { dpkgLifecycle(t, deb, debVersion) })
+
 	help := output(t, "", nil, "sh", "-c", `"$0" help 2>&1`, bin)
 	commands := append([]string(nil), packagedCommands...)
 	for _, m := range regexp.MustCompile(`(?m)^\s*(?:usage:\s+)?towerd\s+\[?([a-z][a-z0-9-]*)`).FindAllStringSubmatch(help, -1) {
@@ -281,6 +283,116 @@ func TestDebPackage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dpkgLifecycle installs, removes and purges the package with dpkg --root
+// in a scratch root with its own dpkg database; --force-script-chrootless
+// runs the maintainer scripts with DPKG_ROOT set, which they honour, so
+// nothing of the machine running the test is read or touched.
+func dpkgLifecycle(t *testing.T, deb, debVersion string) {
+	root := t.TempDir()
+	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dpkg := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+		defer cancel()
+		args = append([]string{"--root=" + root, "--force-script-chrootless", "--log=" + filepath.Join(root, "dpkg.log")}, args...)
+		b, err := exec.CommandContext(ctx, "dpkg", args...).CombinedOutput()
+		return string(b), err
+	}
+	status := func() string {
+		out, _ := dpkg("-s", "towerd")
+		m := regexp.MustCompile(`(?m)^Status: (.*)$`).FindStringSubmatch(out)
+		if m == nil {
+			return "not installed"
+		}
+		return m[1]
+	}
+	if out, err := dpkg("-i", deb); err != nil {
+		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	}
+	if got := status(); got != "install ok installed" {
+		t.Fatalf("after dpkg -i: %s", got)
+	}
+	if out, _ := dpkg("-s", "towerd"); !strings.Contains(out, "Version: "+debVersion+"\n") {
+		t.Errorf("dpkg -s:\n%s", out)
+	}
+	for _, p := range []string{"usr/bin/towerd", "lib/systemd/system/towerd.service", "etc/towerd/towerd.toml", "usr/share/man/man8/towerd.8.gz"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("after dpkg -i: %v", err)
+		}
+	}
+	// Nothing was started or enabled: no wants links, no state directory.
+	for _, p := range []string{"etc/systemd/system", "var/lib/towerd", "var/lib/private"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			t.Errorf("after dpkg -i, %s exists: the postinst enabled or started something", p)
+		}
+	}
+
+	// The node's resolver is towerd and no other towerd would remain: the
+	// removal is refused and the package stays.
+	resolv := filepath.Join(root, "etc/resolv.conf")
+	if err := os.WriteFile(resolv, []byte("# Managed by towerd\nnameserver 127.0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := dpkg("-r", "towerd")
+	if err == nil || !strings.Contains(out, "towerd uninstall") {
+		t.Errorf("dpkg -r with /etc/resolv.conf managed by towerd: %v, want a refusal naming towerd uninstall\n%s", err, out)
+	}
+	if got := status(); got != "deinstall ok installed" { // asked to go, still installed
+		t.Errorf("after the refused removal: %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/towerd")); err != nil {
+		t.Errorf("after the refused removal: %v", err)
+	}
+
+	// Edited config: remove keeps it, purge drops it and the saved cache.
+	if err := os.Remove(resolv); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(root, "etc/towerd/towerd.toml")
+	if err := os.WriteFile(conf, []byte("log_level = \"debug\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := dpkg("-r", "towerd"); err != nil {
+		t.Fatalf("dpkg -r: %v\n%s", err, out)
+	}
+	if got := status(); got != "deinstall ok config-files" {
+		t.Errorf("after dpkg -r: %s", got)
+	}
+	if got := readFile(t, conf); got != "log_level = \"debug\"\n" {
+		t.Errorf("dpkg -r changed the edited conffile: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/towerd")); err == nil {
+		t.Errorf("dpkg -r left usr/bin/towerd")
+	}
+	cache := filepath.Join(root, "var/lib/private/towerd/cache.bin")
+	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cache, []byte("TOWERDC\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("private/towerd", filepath.Join(root, "var/lib/towerd")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := dpkg("-P", "towerd"); err != nil {
+		t.Fatalf("dpkg -P: %v\n%s", err, out)
+	}
+	if got := status(); got != "not installed" {
+		t.Errorf("after dpkg -P: %s", got)
+	}
+	for _, p := range []string{"etc/towerd", "var/lib/towerd", "var/lib/private/towerd"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			t.Errorf("after dpkg -P, %s is still there", p)
+		}
+	}
 }
 
 func appendUnique(list []string, s string) []string {
