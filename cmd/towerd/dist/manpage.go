@@ -106,7 +106,7 @@ the configuration; see
 .I /var/lib/towerd/cache.bin
 the cache saved on stop and loaded on start
 .TP
-.IR /lib/systemd/system/towerd.socket ", " /lib/systemd/system/towerd.service
+.IR ` + roff(unitDir) + `/towerd.socket ", " ` + roff(unitDir) + `/towerd.service
 the units: systemd binds 127.0.0.1:53 and starts towerd on the first query
 .SH SEE ALSO
 .BR towerd.toml (5),
