@@ -201,9 +201,13 @@ func copyrightFile(binary, ownLicense string) (string, error) {
 func licenseBody(text string) string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
-		if !copyrightLine.MatchString(line) {
-			out = append(out, line)
+		if copyrightLine.MatchString(line) {
+			continue
 		}
+		if strings.TrimSpace(line) == "" && len(out) > 0 && strings.TrimSpace(out[len(out)-1]) == "" {
+			continue // the copyright line left two blank lines
+		}
+		out = append(out, line)
 	}
 	return strings.Trim(strings.Join(out, "\n"), "\n")
 }
