@@ -257,10 +257,29 @@ func TestDebPackage(t *testing.T) {
 		if !strings.HasPrefix(text, "#compdef towerd\n") {
 			t.Errorf("_towerd does not start with #compdef towerd")
 		}
+		// _towerd with zsh's completion functions replaced by ones that
+		// print what they were given: which list or which specs it chose.
+		zcomplete := func(words ...string) string {
+			script := `_describe() { print -r -- "describe ${(j:,:)${(P)4}}" }
+_arguments() { print -rl -- "$@" }
+words=("${@[2,-1]}"); CURRENT=$1; PREFIX=${words[CURRENT]}
+source "$0"`
+			return output(t, "", nil, "zsh", append([]string{"-fc", script, zsh, strconv.Itoa(len(words)+1), "towerd"}, words...)...)
+		}
+		listed := zcomplete("")
 		for _, c := range commands {
-			if !strings.Contains(text, "'"+c+":") || !strings.Contains(text, "\n        "+c+")\n") {
-				t.Errorf("_towerd does not complete the command %q", c)
+			if !regexp.MustCompile(`[ ,]` + regexp.QuoteMeta(c) + `:`).MatchString(listed) {
+				t.Errorf("zsh: towerd <TAB> does not offer %q: %s", c, listed)
 			}
+		}
+		if got := zcomplete("stats", "-"); !strings.Contains(got, "\n-json[") || !strings.Contains(got, "\n-config[") || strings.Contains(got, "-cache-size") {
+			t.Errorf("zsh: towerd stats -<TAB> specs:\n%s", got)
+		}
+		if got := zcomplete("-config", ""); !regexp.MustCompile(`\n-config\[[^\n]*\]:file:_files\n`).MatchString(got) {
+			t.Errorf("zsh: towerd -config <TAB> specs:\n%s", got)
+		}
+		if got := zcomplete("import-dnsmasq", ""); !strings.Contains(got, "\n1:file:_files") {
+			t.Errorf("zsh: towerd import-dnsmasq <TAB> specs:\n%s", got)
 		}
 	})
 
