@@ -401,16 +401,31 @@ func dpkgLifecycle(t *testing.T, deb, debVersion string) {
 	if err := os.Symlink("private/towerd", filepath.Join(root, "var/lib/towerd")); err != nil {
 		t.Fatal(err)
 	}
+	// systemctl enable's link to the package's socket goes with the purge;
+	// one to towerd install's unit in /etc/systemd/system stays.
+	ours := filepath.Join(root, "etc/systemd/system/sockets.target.wants/towerd.socket")
+	theirs := filepath.Join(root, "etc/systemd/system/multi-user.target.wants/towerd.service")
+	for link, target := range map[string]string{ours: "/lib/systemd/system/towerd.socket", theirs: "/etc/systemd/system/towerd.service"} {
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if out, err := dpkg("-P", "towerd"); err != nil {
 		t.Fatalf("dpkg -P: %v\n%s", err, out)
 	}
 	if got := status(); got != "not installed" {
 		t.Errorf("after dpkg -P: %s", got)
 	}
-	for _, p := range []string{"etc/towerd", "var/lib/towerd", "var/lib/private/towerd"} {
+	for _, p := range []string{"etc/towerd", "var/lib/towerd", "var/lib/private/towerd", "etc/systemd/system/sockets.target.wants/towerd.socket"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
 			t.Errorf("after dpkg -P, %s is still there", p)
 		}
+	}
+	if _, err := os.Lstat(theirs); err != nil {
+		t.Errorf("dpkg -P removed towerd install's enable link: %v", err)
 	}
 }
 
