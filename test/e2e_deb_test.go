@@ -264,7 +264,7 @@ func TestDebPackage(t *testing.T) {
 _arguments() { print -rl -- "$@" }
 words=("${@[2,-1]}"); CURRENT=$1; PREFIX=${words[CURRENT]}
 source "$0"`
-			return output(t, "", nil, "zsh", append([]string{"-fc", script, zsh, strconv.Itoa(len(words)+1), "towerd"}, words...)...)
+			return output(t, "", nil, "zsh", append([]string{"-fc", script, zsh, strconv.Itoa(len(words) + 1), "towerd"}, words...)...)
 		}
 		listed := zcomplete("")
 		for _, c := range commands {
