@@ -75,11 +75,11 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 		t.Fatalf("fresh lookup: ok=%v stale=%v %v", ok, stale, m)
 	}
 	w.store.contact("web", true, clk.Now())
-	clk.advance(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	if _, stale, ok := lookup(); !ok || !stale {
 		t.Errorf("at the maximum stale age: ok=%v stale=%v, want served stale", ok, stale)
 	}
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if _, _, ok := lookup(); ok {
 		t.Error("past the maximum stale age: still answered from the watch")
 	}
