@@ -1,6 +1,7 @@
 // Package dnstest is towerd's test kit: one scripted DNS upstream on
-// loopback, one fake clock and one helper that binds UDP and TCP on the
-// same free port (issue 16). Tests of every package use it in place of
+// loopback (Upstream), one in memory (ExchangeFunc), one fake clock (Clock)
+// and one helper that binds UDP and TCP on the same free port (ListenPair)
+// (issue 16). Tests of every package use it in place of
 // their own copies; nothing outside tests may import it (the binary must not
 // carry a test package: `go list -deps ./cmd/towerd | grep /test/` prints
 // nothing).

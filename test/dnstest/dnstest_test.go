@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream"
 )
 
 func TestClock(t *testing.T) {
@@ -174,5 +176,24 @@ func TestUpstreamHoldArrivedStop(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", u.Addr); err == nil {
 		t.Error("the port still accepts connections after Stop")
+	}
+}
+
+// ExchangeFunc is an upstream.Upstream.
+var _ upstream.Upstream = ExchangeFunc(nil)
+
+func TestExchangeFunc(t *testing.T) {
+	u := ExchangeFunc(func(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+		r := new(dns.Msg)
+		r.SetRcode(q, dns.RcodeRefused)
+		return r, nil
+	})
+	q := new(dns.Msg)
+	q.SetQuestion("x.example.", dns.TypeA)
+	if r, err := u.Exchange(context.Background(), q); err != nil || r.Rcode != dns.RcodeRefused || r.Id != q.Id {
+		t.Errorf("Exchange = %v, %v; want the function's REFUSED", r, err)
+	}
+	if u.Address() != "memory" || u.Close() != nil {
+		t.Errorf("Address %q, Close %v; want memory, nil", u.Address(), u.Close())
 	}
 }
