@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -142,22 +141,7 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	clk := newFakeClock()
 	// The catalog mode (consul.services = ["*"]) follows the service list.
 	w := newTestWatcher(t, f, Config{MaxStale: time.Minute, Services: []string{WatchAll}}, clk, noJitter)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-
-	select {
-	case <-w.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first sync")
-	}
+	runWatcher(t, w)
 	f.waitQueries(t, "/v1/health/service/web", 3) // the change is in, the third query blocks
 	m, stale, ok := w.Lookup(question("web.service.consul.", dns.TypeA))
 	if !ok || stale || len(m.Answer) != 2 {
