@@ -20,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // The fleet-scale test of issue 12, against a real cluster: one Consul
@@ -60,8 +61,8 @@ func TestConsulFleetScale(t *testing.T) {
 	// towerd A asks for 10 services; its Consul DNS goes through a counting
 	// proxy, and its cache and watch set are saved in stateA.
 	stateA := t.TempDir()
-	proxyA := newSlowDNS(t, agentA.DNSAddr, 0, 0, 0, 1)
-	a := startFleetTowerd(t, agentA, proxyA.Addr, stateA, "")
+	proxyA := startConsulDNSProxy(t, agentA.DNSAddr, faultproxy.Faults{}, 1)
+	a := startFleetTowerd(t, agentA, proxyA.Addr(), stateA, "")
 
 	serverBefore := cluster.Server.Metrics(t)
 	rpcFirst := consultest.Sum(agentA.Metrics(t), "consul_client_rpc")
@@ -149,8 +150,8 @@ func TestConsulFleetScale(t *testing.T) {
 	// towerd B, idle_timeout 2 s: an unasked service costs one agent DNS
 	// question, the second is answered from memory, the watch ends when
 	// nobody asks.
-	proxyB := newSlowDNS(t, agentB.DNSAddr, 0, 0, 0, 2)
-	b := startFleetTowerd(t, agentB, proxyB.Addr, t.TempDir(), "idle_timeout = \"2s\"\n")
+	proxyB := startConsulDNSProxy(t, agentB.DNSAddr, faultproxy.Faults{}, 2)
+	b := startFleetTowerd(t, agentB, proxyB.Addr(), t.TempDir(), "idle_timeout = \"2s\"\n")
 	unasked := fleetName(100) + ".service.consul."
 	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, first question")
 	waitMetric(t, b, "towerd_consul_watch_services", 1, 10*time.Second)

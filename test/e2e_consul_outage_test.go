@@ -19,6 +19,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // TestConsulAgentLossAndFreshAgent: with the agent gone, the services known
@@ -111,8 +112,8 @@ func TestConsulWatchUnderSlowDNS(t *testing.T) {
 	register(t, c, &api.AgentServiceRegistration{ID: "web1", Name: "web", Tags: []string{"v1"}, Address: "127.0.0.41", Port: 80})
 	register(t, c, &api.AgentServiceRegistration{ID: "web2", Name: "web", Address: "127.0.0.42", Port: 80})
 	register(t, c, &api.AgentServiceRegistration{ID: "db1", Name: "db", Address: "::1", Port: 5432})
-	proxy := newSlowDNS(t, agent.DNSAddr, 100*time.Millisecond, 50*time.Millisecond, 0.005, 20240611)
-	d := startConsulTowerd(t, agent, proxy.Addr, "-config", writeConfig(t, "[consul]\n"+pins("web", "db")))
+	proxy := startConsulDNSProxy(t, agent.DNSAddr, faultproxy.Faults{Delay: 100 * time.Millisecond, Jitter: 50 * time.Millisecond, Loss: 0.005}, 20240611)
+	d := startConsulTowerd(t, agent, proxy.Addr(), "-config", writeConfig(t, "[consul]\n"+pins("web", "db")))
 
 	// The slow path works: a node name is not watched and goes through it.
 	node := agent.Node + ".node.consul."
@@ -159,8 +160,9 @@ func TestConsulWatchUnderSlowDNS(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
+	st := proxy.Stats()
 	t.Logf("%d queries in %v (%.0f/s), %d failed; the proxy dropped %d packets of %d queries",
-		total, took.Round(time.Millisecond), total/took.Seconds(), failed.Load(), proxy.dropped.Load(), proxy.Total())
+		total, took.Round(time.Millisecond), total/took.Seconds(), failed.Load(), st.LostQueries+st.LostReplies, st.Queries)
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d queries for watched services failed", failed.Load(), total)
 	}

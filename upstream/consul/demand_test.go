@@ -89,16 +89,16 @@ func TestDemandWatch(t *testing.T) {
 	if !ask("a") {
 		t.Fatal("a: not answered from memory after its watch started")
 	}
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	if ask("b") {
 		t.Fatal("b answered before its watch")
 	}
 	f.waitQueries(t, healthPath("b"), 2)
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	if !ask("a") || !ask("b") {
 		t.Fatal("a and b not both answered from memory")
 	}
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	ask("a") // a is now asked more recently than b
 	if ask("c") {
 		t.Fatal("c answered before its watch")
@@ -121,7 +121,7 @@ func TestDemandWatch(t *testing.T) {
 		t.Errorf("the demand mode read the catalog's service list %d times", n)
 	}
 
-	clk.advance(time.Minute)
+	clk.Advance(time.Minute)
 	w.expireIdle()
 	st = w.State()
 	if st.Watched != 0 || st.EvictedIdle != 2 || len(watchedKeys(w)) != 0 {
@@ -186,7 +186,7 @@ func TestWatchSetRestart(t *testing.T) {
 	}
 	// Not asked since the start: they end one idle timeout after it; the
 	// pinned one stays.
-	clk.advance(DefaultIdleTimeout)
+	clk.Advance(DefaultIdleTimeout)
 	w.expireIdle()
 	if got := watchedKeys(w); !slices.Equal(got, []string{"pin"}) {
 		t.Errorf("after the idle timeout: %v, want only the pinned service", got)
@@ -231,7 +231,7 @@ func TestIdleWatcherPings(t *testing.T) {
 	w := newTestWatcher(t, f, Config{IdleTimeout: 40 * time.Millisecond}, clk, noJitter)
 	runWatcher(t, w)
 	first := w.State().LastSuccess
-	clk.advance(time.Minute)
+	clk.Advance(time.Minute)
 	f.waitQueries(t, "/v1/agent/self", 3)
 	st := waitState(t, w, "a later success", func(s State) bool { return s.LastSuccess.After(first) })
 	if !st.Connected || st.Watched != 0 {

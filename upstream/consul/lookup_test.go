@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -75,11 +74,11 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 		t.Fatalf("fresh lookup: ok=%v stale=%v %v", ok, stale, m)
 	}
 	w.store.contact("web", true, clk.Now())
-	clk.advance(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	if _, stale, ok := lookup(); !ok || !stale {
 		t.Errorf("at the maximum stale age: ok=%v stale=%v, want served stale", ok, stale)
 	}
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if _, _, ok := lookup(); ok {
 		t.Error("past the maximum stale age: still answered from the watch")
 	}
@@ -142,22 +141,7 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	clk := newFakeClock()
 	// The catalog mode (consul.services = ["*"]) follows the service list.
 	w := newTestWatcher(t, f, Config{MaxStale: time.Minute, Services: []string{WatchAll}}, clk, noJitter)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-
-	select {
-	case <-w.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first sync")
-	}
+	runWatcher(t, w)
 	f.waitQueries(t, "/v1/health/service/web", 3) // the change is in, the third query blocks
 	m, stale, ok := w.Lookup(question("web.service.consul.", dns.TypeA))
 	if !ok || stale || len(m.Answer) != 2 {
