@@ -162,6 +162,9 @@ func undoFile(fsys fileSystem, r *Report, rec fileRecord) error {
 	if rec.Path == ResolvConfPath {
 		ours = ours && !cur.isLink() && ownsResolvConf(cur.data)
 	}
+	if rec.Seed {
+		ours = cur.exists && !cur.isLink()
+	}
 	switch {
 	case !ours && cur.exists && backup.exists && backup.sum() == cur.sum():
 		// The backup is a copy of what is still there: an install stopped
