@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"slices"
 	"strings"
@@ -31,6 +32,11 @@ type InstallOptions struct {
 	// Imported, when set, says RenderConfig writes a configuration imported
 	// from elsewhere (--from-dnsmasq) rather than install's own.
 	Imported *ImportedConfig
+	// Activate, when set, runs systemctl once the files are in place and
+	// rolls everything back when towerd does not answer (--activate).
+	// Only on the live system: Install refuses it with a Root other than
+	// "/", where systemctl would start this machine's units, not the root's.
+	Activate *Activation
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
 	// RenderConfig writes the towerd.toml install puts in place when there
@@ -88,6 +94,10 @@ type InstallConfig struct {
 // is made, so an install killed at any point is finished by the next
 // Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
+	if opts.Activate != nil && opts.Root != "" && opts.Root != "/" {
+		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
+			"install there without --activate and start towerd inside that system", opts.Root)
+	}
 	return install(rootFS{Root: opts.Root}, opts)
 }
 
@@ -136,6 +146,12 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	p, err := in.detect(opts)
 	if err != nil {
 		return in.r, err
+	}
+	var act *activator
+	if opts.Activate != nil && !opts.DryRun {
+		if act, err = in.preflightActivate(p); err != nil {
+			return in.r, err
+		}
 	}
 	units, err := Units(DefaultBinaryPath)
 	if err != nil {
@@ -205,6 +221,9 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	if err := in.writeNsswitch(); err != nil {
 		return in.r, err
 	}
+	if act != nil {
+		return in.r, in.activate(act, *opts.Activate, p)
+	}
 	in.r.Next = append(in.r.Next, "systemctl daemon-reload")
 	if resolved {
 		in.r.Next = append(in.r.Next, "systemctl restart systemd-resolved   # stub listener off")
@@ -218,6 +237,41 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 		in.r.Next = append(in.r.Next, p.docker.Next)
 	}
 	return in.r, nil
+}
+
+// preflightActivate checks, before anything changes, that --activate can
+// do its part: systemctl is on PATH, and no dnsmasq holds port 53.
+func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
+	systemctl, err := exec.LookPath("systemctl")
+	if err != nil {
+		return nil, fmt.Errorf("--activate: %w", err)
+	}
+	if p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(nodeView{in.fsys}, dnsmasqPIDFile)) {
+		return nil, fmt.Errorf("--activate: dnsmasq holds port 53, which towerd.socket needs; stop it first (%s), then run install --activate again",
+			strings.Join(p.dnsmasq.StopCommands, "; "))
+	}
+	return &activator{systemctl: systemctl, r: in.r}, nil
+}
+
+// activate starts towerd (activator.activate) and, when it does not
+// answer, rolls back: the units are disabled and every file install wrote
+// is put back, so the node keeps the resolver it had.
+func (in *installer) activate(act *activator, opts Activation, p nodePlan) error {
+	err := act.activate(opts, in.m.file(ResolvedDropIn) != nil)
+	if err == nil {
+		if in.m.file(NMDropIn) != nil {
+			in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
+		}
+		if p.docker.Next != "" && in.m.file(DockerSocketDropIn) != nil {
+			in.r.Next = append(in.r.Next, p.docker.Next)
+		}
+		return nil
+	}
+	in.r.warn("activation failed (%v): rolling back everything install did", err)
+	if rbErr := act.rollback(in.fsys); rbErr != nil {
+		return fmt.Errorf("%w; the rollback did not finish either: %v (see the lines above; towerd uninstall finishes it)", err, rbErr)
+	}
+	return fmt.Errorf("%w; rolled back: the units are disabled and the files are as they were before install", err)
 }
 
 // detect reads the node: what maintains resolv.conf, Docker, dnsmasq, a

@@ -249,6 +249,9 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		if source != "" {
 			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
 		}
+		if note := cfg.Consul.CredentialsNote(); note != "" {
+			fmt.Fprintf(stdout, "  (%s)\n", note)
+		}
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
