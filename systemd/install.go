@@ -425,8 +425,9 @@ func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 // hook, the Consul token's or Docker's socket drop-in). A seed is written
 // only where there is none yet.
 func (in *installer) writePlanned(f PlannedFile) error {
+	reason := strings.TrimPrefix(f.Reason, f.Path+": ")
 	if !f.Seed {
-		return in.writeOwned(f.Path, f.Data, f.Mode, f.Reason)
+		return in.writeOwned(f.Path, f.Data, f.Mode, reason)
 	}
 	cur, err := look(in.fsys, f.Path)
 	if err != nil {
@@ -443,7 +444,7 @@ func (in *installer) writePlanned(f PlannedFile) error {
 	}
 	in.seed = true
 	defer func() { in.seed = false }()
-	return in.write(f.Path, f.Data, f.Mode, f.Reason, "", nil)
+	return in.write(f.Path, f.Data, f.Mode, reason, "", nil)
 }
 
 // writeDocker edits daemon.json when asked to (--docker), and otherwise
@@ -465,7 +466,7 @@ func (in *installer) writeDocker(opts InstallOptions, p DockerPlan) error {
 	}
 	detail := ""
 	if p.DaemonJSONChanged {
-		detail = p.Reasons[0]
+		detail = strings.TrimPrefix(p.Reasons[0], DockerDaemonJSON+": ")
 	}
 	if !p.DaemonJSONChanged && in.m.file(DockerDaemonJSON) == nil {
 		in.r.same("unchanged", DockerDaemonJSON, "\"dns\" names towerd on docker0 already")
@@ -506,11 +507,11 @@ func (in *installer) writeNsswitch() error {
 		return nil
 	}
 	edit := RewriteNsswitch(cur.data)
+	detail := strings.TrimPrefix(edit.Reason, NsswitchPath+": ")
 	if !edit.Changed && rec == nil {
-		in.r.same("unchanged", NsswitchPath, edit.Reason)
+		in.r.same("unchanged", NsswitchPath, detail)
 		return nil
 	}
-	detail := edit.Reason
 	if !edit.Changed {
 		detail = ""
 	}
