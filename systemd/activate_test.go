@@ -183,5 +183,3 @@ func hasChange(r *Report, action, name string) bool {
 	}
 	return false
 }
-
-
