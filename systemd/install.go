@@ -309,6 +309,10 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 		}
 		return p, nil
 	}
+	if opts.Imported != nil && opts.Imported.RootServers && len(opts.Upstreams) > 0 {
+		return p, errors.New("--upstream cannot take effect: the configuration imported from " + opts.Imported.Source +
+			" names zone \".\"'s servers itself; change them there, or leave out --upstream")
+	}
 	p.found, err = in.upstreams(opts, p.manager)
 	return p, err
 }

@@ -275,3 +275,33 @@ func TestFlagsThatCannotTakeEffect(t *testing.T) {
 	mustUninstall(t, fsys)
 	diffTrees(t, before, treeOf(t, root))
 }
+
+// TestUpstreamWithAnImport: --upstream pins zone "." under an imported
+// configuration that names no servers for it (a static node whose
+// resolv.conf names only dnsmasq), and is refused when the import names
+// them itself.
+func TestUpstreamWithAnImport(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"etc/resolv.conf": "nameserver 127.0.0.1\n"})
+	fsys := rootFS{Root: root}
+	before := treeOf(t, root)
+	imported := &ImportedConfig{Source: "dnsmasq's /etc/dnsmasq.conf"}
+	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported})); err == nil ||
+		!strings.Contains(err.Error(), "--upstream") {
+		t.Errorf("an import without servers on a node with none = %v, want a hint at --upstream", err)
+	}
+	imported.RootServers = true
+	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})); err == nil ||
+		!strings.Contains(err.Error(), "--upstream cannot take effect") {
+		t.Errorf("--upstream over an import naming \".\" = %v", err)
+	}
+	diffTrees(t, before, treeOf(t, root))
+	imported.RootServers = false
+	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})
+	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.1:53"]`) {
+		t.Errorf("config:\n%s", cfg)
+	}
+	mustUninstall(t, fsys)
+	diffTrees(t, before, treeOf(t, root))
+}

@@ -18,7 +18,6 @@ func TestInstallFlagsThatCannotTakeEffect(t *testing.T) {
 	}{
 		{[]string{"--root", root, "--activate"}, "--activate runs this machine's systemctl"},
 		{[]string{"--root", root, "--activate-timeout", "3s"}, "--activate-timeout without --activate"},
-		{[]string{"--root", root, "--from-dnsmasq", "--upstream", "192.0.2.1"}, "--upstream and --from-dnsmasq"},
 		{[]string{"--root", root, "--from-dnsmasq", "/etc/dnsmasq.conf", "extra"}, `unexpected argument "extra"`},
 	} {
 		var out, errOut bytes.Buffer

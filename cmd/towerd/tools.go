@@ -146,9 +146,6 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 		case *activate && filepath.Clean(*root) != "/":
 			fmt.Fprintf(stderr, "towerd install: --activate runs this machine's systemctl and cannot start the units of --root %s: install there without it\n", *root)
 			return exitConfig
-		case fromDnsmasq.set && *upstreams != "":
-			fmt.Fprintln(stderr, "towerd install: --upstream and --from-dnsmasq both set zone \".\"'s servers: give one (dnsmasq's server= lines, or --upstream)")
-			return exitConfig
 		case set["activate-timeout"] && !*activate:
 			fmt.Fprintln(stderr, "towerd install: --activate-timeout without --activate has no effect")
 			return exitConfig
