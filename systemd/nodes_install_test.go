@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -75,6 +76,17 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 				}
 			}
 			checkNodeInstall(t, c, r, installed)
+			// A kill leaves temp files beside what install writes: every
+			// directory it writes into is swept.
+			m, err := loadManifest(fsys)
+			if err != nil || m == nil {
+				t.Fatalf("record: %v", err)
+			}
+			for _, f := range m.Files {
+				if !slices.Contains(sweepDirs, pathpkg.Dir(f.Path)) {
+					t.Errorf("%s is written in a directory sweepTemps does not look at", f.Path)
+				}
+			}
 
 			stamps := stampsOf(t, root)
 			again := mustInstall(t, fsys, opts)
