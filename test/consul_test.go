@@ -40,6 +40,17 @@ func startConsulTowerd(t *testing.T, agent *consultest.Agent, consulDNS string, 
 	return d
 }
 
+// pins is a consul.services line pinning services: watched from the start,
+// so the first question is answered from memory too (without it a service
+// is watched after its first question, answered by Consul's DNS).
+func pins(services ...string) string {
+	quoted := make([]string, len(services))
+	for i, s := range services {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "services = [" + strings.Join(quoted, ", ") + "]\n"
+}
+
 // waitLog waits for a line of towerd's log.
 func waitLog(t *testing.T, d *towerd, re *regexp.Regexp, timeout time.Duration) {
 	t.Helper()

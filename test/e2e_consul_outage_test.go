@@ -39,7 +39,7 @@ func TestConsulAgentLossAndFreshAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := writeConfig(t, fmt.Sprintf("[serve_stale]\nmax_age = %q\n", maxAge))
+	cfg := writeConfig(t, fmt.Sprintf("[serve_stale]\nmax_age = %q\n[consul]\n%s", maxAge, pins("web")))
 	d := startConsulTowerd(t, agent, deadPort(t), "-config", cfg)
 	oldIndex := servicesIndex(t, c)
 	if m, err := ask(d.UDP, "web.service.consul.", dns.TypeA); err != nil || len(ede(m)) != 0 ||
@@ -112,7 +112,7 @@ func TestConsulWatchUnderSlowDNS(t *testing.T) {
 	register(t, c, &api.AgentServiceRegistration{ID: "web2", Name: "web", Address: "127.0.0.42", Port: 80})
 	register(t, c, &api.AgentServiceRegistration{ID: "db1", Name: "db", Address: "::1", Port: 5432})
 	proxy := newSlowDNS(t, agent.DNSAddr, 100*time.Millisecond, 50*time.Millisecond, 0.005, 20240611)
-	d := startConsulTowerd(t, agent, proxy.Addr)
+	d := startConsulTowerd(t, agent, proxy.Addr, "-config", writeConfig(t, "[consul]\n"+pins("web", "db")))
 
 	// The slow path works: a node name is not watched and goes through it.
 	node := agent.Node + ".node.consul."
@@ -197,7 +197,8 @@ func TestConsulACL(t *testing.T) {
 	}
 	aclError := regexp.MustCompile(`level=ERROR msg="consul watch: the agent refused.*consul rejected the ACL token \(HTTP 403`)
 
-	good := startConsulTowerd(t, agent, deadPort(t), "-config", writeConfig(t, fmt.Sprintf("[consul]\ntoken_file = %q\n", tokenFile)))
+	good := startConsulTowerd(t, agent, deadPort(t), "-config",
+		writeConfig(t, fmt.Sprintf("[consul]\ntoken_file = %q\n%s", tokenFile, pins("web"))))
 	for _, name := range []string{"web.service.consul.", "web.service.dc1.consul."} {
 		m, err := ask(good.UDP, name, dns.TypeA)
 		if err != nil || !slices.Equal(sortedAddresses(m), []string{"127.0.0.51"}) {
@@ -205,7 +206,7 @@ func TestConsulACL(t *testing.T) {
 		}
 	}
 
-	bad := startTowerd(t, "-config", writeConfig(t, "[consul]\ntoken = \"not-a-token\"\n"), "-listen", "127.0.0.1:0",
+	bad := startTowerd(t, "-config", writeConfig(t, "[consul]\ntoken = \"not-a-token\"\n"+pins("web")), "-listen", "127.0.0.1:0",
 		"-upstream", newTestUpstream(t).Addr, "-consul-dns", deadPort(t), "-consul-http", agent.HTTPAddr)
 	waitLog(t, bad, aclError, 10*time.Second)
 	expectMetric(t, bad, "towerd_consul_watch_acl_denied 1")

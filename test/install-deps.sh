@@ -21,6 +21,13 @@ command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dn
 # (iproute2), getent (libc-bin). It skips itself when not run as root.
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
+# make deb packs with dpkg-deb (dpkg) and make deb-check runs lintian on the
+# package; the package test checks the zsh completion with zsh -n and the
+# man pages with man (man-db).
+command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
+command -v lintian >/dev/null 2>&1 || need="$need lintian"
+command -v zsh >/dev/null 2>&1 || need="$need zsh"
+command -v man >/dev/null 2>&1 || need="$need man-db"
 
 if [ -n "$need" ]; then
 	echo "installing:$need"

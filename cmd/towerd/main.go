@@ -183,8 +183,11 @@ func (o *options) load() (config.Config, error) {
 		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
 	}
 	if o.set["consul-http"] {
-		cfg.Consul.Enabled = o.consulHTTP != "off"
-		if cfg.Consul.Enabled {
+		// Only "off" changes consul.enabled: an address never turns on a
+		// watch the configuration turned off (issue 12).
+		if o.consulHTTP == "off" {
+			cfg.Consul.Enabled = false
+		} else {
 			cfg.Consul.Address = o.consulHTTP
 		}
 	}
@@ -220,6 +223,19 @@ func splitList(s string) []string {
 	return out
 }
 
+// warnNoRootServers says when zone "." starts without servers: its
+// resolv.conf does not exist (yet). towerd starts anyway and follows the
+// file (issue 14), but until it appears every name outside the other zones
+// gets SERVFAIL.
+func warnNoRootServers(stderr io.Writer, zones []config.ZoneConfig, source string) {
+	for _, z := range zones {
+		if z.Name == "." && len(z.Servers) == 0 {
+			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s does not exist; "+
+				"towerd answers SERVFAIL for it until the file appears (set servers for zone \".\" or resolv_conf)\n", source)
+		}
+	}
+}
+
 // serveCommand is `towerd serve` and, with check, `towerd check`.
 func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 	o, err := parseFlags(args, stderr)
@@ -249,11 +265,12 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 			fmt.Fprintf(stdout, "  zone %-20s -> %s\n", z.Name, strings.Join(z.Servers, ", "))
 		}
 		if source != "" {
-			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
+			fmt.Fprintf(stdout, "  (zone \".\" servers from %s, followed while towerd runs)\n", source)
 		}
 		if note := cfg.Consul.CredentialsNote(); note != "" {
 			fmt.Fprintf(stdout, "  (%s)\n", note)
 		}
+		warnNoRootServers(stderr, zones, source)
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)

@@ -217,3 +217,14 @@ func entry(node, nodeAddr, id, addr string, port int, tags []string, checks ...m
 		"Checks": append([]map[string]any{{"CheckID": "serfHealth", "Status": "passing"}}, checks...),
 	}
 }
+
+// markWatched makes keys watched without a loop behind them, for tests that
+// fill the store by hand.
+func markWatched(w *Watcher, keys ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		w.watches[k] = &serviceLoop{name: k, cancel: func() {}}
+	}
+	w.publish()
+}

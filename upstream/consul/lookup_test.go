@@ -66,6 +66,7 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 	w.clock = clk
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	w.store.set("web", []instance{web1, web2})
+	markWatched(w, "web")
 
 	lookup := func() (*dns.Msg, bool, bool) { return w.Lookup(question("web.service.consul.", dns.TypeA)) }
 	m, stale, ok := lookup()
@@ -98,6 +99,7 @@ func TestLookupCoverage(t *testing.T) {
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	w.store.set("web", []instance{web1, web2})
+	markWatched(w, "web")
 	for _, tc := range []struct {
 		q  dns.Question
 		ok bool
@@ -138,7 +140,8 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	)
 	f.script("/v1/health/service/db", reply{index: 5, body: []any{}})
 	clk := newFakeClock()
-	w := newTestWatcher(t, f, Config{MaxStale: time.Minute}, clk, noJitter)
+	// The catalog mode (consul.services = ["*"]) follows the service list.
+	w := newTestWatcher(t, f, Config{MaxStale: time.Minute, Services: []string{WatchAll}}, clk, noJitter)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -202,6 +205,10 @@ func TestCovers(t *testing.T) {
 	w := &Watcher{}
 	if w.Covers([]byte("web.service.consul.")) {
 		t.Error("covers names before the agent was asked")
+	}
+	w.info.Store(&agentInfo{domain: "consul."}) // datacenter not known yet
+	if !w.Covers([]byte("web.service.consul.")) {
+		t.Error("without a datacenter: Lookup is skipped, so no question can ask for a watch")
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	for name, want := range map[string]bool{

@@ -101,6 +101,14 @@ func Render(w io.Writer, r Report, now time.Time) {
 			last = now.Sub(cw.LastSuccess).Round(time.Second).String() + " ago"
 		}
 		fmt.Fprintf(w, "consul watch %s, %d services, index %d, last success %s, %d errors", cw.State, cw.Services, cw.LastIndex, last, cw.Errors)
+		if cw.MaxWatches > 0 {
+			fmt.Fprintf(w, "; %s mode, watching %d/%d (%d pinned, cap in force %d), evicted cap %d idle %d 429 %d, agent 429s %d",
+				cw.Mode, cw.Watched, cw.MaxWatches, cw.Pinned, cw.Limit, cw.Evictions["cap"], cw.Evictions["idle"],
+				cw.Evictions["429"], cw.Agent429s)
+			if cw.CatalogCapped {
+				fmt.Fprintf(w, " (CATALOG LARGER THAN max_watches: not all watched)")
+			}
+		}
 		if cw.LastError != "" {
 			fmt.Fprintf(w, " (last: %s)", OneLine(cw.LastError))
 		}

@@ -114,6 +114,17 @@ type WatchStatus struct {
 	LastSuccess time.Time `json:"last_success"`
 	Errors      uint64    `json:"errors"`
 	LastError   string    `json:"last_error,omitempty"`
+	// The watch set (issue 12): mode "demand" or "catalog", services
+	// watched and pinned, the cap and the cap in force, evictions by
+	// reason, the agent's 429s.
+	Mode          string            `json:"mode,omitempty"`
+	Watched       int               `json:"watched"`
+	Pinned        int               `json:"pinned"`
+	MaxWatches    int               `json:"max_watches"`
+	Limit         int               `json:"limit"`
+	CatalogCapped bool              `json:"catalog_capped,omitempty"`
+	Evictions     map[string]uint64 `json:"evictions,omitempty"`
+	Agent429s     uint64            `json:"agent_429s"`
 }
 
 // report builds the /stats document.

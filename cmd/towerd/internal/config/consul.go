@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/consul"
 )
 
 // ConsulConfig is the [consul] table: the watch that pushes the catalog's
@@ -32,17 +34,25 @@ type ConsulConfig struct {
 	Datacenter string `toml:"datacenter"`
 	// Domain: Consul's DNS domain; "" = the agent's, else "consul.".
 	Domain string `toml:"domain"`
-	// Services: the services to watch; empty = all.
+	// Services: services always watched (pinned), from the start; the
+	// rest are watched once this node asks for them. ["*"] = follow the
+	// whole catalog (small catalogs only; capped at max_watches).
 	Services []string `toml:"services"`
-	// Tags: watch only services carrying at least one of these; empty =
-	// no tag filter.
+	// Tags: answer from the watch only services carrying at least one of
+	// these; empty = no tag filter.
 	Tags []string `toml:"tags"`
+	// MaxWatches: cap on watched services (each holds one HTTP connection
+	// to the agent while it blocks).
+	MaxWatches int `toml:"max_watches"`
+	// IdleTimeout: a watch ends after this long without a question.
+	IdleTimeout Duration `toml:"idle_timeout"`
 	// AnswerTTL: TTL of the answers served from the watch.
 	AnswerTTL Duration `toml:"answer_ttl"`
 }
 
 func defaultConsulConfig() ConsulConfig {
-	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0)}
+	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0), MaxWatches: consul.DefaultMaxWatches,
+		IdleTimeout: Dur(consul.DefaultIdleTimeout)}
 }
 
 func (c ConsulConfig) validate() error {
@@ -80,6 +90,20 @@ func (c ConsulConfig) validate() error {
 		if strings.TrimSpace(s) == "" {
 			return keyErr(fmt.Sprintf("consul.services[%d]", i), "empty service name")
 		}
+		if s == consul.WatchAll && len(c.Services) > 1 {
+			return keyErr(fmt.Sprintf("consul.services[%d]", i), `"*" (watch the whole catalog) must be the only entry`)
+		}
+	}
+	// 150 leaves room under Consul's default http_max_conns_per_client
+	// (200) for the node's other Consul clients.
+	if c.MaxWatches < 1 || c.MaxWatches > 150 {
+		return keyErr("consul.max_watches", "must be between 1 and 150 (got %d)", c.MaxWatches)
+	}
+	if pinned := len(c.Services); pinned > c.MaxWatches && !(pinned == 1 && c.Services[0] == consul.WatchAll) {
+		return keyErr("consul.services", "%d pinned services exceed consul.max_watches = %d", pinned, c.MaxWatches)
+	}
+	if c.IdleTimeout.Duration < time.Second {
+		return keyErr("consul.idle_timeout", "must be at least 1s (got %v)", c.IdleTimeout)
 	}
 	if c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour {
 		return keyErr("consul.answer_ttl", "must be between 0s and 24h (got %v)", c.AnswerTTL)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"regexp"
@@ -238,7 +239,9 @@ func (c *Config) Validate() error {
 // the system's nameservers filled in for "." when it lists none, and
 // towerd's own listen addresses left out so it never forwards to itself.
 // root is the directory that stands for / when reading resolv.conf; source
-// names the file zone "." took its servers from, "" when configured.
+// names the file zone "." took its servers from, "" when configured. When
+// that file does not exist, "." is returned without servers (and source
+// still names the file): the daemon follows the file and waits for it.
 func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 	byName := map[string]ZoneConfig{}
 	var order []string
@@ -256,6 +259,15 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
+			if errors.Is(err, fs.ErrNotExist) {
+				// The followed file may appear only once its manager runs
+				// (a DHCP client before its first lease, resolved before it
+				// starts): "." starts without servers and the daemon picks
+				// them up when the file appears (issue 14).
+				source = path
+				out = append(out, ZoneConfig{Name: name})
+				continue
+			}
 			if err != nil {
 				return nil, "", &Error{Key: "zone[.].servers",
 					Msg: fmt.Sprintf("no servers configured and the system's cannot be read: %v", err)}

@@ -34,6 +34,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.opts.ZonesSource != "" {
 		d.log.Info("zone \".\" servers taken from the system", "file", d.opts.ZonesSource)
+		d.startFollow(d.cfg) // resolvwatch.go
 	}
 
 	signals := make(chan os.Signal, 1)
@@ -50,6 +51,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		select {
 		case err := <-served:
 			d.log.Error("serving stopped", "err", err)
+			d.stopFollow()
 			d.saver.stop()
 			d.handler.Close()
 			d.stopConsul()
@@ -65,6 +67,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			close(d.ready)
 		case ev := <-d.sd.events:
 			d.sdHandle(ev)
+		case <-d.resolvChanged:
+			d.followResolvConf()
 		case done := <-d.reloads:
 			done <- d.reload()
 		case sig := <-signals:
@@ -115,6 +119,7 @@ func (d *Daemon) Shutdown() {
 func (d *Daemon) shutdown(why string) {
 	d.log.Info("shutting down", "signal", why, "inflight", d.handler.Inflight())
 	d.sdStopping()
+	d.stopFollow()
 	d.stopAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.QueryTimeout.Duration+time.Second)
 	defer cancel()
@@ -147,6 +152,7 @@ func (d *Daemon) reload() error {
 		return err
 	}
 	d.applyReload(cfg, groups)
+	d.restartFollow(cfg) // resolvwatch.go: SIGHUP re-reads the file and may name another
 	d.tel.RecordReload(time.Now(), nil)
 	d.log.Info("reloaded", "config", d.opts.ConfigFile)
 	return nil
@@ -163,6 +169,7 @@ func (d *Daemon) prepareReload() (config.Config, []*upstream.Group, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	zones = d.keepFollowedServers(zones) // resolvwatch.go
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
 		return cfg, nil, err
