@@ -68,8 +68,10 @@ func usage(w io.Writer) {
        towerd check [flags]     validate the configuration and exit
        towerd stats [-admin ADDR] [--json]
                                 show a running towerd's figures
-       towerd install [--root DIR] [--dry-run] [--upstream ADDRS]
-                                make towerd the node's resolver (files only)
+       towerd install [--root DIR] [--dry-run] [--upstream ADDRS] [--docker]
+                      [--from-dnsmasq [FILE|DIR]] [--activate]
+                                make towerd the node's resolver (files only,
+                                unless --activate)
        towerd uninstall [--root DIR] [--dry-run]
                                 undo what install did
        towerd import-dnsmasq FILE
@@ -264,6 +266,9 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		}
 		if source != "" {
 			fmt.Fprintf(stdout, "  (zone \".\" servers from %s, followed while towerd runs)\n", source)
+		}
+		if note := cfg.Consul.CredentialsNote(); note != "" {
+			fmt.Fprintf(stdout, "  (%s)\n", note)
 		}
 		warnNoRootServers(stderr, zones, source)
 		return exitOK

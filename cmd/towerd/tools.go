@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
@@ -81,7 +82,9 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 
 // installCommand is `towerd install` and, with undo, `towerd uninstall`.
 // Both only edit files (under --root), print one line per decision and
-// leave starting and stopping to systemctl, whose commands they print.
+// leave starting and stopping to systemctl, whose commands they print;
+// install --activate runs them itself and rolls back when towerd does not
+// answer.
 func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 	name := "install"
 	if undo {
@@ -92,13 +95,20 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 	root := fs.String("root", "/", "directory that stands for /; for tests and images")
 	dryRun := fs.Bool("dry-run", false, "print what would change and change nothing")
 	var upstreams *string
+	var docker, activate *bool
+	var activateTimeout *time.Duration
+	var fromDnsmasq optionalPath
 	if !undo {
-		upstreams = fs.String("upstream", "", "comma-separated servers for zone \".\" instead of those found in resolv.conf")
+		upstreams = fs.String("upstream", "", "comma-separated servers for zone \".\" (pinned) instead of following the node's DHCP-maintained resolv.conf")
+		docker = fs.Bool("docker", false, "also send Docker's containers to towerd: \"dns\" in /etc/docker/daemon.json, towerd.socket on docker0's address, the bridge in allow")
+		fs.Var(&fromDnsmasq, "from-dnsmasq", "import dnsmasq's configuration as towerd.toml: `[FILE|DIR]` as the node sees it (default: the files dnsmasq reads)")
+		activate = fs.Bool("activate", false, "run systemctl daemon-reload and enable --now towerd.socket, wait for towerd to answer on 127.0.0.1:53, roll everything back if it does not (only with --root /)")
+		activateTimeout = fs.Duration("activate-timeout", systemd.DefaultActivateTimeout, "how long --activate waits for towerd's first answer")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: towerd %s [--root DIR] [--dry-run]", name)
 		if !undo {
-			fmt.Fprint(stderr, " [--upstream ADDRS]")
+			fmt.Fprint(stderr, " [--upstream ADDRS] [--docker] [--from-dnsmasq [FILE|DIR]] [--activate [--activate-timeout D]]")
 		}
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
@@ -108,6 +118,14 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			return exitOK
 		}
 		return exitConfig
+	}
+	// --from-dnsmasq takes an optional FILE: "--from-dnsmasq FILE" leaves
+	// FILE as the first argument, and the flags after it still count.
+	if fromDnsmasq.set && fromDnsmasq.path == "" && fs.NArg() > 0 && !strings.HasPrefix(fs.Arg(0), "-") {
+		fromDnsmasq.path = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return exitConfig
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "towerd %s: unexpected argument %q\n", name, fs.Arg(0))
@@ -120,6 +138,18 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			return exitConfig
 		}
 		*root = abs
+	}
+	if !undo {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		switch {
+		case *activate && filepath.Clean(*root) != "/":
+			fmt.Fprintf(stderr, "towerd install: --activate runs this machine's systemctl and cannot start the units of --root %s: install there without it\n", *root)
+			return exitConfig
+		case set["activate-timeout"] && !*activate:
+			fmt.Fprintln(stderr, "towerd install: --activate-timeout without --activate has no effect")
+			return exitConfig
+		}
 	}
 	header := "towerd " + name
 	if *root != "/" {
@@ -143,12 +173,31 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			fmt.Fprintf(stderr, "towerd install: finding this program's binary: %v\n", err)
 			return exitFail
 		}
-		report, err = systemd.Install(systemd.InstallOptions{
-			Root: *root, Binary: exe, Upstreams: splitList(*upstreams), DryRun: *dryRun,
-			RenderConfig: func(c systemd.InstallConfig) []byte {
-				return config.InstallFile(c.Listen, c.Servers, c.Source).Render()
-			},
-		})
+		opts := systemd.InstallOptions{
+			Root: *root, Binary: exe, Upstreams: splitList(*upstreams), DryRun: *dryRun, Docker: *docker,
+		}
+		var imported *config.File
+		if fromDnsmasq.set {
+			f, info, code := importForInstall(*root, fromDnsmasq.path, stderr)
+			if code != exitOK {
+				return code
+			}
+			imported, opts.Imported = &f, info
+		}
+		if *activate {
+			opts.Activate = &systemd.Activation{Timeout: *activateTimeout}
+		}
+		opts.RenderConfig = func(c systemd.InstallConfig) []byte {
+			s := config.InstallSettings{
+				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
+				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source,
+			}
+			if imported != nil {
+				return s.Complete(*imported).Render()
+			}
+			return s.File().Render()
+		}
+		report, err = systemd.Install(opts)
 	}
 	if report != nil {
 		report.Print(stdout, stderr)
@@ -161,6 +210,82 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// optionalPath is a flag that may stand alone (--from-dnsmasq) or take a
+// value (--from-dnsmasq=FILE, or FILE as the next argument).
+type optionalPath struct {
+	set  bool
+	path string
+}
+
+func (o *optionalPath) String() string {
+	if o == nil {
+		return ""
+	}
+	return o.path
+}
+
+func (o *optionalPath) Set(v string) error {
+	o.set = true
+	if v != "true" {
+		o.path = v
+	}
+	return nil
+}
+
+// IsBoolFlag lets "--from-dnsmasq" stand alone.
+func (o *optionalPath) IsBoolFlag() bool { return true }
+
+// importForInstall reads the node's dnsmasq configuration for install
+// --from-dnsmasq: path (a file or a conf-dir, as the node sees it), else
+// the files dnsmasq reads there (DetectDnsmasq). The import must make a
+// valid towerd.toml before install changes anything; what it does not
+// carry over is listed on stderr, as import-dnsmasq does.
+func importForInstall(root, path string, stderr io.Writer) (config.File, *systemd.ImportedConfig, int) {
+	paths := []string{path}
+	if path == "" {
+		n, err := systemd.OpenNodeRoot(root)
+		if err != nil {
+			fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
+			return config.File{}, nil, exitFail
+		}
+		paths = systemd.DetectDnsmasq(n).ConfigFiles
+		n.Close()
+		if len(paths) == 0 {
+			fmt.Fprintln(stderr, "towerd install: --from-dnsmasq: no dnsmasq configuration found (/etc/dnsmasq.conf, /etc/dnsmasq.d); name it: --from-dnsmasq FILE")
+			return config.File{}, nil, exitConfig
+		}
+	}
+	dirs, err := dnsmasqimport.ReadUnder(root, paths)
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
+		return config.File{}, nil, exitFail
+	}
+	source := "dnsmasq's " + strings.Join(paths, ", ")
+	im := dnsmasqimport.Import(strings.Join(paths, ", "), dirs)
+	im.File.Header[0] = "towerd configuration imported from " + strings.Join(paths, ", ") + " by `towerd install --from-dnsmasq`."
+	info := &systemd.ImportedConfig{Source: source}
+	for _, z := range im.File.Zones {
+		if z.Name == "." && len(z.Servers) > 0 {
+			info.RootServers = true
+		}
+	}
+	// The import, completed the way install will, must be a config towerd
+	// starts with.
+	check := config.InstallSettings{Listen: []string{"127.0.0.1:53"}, ResolvConf: "/dev/null"}.Complete(im.File).Render()
+	cfg := config.DefaultConfig()
+	if err := config.Decode(check, "(imported)", &cfg); err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: the imported configuration is not valid: %v\n", err)
+		return config.File{}, nil, exitFail
+	}
+	for _, n := range im.Notes {
+		fmt.Fprintln(stderr, n)
+	}
+	return im.File, info, exitOK
 }
 
 // importDnsmasqCommand is `towerd import-dnsmasq FILE`: the TOML goes to

@@ -249,3 +249,49 @@ func TestAdminErrorNamesLineInTable(t *testing.T) {
 		t.Fatalf("error %v, want it at towerd.toml:7", err)
 	}
 }
+
+// consul.token_file may name ${CREDENTIALS_DIRECTORY}, which systemd sets
+// inside towerd.service for LoadCredential= (issue 14): expanded there,
+// and outside the service (towerd check by hand) not read but noted. No
+// other variable is expanded.
+func TestTokenFileInCredentialsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "consul-token"), []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "towerd.toml")
+	if err := os.WriteFile(cfgPath, []byte("[consul]\ntoken_file = \"${CREDENTIALS_DIRECTORY}/consul-token\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	cfg, err := Load(cfgPath, false)
+	if err != nil {
+		t.Fatalf("outside the service: %v", err)
+	}
+	if cfg.Consul.TokenFile != "${CREDENTIALS_DIRECTORY}/consul-token" ||
+		!strings.Contains(cfg.Consul.CredentialsNote(), "read inside towerd.service only") {
+		t.Errorf("outside the service: token_file %q, note %q", cfg.Consul.TokenFile, cfg.Consul.CredentialsNote())
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", dir)
+	cfg, err = Load(cfgPath, false)
+	if err != nil {
+		t.Fatalf("inside the service: %v", err)
+	}
+	if cfg.Consul.TokenFile != filepath.Join(dir, "consul-token") || cfg.Consul.CredentialsNote() != "" {
+		t.Errorf("inside the service: token_file %q, note %q", cfg.Consul.TokenFile, cfg.Consul.CredentialsNote())
+	}
+	// Inside the service a missing credential is an error like any file.
+	if err := os.Remove(filepath.Join(dir, "consul-token")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(cfgPath, false); err == nil || !strings.Contains(err.Error(), "consul.token_file") {
+		t.Errorf("missing credential: %v", err)
+	}
+
+	t.Setenv("HOME", dir)
+	if got, ok := ExpandCredentials("$HOME/token"); !ok || got != "$HOME/token" {
+		t.Errorf("ExpandCredentials expanded another variable: %q", got)
+	}
+}

@@ -67,7 +67,13 @@ func (c ConsulConfig) validate() error {
 	if c.Token != "" && c.TokenFile != "" {
 		return keyErr("consul.token_file", "set consul.token or consul.token_file, not both")
 	}
-	for key, path := range map[string]string{"consul.token_file": c.TokenFile, "consul.tls_ca_file": c.TLSCAFile} {
+	tokenFile, ok := ExpandCredentials(c.TokenFile)
+	if !ok {
+		// Only towerd.service has the credential: check-config outside
+		// it cannot read the file, which is no error.
+		tokenFile = ""
+	}
+	for key, path := range map[string]string{"consul.token_file": tokenFile, "consul.tls_ca_file": c.TLSCAFile} {
 		if path == "" {
 			continue
 		}
@@ -106,4 +112,43 @@ func (c ConsulConfig) validate() error {
 		return keyErr("consul.answer_ttl", "DNS TTLs are whole seconds (got %v)", c.AnswerTTL)
 	}
 	return nil
+}
+
+// credentialsVar is the one variable consul.token_file may name: systemd
+// sets it to the service's private credentials directory
+// (/run/credentials/towerd.service) when the unit loads a credential
+// (LoadCredential=consul-token:/etc/towerd/consul-token). towerd runs as a
+// DynamicUser= and cannot read a root-only token file itself.
+const credentialsVar = "CREDENTIALS_DIRECTORY"
+
+// ExpandCredentials expands ${CREDENTIALS_DIRECTORY} (or
+// $CREDENTIALS_DIRECTORY) in path, and nothing else: a "$" in any other
+// place stays as it is, so a path is never changed by an unrelated
+// variable of the environment. ok is false when path names the variable
+// and it is not set: outside towerd.service (towerd check run by hand),
+// the credential exists only inside the service.
+func ExpandCredentials(path string) (expanded string, ok bool) {
+	if !strings.Contains(path, "$"+credentialsVar) && !strings.Contains(path, "${"+credentialsVar+"}") {
+		return path, true
+	}
+	dir, set := os.LookupEnv(credentialsVar)
+	if !set || dir == "" {
+		return path, false
+	}
+	expanded = strings.ReplaceAll(path, "${"+credentialsVar+"}", dir)
+	return strings.ReplaceAll(expanded, "$"+credentialsVar, dir), true
+}
+
+// CredentialsNote is what towerd check says of a consul.token_file it
+// cannot read because it lives in towerd.service's credentials; "" when
+// there is nothing to say.
+func (c ConsulConfig) CredentialsNote() string {
+	if !c.Enabled || c.TokenFile == "" {
+		return ""
+	}
+	if _, ok := ExpandCredentials(c.TokenFile); ok {
+		return ""
+	}
+	return "consul.token_file " + c.TokenFile + ": read inside towerd.service only ($" + credentialsVar +
+		" is set there by LoadCredential=; not checked here)"
 }

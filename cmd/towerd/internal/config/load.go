@@ -59,6 +59,9 @@ func Load(path string, optional bool) (Config, error) {
 	if err := Decode(data, path, &cfg); err != nil {
 		return cfg, err
 	}
+	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
+		cfg.Consul.TokenFile = p
+	}
 	if err := cfg.Validate(); err != nil {
 		var ce *Error
 		if errors.As(err, &ce) {
