@@ -25,6 +25,9 @@ type Config struct {
 	Allow []string `toml:"allow"`
 	// QueryTimeout: the longest a client waits when nothing usable is cached.
 	QueryTimeout Duration `toml:"query_timeout"`
+	// MaxUDPSize: bytes; UDP answers stop at min(the client's EDNS size,
+	// this) and set TC past it (DNS Flag Day 2020). 512 to 65535.
+	MaxUDPSize int `toml:"max_udp_size"`
 	// ResolvConf: file whose nameservers serve zone "." when it lists none;
 	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
 	ResolvConf string `toml:"resolv_conf"`
@@ -124,6 +127,7 @@ func DefaultConfig() Config {
 		Listen:       []string{"127.0.0.1:53"},
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
+		MaxUDPSize:   1232,
 		LogLevel:     "info",
 		LogFormat:    "text",
 		StateDir:     DefaultStateDir,

@@ -152,6 +152,9 @@ func (c *Config) Validate() error {
 			return keyErr(fmt.Sprintf("allow[%d]", i), "%q is not a network in CIDR form (e.g. \"10.0.0.0/8\")", a)
 		}
 	}
+	if c.MaxUDPSize < 512 || c.MaxUDPSize > 65535 {
+		return keyErr("max_udp_size", "must be between 512 and 65535 bytes (got %d)", c.MaxUDPSize)
+	}
 	if c.QueryTimeout.Duration <= 0 {
 		return keyErr("query_timeout", "must be positive (got %v)", c.QueryTimeout)
 	}

@@ -186,6 +186,7 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 func (d *Daemon) handlerConfig(cfg config.Config) resolver.Config {
 	rcfg := resolver.Config{
 		QueryTimeout:       cfg.QueryTimeout.Duration,
+		MaxUDPSize:         cfg.MaxUDPSize,
 		UpstreamTimeout:    cfg.Upstream.Timeout.Duration,
 		MaxInflight:        cfg.Upstream.MaxInflight,
 		Prefetch:           cfg.Cache.Prefetch,
