@@ -153,10 +153,19 @@ func (g *Group) Close() error {
 // When the last attempt ended in SERVFAIL or REFUSED its reply is returned
 // with a *RcodeError; otherwise the last error is.
 func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	reply, _, err := g.ExchangeFrom(ctx, m)
+	return reply, err
+}
+
+// ExchangeFrom is Exchange that also names the server (host:port) whose
+// reply it returns, "" when there is none: the query log says which
+// upstream answered (issue 15).
+func (g *Group) ExchangeFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
 	order := g.usable()
 	var (
-		lastReply *dns.Msg
-		lastErr   error
+		lastReply  *dns.Msg
+		lastErr    error
+		lastServer string
 	)
 	for attempt := 0; attempt < g.opts.MaxAttempts; attempt++ {
 		if ctx.Err() != nil {
@@ -165,11 +174,12 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 			}
 			break
 		}
-		reply, err := g.attempt(ctx, order[attempt%len(order)], m)
+		s := order[attempt%len(order)]
+		reply, err := g.attempt(ctx, s, m)
 		if err == nil {
-			return reply, nil
+			return reply, s.plain.Address(), nil
 		}
-		lastReply, lastErr = reply, err
+		lastReply, lastErr, lastServer = reply, err, s.plain.Address()
 		if ErrorKind(err) == KindOther {
 			// A query we cannot pack or a cancelled caller: another server
 			// would fare no better.
@@ -178,9 +188,9 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	}
 	var rcodeErr *RcodeError
 	if errors.As(lastErr, &rcodeErr) {
-		return lastReply, lastErr
+		return lastReply, lastServer, lastErr
 	}
-	return nil, lastErr
+	return nil, "", lastErr
 }
 
 // usable lists the servers to try, in configured order: the healthy ones, or
