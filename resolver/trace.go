@@ -47,3 +47,13 @@ func (w *traceWriter) Close() error        { return nil }
 func (w *traceWriter) TsigStatus() error   { return nil }
 func (w *traceWriter) TsigTimersOnly(bool) {}
 func (w *traceWriter) Hijack()             {}
+
+// RecordsCover reports whether the running configuration's RecordSource
+// (the Consul watch) may answer name, and whether there is one at all.
+func (h *Handler) RecordsCover(name string) (covered, on bool) {
+	s := h.settings.Load()
+	if s.Records == nil {
+		return false, false
+	}
+	return s.Records.Covers([]byte(dns.CanonicalName(name))), true
+}
