@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
@@ -394,6 +396,9 @@ func lookupCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	form := url.Values{"name": {pos[0]}}
 	if len(pos) == 2 {
+		if _, ok := dns.StringToType[strings.ToUpper(pos[1])]; !ok {
+			return c.usageError("%q is not a DNS type (A, AAAA, MX, SRV, TXT...)", pos[1])
+		}
 		form.Set("type", pos[1])
 	}
 	var rep admin.LookupReport
