@@ -278,3 +278,80 @@ func TestCLIReload(t *testing.T) {
 		t.Errorf("after a rejected reload: %v %v", r, err)
 	}
 }
+
+// `towerd check` with the built binary: config messages name the key and
+// what it wants (no Go type names), host names in servers are refused as
+// such, a missing -config file is named, and a valid config whose listen
+// addresses allow does not cover passes with a warning.
+func TestCheckMessagesAndWarnings(t *testing.T) {
+	t.Parallel()
+	def, consul := newTestUpstream(t), newTestUpstream(t)
+	zones := zonesFor(def, consul)
+	for _, tc := range []struct {
+		body string
+		want string
+	}{
+		{"[cache]\nsize = \"10\"\n" + zones, `:2: key "cache.size": want an integer, got string "10"`},
+		{"query_timeout = 2\n" + zones, `:1: key "query_timeout": want a duration string such as "30s", got 2`},
+		{"[[zone]]\nname = \"corp.\"\nservers = [\"ns1.corp.example\"]\n" + zones, `:3: key "zone[0].servers[0]": "ns1.corp.example" is a host name; servers must be IP addresses`},
+		{"[[zone]]\nname = \"corp.\"\nservers = [\"10.0.0.300\"]\n" + zones, `:3: key "zone[0].servers[0]": "10.0.0.300" is not an IP address (each of the four numbers goes from 0 to 255)`},
+	} {
+		path := writeConfig(t, tc.body)
+		_, stderr := cli(t, 2, "check", "-config", path)
+		mustContain(t, "check", stderr, path+tc.want)
+		for _, leak := range []string{"config.", "main.", "missing port", "of type"} {
+			if strings.Contains(stderr, leak) {
+				t.Errorf("check message contains %q: %s", leak, stderr)
+			}
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "nope.toml")
+	_, stderr := cli(t, 2, "check", "-config", missing)
+	mustContain(t, "check of a missing file", stderr, "config file "+missing+" does not exist")
+
+	path := writeConfig(t, "listen = [\"0.0.0.0:5353\", \"192.0.2.7:53\"]\nallow = [\"127.0.0.0/8\"]\n"+zones)
+	out, stderr := cli(t, 0, "check", "-config", path)
+	mustContain(t, "check stdout", out, "config ok: listen 0.0.0.0:5353, 192.0.2.7:53")
+	mustContain(t, "check warnings", stderr,
+		"warning: listen 0.0.0.0:5353 takes queries on every interface, but allow (127.0.0.0/8) admits only loopback clients",
+		"warning: listen 192.0.2.7:53 is not loopback and allow (127.0.0.0/8) does not cover its network")
+	path = writeConfig(t, "listen = [\"127.0.0.1:5353\"]\n"+zones)
+	if _, stderr := cli(t, 0, "check", "-config", path); stderr != "" {
+		t.Errorf("check of a loopback config warns: %s", stderr)
+	}
+}
+
+// `towerd version`, /stats and `towerd stats` show the version set with
+// -ldflags (the Makefile's VERSION), and the Go version that built it.
+func TestVersionFromLdflags(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "towerd")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.9.9-test", "-o", bin, "../cmd/towerd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "towerd v0.9.9-test" {
+		t.Fatalf("version: %q %v", out, err)
+	}
+	def, consul := newTestUpstream(t), newTestUpstream(t)
+	p := startProcess(t, exec.Command(bin, "-config", "", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
+		"-upstream", def.Addr, "-consul-dns", consul.Addr, "-consul-http", "off", "-state-dir", ""))
+	d := &towerd{process: p}
+	t.Cleanup(func() { d.stopAndCheck(t) })
+	m, err := p.stderr.waitFor(adminLine, readyTimeout, p.exited)
+	if err != nil {
+		t.Fatalf("no admin server: %v\n%s", err, p.stderr)
+	}
+	if _, err := p.stderr.waitFor(servingLine, readyTimeout, p.exited); err != nil {
+		t.Fatalf("not serving: %v", err)
+	}
+	body := string(adminGet(t, m[1], "/stats"))
+	mustContain(t, "/stats", body, `"version": "v0.9.9-test"`, `"go_version": "go1.`)
+	stats, _ := cli(t, 0, "stats", "-admin", m[1])
+	mustContain(t, "towerd stats", stats, "towerd v0.9.9-test (go1.")
+	metrics := string(adminGet(t, m[1], "/metrics"))
+	if !regexp.MustCompile(`towerd_build_info\{goversion="go1\.[^"]+",version="v0\.9\.9-test"\} 1`).MatchString(metrics) {
+		t.Errorf("no towerd_build_info with the version in /metrics")
+	}
+}

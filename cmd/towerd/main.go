@@ -205,6 +205,7 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		if source != "" {
 			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
 		}
+		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)

@@ -35,6 +35,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.opts.ZonesSource != "" {
 		d.log.Info("zone \".\" servers taken from the system", "file", d.opts.ZonesSource)
 	}
+	for _, w := range d.cfg.Warnings() {
+		d.log.Warn(w)
+	}
 
 	signals := make(chan os.Signal, 1)
 	if d.opts.Signals {
