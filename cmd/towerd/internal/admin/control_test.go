@@ -16,7 +16,10 @@ import (
 func TestControlWritesArePostAndSameOrigin(t *testing.T) {
 	ta := newTestAdmin(t)
 	reloads := 0
-	ta.SetReloader(func() (ReloadResult, error) { reloads++; return ReloadResult{Applied: []string{"upstream.timeout"}}, nil })
+	ta.SetReloader(func() (ReloadResult, error) {
+		reloads++
+		return ReloadResult{Applied: []string{"upstream.timeout"}}, nil
+	})
 	crossSite := http.Header{"Origin": {"https://evil.example"}, "Sec-Fetch-Site": {"cross-site"}}
 	for _, tc := range []struct {
 		path string
