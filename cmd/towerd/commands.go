@@ -105,8 +105,12 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: towerd [SUBCOMMAND] [flags] [args]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "subcommands:")
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-50s  %s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+		width = max(width, len(strings.TrimSpace(c.name+" "+c.synopsis)))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "towerd help SUBCOMMAND" or "towerd SUBCOMMAND -h" for its flags; "towerd serve -h" for the daemon's.`)

@@ -250,8 +250,10 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 			answer = "(NODATA)"
 		}
 		name := e.Name
-		if flags := strings.TrimPrefix(e.Key, e.Name+" "+e.Type); flags != e.Key && flags != "" {
-			name += flags // " +do", " +cd"
+		for _, f := range strings.Fields(e.Key) {
+			if strings.HasPrefix(f, "+") {
+				name += " " + f // "+do", "+cd": answers kept apart for DNSSEC-aware clients
+			}
 		}
 		fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", name, e.Type, e.State, secs(e.TTLSeconds), age, answer)
 	}
