@@ -188,6 +188,9 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		return
 	}
 	if fl.err != nil {
+		if stale == nil {
+			r.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
+		}
 		h.fail(a, stale, record)
 		return
 	}

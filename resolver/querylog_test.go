@@ -75,6 +75,7 @@ func TestQueryLogLines(t *testing.T) {
 	if r := e.query("www.example."); !hasEDE(r, dns.ExtendedErrorCodeStaleAnswer) {
 		t.Fatalf("want a stale answer, got %v", r)
 	}
+	e.query("bad.example.")        // SERVFAIL from the upstream, nothing stale
 	e.query("web.service.consul.") // the RecordSource
 	e.h.SetLogQueries(false)
 	e.query("fresh.example.")
@@ -84,6 +85,7 @@ func TestQueryLogLines(t *testing.T) {
 		{"name": "fresh.example.", "source": "cache", "rcode": "NOERROR"},
 		{"name": "www.example.", "source": "cache", "rcode": "NOERROR"},
 		{"name": "www.example.", "source": "stale", "rcode": "NOERROR"},
+		{"name": "bad.example.", "source": "upstream", "upstream": e.up.addr, "rcode": "SERVFAIL"},
 		{"name": "web.service.consul.", "source": "consul", "rcode": "NOERROR"},
 	}
 	got := out.lines(t)

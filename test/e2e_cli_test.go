@@ -355,3 +355,21 @@ func TestVersionFromLdflags(t *testing.T) {
 		t.Errorf("no towerd_build_info with the version in /metrics")
 	}
 }
+
+// Servers of zone "." read from resolv_conf: a reload after the file
+// changed says so, although towerd.toml did not change. No query is sent
+// to those servers (loopback addresses on port 53, which resolv.conf
+// implies; nothing needs to answer there).
+func TestCLIReloadResolvConf(t *testing.T) {
+	t.Parallel()
+	consul := newTestUpstream(t)
+	rc := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(rc, []byte("nameserver 127.0.0.201\n"), 0o600)
+	path := writeConfig(t, fmt.Sprintf("listen = [\"127.0.0.1:0\"]\nresolv_conf = %q\n[[zone]]\nname = \".\"\nservers = []\n[[zone]]\nname = \"consul.\"\nservers = [%q]\n", rc, consul.Addr))
+	d := startTowerd(t, "-config", path)
+	out, _ := cli(t, 0, "reload", "-admin", d.Admin)
+	mustContain(t, "reload with resolv.conf unchanged", out, "reloaded: nothing changed")
+	os.WriteFile(rc, []byte("nameserver 127.0.0.202\n"), 0o600)
+	out, _ = cli(t, 0, "reload", "-admin", d.Admin)
+	mustContain(t, "reload after resolv.conf changed", out, "applied:         zone servers (from resolv.conf)")
+}

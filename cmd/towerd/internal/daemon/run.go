@@ -158,13 +158,18 @@ func (d *Daemon) shutdown(why string) {
 func (d *Daemon) reload() (admin.ReloadResult, error) {
 	d.sdReloading()
 	defer d.sdReloaded()
-	cfg, groups, err := d.prepareReload()
+	cfg, zones, groups, err := d.prepareReload()
 	if err != nil {
 		d.log.Error("reload rejected; the running configuration stays", "err", err)
 		d.tel.RecordReload(time.Now(), err)
 		return admin.ReloadResult{}, err
 	}
 	res := reloadResult(d.cfg, cfg, d.adminCfg)
+	if !slices.Contains(res.Applied, "zone") && !slices.EqualFunc(d.zones, zones, sameZone) {
+		// The file did not change them: resolv.conf, read for zone ".", did.
+		res.Applied = append(res.Applied, "zone servers (from resolv.conf)")
+	}
+	d.zones = zones
 	d.applyReload(cfg, groups)
 	d.tel.RecordReload(time.Now(), nil)
 	d.log.Info("reloaded", "config", d.opts.ConfigFile, "applied", strings.Join(res.Applied, " "),
@@ -197,24 +202,29 @@ func reloadResult(old, cfg config.Config, adminCfg config.AdminConfig) admin.Rel
 
 // prepareReload reads the new configuration and hands the handler its new
 // zones; nothing else has changed when it fails.
-func (d *Daemon) prepareReload() (config.Config, []*upstream.Group, error) {
+func (d *Daemon) prepareReload() (config.Config, []config.ZoneConfig, []*upstream.Group, error) {
 	cfg, err := d.reloadConfig()
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	zones, _, err := cfg.ForwardZones("/")
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	if err := d.handler.Reconfigure(rcfg); err != nil {
 		closeGroups(groups)
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
-	return cfg, groups, nil
+	return cfg, zones, groups, nil
+}
+
+// sameZone compares two forwarded zones, servers in order.
+func sameZone(a, b config.ZoneConfig) bool {
+	return a.Name == b.Name && slices.Equal(a.Servers, b.Servers)
 }
 
 // applyReload makes the rest of the daemon follow a configuration the
