@@ -76,6 +76,10 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 
 	_, stderr := cli(t, 2, "stat")
 	mustContain(t, "towerd stat", stderr, `unknown subcommand "stat" (did you mean "stats"?)`, "subcommands:", "  lookup NAME")
+	_, stderr = cli(t, 2, "cache")
+	mustContain(t, "towerd cache", stderr, "towerd cache: name a subcommand: list, dump, load", "subcommands:")
+	out, _ = cli(t, 0, "help", "cache")
+	mustContain(t, "help cache", out, "usage: towerd cache list", "usage: towerd cache dump FILE", "usage: towerd cache load FILE")
 	_, stderr = cli(t, 2, "cache", "show")
 	mustContain(t, "towerd cache show", stderr, `unknown subcommand "cache show"`, "  cache list")
 	for _, args := range [][]string{{"flush", "-bogus"}, {"lookup", "x.example.", "--nope"}, {"stats", "-bogus"}, {"reload", "-bogus"}} {

@@ -46,7 +46,7 @@ func init() {
 	}
 }
 
-// lookupCommand finds the entry args start with (two words for a group)
+// findCommand finds the entry args start with (two words for a group)
 // and the arguments left for it.
 func findCommand(args []string) (*command, []string) {
 	if len(args) >= 2 {
@@ -65,13 +65,17 @@ func findCommand(args []string) (*command, []string) {
 }
 
 // isGroup reports whether word starts two-word subcommands ("cache").
-func isGroup(word string) bool {
+func isGroup(word string) bool { return len(groupMembers(word)) > 0 }
+
+// groupMembers are the second words of group's subcommands: "list dump load".
+func groupMembers(group string) []string {
+	var members []string
 	for _, c := range commands {
-		if first, _, two := strings.Cut(c.name, " "); two && first == word {
-			return true
+		if first, second, two := strings.Cut(c.name, " "); two && first == group {
+			members = append(members, second)
 		}
 	}
-	return false
+	return members
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -85,7 +89,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd, rest := findCommand(args)
 	if cmd == nil {
 		name := args[0]
-		if isGroup(name) && len(args) > 1 {
+		switch {
+		case isGroup(name) && len(args) == 1:
+			fmt.Fprintf(stderr, "towerd %s: name a subcommand: %s\n\n", name, strings.Join(groupMembers(name), ", "))
+			usage(stderr)
+			return exitConfig
+		case isGroup(name):
 			name += " " + args[1]
 		}
 		fmt.Fprintf(stderr, "towerd: unknown subcommand %q%s\n\n", name, suggestion(name))
@@ -156,6 +165,15 @@ func editDistance(a, b string) int {
 func helpCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stdout)
+		return exitOK
+	}
+	if len(args) == 1 && isGroup(args[0]) {
+		for _, member := range groupMembers(args[0]) {
+			if code := helpCommand([]string{args[0], member}, stdout, stderr); code != exitOK {
+				return code
+			}
+			fmt.Fprintln(stdout)
+		}
 		return exitOK
 	}
 	cmd, rest := findCommand(args)

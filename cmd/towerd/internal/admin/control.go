@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -154,12 +156,17 @@ func typeName(t uint16) string {
 // serveCacheDump writes the cache in the state directory's format
 // (cache.Dump), for `towerd cache dump`.
 func (a *Server) serveCacheDump(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/octet-stream")
-	n, err := a.cache.Dump(w)
+	// Into memory first (a few MiB at the default cache.size), so that a
+	// failure is an error status, never a 200 with half a snapshot.
+	var buf bytes.Buffer
+	n, err := a.cache.Dump(&buf)
 	if err != nil {
-		a.log.Warn("cache dump through the admin API failed", "err", err)
-		return // the client sees a body whose checksum does not match
+		http.Error(w, "dumping the cache: "+err.Error(), http.StatusInternalServerError)
+		return
 	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, _ = w.Write(buf.Bytes()) // fails only when the client went away
 	a.log.Info("cache dumped through the admin API", "entries", n)
 }
 
