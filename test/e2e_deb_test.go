@@ -22,7 +22,7 @@ import (
 // The commands towerd has today; the package test also requires every
 // command the packaged binary's `towerd help` lists, so commands added
 // later are checked without touching this list.
-var packagedCommands = []string{"serve", "check", "stats", "install", "uninstall", "import-dnsmasq", "drill", "version"}
+var packagedCommands = []string{"serve", "check", "stats", "reload", "flush", "cache", "lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "completion", "version", "help"}
 
 // commandTimeout bounds every program these tests run but make deb's build.
 const commandTimeout = 60 * time.Second

@@ -37,52 +37,6 @@ const (
 	exitConfig = 2 // bad flags or configuration
 )
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			fmt.Fprintln(stdout, "towerd", version)
-			return exitOK
-		case "check":
-			return serveCommand(args[1:], stdout, stderr, true)
-		case "stats":
-			return statsCommand(args[1:], stdout, stderr) // tools.go
-		case "install", "uninstall":
-			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // tools.go
-		case "import-dnsmasq":
-			return importDnsmasqCommand(args[1:], stdout, stderr) // tools.go
-		case "drill":
-			return drillCommand(args[1:], stdout, stderr) // tools.go
-		case "serve":
-			args = args[1:]
-		case "help":
-			usage(stderr)
-			return exitOK
-		}
-	}
-	return serveCommand(args, stdout, stderr, false)
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: towerd [serve] [flags]   run the resolver (the default)
-       towerd check [flags]     validate the configuration and exit
-       towerd stats [-admin ADDR] [--json]
-                                show a running towerd's figures
-       towerd install [--root DIR] [--dry-run] [--upstream ADDRS] [--docker]
-                      [--from-dnsmasq [FILE|DIR]] [--activate]
-                                make towerd the node's resolver (files only,
-                                unless --activate)
-       towerd uninstall [--root DIR] [--dry-run]
-                                undo what install did
-       towerd import-dnsmasq FILE
-                                turn a dnsmasq configuration into towerd's
-       towerd drill [flags]     rehearse a bad upstream day in-process (towerd drill -h)
-       towerd version           print the version
-
-Run "towerd -h" for the flags.
-`)
-}
-
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level)) // validated already
@@ -271,6 +225,7 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 			fmt.Fprintf(stdout, "  (%s)\n", note)
 		}
 		warnNoRootServers(stderr, zones, source)
+		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)

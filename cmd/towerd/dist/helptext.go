@@ -158,8 +158,8 @@ func helpOf(binary string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// readCLI asks the binary for its command list (`towerd help`), the daemon's
-// flags (`towerd -h`) and each command's flags (`towerd NAME -h`).
+// readCLI asks the binary for its command list (`towerd help`) and each
+// command's flags (`towerd NAME -h`; the daemon's are `towerd serve -h`).
 func readCLI(binary string) (overview string, cmds []*command, err error) {
 	overview, err = helpOf(binary, "help")
 	if err != nil {
@@ -173,11 +173,7 @@ func readCLI(binary string) (overview string, cmds []*command, err error) {
 		if c.Name == "version" || c.Name == "help" {
 			continue // `towerd version -h` prints the version; neither has flags
 		}
-		args := []string{c.Name, "-h"}
-		if c.Name == "serve" {
-			args = []string{"-h"}
-		}
-		if c.FlagHelp, err = helpOf(binary, args...); err != nil {
+		if c.FlagHelp, err = helpOf(binary, c.Name, "-h"); err != nil {
 			return "", nil, err
 		}
 		c.Flags = parseFlags(c.FlagHelp)

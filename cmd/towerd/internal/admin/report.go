@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 // Prometheus's histogram_quantile does, so they match the dashboard.
 type Report struct {
 	Version        string        `json:"version"`
+	GoVersion      string        `json:"go_version"` // the toolchain that built this towerd
+	LogQueries     bool          `json:"log_queries"`
 	Started        time.Time     `json:"started"`
 	UptimeSeconds  float64       `json:"uptime_seconds"`
 	Ready          bool          `json:"ready"`
@@ -137,6 +140,8 @@ func (a *Server) report() (Report, error) {
 	r := buildReport(indexFamilies(mfs), v.Groups)
 	now := a.now()
 	r.Version = a.version
+	r.GoVersion = runtime.Version()
+	r.LogQueries = a.handler.LogQueries()
 	r.Started = a.tel.started
 	r.UptimeSeconds = now.Sub(a.tel.started).Seconds()
 	r.Ready = a.ready.Load()

@@ -35,6 +35,11 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// LogFormat: text or json.
 	LogFormat string `toml:"log_format"`
+	// LogQueries: one log line per answered query (client, name, type,
+	// rcode, source, upstream, duration), written whatever log_level says.
+	// `towerd log-queries on|off` switches it at runtime; a reload applies
+	// this key only when its value in the file changed.
+	LogQueries bool `toml:"log_queries"`
 	// StateDir: where the cache is saved on stop and loaded on start
 	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
 	StateDir string `toml:"state_dir"`

@@ -295,3 +295,21 @@ func TestTokenFileInCredentialsDirectory(t *testing.T) {
 		t.Errorf("ExpandCredentials expanded another variable: %q", got)
 	}
 }
+
+// Changed names the keys a reload changes, as the file spells them.
+func TestChangedKeys(t *testing.T) {
+	a := DefaultConfig()
+	b := DefaultConfig()
+	if got := Changed(a, b); len(got) != 0 {
+		t.Fatalf("Changed(default, default) = %v", got)
+	}
+	b.Listen = []string{"127.0.0.1:1053"}
+	b.Upstream.Timeout = Dur(2 * time.Second)
+	b.Zones = []ZoneConfig{{Name: "corp.", Servers: []string{"192.0.2.53"}}}
+	b.LogQueries = true
+	b.Consul.Enabled = !a.Consul.Enabled
+	got := strings.Join(Changed(a, b), " ")
+	if want := "listen log_queries upstream.timeout zone consul.enabled"; got != want {
+		t.Errorf("Changed = %q, want %q", got, want)
+	}
+}

@@ -53,6 +53,9 @@ func Load(path string, optional bool) (Config, error) {
 	if errors.Is(err, os.ErrNotExist) && optional {
 		return cfg, nil
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return cfg, fmt.Errorf("config file %s does not exist (a file named with -config must exist; without -config towerd reads %s if it is there, else uses built-in defaults)", path, DefaultPath)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
@@ -91,9 +94,15 @@ func Decode(data []byte, path string, cfg *Config) error {
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, _ := de.Position()
+		line, col := de.Position()
 		return &Error{File: path, Line: line, Key: strings.Join(de.Key(), "."),
-			Msg: strings.TrimPrefix(de.Error(), "toml: ")}
+			Msg: friendlyDecodeMsg(strings.TrimPrefix(de.Error(), "toml: "), data, line, col)}
+	}
+	if m := notADuration.FindStringSubmatch(err.Error()); m != nil {
+		// A bare number for a duration: the decoder gives no place.
+		key, line := locateBareValue(data, m[1])
+		return &Error{File: path, Line: line, Key: key,
+			Msg: fmt.Sprintf(`want a duration string such as "30s", got %s (a duration is quoted and has a unit)`, m[1])}
 	}
 	return &Error{File: path, Msg: err.Error()}
 }
@@ -230,7 +239,7 @@ func (c *Config) Validate() error {
 			return keyErr(fmt.Sprintf("zone[%d].servers", i), "zone %q needs at least one server", name)
 		}
 		for j, srv := range z.Servers {
-			if _, err := resolvconf.NormalizeAddress(srv); err != nil {
+			if err := checkServer(srv); err != nil {
 				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
 			}
 		}

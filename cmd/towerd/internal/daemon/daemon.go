@@ -97,7 +97,7 @@ type Daemon struct {
 	resolvChanges prometheus.Counter
 	followEvent   func(what string, servers []string)
 
-	reloads  chan chan error
+	reloads  chan chan reloadOutcome
 	quit     chan struct{}
 	quitOnce sync.Once
 	ready    chan struct{} // closed once every listener serves
@@ -108,7 +108,7 @@ type Daemon struct {
 // error nothing is left running and the error was logged; errors.Is(err,
 // ErrConfig) tells a configuration problem from a system one.
 func New(opts Options) (*Daemon, error) {
-	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan error), quit: make(chan struct{}),
+	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan reloadOutcome), quit: make(chan struct{}),
 		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
 	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
 	if err != nil {
@@ -140,6 +140,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
+	h.SetLogQueries(cfg.LogQueries)
 
 	d.server = &resolver.Server{
 		Handler: h,
