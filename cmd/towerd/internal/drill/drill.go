@@ -195,7 +195,7 @@ func Run(o Options, stdout io.Writer) (passed bool, err error) {
 	targets := []target{{
 		what:   "names answered in the warm-up",
 		figure: fmt.Sprintf("%d/%d", warmed, len(l.names)),
-		goal:   fmt.Sprintf("all, within %v (took %v)", p.warmup, warmTook.Round(100*time.Millisecond)),
+		goal:   fmt.Sprintf("all, asked for at most %v (took %s)", p.warmup, formatLatency(warmTook)),
 		met:    warmed == len(l.names),
 	}}
 	for _, row := range []pathSummary{r.faultsThrough, r.blackhole, r.back} {
@@ -212,7 +212,7 @@ func Run(o Options, stdout io.Writer) (passed bool, err error) {
 	if after, ok := r.stale.after(); ok {
 		staleTarget.figure, staleTarget.met = formatLatency(after), after < p.staleWithin
 	}
-	recoveryTarget := target{what: "recovery after the upstream returns", figure: "not yet",
+	recoveryTarget := target{what: "recovery after the upstream returns", figure: "not seen",
 		goal: fmt.Sprintf("under %v%s", p.recoverWithin, p.recoverWhy)}
 	if took, ok := r.recovered.recovery(); ok {
 		recoveryTarget.figure, recoveryTarget.met = formatLatency(took), took < p.recoverWithin
