@@ -92,17 +92,22 @@ func (o *Options) plan() plan {
 	if max := cfg.Cache.MaxTTL.Duration; max > 0 && p.ttl > max {
 		p.ttl = max
 	}
-	var clientTimeout, recheck time.Duration
-	if cfg.ServeStale.Enabled {
-		clientTimeout, recheck = cfg.ServeStale.ClientTimeout.Duration, cfg.ServeStale.FailureRecheck.Duration
+	stale := cfg.ServeStale
+	if p.staleWithin == 0 && stale.Enabled {
+		p.staleWithin = p.ttl + stale.ClientTimeout.Duration + 2*time.Second
+		p.staleWhy = fmt.Sprintf(" (TTL %v + client_timeout %v + 2s)", p.ttl, stale.ClientTimeout)
 	}
 	if p.staleWithin == 0 {
-		p.staleWithin = p.ttl + clientTimeout + 2*time.Second
-		p.staleWhy = fmt.Sprintf(" (TTL %v + client_timeout %v + 2s)", p.ttl, clientTimeout)
+		p.staleWithin = p.ttl + 2*time.Second
+		p.staleWhy = fmt.Sprintf(" (TTL %v + 2s; serve_stale is off in this config)", p.ttl)
+	}
+	if p.recoverWithin == 0 && stale.Enabled {
+		p.recoverWithin = stale.FailureRecheck.Duration + 5*time.Second
+		p.recoverWhy = fmt.Sprintf(" (failure_recheck %v + 5s)", stale.FailureRecheck)
 	}
 	if p.recoverWithin == 0 {
-		p.recoverWithin = recheck + 5*time.Second
-		p.recoverWhy = fmt.Sprintf(" (failure_recheck %v + 5s)", recheck)
+		p.recoverWithin = 5 * time.Second
+		p.recoverWhy = " (5s; serve_stale is off in this config)"
 	}
 	if p.blackhole == 0 {
 		p.blackhole = p.staleWithin + time.Second
@@ -133,10 +138,13 @@ func (o *Options) Check() error {
 		return errors.New("-p99 must be above 0, -stale-within and -recover-within not negative")
 	case o.Warmup <= 0 || o.Warmup > maxDuration:
 		return fmt.Errorf("-warmup %v: want above 0 and at most %v", o.Warmup, maxDuration)
-	case o.Duration < time.Second/time.Duration(o.Rate):
-		return fmt.Errorf("-duration %v is shorter than one query of each client at -rate %d", o.Duration, o.Rate)
 	case o.Blackhole < 0 || o.Recovery < 0:
 		return errors.New("-blackhole and -recovery must not be negative")
+	}
+	if int64(o.Names) > int64(o.Clients)*int64(o.Rate)*int64(o.Duration/time.Second) {
+		// Phase 1's p99 is the cached names' figure and phase 3 waits for
+		// a fresh answer to every name: each must be asked again and again.
+		return fmt.Errorf("-names %d: the clients ask fewer queries than that in -duration %v; raise -clients or -rate, or lower -names", o.Names, o.Duration)
 	}
 	p := o.plan()
 	for _, d := range []struct {
@@ -145,6 +153,9 @@ func (o *Options) Check() error {
 	}{{"-duration", p.faults}, {"-blackhole", p.blackhole}, {"-recovery", p.recoveryMax}} {
 		if d.v > maxDuration {
 			return fmt.Errorf("%s %v: at most %v (set it, or the target it is derived from)", d.flag, d.v, maxDuration)
+		}
+		if d.v < time.Second/time.Duration(o.Rate) {
+			return fmt.Errorf("%s %v is shorter than one query of each client at -rate %d", d.flag, d.v, o.Rate)
 		}
 		if int64(o.Clients)*int64(o.Rate)*int64(d.v/time.Second+1) > maxQueries {
 			return fmt.Errorf("-clients × -rate × %s asks more than %d queries", d.flag, maxQueries)

@@ -75,6 +75,8 @@ func TestCheckNamesTheFlag(t *testing.T) {
 		{"valid", func(*Options) {}, ""},
 		{"too long", func(o *Options) { o.Duration = time.Hour }, "-duration"},
 		{"too short for the rate", func(o *Options) { o.Duration = time.Millisecond }, "-duration"},
+		{"black-hole too short for the rate", func(o *Options) { o.Blackhole = time.Millisecond }, "-blackhole"},
+		{"names never asked twice", func(o *Options) { o.Names = 100 }, "-names 100"},
 		{"derived black-hole too long", func(o *Options) { o.StaleWithin = time.Hour }, "-blackhole"},
 		{"no clients", func(o *Options) { o.Clients = 0 }, "-clients"},
 		{"too many names", func(o *Options) { o.Names = maxNames + 1 }, "-names"},
@@ -170,10 +172,14 @@ func TestPlanFollowsTheNode(t *testing.T) {
 		t.Errorf("plan %+v", p)
 	}
 	o.Node.Config.ServeStale.Enabled = false
+	p = o.plan()
+	if p.staleWithin != 22*time.Second || p.recoverWithin != 5*time.Second || !strings.Contains(p.recoverWhy, "serve_stale is off") {
+		t.Errorf("plan without serve-stale %+v", p)
+	}
 	o.Blackhole, o.RecoverWithin = 3*time.Second, 7*time.Second
 	p = o.plan()
-	if p.staleWithin != 22*time.Second || p.blackhole != 3*time.Second || p.recoverWithin != 7*time.Second || p.recoverWhy != "" {
-		t.Errorf("plan without serve-stale %+v", p)
+	if p.blackhole != 3*time.Second || p.recoverWithin != 7*time.Second || p.recoverWhy != "" {
+		t.Errorf("plan with -blackhole and -recover-within %+v", p)
 	}
 }
 
