@@ -241,6 +241,16 @@ func drillCommand(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.StaleWithin, "stale-within", 0, "target: the first stale answer comes this soon after the black-hole begins (0 = TTL + serve_stale.client_timeout + 2s)")
 	fs.DurationVar(&o.RecoverWithin, "recover-within", 0, "target: every answer is fresh again this soon after the upstream returns (0 = serve_stale.failure_recheck + 5s)")
 	fs.BoolVar(&verbose, "v", false, "log the in-process towerd's debug lines to stderr")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: towerd drill [-config FILE] [flags]
+  rehearses this node's config in-process on loopback (never its port 53, admin
+  port, saved cache or Consul agent): a warm-up, then 1 jitter and loss, 2 the
+  upstream black-holed, 3 the upstream back; each target is printed beside its
+  figure with PASS or FAIL. Exit 0: every target met; 1: a target missed or the
+  drill could not run; 2: bad flags or config.
+`)
+		fs.PrintDefaults()
+	}
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

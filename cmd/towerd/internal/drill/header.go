@@ -36,8 +36,16 @@ func printHeader(w io.Writer, o Options, p plan, stands standIns, replaced []str
 			proxies = append(proxies, px.Addr())
 		}
 		fmt.Fprintf(w, "zone      %-*s  node: %s\n", width, s.zone.Name, servers)
-		fmt.Fprintf(w, "          %-*s  copy: %d names %s …, upstream %s behind fault proxy %s\n",
-			width, "", len(s.names), s.names[0], s.upstream.addr, strings.Join(proxies, " "))
+		proxyNoun := "fault proxy"
+		if len(proxies) > 1 {
+			proxyNoun = "fault proxies"
+		}
+		names := fmt.Sprintf("%d names", len(s.names))
+		if len(s.names) == 1 {
+			names = "1 name"
+		}
+		fmt.Fprintf(w, "          %-*s  copy: %s %s …, upstream %s behind %s %s\n",
+			width, "", names, s.names[0], s.upstream.addr, proxyNoun, strings.Join(proxies, " "))
 	}
 	fmt.Fprintf(w, "faults    delay %v ± %v, loss %.2f%% each way, SERVFAIL %.2f%% (phases 1 and 3); phase 2 drops everything\n",
 		o.Faults.Delay, o.Faults.Jitter, 100*o.Faults.Loss, 100*o.Faults.ServFail)
