@@ -86,11 +86,11 @@ func (o *Options) plan() plan {
 	cfg := o.Node.Config
 	p := plan{warmup: o.Warmup, faults: o.Duration, blackhole: o.Blackhole, recoveryMax: o.Recovery,
 		staleWithin: o.StaleWithin, recoverWithin: o.RecoverWithin, ttl: o.TTL.Truncate(time.Second)}
-	if min := cfg.Cache.MinTTL.Duration; min > 0 && p.ttl < min {
-		p.ttl = min
+	if floor := cfg.Cache.MinTTL.Duration; floor > 0 && p.ttl < floor {
+		p.ttl = floor
 	}
-	if max := cfg.Cache.MaxTTL.Duration; max > 0 && p.ttl > max {
-		p.ttl = max
+	if ceiling := cfg.Cache.MaxTTL.Duration; ceiling > 0 && p.ttl > ceiling {
+		p.ttl = ceiling
 	}
 	stale := cfg.ServeStale
 	if p.staleWithin == 0 && stale.Enabled {
@@ -141,7 +141,7 @@ func (o *Options) Check() error {
 	case o.Blackhole < 0 || o.Recovery < 0:
 		return errors.New("-blackhole and -recovery must not be negative")
 	}
-	if int64(o.Names) > int64(o.Clients)*int64(o.Rate)*int64(o.Duration/time.Second) {
+	if int64(o.Names) > int64(o.Clients)*int64(o.Duration/(time.Second/time.Duration(o.Rate))) {
 		// Phase 1's p99 is the cached names' figure and phase 3 waits for
 		// a fresh answer to every name: each must be asked again and again.
 		return fmt.Errorf("-names %d: the clients ask fewer queries than that in -duration %v; raise -clients or -rate, or lower -names", o.Names, o.Duration)
@@ -194,7 +194,7 @@ func Run(o Options, stdout io.Writer) (passed bool, err error) {
 	replaced = append([]string{fmt.Sprintf("listen %s → %s", strings.Join(o.Node.Config.Listen, ", "), tw.addr)}, replaced...)
 	printHeader(stdout, o, p, stands, replaced)
 
-	warmed, warmTook := l.warm(tw.addr, p.warmup)
+	warmed := l.warm(tw.addr, p.warmup)
 	r := runPhases(l, p, stands, direct, tw.addr)
 
 	fmt.Fprintln(stdout)
@@ -203,33 +203,7 @@ func Run(o Options, stdout io.Writer) (passed bool, err error) {
 	fmt.Fprintf(stdout, "\nfault proxies: %d queries, %d forwarded, %d lost queries, %d lost replies, %d SERVFAIL, %d black-holed\n\n",
 		st.Queries, st.Forwarded, st.LostQueries, st.LostReplies, st.ServFails, st.Blackholed)
 
-	targets := []target{{
-		what:   "names answered in the warm-up",
-		figure: fmt.Sprintf("%d/%d", warmed, len(l.names)),
-		goal:   fmt.Sprintf("all, asked for at most %v (took %s)", p.warmup, formatLatency(warmTook)),
-		met:    warmed == len(l.names),
-	}}
-	for _, row := range []pathSummary{r.faultsThrough, r.blackhole, r.back} {
-		targets = append(targets, successTarget(row, o.Threshold))
-	}
-	targets = append(targets, target{
-		what:   "cached p99 through towerd, " + phaseFaults,
-		figure: formatLatency(r.faultsThrough.p99),
-		goal:   fmt.Sprintf("under %v (-p99; direct: %s)", o.P99, formatLatency(r.faultsDirect.p99)),
-		met:    r.faultsThrough.queries > 0 && r.faultsThrough.p99 < o.P99,
-	})
-	staleTarget := target{what: "first stale answer after the black-hole", figure: "none",
-		goal: fmt.Sprintf("under %v%s", p.staleWithin, p.staleWhy)}
-	if after, ok := r.stale.after(); ok {
-		staleTarget.figure, staleTarget.met = formatLatency(after), after < p.staleWithin
-	}
-	recoveryTarget := target{what: "recovery after the upstream returns", figure: "not seen",
-		goal: fmt.Sprintf("under %v%s", p.recoverWithin, p.recoverWhy)}
-	if took, ok := r.recovered.recovery(); ok {
-		recoveryTarget.figure, recoveryTarget.met = formatLatency(took), took < p.recoverWithin
-	}
-	targets = append(targets, staleTarget, recoveryTarget)
-	passed = printTargets(stdout, targets)
+	passed = printTargets(stdout, r.targets(o, p, warmed))
 	fmt.Fprintf(stdout, "drill took %v\n", time.Since(began).Round(100*time.Millisecond))
 	return passed, nil
 }

@@ -24,7 +24,7 @@ const (
 // over the names still unanswered: at most warmupTries rounds, and no
 // query starts after budget has passed, so a lossy or dead upstream makes
 // a short, incomplete warm-up (reported as such) and never a stuck drill.
-func (l load) warm(server string, budget time.Duration) (warmed int, took time.Duration) {
+func (l load) warm(server string, budget time.Duration) warmResult {
 	start := time.Now()
 	deadline := start.Add(budget)
 	pending := make([]int, len(l.names))
@@ -59,7 +59,7 @@ func (l load) warm(server string, budget time.Duration) (warmed int, took time.D
 		wg.Wait()
 		pending = failed
 	}
-	return len(l.names) - len(pending), time.Since(start)
+	return warmResult{answered: len(l.names) - len(pending), names: len(l.names), took: time.Since(start)}
 }
 
 // firstStale watches the black-hole phase for the first stale answer.

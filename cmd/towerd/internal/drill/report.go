@@ -101,12 +101,44 @@ func printTargets(w io.Writer, targets []target) bool {
 	return true
 }
 
-// successTarget holds one phase's success through towerd to the threshold.
-func successTarget(r pathSummary, threshold float64) target {
-	return target{
-		what:   "success through towerd, " + r.phase,
-		figure: fmt.Sprintf("%.3f%%", r.successPercent),
-		goal:   fmt.Sprintf("at least %.3f%% (-threshold)", threshold),
-		met:    r.queries > 0 && r.successPercent >= threshold,
+// warmResult is the warm-up's outcome: names answered of all, and how long
+// it took.
+type warmResult struct {
+	answered, names int
+	took            time.Duration
+}
+
+// targets holds the drill's figures to their targets, in the order printed.
+func (r phases) targets(o Options, p plan, w warmResult) []target {
+	targets := []target{{
+		what:   "names answered in the warm-up",
+		figure: fmt.Sprintf("%d/%d", w.answered, w.names),
+		goal:   fmt.Sprintf("all, asked for at most %v (took %s)", p.warmup, formatLatency(w.took)),
+		met:    w.answered == w.names,
+	}}
+	for _, row := range []pathSummary{r.faultsThrough, r.blackhole, r.back} {
+		targets = append(targets, target{
+			what:   "success through towerd, " + row.phase,
+			figure: fmt.Sprintf("%.3f%%", row.successPercent),
+			goal:   fmt.Sprintf("at least %.3f%% (-threshold)", o.Threshold),
+			met:    row.queries > 0 && row.successPercent >= o.Threshold,
+		})
 	}
+	targets = append(targets, target{
+		what:   "cached p99 through towerd, " + phaseFaults,
+		figure: formatLatency(r.faultsThrough.p99),
+		goal:   fmt.Sprintf("under %v (-p99; direct: %s)", o.P99, formatLatency(r.faultsDirect.p99)),
+		met:    r.faultsThrough.queries > 0 && r.faultsThrough.p99 < o.P99,
+	})
+	stale := target{what: "first stale answer after the black-hole", figure: "none",
+		goal: fmt.Sprintf("under %v%s", p.staleWithin, p.staleWhy)}
+	if after, ok := r.stale.after(); ok {
+		stale.figure, stale.met = formatLatency(after), after < p.staleWithin
+	}
+	recovery := target{what: "recovery after the upstream returns", figure: "not seen",
+		goal: fmt.Sprintf("under %v%s", p.recoverWithin, p.recoverWhy)}
+	if took, ok := r.recovered.recovery(); ok {
+		recovery.figure, recovery.met = formatLatency(took), took < p.recoverWithin
+	}
+	return append(targets, stale, recovery)
 }
