@@ -142,6 +142,8 @@ type towerd struct {
 }
 
 func startTowerd(cfg config.Config, zones []config.ZoneConfig, log *slog.Logger) (*towerd, error) {
+	// Every zone, "." too, names its stand-ins as servers: nothing is taken
+	// from (or follows) the node's resolv.conf.
 	cfg.Zones = zones
 	if err := cfg.Validate(); err != nil {
 		return nil, err
