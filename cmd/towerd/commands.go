@@ -39,7 +39,7 @@ func init() {
 		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did",
 			func(a []string, o, e io.Writer) int { return installCommand(a, o, e, true) }},
 		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", importDnsmasqCommand},
-		{"drill", "[flags]", "rehearse a bad upstream day in-process", drillCommand},
+		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drillCommand},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},
 		{"help", "[SUBCOMMAND]", "list the subcommands, or show one's usage and flags", helpCommand},
