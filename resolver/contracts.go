@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"context"
 	"net/netip"
 
 	"github.com/miekg/dns"
@@ -43,9 +44,17 @@ type HealthReporter interface {
 	AllDownSignal() <-chan struct{}
 }
 
+// ServerNamer is an upstream that says which of its servers replied
+// (upstream.Group), for the query log and `towerd lookup` (issue 15). An
+// upstream without it is logged by its Address alone.
+type ServerNamer interface {
+	ExchangeFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, err error)
+}
+
 var (
 	_ upstream.Upstream = (*upstream.Group)(nil)
 	_ HealthReporter    = (*upstream.Group)(nil)
+	_ ServerNamer       = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers queries from their

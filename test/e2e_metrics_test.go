@@ -14,8 +14,10 @@ import (
 // mix of cache hits, misses, NXDOMAIN, stale answers and upstream timeouts,
 // then checks that /metrics, /stats and `towerd stats` report exactly those
 // counts. One attempt per resolution (upstream.max_attempts = 1) makes every
-// timeout one packet, and every answer is counted before it is written, so
-// the figures are final the moment dig has its reply.
+// timeout one packet; an attempt is counted when its resolution ends, which
+// upstream.timeout = 1s puts before the client's 1.8 s timers; and every
+// answer is counted before it is written, so the figures are final the
+// moment dig has its reply.
 func TestMetricsAfterScriptedMix(t *testing.T) {
 	t.Parallel()
 	def, consul := newTestUpstream(t), newTestUpstream(t)
@@ -25,7 +27,7 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 		"z1.example. 0 IN A 192.0.2.3", // TTL 0: stored expired, stale material only
 		"z2.example. 0 IN A 192.0.2.4",
 	)
-	path := writeConfig(t, "[upstream]\nmax_attempts = 1\nfail_threshold = 100\n"+zonesFor(def, consul))
+	path := writeConfig(t, "[upstream]\ntimeout = \"1s\"\nmax_attempts = 1\nfail_threshold = 100\n"+zonesFor(def, consul))
 	d := startTowerd(t, "-config", path, "-listen", "127.0.0.1:0")
 	if d.Admin == "" {
 		t.Fatal("no admin server address in the log")

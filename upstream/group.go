@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -16,9 +18,10 @@ type GroupOptions struct {
 	// MaxAttempts bounds the attempts of one Exchange across all servers,
 	// and so the packets one client query can cause; 0 means 3.
 	MaxAttempts int
-	// MinAttemptTimeout is the floor of the per-attempt timeout; 0 means
-	// 100ms. It keeps a jittery sub-millisecond server from being given up
-	// on after a single slow packet.
+	// MinAttemptTimeout is the floor of the per-attempt timeout (the wait
+	// before the next packet; the attempt itself waits on until its
+	// resolution ends); 0 means 100ms. It keeps a jittery sub-millisecond
+	// server from being sent a retransmission after one slow packet.
 	MinAttemptTimeout time.Duration
 	// MaxAttemptTimeout is the ceiling of the per-attempt timeout and the
 	// timeout of a health probe; 0 means 1500ms.
@@ -26,9 +29,16 @@ type GroupOptions struct {
 	// InitialAttemptTimeout is used before a server's first RTT sample;
 	// 0 means 500ms.
 	InitialAttemptTimeout time.Duration
-	// FailThreshold is the number of consecutive failures (timeout, network
-	// error, SERVFAIL, REFUSED) that marks a server down; 0 means 3.
+	// FailThreshold is the number of consecutive failed resolutions (the
+	// server's attempts timed out or met a network error, and it answered
+	// nothing) that marks a server down; 0 means 3. An rcode is an answer
+	// about one name, never a failure of the server.
 	FailThreshold int
+	// ProbeName and ProbeType are the question a health probe asks; ""
+	// and 0 mean ". NS". Any well-formed reply, whatever its rcode, counts
+	// as up, so an authoritative-only server that refuses "." is still up.
+	ProbeName string
+	ProbeType uint16
 	// ProbeInterval is the wait before the first probe of a down server;
 	// 0 means 1s. It doubles, up to 30s, while the server stays down.
 	ProbeInterval time.Duration
@@ -36,8 +46,11 @@ type GroupOptions struct {
 	// so the caller can log it. It may call Servers but must not block long:
 	// the exchange or probe that caused the change waits for it.
 	OnHealthChange func(server string, up bool)
-	// Observe, if set, is called after every attempt (not probes) with the
-	// server, the attempt's duration and "" on success or ErrorKind(err).
+	// Observe, if set, is called once for every attempt (not probes) when
+	// its resolution ends, with the server, the attempt's duration and ""
+	// on a reply, ErrorKind(err) on a failure, or KindSuperseded for an
+	// attempt still unanswered when another attempt's reply ended the
+	// resolution.
 	Observe func(server string, d time.Duration, kind string)
 	// Now is the clock that RTT samples are measured with; nil means
 	// time.Now. Socket deadlines and probe timers use the real clock,
@@ -57,6 +70,14 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	setDefault(&o.MaxAttemptTimeout, 1500*time.Millisecond)
 	setDefault(&o.InitialAttemptTimeout, 500*time.Millisecond)
 	setDefault(&o.ProbeInterval, time.Second)
+	setDefault(&o.ProbeType, dns.TypeNS)
+	if o.ProbeName == "" {
+		o.ProbeName = "."
+	}
+	if _, ok := dns.IsDomainName(o.ProbeName); !ok {
+		return o, fmt.Errorf("probe name %q is not a domain name", o.ProbeName)
+	}
+	o.ProbeName = dns.Fqdn(o.ProbeName)
 	if o.MinAttemptTimeout > o.MaxAttemptTimeout {
 		return o, fmt.Errorf("min attempt timeout %s above max attempt timeout %s",
 			o.MinAttemptTimeout, o.MaxAttemptTimeout)
@@ -67,7 +88,7 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	return o, nil
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
+func setDefault[T int | uint16 | time.Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
 	}
@@ -78,8 +99,13 @@ func setDefault[T int | time.Duration](v *T, def T) {
 // are there for when it fails. It is safe for concurrent use.
 type Group struct {
 	name    string
+	zone    string // name, lower-cased and fully qualified: what Scrub keeps
 	opts    GroupOptions
 	servers []*server
+
+	// scrubbed counts the records Scrub dropped, per section (answer,
+	// authority, additional); Metrics reads them at scrape time.
+	scrubbed [3]atomic.Uint64
 
 	// ctx ends when the group closes; probes derive from it so Close
 	// interrupts one in flight.
@@ -108,6 +134,7 @@ type ServerStatus struct {
 	ServFails      uint64
 	Refused        uint64
 	Mismatches     uint64 // replies rejected for wrong ID, question or form
+	Superseded     uint64 // attempts left unanswered when a sibling's reply won
 }
 
 // NewGroup returns a Group named name over servers (NormalizeAddress forms).
@@ -120,7 +147,10 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	if err != nil {
 		return nil, fmt.Errorf("group %s: %w", name, err)
 	}
-	g := &Group{name: name, opts: opts}
+	if _, ok := dns.IsDomainName(name); !ok {
+		return nil, fmt.Errorf("group %q: not a domain name", name)
+	}
+	g := &Group{name: name, zone: strings.ToLower(dns.Fqdn(name)), opts: opts}
 	for _, addr := range servers {
 		plain, err := NewPlain(addr)
 		if err != nil {
@@ -147,42 +177,6 @@ func (g *Group) Close() error {
 	return nil
 }
 
-// Exchange tries the servers in order, healthy ones first, until one gives
-// an answer (any rcode but SERVFAIL and REFUSED), MaxAttempts attempts were
-// made, or ctx is done. With a single usable server it retries that server.
-// When the last attempt ended in SERVFAIL or REFUSED its reply is returned
-// with a *RcodeError; otherwise the last error is.
-func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	order := g.usable()
-	var (
-		lastReply *dns.Msg
-		lastErr   error
-	)
-	for attempt := 0; attempt < g.opts.MaxAttempts; attempt++ {
-		if ctx.Err() != nil {
-			if lastErr == nil {
-				lastErr = fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
-			}
-			break
-		}
-		reply, err := g.attempt(ctx, order[attempt%len(order)], m)
-		if err == nil {
-			return reply, nil
-		}
-		lastReply, lastErr = reply, err
-		if ErrorKind(err) == KindOther {
-			// A query we cannot pack or a cancelled caller: another server
-			// would fare no better.
-			break
-		}
-	}
-	var rcodeErr *RcodeError
-	if errors.As(lastErr, &rcodeErr) {
-		return lastReply, lastErr
-	}
-	return nil, lastErr
-}
-
 // usable lists the servers to try, in configured order: the healthy ones, or
 // all of them when none is healthy, because a resolver that refuses to try
 // has certainly failed while one that tries a "down" server may not have.
@@ -204,31 +198,6 @@ func (g *Group) healthy() []*server {
 		s.mu.Unlock()
 	}
 	return healthy
-}
-
-// attempt sends m to s once, bounded by s's RTT-derived timeout and by ctx.
-func (g *Group) attempt(ctx context.Context, s *server, m *dns.Msg) (*dns.Msg, error) {
-	s.mu.Lock()
-	timeout := s.attemptTimeoutLocked(&g.opts)
-	s.mu.Unlock()
-	s.queries.Add(1)
-
-	// Decide now whose deadline binds: once it passes, the socket's timer
-	// and the context's may fire in either order.
-	callerDeadline, hasDeadline := ctx.Deadline()
-	callerBinds := hasDeadline && !callerDeadline.After(time.Now().Add(timeout))
-	attemptCtx, cancel := context.WithTimeout(ctx, timeout)
-	start := g.opts.Now()
-	reply, err := s.plain.Exchange(attemptCtx, m)
-	rtt := g.opts.Now().Sub(start)
-	cancel()
-
-	callerDone := ctx.Err() != nil || (callerBinds && errors.Is(err, ErrTimeout))
-	g.record(s, rtt, err, callerDone)
-	if g.opts.Observe != nil {
-		g.opts.Observe(s.plain.Address(), rtt, ErrorKind(err))
-	}
-	return reply, err
 }
 
 // AllDown reports whether every server is marked down. The resolver then
@@ -285,6 +254,7 @@ func (g *Group) Servers() []ServerStatus {
 		st.NetworkErrors = s.networkErrors.Load()
 		st.ServFails = s.servFails.Load()
 		st.Refused = s.refused.Load()
+		st.Superseded = s.superseded.Load()
 		st.Mismatches = s.plain.Mismatches()
 		out = append(out, st)
 	}

@@ -27,7 +27,7 @@ type server struct {
 	rttvar   time.Duration // RTT variation, RFC 6298 section 2
 	sampled  bool          // srtt and rttvar hold at least one sample
 	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
-	fails    int           // consecutive failures
+	fails    int           // consecutive failed resolutions
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
 	stateSeq uint64 // bumped on each up/down change so stale notifications are dropped
@@ -42,6 +42,7 @@ type server struct {
 	networkErrors atomic.Uint64
 	servFails     atomic.Uint64
 	refused       atomic.Uint64
+	superseded    atomic.Uint64
 }
 
 // attemptTimeoutLocked is the RFC 6298 retransmission timeout: srtt + 4·rttvar
@@ -77,12 +78,25 @@ func (s *server) addSampleLocked(rtt time.Duration) {
 	s.backoff = 0
 }
 
-// record updates counters, the RTT estimate and health after one attempt.
-// callerDone says the caller's cancellation or deadline, not the attempt's
-// own timeout, ended the attempt: the server did not get its full timeout,
-// so the attempt neither counts against it nor backs off its RTO.
-func (g *Group) record(s *server, rtt time.Duration, err error, callerDone bool) {
-	kind := ErrorKind(err)
+// addSample folds one round trip into s's estimate.
+func (s *server) addSample(rtt time.Duration) {
+	s.mu.Lock()
+	s.addSampleLocked(rtt)
+	s.mu.Unlock()
+}
+
+// backOff doubles s's next RTO after an attempt's RTO ran out (RFC 6298
+// section 5.5); the next reply's sample resets it.
+func (s *server) backOff() {
+	s.mu.Lock()
+	if s.backoff < maxBackoffShift {
+		s.backoff++
+	}
+	s.mu.Unlock()
+}
+
+// count adds an attempt's outcome to s's counters.
+func (s *server) count(kind string) {
 	switch kind {
 	case KindTimeout:
 		s.timeouts.Add(1)
@@ -92,31 +106,36 @@ func (g *Group) record(s *server, rtt time.Duration, err error, callerDone bool)
 		s.servFails.Add(1)
 	case KindRefused:
 		s.refused.Add(1)
+	case KindSuperseded:
+		s.superseded.Add(1)
 	}
+}
 
+// markUp records that s replied: whatever the rcode, it is reachable, so
+// its failure count restarts and, if it was down, it gets traffic again.
+func (g *Group) markUp(s *server) {
+	s.mu.Lock()
+	changed := s.markUpLocked()
+	up, seq := !s.down, s.stateSeq
+	s.mu.Unlock()
+	if changed {
+		g.updateAllDown()
+		g.notifyHealth(s, up, seq)
+	}
+}
+
+// markFailed records a resolution in which s answered nothing while its
+// attempts timed out or met network errors; FailThreshold of them in a row
+// mark it down and start its prober.
+func (g *Group) markFailed(s *server) {
 	var changed, startProbe bool
 	s.mu.Lock()
-	if err == nil || kind == KindServFail || kind == KindRefused {
-		// Any reply measures the path, even one that refuses to help.
-		s.addSampleLocked(rtt)
-	}
-	switch {
-	case err == nil:
-		changed = s.markUpLocked()
-	case callerDone || kind == KindOther:
-		// Not the server's fault: the caller left, or we could not even
-		// build the query.
-	default:
-		if kind == KindTimeout && s.backoff < maxBackoffShift {
-			s.backoff++
-		}
-		s.fails++
-		if s.fails >= g.opts.FailThreshold && !s.down {
-			s.down, changed = true, true
-			s.stateSeq++
-			if !s.probing {
-				s.probing, startProbe = true, true
-			}
+	s.fails++
+	if s.fails >= g.opts.FailThreshold && !s.down {
+		s.down, changed = true, true
+		s.stateSeq++
+		if !s.probing {
+			s.probing, startProbe = true, true
 		}
 	}
 	up, seq := !s.down, s.stateSeq
@@ -202,19 +221,21 @@ func (g *Group) probeLoop(s *server) {
 	}
 }
 
-// probe sends ". IN NS" to s and marks it up on any reply that is not
-// SERVFAIL or REFUSED; an NXDOMAIN or NOTIMP still proves the server is there
-// and talking DNS. It reports whether the server is up again.
+// probe asks s GroupOptions.ProbeName/ProbeType (". NS" by default) and
+// marks it up on any well-formed reply, whatever its rcode: REFUSED from an
+// authoritative-only server that serves no "." still proves it is there and
+// talking DNS (CoreDNS's health check counts any reply the same way). It
+// reports whether the server is up again.
 func (g *Group) probe(s *server) bool {
 	ctx, cancel := context.WithTimeout(g.ctx, g.opts.MaxAttemptTimeout)
 	defer cancel()
 	query := new(dns.Msg)
-	query.SetQuestion(".", dns.TypeNS) // sets RD
+	query.SetQuestion(g.opts.ProbeName, g.opts.ProbeType) // sets RD
 
 	start := g.opts.Now()
-	_, err := s.plain.Exchange(ctx, query)
+	reply, _ := s.plain.Exchange(ctx, query)
 	rtt := g.opts.Now().Sub(start)
-	if err != nil {
+	if reply == nil {
 		return false
 	}
 

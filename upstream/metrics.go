@@ -23,6 +23,7 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	scrubbed *prometheus.CounterVec
 	up, srtt *prometheus.Desc
 
 	mu       sync.Mutex // guards the fields below, and orders mismatch syncs
@@ -32,6 +33,8 @@ type Metrics struct {
 	// per group and server: the groups count rejected replies themselves,
 	// and a reload replaces them with fresh ones that start again at 0.
 	seen map[seenKey]uint64
+	// seenScrubbed is the same for each group's scrubbed-record counts.
+	seenScrubbed map[*Group][3]uint64
 }
 
 type seenKey struct {
@@ -62,7 +65,12 @@ func NewMetrics(buckets []float64) *Metrics {
 			"1 while the server is considered healthy, 0 while it is marked down and probed.", labels, nil),
 		srtt: prometheus.NewDesc("towerd_upstream_srtt_seconds",
 			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply.", labels, nil),
-		seen: map[seenKey]uint64{},
+		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_scrubbed_records_total",
+			Help: "Records dropped from upstream replies before caching or relaying, by section (answer, authority, additional): not on the question's CNAME/DNAME chain, not pointed to, or outside the zone.",
+		}, []string{"section"}),
+		seen:         map[seenKey]uint64{},
+		seenScrubbed: map[*Group][3]uint64{},
 	}
 }
 
@@ -70,6 +78,11 @@ func NewMetrics(buckets []float64) *Metrics {
 func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kind string) {
 	return func(server string, d time.Duration, kind string) {
 		m.requests.WithLabelValues(zone, server).Inc()
+		if kind == KindSuperseded {
+			// A packet sent, but neither answered nor failed: its sibling's
+			// reply ended the resolution first.
+			return
+		}
 		m.duration.WithLabelValues(zone, server).Observe(d.Seconds())
 		if kind != "" {
 			m.errors.WithLabelValues(zone, server, kind).Inc()
@@ -103,6 +116,9 @@ func (m *Metrics) retire(old []*Group) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.syncMismatchesLocked()
+	for _, g := range old {
+		delete(m.seenScrubbed, g)
+	}
 	m.retiring = slices.DeleteFunc(m.retiring, func(g *Group) bool { return slices.Contains(old, g) })
 	for _, g := range old {
 		for _, s := range g.servers {
@@ -135,7 +151,7 @@ func configured(groups []*Group, zone, addr string) bool {
 }
 
 // syncMismatchesLocked adds the rejected replies counted since the last
-// sync to errors_total.
+// sync to errors_total, and the scrubbed records to scrubbed_records_total.
 func (m *Metrics) syncMismatchesLocked() {
 	for _, g := range slices.Concat(m.groups, m.retiring) {
 		for _, s := range g.servers {
@@ -147,6 +163,15 @@ func (m *Metrics) syncMismatchesLocked() {
 			}
 			m.seen[key] = now
 		}
+		seen := m.seenScrubbed[g]
+		for section := range seen {
+			now := g.scrubbed[section].Load()
+			if delta := now - seen[section]; delta > 0 {
+				m.scrubbed.WithLabelValues(sectionNames[section]).Add(float64(delta))
+			}
+			seen[section] = now
+		}
+		m.seenScrubbed[g] = seen
 	}
 }
 
@@ -155,6 +180,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.errors.Describe(ch)
 	m.duration.Describe(ch)
+	m.scrubbed.Describe(ch)
 	ch <- m.up
 	ch <- m.srtt
 }
@@ -169,6 +195,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.errors.Collect(ch)
 	m.duration.Collect(ch)
+	m.scrubbed.Collect(ch)
 	for _, g := range groups {
 		for _, st := range g.Servers() {
 			up := 0.0

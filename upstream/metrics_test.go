@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // zoneGroup is a group named zone over the raw servers, reporting to m; it
@@ -89,11 +90,12 @@ func TestMetricsCountAttemptsByReason(t *testing.T) {
 		t.Errorf("duration: %d series, want one per server", got)
 	}
 
-	// FailThreshold 1: the first two servers are down, the third up.
+	// FailThreshold 1: the black hole is down; SERVFAIL is an answer about
+	// one name, so that server stays up.
 	want := fmt.Sprintf(`
 # HELP towerd_upstream_up 1 while the server is considered healthy, 0 while it is marked down and probed.
 # TYPE towerd_upstream_up gauge
-towerd_upstream_up{server=%q,zone="corp.example."} 0
+towerd_upstream_up{server=%q,zone="corp.example."} 1
 towerd_upstream_up{server=%q,zone="corp.example."} 0
 towerd_upstream_up{server=%q,zone="corp.example."} 1
 `, servfail.addr, hole.addr, good.addr)
@@ -172,5 +174,30 @@ func TestMetricsWithoutGroups(t *testing.T) {
 	m := NewMetrics(nil)
 	if n := testutil.CollectAndCount(m); n != 0 {
 		t.Errorf("%d series without groups or attempts, want 0", n)
+	}
+}
+
+// An attempt made unnecessary by its sibling's reply was sent, so it counts
+// as a request, but it neither failed nor has a duration worth a sample.
+func TestMetricsSupersededAttempt(t *testing.T) {
+	m := NewMetrics([]float64{1})
+	observe := m.Observer(".")
+	observe("192.0.2.53:53", 0, "")
+	observe("192.0.2.53:53", 0, KindSuperseded)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(".", "192.0.2.53:53")); got != 2 {
+		t.Errorf("requests %v, want 2", got)
+	}
+	if got := testutil.CollectAndCount(m.errors); got != 0 {
+		t.Errorf("%d error series, want 0", got)
+	}
+	if got := testutil.CollectAndCount(m.duration); got != 1 {
+		t.Fatalf("%d duration series, want 1", got)
+	}
+	var metric dto.Metric
+	if err := m.duration.WithLabelValues(".", "192.0.2.53:53").(prometheus.Histogram).Write(&metric); err != nil {
+		t.Fatal(err)
+	}
+	if n := metric.GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("%d duration samples, want 1 (the answered attempt)", n)
 	}
 }

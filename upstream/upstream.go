@@ -2,8 +2,10 @@
 //
 // One small interface, Upstream, sits in front of every transport. Plain is
 // classic DNS over UDP with a TCP retry when the reply is truncated; Group
-// puts several of them behind one name with per-server RTT-derived attempt
-// timeouts, bounded retries and health tracking. ResolvConf reads the
+// puts several of them behind one zone with per-server RTT-derived
+// retransmission, attempts that wait for each other, health tracking, and
+// Scrub, which drops what a server says about names it was not asked
+// about. ResolvConf reads the
 // system's own list of upstreams so `.` can be forwarded where the machine
 // sent it before towerd took over.
 package upstream
@@ -12,12 +14,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // Upstream is anything a query can be forwarded to. The shape follows AdGuard
@@ -90,6 +91,9 @@ const (
 	KindServFail = "servfail"
 	KindRefused  = "refused"
 	KindOther    = "other"
+	// KindSuperseded is an attempt still unanswered when another attempt's
+	// reply ended its resolution: not a failure, and not an ErrorKind.
+	KindSuperseded = "superseded"
 )
 
 // ErrorKind classifies err for metrics as "timeout", "network", "servfail",
@@ -117,36 +121,6 @@ func ErrorKind(err error) string {
 	return KindOther
 }
 
-// defaultPort is where DNS servers listen unless told otherwise.
-const defaultPort = "53"
-
-// NormalizeAddress turns "1.2.3.4", "1.2.3.4:53", "::1", "[::1]" and
-// "[::1]:5353" into host:port, adding port 53 when none is given. The host
-// must be an IP address (an IPv6 zone is kept): resolving a DNS server's name
-// would need the very resolver being configured.
-func NormalizeAddress(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if ip, err := netip.ParseAddr(s); err == nil {
-		return net.JoinHostPort(ip.String(), defaultPort), nil
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		ip, err := netip.ParseAddr(s[1 : len(s)-1])
-		if err != nil {
-			return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
-		}
-		return net.JoinHostPort(ip.String(), defaultPort), nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return "", fmt.Errorf("parsing upstream address %q: %w", s, err)
-	}
-	portNum, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || portNum == 0 {
-		return "", fmt.Errorf("parsing upstream address %q: bad port %q", s, port)
-	}
-	return net.JoinHostPort(ip.String(), strconv.FormatUint(portNum, 10)), nil
-}
+// NormalizeAddress is resolvconf.NormalizeAddress, kept here for the
+// transports' callers.
+func NormalizeAddress(s string) (string, error) { return resolvconf.NormalizeAddress(s) }

@@ -15,9 +15,6 @@ const defaultPort = "53"
 // "[::1]:5353" into host:port, adding port 53 when none is given. The host
 // must be an IP address (an IPv6 zone is kept): resolving a DNS server's name
 // would need the very resolver being configured.
-//
-// upstream.NormalizeAddress has the same contract; it lives on there for the
-// transports until upstream.go delegates here.
 func NormalizeAddress(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if ip, err := netip.ParseAddr(s); err == nil {

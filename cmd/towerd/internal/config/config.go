@@ -25,8 +25,8 @@ type Config struct {
 	Allow []string `toml:"allow"`
 	// QueryTimeout: the longest a client waits when nothing usable is cached.
 	QueryTimeout Duration `toml:"query_timeout"`
-	// MaxUDPSize: bytes; UDP answers stop at min(client's EDNS size, this)
-	// and set TC past it (issue 13: amplification). 512 to 65535.
+	// MaxUDPSize: bytes; UDP answers stop at min(the client's EDNS size,
+	// this) and set TC past it (DNS Flag Day 2020). 512 to 65535.
 	MaxUDPSize int `toml:"max_udp_size"`
 	// ResolvConf: file whose nameservers serve zone "." when it lists none;
 	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
@@ -35,6 +35,11 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// LogFormat: text or json.
 	LogFormat string `toml:"log_format"`
+	// LogQueries: one log line per answered query (client, name, type,
+	// rcode, source, upstream, duration), written whatever log_level says.
+	// `towerd log-queries on|off` switches it at runtime; a reload applies
+	// this key only when its value in the file changed.
+	LogQueries bool `toml:"log_queries"`
 	// StateDir: where the cache is saved on stop and loaded on start
 	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
 	StateDir string `toml:"state_dir"`
@@ -146,7 +151,7 @@ func DefaultConfig() Config {
 		Listen:       []string{"127.0.0.1:53"},
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
-		MaxUDPSize:   1232, // DNS Flag Day 2020
+		MaxUDPSize:   1232,
 		LogLevel:     "info",
 		LogFormat:    "text",
 		StateDir:     DefaultStateDir,

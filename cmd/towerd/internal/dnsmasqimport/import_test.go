@@ -48,7 +48,7 @@ func TestDnsmasqConfDirRules(t *testing.T) {
 		dir + ",.dpkg-dist,README": {"10-consul.conf", "20-lab.conf"},
 	}
 	for value, want := range tests {
-		files, err := confDir(value)
+		files, err := (reader{files: hostFiles{}}).confDir(value)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,268 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// defaultResolutionTimeout bounds an Exchange whose context has no deadline;
+// it matches the default of upstream.timeout.
+const defaultResolutionTimeout = 5 * time.Second
+
+// attempt is one packet of a resolution: a query with its own socket, random
+// source port and ID (Plain.Exchange), sent to one server, whose reply is
+// awaited until the resolution ends, not only until its RTO.
+type attempt struct {
+	server *server
+	start  time.Time     // by GroupOptions.Now, for the RTT sample
+	sent   time.Time     // by the real clock, for "did its RTO run out"
+	rto    time.Duration // the server's retransmission timeout when it was sent
+}
+
+// attemptResult is what an attempt's goroutine hands back, exactly once.
+type attemptResult struct {
+	attempt *attempt
+	reply   *dns.Msg
+	err     error
+	rtt     time.Duration
+}
+
+// Exchange resolves m through the group and returns the scrubbed reply; see
+// ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
+// relays replies should use ExchangeScrubbed and act on ChaseName.
+func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	reply, _, err := g.ExchangeScrubbed(ctx, m)
+	return reply, err
+}
+
+// ExchangeScrubbed resolves m: it sends a first attempt to the first usable
+// server and, each time the newest attempt's RTO runs out or an attempt
+// fails (SERVFAIL, REFUSED, network error), one more to the next server, up
+// to MaxAttempts packets. Every attempt's socket stays open until the
+// resolution ends, and the first reply to any of them that is an answer
+// (any rcode but SERVFAIL and REFUSED) wins: a slow server whose reply to
+// the first packet arrives after the third was sent is still heard. The
+// resolution ends then, when ctx is done (only the caller's deadline gives
+// up on a slow server; without one, 5s does), or when every attempt has
+// failed. The reply is scrubbed (Scrub, with the group's name as zone) and
+// carries m's ID. Without an answer, the last SERVFAIL or REFUSED reply is
+// returned with a *RcodeError, else an error wrapping ErrTimeout or
+// ErrNetwork, or the context's error when the caller cancelled.
+func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, ScrubResult, error) {
+	reply, _, result, err := g.exchange(ctx, m)
+	return reply, result, err
+}
+
+// ExchangeFrom is Exchange that also names the server (host:port) whose
+// reply it returns, "" when there is none: the query log says which
+// upstream answered (issue 15).
+func (g *Group) ExchangeFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
+	reply, server, _, err := g.exchange(ctx, m)
+	return reply, server, err
+}
+
+// exchange is the one resolution behind Exchange, ExchangeScrubbed and
+// ExchangeFrom: the reply (scrubbed), the server that sent it, what the
+// scrubber dropped.
+func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
+		defer cancel()
+	}
+	reply, server, err := g.resolve(ctx, m)
+	if reply == nil {
+		return nil, "", ScrubResult{}, err
+	}
+	var result ScrubResult
+	if len(m.Question) == 1 {
+		result = Scrub(m.Question[0], reply, g.zone)
+		g.scrubbed[sectionAnswer].Add(uint64(result.Answer))
+		g.scrubbed[sectionAuthority].Add(uint64(result.Authority))
+		g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
+	}
+	return reply, server, result, err
+}
+
+// resolve runs the attempts of one resolution. It starts at most MaxAttempts
+// goroutines, one per attempt, and returns only after every one of them has
+// ended, so a resolution leaves nothing behind.
+func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
+	order := g.usable()
+	// Cancelling attemptCtx closes every attempt's socket at once.
+	attemptCtx, cancelAttempts := context.WithCancel(ctx)
+	defer cancelAttempts()
+	results := make(chan attemptResult, g.opts.MaxAttempts)
+	var (
+		attempts []*attempt
+		pending  int
+		rtoTimer = time.NewTimer(time.Hour)
+	)
+	defer rtoTimer.Stop()
+	send := func() {
+		s := order[len(attempts)%len(order)]
+		s.mu.Lock()
+		rto := s.attemptTimeoutLocked(&g.opts)
+		s.mu.Unlock()
+		a := &attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
+		attempts = append(attempts, a)
+		pending++
+		s.queries.Add(1)
+		go func() {
+			reply, err := s.plain.Exchange(attemptCtx, m)
+			results <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
+		}()
+		rtoTimer.Reset(rto)
+	}
+
+	var (
+		winner, lastRcode *attemptResult
+		lastErr           error
+		// ended holds the attempts that ended before the resolution, with
+		// room for all of them so winner and lastRcode stay valid.
+		ended       = make([]attemptResult, 0, g.opts.MaxAttempts)
+		outstanding []attemptResult
+	)
+	send()
+loop:
+	for {
+		select {
+		case r := <-results:
+			pending--
+			if ErrorKind(r.err) == KindTimeout {
+				// Only the resolution's own deadline times an attempt out,
+				// and the socket's timer may beat the context's.
+				outstanding = append(outstanding, r)
+				lastErr = r.err
+				break loop
+			}
+			ended = append(ended, r)
+			if r.err == nil {
+				winner = &ended[len(ended)-1]
+				break loop
+			}
+			if r.reply != nil {
+				lastRcode = &ended[len(ended)-1]
+			}
+			lastErr = r.err
+			if ErrorKind(r.err) == KindOther {
+				// A query we cannot pack or a cancelled caller: another
+				// server would fare no better.
+				break loop
+			}
+			// SERVFAIL, REFUSED or a network error: this attempt is over,
+			// so the next need not wait for its RTO.
+			if len(attempts) < g.opts.MaxAttempts {
+				send()
+			} else if pending == 0 {
+				break loop
+			}
+		case <-rtoTimer.C:
+			newest := attempts[len(attempts)-1]
+			newest.server.backOff()
+			if len(attempts) < g.opts.MaxAttempts {
+				send()
+			}
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	cancelAttempts()
+	for ; pending > 0; pending-- {
+		outstanding = append(outstanding, <-results)
+	}
+	g.account(ctx, ended, outstanding, winner != nil)
+
+	switch {
+	case winner != nil:
+		winner.reply.Id = m.Id
+		return winner.reply, winner.attempt.server.plain.Address(), nil
+	case lastRcode != nil:
+		lastRcode.reply.Id = m.Id
+		return lastRcode.reply, lastRcode.attempt.server.plain.Address(), lastRcode.err
+	case ctx.Err() != nil:
+		return nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+	case lastErr != nil:
+		return nil, "", lastErr
+	}
+	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+}
+
+// account settles a finished resolution: counters, Observe, RTT samples and
+// health. ended are the attempts that ended on their own (a reply or an
+// error), outstanding the ones still waiting when the resolution ended.
+//
+// Health is judged per server and resolution: a server that replied to any
+// attempt, whatever the rcode, is up; one that replied to none, while an
+// attempt to it failed on the network or waited out its full RTO, failed
+// once. A slow server whose first packet is answered after its retransmission
+// went out has therefore not failed, and an rcode about one name never
+// counts. A server that stays silent while another answers does count: a
+// dead first server would otherwise hold every query for its RTO forever.
+func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
+	now := time.Now()
+	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
+	replied := map[*server]bool{}
+	for _, r := range ended {
+		if r.reply != nil {
+			replied[r.attempt.server] = true
+		}
+	}
+	for _, r := range outstanding {
+		// A reply that raced the end still proves the server alive.
+		if r.reply != nil {
+			replied[r.attempt.server] = true
+		}
+	}
+	failed := map[*server]bool{}
+	observe := func(a *attempt, d time.Duration, kind string) {
+		a.server.count(kind)
+		if g.opts.Observe != nil {
+			g.opts.Observe(a.server.plain.Address(), d, kind)
+		}
+	}
+	for _, r := range ended {
+		kind := ErrorKind(r.err)
+		if r.reply != nil {
+			r.attempt.server.addSample(r.rtt)
+		} else if kind == KindNetwork {
+			failed[r.attempt.server] = true
+		}
+		observe(r.attempt, r.rtt, kind)
+	}
+	for _, r := range outstanding {
+		a := r.attempt
+		if r.reply != nil {
+			// Answered as the resolution ended: a sample like any other.
+			a.server.addSample(r.rtt)
+		}
+		ranRTO := now.Sub(a.sent) >= a.rto
+		switch {
+		case r.reply != nil || replied[a.server] || (answered && !ranRTO):
+			// Its server replied, or the winner came before its RTO ran out.
+			observe(a, r.rtt, KindSuperseded)
+		case callerCancelled:
+			observe(a, r.rtt, KindOther)
+		default:
+			observe(a, r.rtt, KindTimeout)
+			if ranRTO {
+				failed[a.server] = true
+			}
+		}
+	}
+	for s := range replied {
+		g.markUp(s)
+	}
+	for s := range failed {
+		if !replied[s] {
+			g.markFailed(s)
+		}
+	}
+}
