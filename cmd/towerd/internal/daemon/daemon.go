@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
 	"github.com/towerd/towerd/upstream/consul"
 )
@@ -82,6 +84,13 @@ type Daemon struct {
 	consul          *consul.Watcher
 	stopConsulWatch func()
 
+	// Local data (local.go): the source the handler runs with, the one
+	// resolverConfig built last (running once the handler takes it), and
+	// the poll of its hosts files.
+	local         atomic.Pointer[local.Source]
+	localNext     *local.Source
+	stopLocalPoll func()
+
 	reloads  chan chan error
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -124,6 +133,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
+	d.local.Store(d.localNext)
 
 	d.server = &resolver.Server{
 		Handler: h,
@@ -157,9 +167,12 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
 	}
-	if d.consul != nil {
-		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface
+	src, err := d.newLocal(cfg, zones)
+	if err != nil {
+		return rcfg, nil, err
 	}
+	d.localNext = src
+	rcfg.Records = d.records(src)
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
