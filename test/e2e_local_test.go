@@ -224,3 +224,39 @@ func TestLocalAnswersLikeDnsmasq(t *testing.T) {
 		}
 	}
 }
+
+// TestImportDnsmasqExitsOneWhenAnswersChange: a directive whose loss
+// changes answers makes the import exit 1 and list it; one that changes
+// only logging is a note, with exit 0.
+func TestImportDnsmasqExitsOneWhenAnswersChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, fmt.Sprintf("dnsmasq%d.conf", len(body)))
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	harmless := write("server=192.0.2.1\nno-resolv\nlog-queries\n")
+	code, toml, report := runToExit(t, "import-dnsmasq", harmless)
+	if code != 0 || !strings.Contains(report, harmless+":3: log-queries: not carried over") || strings.Contains(report, "change answers") {
+		t.Errorf("log-queries only: status %d, report:\n%s", code, report)
+	}
+	if !strings.Contains(toml, "domain_needed = false") || !strings.Contains(toml, "bogus_priv    = false") {
+		t.Errorf("dnsmasq without domain-needed and bogus-priv forwards those names; the import must say so:\n%s", toml)
+	}
+
+	changing := write("server=192.0.2.1\nno-resolv\nlog-queries\nexpand-hosts\ndnssec\n")
+	code, toml, report = runToExit(t, "import-dnsmasq", changing)
+	if code != 1 {
+		t.Errorf("status %d, want 1\n%s", code, report)
+	}
+	_, list, found := strings.Cut(report, "2 directive(s) dropped that change answers")
+	if !found || !strings.Contains(list, changing+":4: expand-hosts") || !strings.Contains(list, changing+":5: dnssec") || strings.Contains(list, "log-queries") {
+		t.Errorf("the list of directives that change answers is wrong:\n%s", report)
+	}
+	if !strings.Contains(toml, `servers = ["192.0.2.1:53"]`) {
+		t.Errorf("the configuration is still printed:\n%s", toml)
+	}
+}

@@ -1,0 +1,62 @@
+package resolver
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/local"
+)
+
+// Local data is a RecordSource like the Consul watch; the daemon chains
+// them, local first.
+var _ RecordSource = (*local.Source)(nil)
+
+type sourceLog struct {
+	mu      sync.Mutex
+	sources []string
+}
+
+func (l *sourceLog) ObserveQuery(q Query) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sources = append(l.sources, q.Source+"/"+dns.RcodeToString[q.Rcode])
+}
+
+// A Chain asks its sources in order and names the one that answered;
+// local answers, NXDOMAIN included, are answers and never enter the cache.
+func TestChainAnswersInOrderWithLabels(t *testing.T) {
+	obs := &sourceLog{}
+	chain := Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
+	h, _ := diffHandlerWith(t, obs, func(c *Config) { c.Records = chain })
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+		want  string
+	}{
+		{"printer.lan.", dns.TypeA, "local/NOERROR"},
+		{"foo.", dns.TypeA, "local/NXDOMAIN"},
+		{"6.1.168.192.in-addr.arpa.", dns.TypePTR, "local/NXDOMAIN"},
+		{"5.1.168.192.in-addr.arpa.", dns.TypePTR, "local/NOERROR"}, // from the A record
+		{"web.service.consul.", dns.TypeA, "consul/NOERROR"},
+		{"foo.", dns.TypeMX, "upstream/NOERROR"}, // domain_needed keeps A and AAAA only
+	} {
+		obs.sources = nil
+		pkt := variant{name: q.name, qtype: q.qtype, edns: true, size: 1232}.pack(t)
+		reply := new(dns.Msg)
+		if err := reply.Unpack(generalReply(h, pkt)); err != nil {
+			t.Fatal(err)
+		}
+		if len(obs.sources) != 1 || obs.sources[0] != q.want {
+			t.Errorf("%s %s: observed %q, want %q", q.name, dns.TypeToString[q.qtype], obs.sources, q.want)
+		}
+	}
+	if !chain.Covers([]byte("printer.lan.")) || !chain.Covers([]byte("db.service.consul.")) || chain.Covers([]byte("www.example.")) {
+		t.Error("a Chain covers the union of its sources' names, and nothing else")
+	}
+	// Only the forwarded question (foo. MX) reached the cache.
+	if n := h.cache.Len(); n != 1 {
+		t.Errorf("the cache holds %d entries, want 1: local and pushed answers are not cached", n)
+	}
+}
