@@ -24,7 +24,7 @@ fd00::10 nas.lan
 10.1.2.3 host.rev.test
 `
 
-func writeFile(t *testing.T, path, body string, mtime time.Time) {
+func writeFile(t testing.TB, path, body string, mtime time.Time) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func writeFile(t *testing.T, path, body string, mtime time.Time) {
 	}
 }
 
-func testSource(t *testing.T, tweak func(*Options)) *Source {
+func testSource(t testing.TB, tweak func(*Options)) *Source {
 	t.Helper()
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	writeFile(t, hosts, testHosts, time.Unix(1e9, 0))
