@@ -48,7 +48,7 @@ func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, err error) {
 		}
 		e := hostsEntry{addr: addr}
 		for _, name := range fields[1:] {
-			if _, ok := dns.IsDomainName(name); !ok || strings.ContainsAny(name, `\`) {
+			if !hostName(name) {
 				bad = append(bad, fmt.Sprintf("line %d: %q is not a host name", n, name))
 				continue
 			}
@@ -61,6 +61,33 @@ func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, err error) {
 	return entries, bad, sc.Err()
 }
 
-// canonical is name in lower case and fully qualified, the form the
-// resolver hands Covers.
-func canonical(name string) string { return dns.CanonicalName(name) }
+// canonical is name fully qualified with ASCII letters in lower case, the
+// form the resolver hands Covers (DNS names compare case-insensitively in
+// ASCII only, RFC 4343; other bytes are kept as they are).
+func canonical(name string) string {
+	name = dns.Fqdn(name)
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(name)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; c >= 'A' && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return name
+}
+
+// hostName reports whether a hosts file's name is one towerd serves:
+// printable ASCII, no escapes, a domain name.
+func hostName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return false
+		}
+	}
+	_, ok := dns.IsDomainName(name)
+	return ok
+}

@@ -36,7 +36,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,10 +264,7 @@ func (s *Source) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	if t == nil {
 		return nil, false, false
 	}
-	name := q.Name
-	if !isCanonical(name) {
-		name = canonical(name)
-	}
+	name := canonical(q.Name)
 	rcode, answer, ok := t.lookup(q.Name, name, q.Qtype)
 	if !ok {
 		return nil, false, false
@@ -278,8 +274,4 @@ func (s *Source) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	m.Rcode = rcode
 	m.Answer = answer
 	return m, false, true
-}
-
-func isCanonical(name string) bool {
-	return strings.HasSuffix(name, ".") && strings.ToLower(name) == name
 }
