@@ -311,3 +311,31 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// address=/#/IP: every name's A, except names with data and zones with
+// servers of their own.
+func TestLookupCatchAllAddress(t *testing.T) {
+	s := testSource(t, func(o *Options) {
+		o.Addresses = []Address{{".", []netip.Addr{netip.MustParseAddr("192.0.2.9")}}}
+		o.Domains = nil
+	})
+	for _, tt := range []struct {
+		name  string
+		qtype uint16
+		want  string
+	}{
+		{"www.example.org.", dns.TypeA, "NOERROR www.example.org. 60 IN A 192.0.2.9"},
+		{"www.example.org.", dns.TypeAAAA, "forward"},
+		{"nas.lan.", dns.TypeA, "NOERROR nas.lan. 60 IN A 192.168.1.10"},
+		{"x.corp.test.", dns.TypeA, "forward"},
+		{"web.service.consul.", dns.TypeA, "forward"},
+		{".", dns.TypeA, "NOERROR . 60 IN A 192.0.2.9"},
+	} {
+		if got := answerOf(s, tt.name, tt.qtype); got != tt.want {
+			t.Errorf("%s %s: got %s, want %s", tt.name, dns.TypeToString[tt.qtype], got, tt.want)
+		}
+		if !s.Covers([]byte(tt.name)) {
+			t.Errorf("%s not covered", tt.name)
+		}
+	}
+}

@@ -85,7 +85,6 @@ var unsupported = map[string]string{
 	"group":            "towerd.service runs towerd as its own unprivileged user",
 	"pid-file":         "systemd tracks towerd's process",
 	"expand-hosts":     "towerd answers hosts files' names as written, without adding the domain",
-	"hostsdir":         "towerd reads hosts files and directories named in local.hosts_files; add it there",
 	"domain":           "towerd serves no local domain",
 	"cname":            "towerd serves no records of its own",
 	"srv-host":         "towerd serves no records of its own",

@@ -42,7 +42,7 @@ func (im *importer) localDirective(d Directive) bool {
 	case "no-hosts":
 		l.noHosts = true
 		l.hostsFrom = append(l.hostsFrom, d.where()+" "+d.String())
-	case "addn-hosts":
+	case "addn-hosts", "hostsdir": // a directory in hosts_files is re-read like dnsmasq's hostsdir
 		l.addnHosts = append(l.addnHosts, d.Value)
 		l.hostsFrom = append(l.hostsFrom, d.where()+" "+d.String())
 	case "domain-needed":

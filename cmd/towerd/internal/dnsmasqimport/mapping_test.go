@@ -49,6 +49,7 @@ func TestImportMapsDirectives(t *testing.T) {
 		{line: "server=/local.lan/", key: "local.domains=[local.lan.]"},
 		{line: "no-hosts", key: "local.hosts_files=[]"},
 		{line: "addn-hosts=/etc/hosts.extra", key: "local.hosts_files=[/etc/hosts /etc/hosts.extra]"},
+		{line: "hostsdir=/etc/hosts.d", key: "local.hosts_files=[/etc/hosts /etc/hosts.d]"},
 		{line: "domain-needed", key: "local.domain_needed=true"},
 		{line: "bogus-priv", key: "local.bogus_priv=true"},
 		{line: "local-ttl=60", key: "local.ttl=1m0s"},
