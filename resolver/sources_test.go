@@ -15,10 +15,6 @@ import (
 	"github.com/towerd/towerd/resolver/local"
 )
 
-// Local data is a RecordSource like the Consul watch; the daemon chains
-// them, local first.
-var _ RecordSource = (*local.Source)(nil)
-
 type sourceLog struct {
 	mu      sync.Mutex
 	sources []string
