@@ -223,6 +223,19 @@ func TestLocalAnswersLikeDnsmasq(t *testing.T) {
 			t.Errorf("after the edit, %s: towerd %s, dnsmasq %s", q.name, got, want)
 		}
 	}
+
+	// Without a signal, towerd's poll (a stat per file every 2 s) sees a
+	// file added to a hosts directory and re-reads: a third file, ten
+	// entries. (dnsmasq re-reads addn-hosts only on SIGHUP.)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(conf), "hosts.d", "20-more"), []byte("10.2.2.3 polled.lan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.stderr.waitFor(regexp.MustCompile(`msg="local data loaded" names=\d+ hosts_entries=10 files=3`), readyTimeout, tw.exited); err != nil {
+		t.Fatalf("towerd did not re-read the hosts directory: %v", err)
+	}
+	if got := localAnswer(t, tw.UDP, "polled.lan.", dns.TypeA); got != "NOERROR [polled.lan. 60 IN A 10.2.2.3]" {
+		t.Errorf("polled.lan. A = %s after the poll", got)
+	}
 }
 
 // TestImportDnsmasqExitsOneWhenAnswersChange: a directive whose loss
