@@ -27,7 +27,6 @@
 package local
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -128,7 +127,8 @@ func (s *Source) Reload() {
 
 // Poll reloads when a hosts file changed (size or modification time, or a
 // file appeared or went away) since the last read, and reports whether it
-// did. It costs one stat per file; Run calls it on a timer.
+// did. It costs one stat per file (and a listing per directory); the
+// daemon calls it every DefaultPollInterval.
 func (s *Source) Poll() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,23 +138,6 @@ func (s *Source) Poll() bool {
 	}
 	s.reload(now)
 	return true
-}
-
-// Run polls every interval until ctx ends.
-func (s *Source) Run(ctx context.Context, interval time.Duration) {
-	if len(s.opts.HostsFiles) == 0 {
-		return
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			s.Poll()
-		}
-	}
 }
 
 // DefaultPollInterval is how often the daemon checks the hosts files: edits
