@@ -51,6 +51,7 @@ type Config struct {
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
 	Zones      []ZoneConfig     `toml:"zone"`
+	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
 	Consul     ConsulConfig     `toml:"consul"` // consul.go
 }
@@ -163,6 +164,7 @@ func DefaultConfig() Config {
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
 		},
+		Local:  defaultLocalConfig(),
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),
 	}

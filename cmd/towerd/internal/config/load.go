@@ -120,10 +120,13 @@ func lineOfKey(data []byte, key string) int {
 	if i := strings.Index(leaf, `\[`); i >= 0 {
 		leaf = leaf[:i]
 	}
-	table := ""
-	if len(parts) > 1 {
-		table, _, _ = strings.Cut(parts[0], "[")
+	// The key's table: "local.address[0].name" is in [[local.address]].
+	var tables []string
+	for _, p := range parts[:len(parts)-1] {
+		p, _, _ = strings.Cut(p, "[")
+		tables = append(tables, p)
 	}
+	table := strings.Join(tables, ".")
 	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
 	current := ""
 	for i, line := range strings.Split(string(data), "\n") {
@@ -139,7 +142,7 @@ func lineOfKey(data []byte, key string) int {
 }
 
 // tableHeader matches "[cache]" and "[[zone]]" lines.
-var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_-]+)\s*\]\]?`)
+var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?`)
 
 func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
@@ -222,6 +225,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Consul.validate(); err != nil {
+		return err
+	}
+	if err := c.Local.validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

@@ -22,6 +22,16 @@ type File struct {
 	Keys []Key
 	// Zones become [[zone]] tables after the keys.
 	Zones []Zone
+	// Addresses become [[local.address]] tables after the zones.
+	Addresses []Address
+}
+
+// Address is one [[local.address]] table.
+type Address struct {
+	Name      string
+	Addresses []string
+	// Comment, when set, follows "[[local.address]]" on its line.
+	Comment string
 }
 
 // Key is one "name = value" line.
@@ -50,7 +60,7 @@ type Zone struct {
 
 // tableOrder is the order tables appear in, that of Config's fields, so a
 // rendered file reads like the README's configuration table.
-var tableOrder = []string{"", "cache", "serve_stale", "upstream", "admin", "consul"}
+var tableOrder = []string{"", "cache", "serve_stale", "upstream", "local", "admin", "consul"}
 
 // Render writes f as TOML that Load reads back. It panics on a value of a
 // type it cannot write: that is a programming error, not input.
@@ -99,6 +109,13 @@ func (f File) Render() []byte {
 			b.WriteString("  # " + z.Comment)
 		}
 		fmt.Fprintf(&b, "\nname    = %s\nservers = %s\n", tomlString(z.Name), tomlValue(z.Servers))
+	}
+	for _, a := range f.Addresses {
+		b.WriteString("\n[[local.address]]")
+		if a.Comment != "" {
+			b.WriteString("  # " + a.Comment)
+		}
+		fmt.Fprintf(&b, "\nname      = %s\naddresses = %s\n", tomlString(a.Name), tomlValue(a.Addresses))
 	}
 	return []byte(b.String())
 }

@@ -234,7 +234,8 @@ func (d *Daemon) setRootServers(servers []string) error {
 	if err != nil {
 		return err
 	}
-	rcfg := d.handlerConfig(d.cfg)
+	// Only zone "."'s servers change: the local data in force stays.
+	rcfg := d.handlerConfig(d.cfg, d.records(d.local.Load()))
 	groups := slices.Clone(d.groups)
 	var old *upstream.Group
 	if i := slices.IndexFunc(groups, func(g *upstream.Group) bool { return g.Address() == "." }); i >= 0 {
