@@ -186,12 +186,10 @@ _towerd() {
 	fi
 	case $cmd in
 `, shellQuote(strings.Join(firsts, " ")))
-	groups := make([]string, 0, len(seconds))
-	for g := range seconds {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	for _, g := range groups {
+	for _, g := range firsts {
+		if seconds[g] == nil {
+			continue
+		}
 		fmt.Fprintf(w, "\t%s)\n", g)
 		fmt.Fprintf(w, "\t\tif (( COMP_CWORD == 2 )); then\n\t\t\tCOMPREPLY=($(compgen -W %s -- \"$cur\")); return\n\t\tfi\n", shellQuote(strings.Join(seconds[g], " ")))
 		fmt.Fprintln(w, "\t\tcmd=\"$cmd ${COMP_WORDS[2]}\" first=3 ;;")
@@ -301,12 +299,10 @@ _towerd() {
 	fi
 	case $cmd in
 `)
-	groups := make([]string, 0, len(seconds))
-	for g := range seconds {
-		groups = append(groups, g)
-	}
-	sort.Strings(groups)
-	for _, g := range groups {
+	for _, g := range firsts {
+		if seconds[g] == nil {
+			continue
+		}
 		fmt.Fprintf(w, "\t(%s)\n", g)
 		fmt.Fprintf(w, "\t\tif (( CURRENT == 2 )); then\n\t\t\tcompadd -- %s\n\t\t\treturn\n\t\tfi\n", strings.Join(seconds[g], " "))
 		fmt.Fprintln(w, "\t\tcmd=\"$cmd $words[2]\"\n\t\tshift words\n\t\t(( CURRENT-- )) ;;")
