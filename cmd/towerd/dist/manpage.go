@@ -67,11 +67,12 @@ flags win over the file.
 					members = append(members, member)
 				}
 			}
-			b.WriteString("the subcommands " + roff(strings.Join(members, ", ")) + ", below\n")
+			b.WriteString("its subcommands " + roff(strings.Join(members, ", ")) + " follow.\n")
 		}
 		b.WriteString(".TP\n.B " + roff(c.Name) + "\n")
 		if c.Summary != "" {
-			b.WriteString(roff(c.Summary) + "\n")
+			// Summaries are one line without a final period.
+			b.WriteString(roff(c.Summary) + ".\n")
 		}
 		switch {
 		case c.Name == "serve":

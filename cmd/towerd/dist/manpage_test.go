@@ -30,7 +30,7 @@ func TestTowerdManPage(t *testing.T) {
 	page := towerdManPage(cmds, "2026-01-01", "0.1.0")
 	for _, want := range []string{
 		"towerd stats [\\-json]\n",
-		".TP\n.B cache\nthe subcommands list, dump, below\n.TP\n.B cache list\nlist cached answers\n.RS\n.TP\n\\fB\\-stale\\fR\nonly stale\n.RE\n.TP\n.B cache dump\n",
+		".TP\n.B cache\nits subcommands list, dump follow.\n.TP\n.B cache list\nlist cached answers.\n.RS\n.TP\n\\fB\\-stale\\fR\nonly stale\n.RE\n.TP\n.B cache dump\n",
 		".B log\\-queries\n",
 		".SH OPTIONS\nThe flags of\n.B serve\nand\n.BR check :\n.TP\n\\fB\\-config\\fR \\fIstring\\fR\nconfig file\n",
 	} {
