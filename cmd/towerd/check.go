@@ -23,3 +23,16 @@ func checkWarnings(o *options, cfg config.Config, stderr io.Writer) {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 }
+
+// warnOwnResolvConf: zone "." follows the system's files (resolv_conf
+// unset) while /etc/resolv.conf is towerd's own, so the files install
+// follows stand in for it (config.SystemResolvConfs); check says so and
+// names the fix.
+func warnOwnResolvConf(stderr io.Writer, cfg config.Config, source string) {
+	if source == "" || cfg.ResolvConf != "" {
+		return
+	}
+	if _, note := config.SystemResolvConfs("/"); note != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", note)
+	}
+}
