@@ -110,10 +110,10 @@ func (in *installer) retire(name, why string) error {
 			return err
 		}
 	}
+	in.r.same("found", name, why)
 	if err := undoFile(in.fsys, in.r, rec); err != nil {
 		return err
 	}
-	in.r.same("found", name, why)
 	in.m.removeFile(name)
 	return in.saveManifest()
 }

@@ -38,7 +38,7 @@ var installFollowed = []string{
 func SystemResolvConfs(root string) (paths []string, note string) {
 	paths = resolvconf.SystemPaths(root)
 	data, err := os.ReadFile(paths[1])
-	if err != nil || !bytes.HasPrefix(data, []byte(towerdResolvConfMarker+"\n")) {
+	if err != nil || !bytes.HasPrefix(data, []byte(towerdResolvConfMarker)) {
 		return paths, ""
 	}
 	paths = paths[:1]
