@@ -225,7 +225,7 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 			fmt.Fprintf(stdout, "  (%s)\n", note)
 		}
 		warnNoRootServers(stderr, zones, source)
-		warnOwnResolvConf(stderr, cfg, source) // check.go
+		warnOwnResolvConf(stderr, cfg, source)
 		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
