@@ -3,6 +3,7 @@ package systemd
 import (
 	"bytes"
 	"path"
+	"regexp"
 	"strings"
 )
 
@@ -37,19 +38,24 @@ func packagedUnits(fsys fileSystem) bool {
 	return err == nil && info.Mode().IsRegular()
 }
 
-// isSample reports whether a towerd.toml sets nothing: every line blank or
-// a comment, as the package's conffile ships (docs/towerd.toml, every key
-// commented out at its default). Such a file is no operator's decision, so
-// install does not keep it as one; any version of the sample counts.
+// isSample reports whether a towerd.toml sets nothing: every line blank,
+// a comment or a table header ("[cache]"), as the package's conffile ships
+// (docs/towerd.toml, every key commented out at its default under its
+// table). Such a file is no operator's decision, so install does not keep
+// it as one; any version of the sample counts. "[[zone]]" adds a zone: a
+// setting.
 func isSample(data []byte) bool {
 	for line := range strings.Lines(string(data)) {
 		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			return false
+		if line == "" || strings.HasPrefix(line, "#") || tableHeader.MatchString(line) {
+			continue
 		}
+		return false
 	}
 	return true
 }
+
+var tableHeader = regexp.MustCompile(`^\[\s*[a-z_]+\s*\]\s*(#.*)?$`)
 
 // configTarget is where install writes its configuration: towerd.toml, or
 // its drop-in when towerd.toml is the package's sample (or, on a packaged

@@ -10,7 +10,7 @@ import (
 // packagedSample stands in for docs/towerd.toml, the package's conffile:
 // every key commented out.
 const packagedSample = "# towerd's configuration (towerd.toml(5)). Every key is shown at its\n" +
-	"# default, commented out.\n\n#listen = [\"127.0.0.1:53\"]\n#resolv_conf = \"\"\n\n#[cache]\n#size = 10000\n"
+	"# default, commented out.\n\n#listen = [\"127.0.0.1:53\"]\n#resolv_conf = \"\"\n\n[cache]\n#size = 10000\n"
 
 // addPackage lays out what `apt install ./towerd_*.deb` puts under root:
 // the program, its units in /lib/systemd/system and the sample config.
