@@ -83,7 +83,9 @@ type InstallConfig struct {
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
-// binary, writes towerd.socket and towerd.service, writes a config whose
+// binary, writes towerd.socket and towerd.service (unless towerd's Debian
+// package provides them: packaged.go), writes a config (towerd.toml, or its
+// drop-in over the package's sample) whose
 // zone "." follows the file the node's DHCP client or network manager
 // keeps current (or forwards to the servers of a static resolv.conf, or to
 // --upstream), keeps that manager from taking /etc/resolv.conf back (its
