@@ -50,6 +50,12 @@ func TestInstallOnAPackagedNode(t *testing.T) {
 	fsys := rootFS{Root: root}
 	before := treeOf(t, root)
 
+	dry := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath), DryRun: true})
+	if c := changeFor(dry, ConfigDropIn); c.Action != "would write" {
+		t.Errorf("dry run on %s: %+v", ConfigDropIn, c)
+	}
+	diffTrees(t, before, treeOf(t, root))
+
 	r := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath)})
 	after := treeOf(t, root)
 	for _, p := range []string{"usr/local/bin/towerd", "etc/systemd/system/towerd.service", "etc/systemd/system/towerd.socket"} {
