@@ -134,7 +134,8 @@ func debInstallOnANode(t *testing.T, deb string) {
 	}
 	out, errOut, err = run("check", "-config", filepath.Join(etc, "towerd.toml"))
 	if err != nil || !regexp.MustCompile(`(?m)^  zone \. +-> 10\.1\.0\.2:53, 10\.1\.0\.3:53$`).MatchString(out) ||
-		!strings.Contains(out, "(zone \".\" servers from "+root+"/run/towerd-dhclient/resolv.conf") {
+		!strings.Contains(out, "(zone \".\" servers from "+root+"/run/towerd-dhclient/resolv.conf") ||
+		!strings.Contains(out, "(read over "+filepath.Join(etc, "towerd.toml")+": "+filepath.Join(etc, "towerd.d/00-install.toml")+")") {
 		t.Errorf("towerd check on the installed config: %v\n%s%s", err, out, errOut)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
@@ -34,5 +35,16 @@ func warnOwnResolvConf(stderr io.Writer, cfg config.Config, source string) {
 	}
 	if _, note := config.SystemResolvConfs("/"); note != "" {
 		fmt.Fprintf(stderr, "warning: %s\n", note)
+	}
+}
+
+// printDropIns names the drop-ins (towerd.d/*.toml) read over the config
+// file, so what check shows can be traced to the file that set it.
+func printDropIns(stdout io.Writer, configPath string) {
+	if configPath == "" {
+		return
+	}
+	if files, err := config.DropIns(configPath); err == nil && len(files) > 0 {
+		fmt.Fprintf(stdout, "  (read over %s: %s)\n", configPath, strings.Join(files, ", "))
 	}
 }
