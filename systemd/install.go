@@ -473,6 +473,13 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 	}
 	in.r.same("found", PackagedBinaryPath, detail)
 	for _, name := range []string{DefaultBinaryPath, path.Join(UnitDir, SocketUnitName), path.Join(UnitDir, ServiceUnitName)} {
+		if in.m.file(name) == nil {
+			if _, err := in.fsys.Lstat(name); err == nil && name != DefaultBinaryPath {
+				in.r.warn("%s is not towerd install's and overrides the package's unit in %s: remove it (systemctl daemon-reload after) unless you mean it to",
+					name, PackagedUnitDir)
+			}
+			continue
+		}
 		if err := in.retire(name, "an earlier install's copy, which would override the package's"); err != nil {
 			return err
 		}

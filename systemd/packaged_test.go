@@ -127,6 +127,22 @@ func TestPackagedSampleWithoutPackage(t *testing.T) {
 	}
 }
 
+// TestAHandWrittenUnitOverridingThePackage: a unit in /etc/systemd/system
+// that install did not write is left alone, with a warning: it shadows the
+// package's.
+func TestAHandWrittenUnitOverridingThePackage(t *testing.T) {
+	t.Parallel()
+	root := packagedDhclientNode(t)
+	writeTree(t, root, map[string]string{"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd serve\n"})
+	r := mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "/etc/systemd/system/towerd.service is not towerd install's") {
+		t.Errorf("warnings %q", r.Warnings)
+	}
+	if got := read(t, root, "etc/systemd/system/towerd.service"); got != "[Service]\nExecStart=/opt/towerd serve\n" {
+		t.Errorf("the hand-written unit changed: %q", got)
+	}
+}
+
 // TestPackageAfterAnEarlierInstall: towerd install ran from a copied
 // binary, then the package came: the next install undoes the copies in
 // /usr/local/bin and /etc/systemd/system (they override the package's) and
