@@ -190,7 +190,7 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 		opts.RenderConfig = func(c systemd.InstallConfig) []byte {
 			s := config.InstallSettings{
 				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
-				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source,
+				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn,
 			}
 			if imported != nil {
 				return s.Complete(*imported).Render()
@@ -297,7 +297,8 @@ func importDnsmasqCommand(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: towerd import-dnsmasq FILE > towerd.toml")
 		fmt.Fprintln(stderr, "  turns a dnsmasq configuration (and the files its conf-file= and conf-dir=")
-		fmt.Fprintln(stderr, "  name) into towerd's; directives not carried over are listed on stderr")
+		fmt.Fprintln(stderr, "  name) into towerd's; directives not carried over are listed on stderr, and")
+		fmt.Fprintln(stderr, "  the exit status is 1 when one of them changes answers")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -334,6 +335,20 @@ func importDnsmasqCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(im.Notes) > 0 {
 		fmt.Fprintf(stderr, "%d directive(s) not carried over, or only partly: see above\n", len(im.Notes))
+	}
+	// Dropping what only changes caching, logging or where towerd runs is
+	// fine; dropping what changes an answer is not, and a script that
+	// imports and installs must stop (issue 15).
+	var changes []string
+	for _, n := range im.Notes {
+		if n.ChangesAnswers() {
+			changes = append(changes, "  "+n.String())
+		}
+	}
+	if len(changes) > 0 {
+		fmt.Fprintf(stderr, "towerd import-dnsmasq: %d directive(s) dropped that change answers; towerd would answer differently from dnsmasq:\n%s\n",
+			len(changes), strings.Join(changes, "\n"))
+		return exitFail
 	}
 	return exitOK
 }

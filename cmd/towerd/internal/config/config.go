@@ -52,6 +52,7 @@ type Config struct {
 	Upstream   UpstreamConfig   `toml:"upstream"`
 	TCP        TCPConfig        `toml:"tcp"`
 	Zones      []ZoneConfig     `toml:"zone"`
+	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
 	Consul     ConsulConfig     `toml:"consul"` // consul.go
 }
@@ -188,6 +189,7 @@ func DefaultConfig() Config {
 			ReadTimeout:    Dur(2 * time.Second),
 			WriteTimeout:   Dur(2 * time.Second),
 		},
+		Local:  defaultLocalConfig(),
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),
 	}

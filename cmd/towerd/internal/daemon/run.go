@@ -28,6 +28,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.stopped)
 	d.startAdmin()
 	d.runConsul()
+	d.runLocal()
 	d.saver = d.startCacheSaver(d.cache, d.cfg) // state.go
 	for _, z := range d.zones {
 		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
@@ -58,6 +59,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.saver.stop()
 			d.handler.Close()
 			d.stopConsul()
+			d.stopLocal()
 			closeGroups(d.groups)
 			return fmt.Errorf("serving stopped: %w", err)
 		case <-ready:
@@ -149,6 +151,7 @@ func (d *Daemon) shutdown(why string) {
 	d.saver.stop()
 	d.saveCache(d.cache, d.cfg) // state.go
 	d.stopConsul()
+	d.stopLocal()
 	closeGroups(d.groups)
 	if err != nil {
 		d.log.Warn("queries still running at shutdown were dropped", "err", err)
@@ -240,6 +243,7 @@ func sameZone(a, b config.ZoneConfig) bool {
 func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	old := d.groups
 	d.groups = groups
+	d.local.Store(d.localNext) // the handler answers from it already
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
