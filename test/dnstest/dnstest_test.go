@@ -115,6 +115,22 @@ func TestUpstreamFaults(t *testing.T) {
 		}
 	}
 
+	// The shorthands add up, as the old setters did; SetFault replaces.
+	u.SetFault("a.example.", Fault{})
+	u.SetNODATA("a.example.")
+	u.TruncateUDP("a.example.")
+	if r := exchange(t, u, "udp", "a.example.", dns.TypeA); !r.Truncated {
+		t.Errorf("NODATA then TruncateUDP over udp: %v, want TC (both set, truncation first)", r)
+	}
+	if r := exchange(t, u, "tcp", "a.example.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || len(r.Ns) != 1 {
+		t.Errorf("NODATA then TruncateUDP over tcp: %v, want NODATA", r)
+	}
+	u.SetRcode("a.example.", dns.RcodeServerFailure)
+	u.SetNXDOMAIN("a.example.")
+	if r := exchange(t, u, "tcp", "a.example.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("SetRcode then SetNXDOMAIN: %v, want SERVFAIL (rcode first)", r)
+	}
+
 	u.SetFault("a.example.", Fault{Drop: true})
 	arrived := u.Arrived("a.example.", 1)
 	q := new(dns.Msg)
