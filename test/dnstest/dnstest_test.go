@@ -147,7 +147,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// A held name is answered once released; Arrived fires on the n-th query;
+// A held name is answered once released; Arrived fires on the n-th query,
+// Answered on the n-th reply written;
 // Stop lets held queries go and closes the port.
 func TestUpstreamHoldArrivedStop(t *testing.T) {
 	u := NewUpstream(t)
@@ -163,8 +164,14 @@ func TestUpstreamHoldArrivedStop(t *testing.T) {
 			done <- r
 		}()
 	}
+	answered := u.Answered("held.example.", 2)
 	<-arrived
 	<-second
+	select {
+	case <-answered:
+		t.Fatal("Answered fired while the answers were held")
+	default:
+	}
 	select {
 	case r := <-done:
 		t.Fatalf("answered while held: %v", r)
@@ -176,6 +183,7 @@ func TestUpstreamHoldArrivedStop(t *testing.T) {
 			t.Errorf("after release: %v, want the A record", r)
 		}
 	}
+	<-answered
 
 	arrived, _ = u.Hold("held.example.")
 	stuck := make(chan error, 1)

@@ -27,7 +27,8 @@ type Upstream struct {
 	faults  map[string]Fault // lower-case name → its fault
 	holds   map[string]*hold
 	counts  map[countKey]int
-	waits   []*wait
+	waits   []*wait // Arrived
+	answers []*wait // Answered
 
 	servers  []*dns.Server
 	served   chan error    // one value per server when it stops
@@ -213,6 +214,21 @@ func (u *Upstream) Arrived(name string, n int) <-chan struct{} {
 	return w.ch
 }
 
+// Answered returns a channel that is closed once n more replies for name
+// have been written after the call: what a test waits on before it asks
+// something that depends on a late reply having been sent.
+func (u *Upstream) Answered(name string, n int) <-chan struct{} {
+	w := &wait{name: canonical(name), left: n, ch: make(chan struct{})}
+	if n <= 0 {
+		close(w.ch)
+		return w.ch
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.answers = append(u.answers, w)
+	return w.ch
+}
+
 // Count returns the queries for (name, qtype) over UDP and TCP together.
 func (u *Upstream) Count(name string, qtype uint16) int {
 	return u.CountNet(name, qtype, "udp") + u.CountNet(name, qtype, "tcp")
@@ -291,10 +307,13 @@ func (u *Upstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	if reply != nil {
 		_ = w.WriteMsg(reply)
+		u.mu.Lock()
+		u.answers = arrive(u.answers, name)
+		u.mu.Unlock()
 	}
 }
 
-// arrive counts one query for name against every wait, closing and dropping
+// arrive counts one query (or reply) for name against every wait, closing and dropping
 // the ones it completes.
 func arrive(waits []*wait, name string) []*wait {
 	kept := waits[:0]
