@@ -202,22 +202,18 @@ func (u *Upstream) Hold(name string) (arrived <-chan struct{}, release func()) {
 
 // Arrived returns a channel that is closed once n more queries for name
 // (any type, either transport) have reached the server after the call.
-func (u *Upstream) Arrived(name string, n int) <-chan struct{} {
-	w := &wait{name: canonical(name), left: n, ch: make(chan struct{})}
-	if n <= 0 {
-		close(w.ch)
-		return w.ch
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.waits = append(u.waits, w)
-	return w.ch
-}
+func (u *Upstream) Arrived(name string, n int) <-chan struct{} { return u.await(&u.waits, name, n) }
 
 // Answered returns a channel that is closed once n more replies for name
 // have been written after the call: what a test waits on before it asks
 // something that depends on a late reply having been sent.
 func (u *Upstream) Answered(name string, n int) <-chan struct{} {
+	return u.await(&u.answers, name, n)
+}
+
+// await adds a wait for n more events of name to list (Arrived's or
+// Answered's).
+func (u *Upstream) await(list *[]*wait, name string, n int) <-chan struct{} {
 	w := &wait{name: canonical(name), left: n, ch: make(chan struct{})}
 	if n <= 0 {
 		close(w.ch)
@@ -225,7 +221,7 @@ func (u *Upstream) Answered(name string, n int) <-chan struct{} {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.answers = append(u.answers, w)
+	*list = append(*list, w)
 	return w.ch
 }
 
