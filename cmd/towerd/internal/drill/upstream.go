@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/internal/dnslisten"
+	"github.com/towerd/towerd/upstream/dnslisten"
 	"github.com/towerd/towerd/upstream/faultproxy"
 )
 

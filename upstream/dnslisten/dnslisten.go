@@ -1,7 +1,10 @@
 // Package dnslisten binds a DNS server's two sockets: UDP and TCP on one
 // address and port. The resolver's listeners, the fault proxy, the drill's
 // loopback zones and the test kit all listen so; this is the one place
-// that knows how to get one port for both when any port will do.
+// that knows how to get one port for both when any port will do. It sits
+// under upstream/ (the top level is fixed) because every user may import
+// upstream's tree: the resolver does already, and it imports only the
+// standard library, so it ties nobody to the transport.
 package dnslisten
 
 import (
