@@ -71,6 +71,10 @@ func TestSlowUpstreamIsAnswered(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("upstream never replied for %s", slowest)
 	}
+	// The resolution may still have an attempt on the way (its third
+	// packet can cross the late reply): wait until it has ended, so that
+	// what the upstream saw is what the first query cost.
+	waitMetric(t, d, "towerd_inflight_resolutions", 0, 10*time.Second)
 	sent := up.Count(slowest, dns.TypeA)
 	reply, err := ask(slowest)
 	if err != nil || reply.Rcode != dns.RcodeSuccess || len(reply.Answer) != 1 {
