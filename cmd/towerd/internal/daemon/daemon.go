@@ -171,6 +171,7 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 			MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
 			MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
 			InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
+			ProbeName:             z.ProbeName, // type stays NS: any reply means up
 			Observe:               d.tel.Upstreams.Observer(z.Name),
 			OnHealthChange: func(server string, up bool) {
 				if up {
