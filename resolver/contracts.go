@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"context"
 	"net/netip"
 
 	"github.com/miekg/dns"
@@ -43,9 +44,18 @@ type HealthReporter interface {
 	AllDownSignal() <-chan struct{}
 }
 
+// scrubbingExchanger is an upstream that scrubs its replies and says where
+// a question's CNAME chain left its zone (upstream.Group, issue 11): the
+// resolver then chases the target through the zone that owns it (chase.go).
+// An upstream without it is taken at its word.
+type scrubbingExchanger interface {
+	ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, upstream.ScrubResult, error)
+}
+
 var (
-	_ upstream.Upstream = (*upstream.Group)(nil)
-	_ HealthReporter    = (*upstream.Group)(nil)
+	_ upstream.Upstream  = (*upstream.Group)(nil)
+	_ HealthReporter     = (*upstream.Group)(nil)
+	_ scrubbingExchanger = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers UDP packets from their

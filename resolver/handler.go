@@ -258,20 +258,23 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 	return func(ctx context.Context) (*dns.Msg, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
 		defer cancel()
-		reply, err := zone.Upstream.Exchange(ctx, upstreamQuery(key))
+		reply, err := h.exchange(ctx, s, zone, key)
 		if err == nil {
+			// The clients waiting get the reply shaped as a later hit will
+			// show it (TTLs clamped, RFC 2308's negative TTL), stored or
+			// not: one reply shape (issue 11).
 			switch reply.Rcode {
 			case dns.RcodeSuccess:
 				if stored, reason := h.cache.Set(key, reply); !stored {
 					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
 				}
-				return reply, nil
+				return h.cache.Shape(reply), nil
 			case dns.RcodeNameError:
 				// NXDOMAIN is an answer, not a failure: it is passed on and
 				// never cached, and an old entry for the name must not come
 				// back later as stale (the name is gone).
 				h.cache.Remove(key)
-				return reply, nil
+				return h.cache.Shape(reply), nil
 			default:
 				err = errUpstreamRcode{reply.Rcode}
 			}
@@ -292,12 +295,20 @@ func (e errUpstreamRcode) Error() string {
 }
 
 // upstreamQuery builds the question towerd sends for key: recursion desired,
-// the client's DO and CD bits, and an EDNS buffer of 1232 bytes (the DNS flag
-// day 2020 value, which avoids IP fragmentation).
+// AD, the client's DO and CD bits, and an EDNS buffer of 1232 bytes (the DNS
+// flag day 2020 value, which avoids IP fragmentation).
+//
+// AD is always set (RFC 6840 §5.7: AD in a query asks for AD in the reply
+// without the DNSSEC records of DO), so a validating upstream's AD reaches
+// the clients that ask for it, glibc's `options trust-ad` among them. The
+// cache key has no AD bit: which client filled an entry must not decide
+// what the next one sees; whether a client gets AD is the reply core's rule
+// (replyShape.adOK).
 func upstreamQuery(key cache.Key) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(key.Name, key.Type)
 	m.Question[0].Qclass = key.Class
+	m.AuthenticatedData = true
 	m.CheckingDisabled = key.CD
 	m.SetEdns0(advertisedUDPSize, key.DO)
 	return m

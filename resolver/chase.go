@@ -1,0 +1,97 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
+)
+
+// maxChaseSteps bounds the resolutions one question may take when its
+// CNAME chain crosses configured zones, the first one included; unbound's
+// iterator gives up after 8 restarts too (MAX_RESTART_COUNT).
+const maxChaseSteps = 8
+
+// errChase is why a chase across zones gave up: a loop, or too many steps.
+// The query then fails as if the upstream had (stale or SERVFAIL), and the
+// partial chain is never cached.
+var errChase = errors.New("CNAME chase across zones")
+
+// exchange resolves key through zone's upstream and, when the answer's
+// CNAME/DNAME chain leaves the zone (ScrubResult.ChaseName), resolves the
+// target through the zone that owns it, as often as the chain goes on
+// leaving, and joins the answers (issue 11, unbound's scrubber: what one
+// zone's servers say about another zone's names is never believed). Any
+// failing step fails the whole query.
+func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cache.Key) (*dns.Msg, error) {
+	reply, chase, err := exchangeScrubbed(ctx, zone.Upstream, upstreamQuery(key))
+	if err != nil || chase == "" {
+		return reply, err
+	}
+	seen := map[string]bool{strings.ToLower(key.Name): true}
+	for step := 2; chase != ""; step++ {
+		if step > maxChaseSteps {
+			return nil, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, chase)
+		}
+		if seen[chase] {
+			return nil, fmt.Errorf("%w: loop at %s", errChase, chase)
+		}
+		seen[chase] = true
+		next := s.router.route(chase)
+		q := upstreamQuery(cache.Key{Name: chase, Type: key.Type, Class: key.Class, DO: key.DO, CD: key.CD})
+		var part *dns.Msg
+		part, chase, err = exchangeScrubbed(ctx, next.Upstream, q)
+		if err != nil {
+			return nil, fmt.Errorf("chasing %s in zone %s: %w", q.Question[0].Name, next.Name, err)
+		}
+		reply = joinChase(reply, part)
+	}
+	return reply, nil
+}
+
+// exchangeScrubbed asks up, through ExchangeScrubbed when it has it (every
+// upstream.Group); any other upstream's reply is taken as it comes.
+func exchangeScrubbed(ctx context.Context, up upstream.Upstream, m *dns.Msg) (*dns.Msg, string, error) {
+	if sx, ok := up.(scrubbingExchanger); ok {
+		reply, result, err := sx.ExchangeScrubbed(ctx, m)
+		return reply, result.ChaseName, err
+	}
+	reply, err := up.Exchange(ctx, m)
+	return reply, "", err
+}
+
+// joinChase is the answer to the original question: first's chain up to
+// the record that leaves its zone, then what the target's zone answered.
+// The rcode, AD and authority are the target zone's (the first server's
+// word on the target was not believed; AD only when both parts had it),
+// the additional records both, without OPT (the answer gets towerd's own).
+// Every TTL becomes the smallest of all parts when the reply is shaped
+// (cache.Shape) and stored.
+func joinChase(first, next *dns.Msg) *dns.Msg {
+	out := first.Copy()
+	out.Answer = append(out.Answer, next.Answer...)
+	out.Rcode = next.Rcode
+	out.AuthenticatedData = first.AuthenticatedData && next.AuthenticatedData
+	out.Ns = append([]dns.RR(nil), next.Ns...)
+	out.Extra = withoutOPT(out.Extra)
+	for _, rr := range next.Extra {
+		if rr.Header().Rrtype != dns.TypeOPT && !containsRR(out.Extra, rr) {
+			out.Extra = append(out.Extra, rr)
+		}
+	}
+	return out
+}
+
+func containsRR(rrs []dns.RR, rr dns.RR) bool {
+	for _, have := range rrs {
+		if dns.IsDuplicate(have, rr) {
+			return true
+		}
+	}
+	return false
+}
