@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -52,7 +53,16 @@ type scrubbingExchanger interface {
 	ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, upstream.ScrubResult, error)
 }
 
+// retransmitTimer is an upstream that knows how long its first attempt
+// waits before resending (upstream.Group's RFC 6298 RTO): a prefetch is
+// only started when it has that long before the entry expires
+// (settings.wantsPrefetch). An upstream without it is always prefetched.
+type retransmitTimer interface {
+	AttemptTimeout() time.Duration
+}
+
 var (
+	_ retransmitTimer    = (*upstream.Group)(nil)
 	_ upstream.Upstream  = (*upstream.Group)(nil)
 	_ HealthReporter     = (*upstream.Group)(nil)
 	_ scrubbingExchanger = (*upstream.Group)(nil)

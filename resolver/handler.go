@@ -149,6 +149,9 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
 	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
 		wait = min(wait, s.StaleClientTimeout)
+		if s.staleAtOnce(res.TTL, res.Expired) {
+			wait = 0 // just expired: the refresh runs behind the stale answer
+		}
 		if hr, ok := zone.Upstream.(HealthReporter); ok {
 			zoneDown = hr.AllDownSignal()
 			if hr.AllDown() {
@@ -190,7 +193,7 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
 // (Config.Prefetch) and reports whether this hit started it: a refresh
 // already running for key is not started again, and the cap may refuse one.
 func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining time.Duration) bool {
-	if !s.wantsPrefetch(ttl, remaining) {
+	if !s.wantsPrefetch(zone, ttl, remaining) {
 		return false
 	}
 	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))

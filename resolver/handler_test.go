@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 func TestTTLCountsDownOnHits(t *testing.T) {
@@ -74,7 +76,9 @@ func TestNXDOMAINReplacesStaleAndIsNotCached(t *testing.T) {
 	e := newEnv(t, nil)
 	e.query("gone.example.")
 	e.up.mode.Store("nxdomain")
-	e.clock.Advance(301 * time.Second)
+	// Past the client response timer: an entry that only just expired would
+	// be answered stale at once (staleAtOnce) while the refresh runs.
+	e.clock.Advance(302 * time.Second)
 	for i := range 2 {
 		if r := e.query("gone.example."); r.Rcode != dns.RcodeNameError {
 			t.Fatalf("query %d: rcode %s, want NXDOMAIN", i, dns.RcodeToString[r.Rcode])
@@ -102,6 +106,31 @@ func TestStaleImmediateMode(t *testing.T) {
 		t.Fatalf("TTL %d, want stale 30 while the refresh is held", got)
 	}
 	<-e.up.arrived // the background refresh did reach the upstream
+}
+
+// An entry that only just expired is answered stale at once, whatever the
+// client response timer (here an hour: a client made to wait for it would
+// time out), and the refresh behind it fills the cache; one expired longer
+// ago than its TTL waits for the timer.
+func TestStaleAtOnceJustExpired(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = time.Hour })
+	e.query("just.example.")
+	<-e.up.arrived
+	e.up.mode.Store("hold")
+	e.clock.Advance(301 * time.Second) // expired 1 s ago, TTL 300 s
+
+	if got := ttlOf(t, e.query("just.example.")); got != 30 {
+		t.Fatalf("TTL %d, want the stale answer's 30 at once", got)
+	}
+	<-e.up.arrived // the refresh reached the upstream
+	e.up.mode.Store("answer")
+	close(e.up.release) // it answers now
+	for e.h.Inflight() != 0 {
+		runtime.Gosched()
+	}
+	if got := ttlOf(t, e.query("just.example.")); got != 300 {
+		t.Fatalf("TTL %d after the refresh, want the fresh 300", got)
+	}
 }
 
 // The client response timer: a held upstream does not keep a client with a
@@ -139,32 +168,68 @@ func TestPrefetchOncePerKey(t *testing.T) {
 	}
 }
 
-// The prefetch window: the last tenth of the TTL, or the last second for
-// short TTLs (at most a quarter of the TTL).
+// fixedRTO is an upstream whose first attempt waits rto before resending.
+type fixedRTO struct {
+	upstream.Upstream
+	rto time.Duration
+}
+
+func (f fixedRTO) AttemptTimeout() time.Duration { return f.rto }
+
+// The prefetch window: the last tenth of the TTL, when that tenth is longer
+// than the zone's retransmission timeout.
 func TestWantsPrefetch(t *testing.T) {
 	const s, ms = time.Second, time.Millisecond
 	on := &settings{Config: Config{Prefetch: true}}
+	plain := Zone{Name: "."}                                   // no RTO known: the last tenth
+	slow := Zone{Name: ".", Upstream: fixedRTO{rto: 300 * ms}} // a jittery upstream
 	for _, tt := range []struct {
+		zone           Zone
 		ttl, remaining time.Duration
 		want           bool
 	}{
-		{300 * s, 31 * s, false},
-		{300 * s, 30 * s, true}, // the last tenth
-		{10 * s, 1001 * ms, false},
-		{10 * s, s, true},
-		{4 * s, 1001 * ms, false},
-		{4 * s, s, true}, // the last second, a quarter of 4 s
-		{2 * s, 501 * ms, false},
-		{2 * s, 500 * ms, true}, // a quarter of 2 s, not the last second
-		{0, 0, false},           // TTL 0 is never fresh, never prefetched
+		{plain, 300 * s, 31 * s, false},
+		{plain, 300 * s, 30 * s, true}, // the last tenth
+		{plain, 2 * s, 201 * ms, false},
+		{plain, 2 * s, 200 * ms, true},
+		{slow, 300 * s, 30 * s, true},
+		{slow, 4 * s, 400 * ms, true},  // 400 ms leave room for a resend
+		{slow, 3 * s, 300 * ms, false}, // exactly one RTO: not enough
+		{slow, 2 * s, 100 * ms, false}, // refreshed by the first hit after expiry
+		{plain, 0, 0, false},           // TTL 0 is never fresh, never prefetched
 	} {
-		if got := on.wantsPrefetch(tt.ttl, tt.remaining); got != tt.want {
-			t.Errorf("wantsPrefetch(ttl %v, remaining %v) = %v, want %v", tt.ttl, tt.remaining, got, tt.want)
+		if got := on.wantsPrefetch(tt.zone, tt.ttl, tt.remaining); got != tt.want {
+			t.Errorf("wantsPrefetch(RTO %v, ttl %v, remaining %v) = %v, want %v", tt.zone.Upstream, tt.ttl, tt.remaining, got, tt.want)
 		}
 	}
 	off := &settings{Config: Config{Prefetch: false}}
-	if off.wantsPrefetch(300*s, s) {
+	if off.wantsPrefetch(plain, 300*s, s) {
 		t.Error("prefetch with Prefetch off")
+	}
+}
+
+// An entry just expired is answered stale at once while it is refreshed;
+// one expired longer than the client response timer or its own TTL ago, or
+// stored with TTL 0, waits for the timer (RFC 8767 §5).
+func TestStaleAtOnce(t *testing.T) {
+	const s, ms = time.Second, time.Millisecond
+	st := &settings{Config: Config{StaleClientTimeout: 1800 * ms}}
+	for _, tt := range []struct {
+		ttl, expired time.Duration
+		want         bool
+	}{
+		{2 * s, 0, true},
+		{2 * s, 1799 * ms, true},
+		{2 * s, 1800 * ms, false},
+		{300 * s, 1 * s, true},
+		{300 * s, 10 * s, false},
+		{1 * s, 999 * ms, true},
+		{1 * s, 1 * s, false}, // its own TTL bounds it
+		{0, 0, false},         // TTL 0: never at once
+	} {
+		if got := st.staleAtOnce(tt.ttl, tt.expired); got != tt.want {
+			t.Errorf("staleAtOnce(ttl %v, expired %v) = %v, want %v", tt.ttl, tt.expired, got, tt.want)
+		}
 	}
 }
 
