@@ -30,6 +30,9 @@ var errChase = errors.New("CNAME chase across zones")
 // failing step fails the whole query.
 func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cache.Key) (*dns.Msg, error) {
 	reply, chase, err := exchangeScrubbed(ctx, zone.Upstream, upstreamQuery(key))
+	if err == nil && chase == "" {
+		reply, chase = cutAtSubzone(s, zone, reply)
+	}
 	if err != nil || chase == "" {
 		return reply, err
 	}
@@ -49,9 +52,61 @@ func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cach
 		if err != nil {
 			return nil, fmt.Errorf("chasing %s in zone %s: %w", q.Question[0].Name, next.Name, err)
 		}
+		if chase == "" {
+			part, chase = cutAtSubzone(s, next, part)
+		}
 		reply = joinChase(reply, part)
 	}
 	return reply, nil
+}
+
+// cutAtSubzone finds where reply's answer chain, which the upstream of
+// zone kept as inside its zone, enters a zone configured below it (the
+// servers of "." answering a CNAME into "consul."): the upstream's
+// scrubber knows only its own zone, the router knows them all. It returns
+// reply cut there (a copy: the answer and additional records owned by
+// names of other zones, and the authority, which speaks of the chain's
+// end, left out) and that target; reply itself and "" when the chain stays.
+func cutAtSubzone(s *settings, zone Zone, reply *dns.Msg) (*dns.Msg, string) {
+	if len(reply.Answer) == 0 || len(reply.Question) != 1 {
+		return reply, ""
+	}
+	ours := func(name string) bool { return s.router.route(name).Name == zone.Name }
+	name := strings.ToLower(reply.Question[0].Name)
+	target := ""
+	for step := 0; step < maxChaseSteps && target == ""; step++ {
+		next := ""
+		for _, rr := range reply.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(c.Hdr.Name, name) {
+				next = strings.ToLower(dns.Fqdn(c.Target))
+				break
+			}
+		}
+		switch {
+		case next == "":
+			return reply, ""
+		case !ours(next):
+			target = next
+		}
+		name = next
+	}
+	if target == "" {
+		return reply, ""
+	}
+	keepOurs := func(rrs []dns.RR) []dns.RR {
+		var kept []dns.RR
+		for _, rr := range rrs {
+			if rr.Header().Rrtype == dns.TypeOPT || ours(rr.Header().Name) {
+				kept = append(kept, rr)
+			}
+		}
+		return kept
+	}
+	cut := *reply
+	cut.Answer = keepOurs(reply.Answer)
+	cut.Extra = keepOurs(reply.Extra)
+	cut.Ns = nil
+	return &cut, target
 }
 
 // exchangeScrubbed asks up, through ExchangeScrubbed when it has it (every

@@ -139,3 +139,25 @@ func TestChaseLoopIsRefused(t *testing.T) {
 		t.Fatalf("loop answered %s %v, want SERVFAIL", dns.RcodeToString[r.Rcode], r.Answer)
 	}
 }
+
+// The servers of "." know no other zone, so their scrubber keeps a chain
+// into "consul."; the router does, and the chain is cut and chased there
+// all the same.
+func TestChaseFromRootIntoConfiguredZone(t *testing.T) {
+	var asked, failing sync.Map
+	e := newZonesEnv(t, map[string]dns.HandlerFunc{
+		".": answerWith(t, dns.RcodeSuccess, []string{
+			"www.example. 300 IN CNAME web.service.consul.",
+			"web.service.consul. 300 IN A 6.6.6.6",
+		}),
+		"consul.": consulZone(t, &asked, &failing),
+	}, cache.Config{MaxStaleAge: time.Hour}, nil)
+	want := []string{
+		"www.example.\t20\tIN\tCNAME\tweb.service.consul.",
+		"web.service.consul.\t20\tIN\tA\t10.0.0.1",
+	}
+	r := e.ask(t, "www.example.", dns.TypeA)
+	if r.Rcode != dns.RcodeSuccess || !slices.Equal(rrStrings(r.Answer), want) {
+		t.Fatalf("got %s %v, want NOERROR %v", dns.RcodeToString[r.Rcode], rrStrings(r.Answer), want)
+	}
+}
