@@ -147,16 +147,15 @@ func (s *settings) wantsPrefetch(zone Zone, ttl, remaining time.Duration) bool {
 // staleAtOnce reports whether a client asking for an entry that expired
 // expired ago, after a lifetime of ttl, gets the stale answer at once while
 // the refresh runs behind, instead of waiting up to the client response
-// timer: an entry that expired less than its own TTL, and less than the
-// client response timer, ago. Such an entry was in use when it expired;
-// its refresh is the prefetch that came too late (or that the prefetch
-// rule left to the first hit after expiry), and the answer is no further
-// past its TTL than the one a client gets after waiting the whole timer
-// for a refresh that fails (RFC 8767 §5 allows a timer of 0; unbound's
-// serve-expired-client-timeout 0 and dnsmasq's use-stale-cache do this for
-// every entry). An entry expired
-// longer ago waits for the timer as RFC 8767 says; a TTL-0 entry (Consul)
-// always does.
+// timer: an entry that expired less than the client response timer ago.
+// Such an entry was in use when it expired; its refresh is the prefetch
+// that came too late (or that the prefetch rule left to the first hit
+// after expiry), and the answer is no further past its TTL than the one a
+// client gets after waiting the whole timer for a refresh that fails
+// (RFC 8767 §5 allows a timer of 0; unbound's serve-expired-client-timeout
+// 0 and dnsmasq's use-stale-cache do this for every entry). An entry
+// expired longer ago waits for the timer as RFC 8767 says; a TTL-0 entry
+// (Consul) always does: it is never meant to be served without asking.
 func (s *settings) staleAtOnce(ttl, expired time.Duration) bool {
-	return expired < min(ttl, s.StaleClientTimeout)
+	return ttl > 0 && expired < s.StaleClientTimeout
 }
