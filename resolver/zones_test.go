@@ -11,25 +11,20 @@ import (
 	"github.com/towerd/towerd/upstream"
 )
 
-// startFuncUpstream runs handler as a DNS server on 127.0.0.1 (UDP and
-// TCP on the same port) until the test ends and returns its address.
+// startFuncUpstream runs handler as a DNS server on 127.0.0.1 (UDP; the
+// replies here never need TCP) until the test ends and returns its address.
 func startFuncUpstream(t *testing.T, handler dns.HandlerFunc) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go srv.ActivateAndServe()
-		<-started
-		t.Cleanup(func() { srv.Shutdown() })
-	}
+	srv := &dns.Server{PacketConn: pc, Handler: handler}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
 	return pc.LocalAddr().String()
 }
 
