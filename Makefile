@@ -1,7 +1,12 @@
 # towerd — see README.md. Every target works from a fresh Debian machine with Go.
 GO       ?= go
 BIN      := bin/towerd
-VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version is the git tag (v0.x.y; git describe adds -N-gHASH after it).
+# A clone without tags (CI's shallow ones) gets the next release named in
+# VERSION, marked as a pre-release of it: v0.1.0~git1a2b3c4 (~ sorts before
+# the release for dpkg too). See "Versions and packaging" in the README.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+	echo "v$$(cat VERSION)~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo .dirty)")
 LDFLAGS  := -X main.version=$(VERSION)
 # make run serves here: loopback, unprivileged, built-in defaults.
 RUN_LISTEN ?= 127.0.0.1:1053
@@ -11,7 +16,7 @@ RUN_ADMIN ?= 127.0.0.1:9253
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean
+.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean deb deb-check version
 
 all: build
 
@@ -32,7 +37,7 @@ run: build
 
 # Installs what the tests need (dig, ...), then vets and runs every test with
 # the race detector.
-test: test-deps consul-agent fmt-check vet fuzz
+test: test-deps consul-agent fmt-check vet fuzz deb-check
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 test-deps:
@@ -82,6 +87,42 @@ bench: build
 	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver
 	$(GO) build -o bin/towerd-bench ./test/bench
 	./bin/towerd-bench -towerd $(BIN) $(BENCH_ARGS)
+
+# The Debian package, built with dpkg-deb from a tree cmd/towerd/dist lays
+# out (no debhelper): bin/towerd_<version>_<arch>.deb. The binary is static
+# (CGO_ENABLED=0), so the package depends on nothing. Debian's version is
+# VERSION without the v, git describe's -N-gHASH as +N.gHASH:
+# v0.1.0 -> 0.1.0, v0.1.0-3-g1a2b3c4 -> 0.1.0+3.g1a2b3c4.
+DEB_VERSION := $(shell echo '$(VERSION)' | sed -e 's/^v//' -e 's/-/+/' -e 's/-/./g')
+DEB_ARCH    ?= $(shell $(GO) env GOARCH | sed -e 's/^386$$/i386/' -e 's/^arm$$/armhf/' -e 's/^ppc64le$$/ppc64el/')
+# Where the package and its tree go (the tests build into a temp dir).
+DEB_DIR     ?= bin
+DEB         := $(DEB_DIR)/towerd_$(DEB_VERSION)_$(DEB_ARCH).deb
+# File times and the changelog date: the commit's, so a commit builds the same package.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+
+deb:
+	rm -rf $(DEB_DIR)/deb && mkdir -p $(DEB_DIR)/deb
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(DEB_DIR)/deb/towerd ./cmd/towerd
+	$(GO) run ./cmd/towerd/dist -binary $(DEB_DIR)/deb/towerd -out $(DEB_DIR)/deb/root \
+		-version '$(DEB_VERSION)' -arch '$(DEB_ARCH)' -source-date-epoch '$(SOURCE_DATE_EPOCH)'
+	SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)' dpkg-deb --root-owner-group -Zxz --build $(DEB_DIR)/deb/root $(DEB)
+	@echo "built $(DEB)"
+
+# Prints towerd's version and the package's, as make deb would use them.
+version:
+	@echo '$(VERSION) $(DEB_VERSION)'
+
+
+# lintian on the package (about 6 s): errors and warnings fail, infos are
+# shown. The tags accepted are overridden, each with its reason, in
+# cmd/towerd/dist/debian/lintian-overrides. A newer lintian with new
+# warnings: LINTIAN_FAIL_ON=error while they are looked at.
+LINTIAN_FAIL_ON ?= error,warning
+
+deb-check: deb
+	@command -v lintian >/dev/null 2>&1 || test/install-deps.sh
+	lintian --fail-on $(LINTIAN_FAIL_ON) --display-info $(DEB)
 
 clean:
 	rm -rf bin

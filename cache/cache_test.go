@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // newTestCache returns a cache on a fake clock.
-func newTestCache(t testing.TB, cfg Config) (*Cache, *fakeClock) {
+func newTestCache(t testing.TB, cfg Config) (*Cache, *dnstest.Clock) {
 	t.Helper()
-	clock := newFakeClock()
+	clock := dnstest.NewClock(clockStart)
 	cfg.Now = clock.Now
 	c, err := New(cfg)
 	if err != nil {

@@ -1,33 +1,14 @@
 package cache
 
 import (
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// fakeClock is a clock tests move by hand; safe for concurrent use so the
-// race test can advance it while readers run.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (f *fakeClock) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *fakeClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
-}
+// clockStart is where every test's clock starts.
+var clockStart = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func TestAgeAt(t *testing.T) {
 	const (
@@ -103,7 +84,7 @@ func TestResultCarriesRefreshFailure(t *testing.T) {
 	if reason != "" {
 		t.Fatalf("refused: %q", reason)
 	}
-	clock := newFakeClock()
+	clock := dnstest.NewClock(clockStart)
 	epoch := clock.Now()
 	clock.Advance(time.Minute)
 	read := func() instant { return instant{Time: clock.Now(), sinceEpoch: clock.Now().Sub(epoch)} }

@@ -74,6 +74,7 @@ func hasUpperASCII(s string) bool {
 
 func compareKeys(a, b Key) int {
 	return cmp.Or(
+		strings.Compare(a.Name, b.Name),
 		cmp.Compare(a.Type, b.Type),
 		cmp.Compare(a.Class, b.Class),
 		compareBool(a.DO, b.DO),
@@ -114,7 +115,11 @@ func (c *Cache) RemoveName(name string) int {
 // Get it does not bump recency or count hits and misses: looking must not
 // change what the cache keeps.
 func (c *Cache) Inspect(name string) []Info {
-	keys := c.keysOf(canonicalName(name))
+	return c.inspectKeys(c.keysOf(canonicalName(name)))
+}
+
+// inspectKeys describes the entries of keys that are still cached.
+func (c *Cache) inspectKeys(keys []Key) []Info {
 	type found struct {
 		key  Key
 		item *item
@@ -149,15 +154,50 @@ func (c *Cache) Inspect(name string) []Info {
 // that: Dump, every state_save_interval, holds the lock ten times as long
 // for the same copy and a lookup of every key.
 func (c *Cache) keysOf(name string) []Key {
+	return c.keysWhere(func(n string) bool { return n == name })
+}
+
+// keysWhere returns the keys whose name match accepts, ordered by
+// compareKeys; keysOf's comment says what the walk costs.
+func (c *Cache) keysWhere(match func(name string) bool) []Key {
 	c.mu.Lock()
 	all := c.lru.Keys()
 	c.mu.Unlock()
 	var keys []Key
 	for _, k := range all {
-		if k.Name == name {
+		if match(k.Name) {
 			keys = append(keys, k)
 		}
 	}
 	slices.SortFunc(keys, compareKeys)
 	return keys
+}
+
+// inZone returns whether canonical name is zone (canonical) or below it.
+func inZone(name, zone string) bool {
+	return zone == "." || name == zone || strings.HasSuffix(name, "."+zone)
+}
+
+// RemoveZone removes every entry stored under zone or a name below it
+// (unbound-control's flush_zone; "." is the whole cache) and returns how
+// many it removed.
+func (c *Cache) RemoveZone(zone string) int {
+	zone = canonicalName(zone)
+	keys := c.keysWhere(func(n string) bool { return inZone(n, zone) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	removed := 0
+	for _, k := range keys {
+		if c.lru.Remove(k) {
+			removed++
+		}
+	}
+	return removed
+}
+
+// InspectZone is Inspect for every name at or below zone ("." for the
+// whole cache), ordered by name and type: `towerd cache list`.
+func (c *Cache) InspectZone(zone string) []Info {
+	zone = canonicalName(zone)
+	return c.inspectKeys(c.keysWhere(func(n string) bool { return inZone(n, zone) }))
 }

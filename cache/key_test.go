@@ -222,3 +222,28 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// A zone is its own name and every name below it, on label boundaries:
+// example.com. does not take notexample.com.
+func TestInspectAndRemoveZone(t *testing.T) {
+	c, _ := newTestCache(t, Config{Capacity: 10})
+	for _, name := range []string{"b.example.com.", "example.com.", "a.b.example.com.", "notexample.com.", "other.org."} {
+		mustSet(t, c, keyA(name), aReply(t, name, 300, "192.0.2.1"))
+	}
+	var names []string
+	for _, info := range c.InspectZone("Example.COM") {
+		names = append(names, info.Key.Name)
+	}
+	if got := strings.Join(names, " "); got != "a.b.example.com. b.example.com. example.com." {
+		t.Errorf("InspectZone(example.com) = %s", got)
+	}
+	if got := len(c.InspectZone(".")); got != 5 {
+		t.Errorf("InspectZone(.) = %d entries, want 5", got)
+	}
+	if got := c.RemoveZone("b.example.com"); got != 2 {
+		t.Errorf("RemoveZone(b.example.com) = %d, want 2", got)
+	}
+	if got := c.RemoveZone("example.com."); got != 1 || c.Len() != 2 {
+		t.Errorf("RemoveZone(example.com) = %d, Len %d; want 1 and 2", got, c.Len())
+	}
+}

@@ -48,8 +48,8 @@ func TestDumpLoadKeepsAges(t *testing.T) {
 	if stats.Loaded != 3 || stats.Skipped != 0 {
 		t.Errorf("stats %+v, want 3 loaded, 0 skipped", stats)
 	}
-	if !stats.Written.Equal(clock.Now()) || !stats.Oldest.Equal(newFakeClock().Now()) {
-		t.Errorf("written %v, oldest %v; want %v and %v", stats.Written, stats.Oldest, clock.Now(), newFakeClock().Now())
+	if !stats.Written.Equal(clock.Now()) || !stats.Oldest.Equal(clockStart) {
+		t.Errorf("written %v, oldest %v; want %v and %v", stats.Written, stats.Oldest, clock.Now(), clockStart)
 	}
 
 	r, ok := dst.Get(keyA("fresh.example."))
@@ -214,7 +214,7 @@ func forgedEntry(t *testing.T, k Key, question string, stored time.Time) []byte 
 // further than its entries' own consistency and today's config. Each bad
 // entry is dropped and counted by reason; the good ones beside it load.
 func TestLoadChecksEveryEntry(t *testing.T) {
-	now := newFakeClock().Now()
+	now := clockStart
 	victim := keyA("victim.test.")
 	nx := aReply(t, "nx.example.", 300, "192.0.2.1")
 	nx.Rcode = dns.RcodeNameError
@@ -266,7 +266,7 @@ func TestLoadChecksEveryEntry(t *testing.T) {
 // lives at most a day, and one stored a day and a minute ago is expired.
 func TestLoadClampsToTodaysMaxTTL(t *testing.T) {
 	cfg := Config{Capacity: 10, MaxTTL: 24 * time.Hour, MaxStaleAge: 24 * time.Hour}
-	now := newFakeClock().Now()
+	now := clockStart
 	victim := keyA("victim.test.")
 	body := forgedEntry(t, victim, "victim.test.", now.Add(-time.Hour))
 	other := keyA("old.test.")

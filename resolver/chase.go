@@ -27,37 +27,38 @@ var errChase = errors.New("CNAME chase across zones")
 // target through the zone that owns it, as often as the chain goes on
 // leaving, and joins the answers (issue 11, unbound's scrubber: what one
 // zone's servers say about another zone's names is never believed). Any
-// failing step fails the whole query.
-func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cache.Key) (*dns.Msg, error) {
-	reply, chase, err := exchangeScrubbed(ctx, zone.Upstream, upstreamQuery(key))
+// failing step fails the whole query. server is the one that answered the
+// question itself (for the query log), "" when none did.
+func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cache.Key) (reply *dns.Msg, server string, err error) {
+	reply, server, chase, err := exchangeScrubbed(ctx, zone.Upstream, upstreamQuery(key))
 	if err == nil && chase == "" {
 		reply, chase = cutAtSubzone(s, zone, reply)
 	}
 	if err != nil || chase == "" {
-		return reply, err
+		return reply, server, err
 	}
 	seen := map[string]bool{strings.ToLower(key.Name): true}
 	for step := 2; chase != ""; step++ {
 		if step > maxChaseSteps {
-			return nil, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, chase)
+			return nil, server, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, chase)
 		}
 		if seen[chase] {
-			return nil, fmt.Errorf("%w: loop at %s", errChase, chase)
+			return nil, server, fmt.Errorf("%w: loop at %s", errChase, chase)
 		}
 		seen[chase] = true
 		next := s.router.route(chase)
 		q := upstreamQuery(cache.Key{Name: chase, Type: key.Type, Class: key.Class, DO: key.DO, CD: key.CD})
 		var part *dns.Msg
-		part, chase, err = exchangeScrubbed(ctx, next.Upstream, q)
+		part, _, chase, err = exchangeScrubbed(ctx, next.Upstream, q)
 		if err != nil {
-			return nil, fmt.Errorf("chasing %s in zone %s: %w", q.Question[0].Name, next.Name, err)
+			return nil, server, fmt.Errorf("chasing %s in zone %s: %w", q.Question[0].Name, next.Name, err)
 		}
 		if chase == "" {
 			part, chase = cutAtSubzone(s, next, part)
 		}
 		reply = joinChase(reply, part)
 	}
-	return reply, nil
+	return reply, server, nil
 }
 
 // cutAtSubzone finds where reply's answer chain, which the upstream of
@@ -109,15 +110,21 @@ func cutAtSubzone(s *settings, zone Zone, reply *dns.Msg) (*dns.Msg, string) {
 	return &cut, target
 }
 
-// exchangeScrubbed asks up, through ExchangeScrubbed when it has it (every
-// upstream.Group); any other upstream's reply is taken as it comes.
-func exchangeScrubbed(ctx context.Context, up upstream.Upstream, m *dns.Msg) (*dns.Msg, string, error) {
-	if sx, ok := up.(scrubbingExchanger); ok {
-		reply, result, err := sx.ExchangeScrubbed(ctx, m)
-		return reply, result.ChaseName, err
+// exchangeScrubbed asks up, through ExchangeScrubbedFrom when it has it
+// (every upstream.Group); any other upstream's reply is taken as it comes,
+// its server named when it says (ServerNamer). chase is ScrubResult's
+// ChaseName.
+func exchangeScrubbed(ctx context.Context, up upstream.Upstream, m *dns.Msg) (reply *dns.Msg, server, chase string, err error) {
+	switch up := up.(type) {
+	case scrubbingExchanger:
+		reply, server, result, err := up.ExchangeScrubbedFrom(ctx, m)
+		return reply, server, result.ChaseName, err
+	case ServerNamer:
+		reply, server, err := up.ExchangeFrom(ctx, m)
+		return reply, server, "", err
 	}
-	reply, err := up.Exchange(ctx, m)
-	return reply, "", err
+	reply, err = up.Exchange(ctx, m)
+	return reply, "", "", err
 }
 
 // joinChase is the answer to the original question: first's chain up to

@@ -45,12 +45,20 @@ type HealthReporter interface {
 	AllDownSignal() <-chan struct{}
 }
 
-// scrubbingExchanger is an upstream that scrubs its replies and says where
-// a question's CNAME chain left its zone (upstream.Group, issue 11): the
-// resolver then chases the target through the zone that owns it (chase.go).
-// An upstream without it is taken at its word.
+// ServerNamer is an upstream that says which of its servers replied
+// (upstream.Group), for the query log and `towerd lookup` (issue 15). An
+// upstream without it is logged by its Address alone.
+type ServerNamer interface {
+	ExchangeFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, err error)
+}
+
+// scrubbingExchanger is an upstream that scrubs its replies, says where a
+// question's CNAME chain left its zone and which server replied
+// (upstream.Group, issue 11): the resolver then chases the target through
+// the zone that owns it (chase.go). An upstream without it is taken at its
+// word.
 type scrubbingExchanger interface {
-	ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, upstream.ScrubResult, error)
+	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
 }
 
 // retransmitTimer is an upstream that knows how long its first attempt
@@ -62,10 +70,11 @@ type retransmitTimer interface {
 }
 
 var (
-	_ retransmitTimer    = (*upstream.Group)(nil)
 	_ upstream.Upstream  = (*upstream.Group)(nil)
 	_ HealthReporter     = (*upstream.Group)(nil)
+	_ ServerNamer        = (*upstream.Group)(nil)
 	_ scrubbingExchanger = (*upstream.Group)(nil)
+	_ retransmitTimer    = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers UDP packets from their

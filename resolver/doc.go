@@ -36,8 +36,10 @@
 //     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
 //     64 KiB over TCP): replyShape, written as bytes by the fast path and
 //     on a dns.Msg by replyShape.apply.
-//   - Records before the cache: ServeDNS asks RecordSource.Lookup; the fast
-//     path declines every name RecordSource.Covers.
+//   - Records before the cache: ServeDNS asks RecordSource.Lookup (the
+//     daemon's is a Chain: local data, resolver/local, then the Consul
+//     watch; the first that answers wins and names the source); the fast
+//     path declines every name RecordSource.Covers, the union of a Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry.

@@ -196,6 +196,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 		return dst, false
 	}
 	q.client = from.Addr()
+	q.qname = unsafe.String(&q.name[0], q.nameLen) // for the query log; copied only if it logs
 	if _, ok := admit(s, &q.request); !ok {
 		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it
 	}

@@ -376,9 +376,9 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	busy := cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false)
-	h.flights.join(busy, 1, func(context.Context) (*dns.Msg, error) {
+	h.flights.join(busy, 1, func(context.Context) (*dns.Msg, string, error) {
 		<-release
-		return nil, context.Canceled
+		return nil, "", context.Canceled
 	})
 
 	for _, v := range []variant{

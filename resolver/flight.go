@@ -13,9 +13,10 @@ import (
 // flight is one upstream resolution shared by every client that asks the same
 // question (same cache key) while it runs.
 type flight struct {
-	done chan struct{} // closed when msg and err are set
-	msg  *dns.Msg      // the upstream's reply; shared, so read-only for waiters
-	err  error
+	done   chan struct{} // closed when msg, server and err are set
+	msg    *dns.Msg      // the upstream's reply; shared, so read-only for waiters
+	server string        // host:port that sent msg, when the upstream says (ServerNamer)
+	err    error
 }
 
 // flights coalesces identical misses and caps how many resolutions run at
@@ -40,8 +41,9 @@ func newFlights() *flights {
 	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel}
 }
 
-// resolveFunc performs one resolution; it must honour ctx.
-type resolveFunc func(ctx context.Context) (*dns.Msg, error)
+// resolveFunc performs one resolution; it must honour ctx. server names
+// the upstream server that replied, "" when unknown.
+type resolveFunc func(ctx context.Context) (msg *dns.Msg, server string, err error)
 
 // join returns the flight for key, starting it with resolve when none runs.
 // started reports whether this call started it (for prefetch accounting);
@@ -65,7 +67,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		fl.msg, fl.err = resolve(f.ctx)
+		fl.msg, fl.server, fl.err = resolve(f.ctx)
 		f.mu.Lock()
 		delete(f.running, key)
 		f.mu.Unlock()

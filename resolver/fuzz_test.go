@@ -42,7 +42,10 @@ func FuzzServeDNS(f *testing.F) {
 		f.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones:              []Zone{{Name: ".", Upstream: memUpstream{}}, {Name: "consul.", Upstream: memUpstream{}}},
+		Zones: []Zone{{Name: ".", Upstream: memUpstream{}}, {Name: "consul.", Upstream: memUpstream{}}},
+		// Local data and a pushed source, chained as the daemon does:
+		// every name a client sends reaches their Lookup.
+		Records:            Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}},
 		ServeStale:         true,
 		Prefetch:           true,
 		StaleClientTimeout: time.Second,

@@ -17,7 +17,7 @@ const (
 	SourceCache    = "cache"    // fresh cache hit
 	SourceStale    = "stale"    // expired entry served because refreshing failed
 	SourceUpstream = "upstream" // the upstream's reply (or SERVFAIL after it failed)
-	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS
+	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS, local data (Chain)
 	SourceRecords  = "consul"   // pushed records (Config.Records), fresh
 )
 
@@ -28,6 +28,10 @@ type Handler struct {
 	flights  *flights
 	log      *slog.Logger
 	obs      Observer
+
+	// The query log (querylog.go): off by default, switched at runtime.
+	logQueries atomic.Bool
+	queryLog   *slog.Logger
 }
 
 // Observer receives one call per answered query; metrics implement it.
@@ -40,7 +44,8 @@ type Query struct {
 	Proto    string // "udp" or "tcp"
 	Qtype    uint16
 	Zone     string
-	Source   string // SourceCache, SourceStale, SourceUpstream, SourceLocal
+	Source   string // SourceCache, SourceStale, SourceUpstream, SourceLocal, SourceRecords
+	Server   string // host:port of the upstream server whose reply was relayed; "" otherwise
 	Rcode    int
 	Duration time.Duration
 	Prefetch bool // a prefetch was started by this hit
@@ -56,7 +61,7 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(), log: log, obs: obs}
+	h := &Handler{cache: c, flights: newFlights(), log: log, obs: obs, queryLog: newQueryLog(log)}
 	h.settings.Store(s)
 	return h, nil
 }
@@ -91,11 +96,15 @@ func (h *Handler) Close() { h.flights.close() }
 
 // ServeDNS implements dns.Handler: the general path of every route but the
 // fast path's (see the package doc).
-func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
+func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) { h.serve(w, m, nil) }
+
+// serve is ServeDNS; a non-nil trace receives the query's observation.
+func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	s := h.settings.Load()
 	start := s.Now()
 	var r request
 	r.fromMsg(m, w)
+	r.trace = trace
 	a := answer{w: w, req: m, sh: s.replyShape(&r), s: s}
 	if rcode, ok := admit(s, &r); !ok {
 		zone := ""
@@ -112,18 +121,16 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
 		h.observe(s, &r, zone.Name, source, rcode, start, prefetch)
 	}
 
-	if s.Records != nil {
-		if body, stale, ok := s.Records.Lookup(q); ok {
-			source := SourceRecords
-			if stale {
-				source = SourceStale
-			}
-			// Pushed records carry their own TTLs; a stale source keeps them
-			// (they are the last known truth) but the answer is marked stale.
-			record(source, body.Rcode, false)
-			a.records(body, stale)
-			return
+	if body, stale, source, ok := lookupRecords(s.Records, q); ok {
+		if stale {
+			source = SourceStale
 		}
+		// Pushed and local records carry their own TTLs; a stale source
+		// keeps them (they are the last known truth) but the answer is
+		// marked stale. They never enter the cache.
+		record(source, body.Rcode, false)
+		a.records(body, stale)
+		return
 	}
 
 	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, r.do, r.cd())
@@ -182,9 +189,13 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, m *dns.Msg) {
 		return
 	}
 	if fl.err != nil {
+		if stale == nil {
+			r.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
+		}
 		h.fail(a, stale, record)
 		return
 	}
+	r.upstream = fl.server
 	record(SourceUpstream, fl.msg.Rcode, false)
 	a.msg(fl.msg, false)
 }
@@ -258,10 +269,10 @@ func (h *Handler) fail(a answer, stale *dns.Msg, record func(string, int, bool))
 // resolver returns the function a flight runs for key: ask the zone's
 // upstream, then apply the store policy.
 func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
-	return func(ctx context.Context) (*dns.Msg, error) {
+	return func(ctx context.Context) (*dns.Msg, string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
 		defer cancel()
-		reply, err := h.exchange(ctx, s, zone, key)
+		reply, server, err := h.exchange(ctx, s, zone, key)
 		if err == nil {
 			// The clients waiting get the reply shaped as a later hit will
 			// show it (TTLs clamped, RFC 2308's negative TTL), stored or
@@ -271,13 +282,13 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 				if stored, reason := h.cache.Set(key, reply); !stored {
 					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
 				}
-				return h.cache.Shape(reply), nil
+				return h.cache.Shape(reply), server, nil
 			case dns.RcodeNameError:
 				// NXDOMAIN is an answer, not a failure: it is passed on and
 				// never cached, and an old entry for the name must not come
 				// back later as stale (the name is gone).
 				h.cache.Remove(key)
-				return h.cache.Shape(reply), nil
+				return h.cache.Shape(reply), server, nil
 			default:
 				err = errUpstreamRcode{reply.Rcode}
 			}
@@ -287,7 +298,7 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 			h.log.Debug("upstream failed", "zone", zone.Name, "name", key.Name,
 				"type", dns.TypeToString[key.Type], "err", err)
 		}
-		return nil, err
+		return nil, server, err
 	}
 }
 

@@ -55,13 +55,18 @@ type request struct {
 	udpSize uint16
 	tcp     bool
 	client  netip.Addr
+
+	// For the query log and Trace only (issue 15), never for decisions.
+	qname    string // the question's name; on the fast path it aliases plainQuery.name
+	upstream string // host:port of the server whose reply is relayed, when known
+	trace    *Query // Trace's: observe copies the observation here
 }
 
 // fromMsg fills r from an unpacked query and the connection it came on.
 func (r *request) fromMsg(m *dns.Msg, w dns.ResponseWriter) {
 	*r = request{id: m.Id, flags: msgFlags(m), qdcount: len(m.Question)}
 	if len(m.Question) == 1 {
-		r.qtype, r.qclass = m.Question[0].Qtype, m.Question[0].Qclass
+		r.qtype, r.qclass, r.qname = m.Question[0].Qtype, m.Question[0].Qclass, m.Question[0].Name
 	}
 	for _, rr := range m.Extra {
 		if rr.Header().Rrtype == dns.TypeOPT {
@@ -265,11 +270,23 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 
 // observe is the one Observer call of every route, made just before the
 // answer is written, so a client that has its answer is already counted:
-// /metrics never lags behind it.
+// /metrics never lags behind it. It also writes the query log's line when
+// the log is on (one atomic load when it is off) and hands Trace its copy.
 func (h *Handler) observe(s *settings, r *request, zone, source string, rcode int, start time.Time, prefetch bool) {
+	logging := h.logQueries.Load()
+	if h.obs == nil && !logging && r.trace == nil {
+		return
+	}
+	q := Query{Proto: r.proto(), Qtype: r.qtype, Zone: zone, Source: source, Server: r.upstream,
+		Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch}
 	if h.obs != nil {
-		h.obs.ObserveQuery(Query{Proto: r.proto(), Qtype: r.qtype, Zone: zone, Source: source,
-			Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch})
+		h.obs.ObserveQuery(q)
+	}
+	if logging {
+		h.logQuery(r, q)
+	}
+	if r.trace != nil {
+		*r.trace = q
 	}
 }
 

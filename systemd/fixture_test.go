@@ -171,8 +171,16 @@ func withRenderer(opts InstallOptions) InstallOptions {
 			for i, s := range c.Servers {
 				quoted[i] = strconv.Quote(s)
 			}
-			return []byte(fmt.Sprintf("# from %s\nlisten = [%q]\n[[zone]]\nname = \".\"\nservers = [%s]\n",
-				c.Source, c.Listen, strings.Join(quoted, ", ")))
+			out := fmt.Sprintf("# from %s\nlisten = [%q]\n", c.Source, strings.Join(append([]string{c.Listen}, c.ExtraListen...), " "))
+			if c.Allow != nil {
+				out += fmt.Sprintf("allow = %q\n", strings.Join(c.Allow, " "))
+			}
+			if c.ResolvConf != "" {
+				out += fmt.Sprintf("resolv_conf = %q\n", c.ResolvConf)
+			} else {
+				out += fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%s]\n", strings.Join(quoted, ", "))
+			}
+			return []byte(out)
 		}
 	}
 	return opts

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"slices"
 	"strings"
@@ -20,9 +21,22 @@ type InstallOptions struct {
 	Root string
 	// Binary is the towerd executable copied to /usr/local/bin/towerd.
 	Binary string
-	// Upstreams, when set, become zone "."'s servers instead of the ones
-	// found in resolved's or the system's resolv.conf.
+	// Upstreams, when set, become zone "."'s servers (pinned) instead of
+	// zone "." following the file the node's DHCP client maintains.
 	Upstreams []string
+	// Docker: also send the containers on Docker's default bridge to
+	// towerd (--docker): "dns" in daemon.json, a socket drop-in for
+	// docker0's address, and the bridge in allow. Without it, a Docker
+	// that is present only gets a warning.
+	Docker bool
+	// Imported, when set, says RenderConfig writes a configuration imported
+	// from elsewhere (--from-dnsmasq) rather than install's own.
+	Imported *ImportedConfig
+	// Activate, when set, runs systemctl once the files are in place and
+	// rolls everything back when towerd does not answer (--activate).
+	// Only on the live system: Install refuses it with a Root other than
+	// "/", where systemctl would start this machine's units, not the root's.
+	Activate *Activation
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
 	// RenderConfig writes the towerd.toml install puts in place when there
@@ -31,12 +45,32 @@ type InstallOptions struct {
 	RenderConfig func(InstallConfig) []byte
 }
 
+// ImportedConfig describes the configuration RenderConfig imports.
+type ImportedConfig struct {
+	// Source names it for the report, e.g. "dnsmasq's /etc/dnsmasq.conf".
+	Source string
+	// RootServers: it names servers for zone "." itself, so install needs
+	// to find none.
+	RootServers bool
+}
+
 // InstallConfig is what install decided for the towerd.toml it writes.
 type InstallConfig struct {
 	// Listen is towerd's listen address (ip:port), the one resolv.conf
 	// points at.
 	Listen string
-	// Servers are zone "."'s upstreams, host:port.
+	// ExtraListen are further addresses of towerd's (docker0's), which
+	// the socket units bind; listed so towerd never forwards to itself.
+	ExtraListen []string
+	// Allow, when set, replaces the default allow list (it then names the
+	// loopback networks itself).
+	Allow []string
+	// ResolvConf, when set, is the file zone "." follows (resolv_conf):
+	// the one the node's DHCP client or network manager keeps current.
+	// Servers is then empty.
+	ResolvConf string
+	// Servers are zone "."'s upstreams, host:port, when they are pinned
+	// (--upstream) or copied from a static resolv.conf.
 	Servers []string
 	// Source names where Servers came from: a file, or "--upstream".
 	Source string
@@ -44,17 +78,26 @@ type InstallConfig struct {
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
 // binary, writes towerd.socket and towerd.service, writes a config whose
-// zone "." forwards to the upstreams systemd-resolved (or resolv.conf) used,
-// turns off resolved's stub listener with a drop-in, and points
-// /etc/resolv.conf at 127.0.0.1, keeping the old one as a backup. Every
-// step compares before it writes, so a second run changes nothing. It
-// never starts or stops anything: Report.Next says what to run.
+// zone "." follows the file the node's DHCP client or network manager
+// keeps current (or forwards to the servers of a static resolv.conf, or to
+// --upstream), keeps that manager from taking /etc/resolv.conf back (its
+// drop-in or hook), turns off resolved's stub listener with a drop-in,
+// takes nss-resolve out of nsswitch.conf's hosts: line, and points
+// /etc/resolv.conf at 127.0.0.1, keeping the old files as backups. With
+// Docker it warns, or with opts.Docker sends containers to towerd; a Consul
+// token file gets its LoadCredential= drop-in. Every step compares before
+// it writes, so a second run changes nothing. It never starts or stops
+// anything: Report.Next says what to run (Activate runs it).
 //
 // Every path is resolved inside opts.Root without following a link out of
 // it (rootFS), and every change is recorded in install-state.json before it
 // is made, so an install killed at any point is finished by the next
 // Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
+	if opts.Activate != nil && opts.Root != "" && opts.Root != "/" {
+		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
+			"install there without --activate and start towerd inside that system", opts.Root)
+	}
 	return install(rootFS{Root: opts.Root}, opts)
 }
 
@@ -66,8 +109,22 @@ type installer struct {
 	planned map[string]bool // directories a dry run would create
 	// recorded is set once the record was written and reported.
 	recorded bool
-	// renderConfig is InstallOptions.RenderConfig over what install found.
-	renderConfig func(discovered) []byte
+	// seed marks the record of the file write is about to write as a
+	// seed (PlannedFile.Seed).
+	seed bool
+}
+
+// nodePlan is everything install detected before it changes anything.
+type nodePlan struct {
+	manager  ManagerPlan
+	docker   DockerPlan
+	dnsmasq  DnsmasqState
+	token    PlannedFile
+	hasToken bool
+	// keepConfig: a towerd.toml that is not install's own (or changed
+	// since) is there, and wins.
+	keepConfig bool
+	found      discovered
 }
 
 func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
@@ -82,16 +139,19 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	if opts.RenderConfig == nil {
 		return in.r, errors.New("InstallOptions.RenderConfig is not set")
 	}
-	in.renderConfig = func(d discovered) []byte {
-		return opts.RenderConfig(InstallConfig{Listen: towerdListenAddress + ":53", Servers: d.servers, Source: d.source})
-	}
 	binary, err := os.ReadFile(opts.Binary)
 	if err != nil {
 		return in.r, fmt.Errorf("reading the towerd binary to install: %w", err)
 	}
-	found, err := in.upstreams(opts.Upstreams)
+	p, err := in.detect(opts)
 	if err != nil {
 		return in.r, err
+	}
+	var act *activator
+	if opts.Activate != nil && !opts.DryRun {
+		if act, err = in.preflightActivate(p); err != nil {
+			return in.r, err
+		}
 	}
 	units, err := Units(DefaultBinaryPath)
 	if err != nil {
@@ -115,7 +175,19 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 			return in.r, err
 		}
 	}
-	if err := in.writeConfig(found); err != nil {
+	if p.hasToken {
+		if err := in.writePlanned(p.token); err != nil {
+			return in.r, err
+		}
+	} else {
+		in.r.same("skipped", ConsulTokenDropIn, "no "+ConsulTokenPath+": towerd asks Consul without an ACL token")
+	}
+	if opts.Docker {
+		if err := in.writePlanned(p.docker.SocketDropIn); err != nil {
+			return in.r, err
+		}
+	}
+	if err := in.writeConfig(opts, p); err != nil {
 		return in.r, err
 	}
 	resolved := resolvedPresent(fsys)
@@ -126,25 +198,131 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	} else {
 		in.r.same("skipped", ResolvedDropIn, "systemd-resolved is not installed")
 	}
-	// resolv.conf last: lookups switch to towerd only once everything
-	// towerd needs is in place.
+	in.r.same("found", string(p.manager.Manager), p.manager.Reason)
+	for _, w := range p.manager.Warnings {
+		in.r.warn("%s", w)
+	}
+	for _, f := range p.manager.Files {
+		if err := in.writePlanned(f); err != nil {
+			return in.r, err
+		}
+	}
+	if err := in.writeDocker(opts, p.docker); err != nil {
+		return in.r, err
+	}
+	for _, e := range p.dnsmasq.Evidence {
+		in.r.same("found", "dnsmasq", e)
+	}
+	// resolv.conf and nsswitch.conf last: lookups switch to towerd only
+	// once everything towerd needs is in place.
 	if err := in.writeResolvConf(); err != nil {
 		return in.r, err
+	}
+	if err := in.writeNsswitch(); err != nil {
+		return in.r, err
+	}
+	if act != nil {
+		return in.r, in.activate(act, *opts.Activate, p)
 	}
 	in.r.Next = append(in.r.Next, "systemctl daemon-reload")
 	if resolved {
 		in.r.Next = append(in.r.Next, "systemctl restart systemd-resolved   # stub listener off")
 	}
+	if in.m.file(NMDropIn) != nil {
+		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
+	}
+	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
 	in.r.Next = append(in.r.Next, "systemctl enable --now "+SocketUnitName)
+	if opts.Docker && p.docker.Next != "" {
+		in.r.Next = append(in.r.Next, p.docker.Next)
+	}
 	return in.r, nil
+}
+
+// preflightActivate checks, before anything changes, that --activate can
+// do its part: systemctl is on PATH, and no dnsmasq holds port 53.
+func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
+	systemctl, err := exec.LookPath("systemctl")
+	if err != nil {
+		return nil, fmt.Errorf("--activate: %w", err)
+	}
+	if p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(nodeView{in.fsys}, dnsmasqPIDFile)) {
+		return nil, fmt.Errorf("--activate: dnsmasq holds port 53, which towerd.socket needs; stop it first (%s), then run install --activate again",
+			strings.Join(p.dnsmasq.StopCommands, "; "))
+	}
+	return &activator{systemctl: systemctl, r: in.r}, nil
+}
+
+// activate starts towerd (activator.activate) and, when it does not
+// answer, rolls back: the units are disabled and every file install wrote
+// is put back, so the node keeps the resolver it had.
+func (in *installer) activate(act *activator, opts Activation, p nodePlan) error {
+	err := act.activate(opts, in.m.file(ResolvedDropIn) != nil)
+	if err == nil {
+		if in.m.file(NMDropIn) != nil {
+			in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
+		}
+		if p.docker.Next != "" && in.m.file(DockerSocketDropIn) != nil {
+			in.r.Next = append(in.r.Next, p.docker.Next)
+		}
+		return nil
+	}
+	in.r.warn("activation failed (%v): rolling back everything install did", err)
+	if rbErr := act.rollback(in.fsys); rbErr != nil {
+		return fmt.Errorf("%w; the rollback did not finish either: %v (see the lines above; towerd uninstall finishes it)", err, rbErr)
+	}
+	return fmt.Errorf("%w; rolled back: the units are disabled and the files are as they were before install", err)
+}
+
+// detect reads the node: what maintains resolv.conf, Docker, dnsmasq, a
+// Consul token, whether a towerd.toml wins, and zone "."'s upstreams. It
+// refuses, before anything is written, a flag that could not take effect.
+func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
+	var p nodePlan
+	view := nodeView{in.fsys}
+	var err error
+	if p.manager, err = DetectResolvConfManager(view); err != nil {
+		return p, err
+	}
+	if p.docker, err = PlanDocker(view, opts.Docker); err != nil {
+		return p, err
+	}
+	if opts.Docker && !p.docker.Present {
+		return p, errors.New("--docker: Docker is not installed here (no " + DockerDaemonJSON + ", dockerd or docker.service)")
+	}
+	p.dnsmasq = DetectDnsmasq(view)
+	p.token, p.hasToken = PlanConsulToken(view)
+
+	cur, err := look(in.fsys, ConfigPath)
+	if err != nil {
+		return p, err
+	}
+	rec := in.m.file(ConfigPath)
+	p.keepConfig = cur.exists && (rec == nil || (cur.sum() != rec.Sum && !rec.Pending))
+	if p.keepConfig {
+		why := ConfigPath + " exists and install keeps it (it is not the one install wrote, or it changed since)"
+		switch {
+		case len(opts.Upstreams) > 0:
+			return p, errors.New("--upstream cannot take effect: " + why + "; set zone \".\"'s servers there, or move it away to have install write one")
+		case opts.Imported != nil:
+			return p, errors.New("--from-dnsmasq cannot take effect: " + why + "; move it away to import " + opts.Imported.Source)
+		}
+		return p, nil
+	}
+	if opts.Imported != nil && opts.Imported.RootServers && len(opts.Upstreams) > 0 {
+		return p, errors.New("--upstream cannot take effect: the configuration imported from " + opts.Imported.Source +
+			" names zone \".\"'s servers itself; change them there, or leave out --upstream")
+	}
+	p.found, err = in.upstreams(opts, p.manager)
+	return p, err
 }
 
 // upstreams decides zone "."'s servers before anything is written, so an
 // install that could only produce a resolver without upstreams stops early.
-func (in *installer) upstreams(given []string) (discovered, error) {
-	if len(given) > 0 {
+func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovered, error) {
+	if len(opts.Upstreams) > 0 {
 		d := discovered{source: "--upstream"}
-		for _, s := range given {
+		for _, s := range opts.Upstreams {
 			n, err := resolvconf.NormalizeAddress(s)
 			if err != nil {
 				return d, fmt.Errorf("--upstream %q: %w", s, err)
@@ -153,7 +331,18 @@ func (in *installer) upstreams(given []string) (discovered, error) {
 		}
 		return d, nil
 	}
-	d, err := discoverUpstreams(in.fsys)
+	if opts.Imported != nil && opts.Imported.RootServers {
+		return discovered{source: opts.Imported.Source}, nil
+	}
+	if plan.Follow != "" {
+		seeded := slices.ContainsFunc(plan.Files, func(f PlannedFile) bool { return f.Path == plan.Follow })
+		if _, err := in.fsys.Lstat(plan.Follow); err != nil && !seeded {
+			return discovered{}, fmt.Errorf("zone \".\" would follow %s (%s), which does not exist yet; start %s first, or name servers with --upstream",
+				plan.Follow, plan.Manager, plan.Manager)
+		}
+		return discovered{follow: plan.Follow, source: plan.Follow}, nil
+	}
+	d, err := staticUpstreams(in.fsys)
 	if err != nil {
 		return d, err
 	}
@@ -185,8 +374,8 @@ func (in *installer) writeResolvConf() error {
 	if err != nil {
 		return err
 	}
-	data := renderResolvConf(prev.Search, prev.Options)
-	detail := fmt.Sprintf("nameserver %s, search and options kept from %s", towerdListenAddress, source)
+	data := renderResolvConf(prev)
+	detail := fmt.Sprintf("nameserver %s; domain, search and options kept from %s", towerdListenAddress, source)
 	return in.write(ResolvConfPath, data, 0o644, detail, ResolvConfBackup, func(cur snapshot, _ *fileRecord, _ snapshot) bool {
 		return cur.isLink() || !ownsResolvConf(cur.data)
 	})
@@ -194,22 +383,147 @@ func (in *installer) writeResolvConf() error {
 
 // writeConfig writes towerd.toml only where there is none or where it is
 // still the one install wrote: an operator's config always wins.
-func (in *installer) writeConfig(found discovered) error {
-	cur, err := look(in.fsys, ConfigPath)
+func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
+	if p.keepConfig {
+		msg := "an existing config wins"
+		if rec := in.m.file(ConfigPath); rec != nil {
+			msg = "changed since towerd install wrote it"
+		}
+		switch {
+		case p.manager.Follow != "":
+			msg += "; zone \".\" should follow " + p.manager.Follow + " (resolv_conf)"
+		}
+		if opts.Docker {
+			msg += "; add " + p.docker.Allow + " to allow there for Docker's containers"
+			in.r.warn("%s is kept: add %q to its allow list (with the loopback networks), or towerd refuses Docker's containers", ConfigPath, p.docker.Allow)
+		}
+		in.r.same("kept", ConfigPath, msg)
+		return nil
+	}
+	c := InstallConfig{Listen: towerdListenAddress + ":53", Servers: p.found.servers, Source: p.found.source, ResolvConf: p.found.follow}
+	var detail string
+	switch {
+	case opts.Imported != nil:
+		detail = "imported from " + opts.Imported.Source
+		if !opts.Imported.RootServers {
+			if c.ResolvConf != "" {
+				detail += "; zone \".\" follows " + c.ResolvConf
+			} else {
+				detail += "; zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
+			}
+		}
+	case c.ResolvConf != "":
+		detail = "zone \".\" follows " + c.ResolvConf + " (resolv_conf), which " + string(p.manager.Manager) + " keeps current"
+	default:
+		detail = "zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
+	}
+	if opts.Docker {
+		c.ExtraListen = []string{p.docker.Listen}
+		c.Allow = []string{"127.0.0.0/8", "::1/128", p.docker.Allow}
+		detail += "; listen adds " + p.docker.Listen + ", allow adds " + p.docker.Allow
+	}
+	return in.write(ConfigPath, opts.RenderConfig(c), 0o644, detail, "", nil)
+}
+
+// writePlanned writes a file a detector planned (a manager's drop-in or
+// hook, the Consul token's or Docker's socket drop-in). A seed is written
+// only where there is none yet.
+func (in *installer) writePlanned(f PlannedFile) error {
+	reason := strings.TrimPrefix(f.Reason, f.Path+": ")
+	if !f.Seed {
+		return in.writeOwned(f.Path, f.Data, f.Mode, reason)
+	}
+	cur, err := look(in.fsys, f.Path)
 	if err != nil {
 		return err
 	}
-	rec := in.m.file(ConfigPath)
-	servers := strings.Join(found.servers, ", ")
+	rec := in.m.file(f.Path)
 	switch {
 	case cur.exists && rec == nil:
-		in.r.same("kept", ConfigPath, "an existing config wins; make sure zone \".\" forwards to "+servers)
+		in.r.same("kept", f.Path, "exists already (towerd's hook wrote it?): left as it is, not towerd's to remove")
 		return nil
-	case cur.exists && cur.sum() != rec.Sum:
-		in.r.same("kept", ConfigPath, "changed since towerd install wrote it")
+	case cur.exists && !rec.Pending:
+		in.r.same("unchanged", f.Path, "seeded by an earlier install; the hook keeps it current")
 		return nil
 	}
-	return in.write(ConfigPath, in.renderConfig(found), 0o644, "zone \".\" -> "+servers+" (from "+found.source+")", "", nil)
+	in.seed = true
+	defer func() { in.seed = false }()
+	return in.write(f.Path, f.Data, f.Mode, reason, "", nil)
+}
+
+// writeDocker edits daemon.json when asked to (--docker), and otherwise
+// says what Docker's containers will do.
+func (in *installer) writeDocker(opts InstallOptions, p DockerPlan) error {
+	if !p.Present {
+		return nil
+	}
+	if !opts.Docker {
+		in.r.same("skipped", DockerDaemonJSON, "Docker is installed, --docker not given: its containers do not use towerd (see the warning)")
+		in.r.warn("%s", p.Warning)
+		return nil
+	}
+	mode := fs.FileMode(0o644)
+	if cur, err := look(in.fsys, DockerDaemonJSON); err != nil {
+		return err
+	} else if cur.exists && !cur.isLink() {
+		mode = cur.mode
+	}
+	detail := ""
+	if p.DaemonJSONChanged {
+		detail = strings.TrimPrefix(p.Reasons[0], DockerDaemonJSON+": ")
+	}
+	if !p.DaemonJSONChanged && in.m.file(DockerDaemonJSON) == nil {
+		in.r.same("unchanged", DockerDaemonJSON, "\"dns\" names towerd on docker0 already")
+		return nil
+	}
+	return in.writeOwned(DockerDaemonJSON, p.DaemonJSON, mode, detail)
+}
+
+// writeNsswitch takes nss-resolve out of nsswitch.conf's hosts: line
+// (RewriteNsswitch says why), backing the file up so uninstall puts it
+// back while it is still what install wrote. A nsswitch.conf that is a
+// symlink (Fedora's authselect links it to a file it regenerates) is not
+// written, neither through the link nor over it: the tool that owns the
+// target would undo the edit, or lose its link; install says so instead.
+func (in *installer) writeNsswitch() error {
+	cur, err := look(in.fsys, NsswitchPath)
+	if err != nil {
+		return err
+	}
+	rec := in.m.file(NsswitchPath)
+	switch {
+	case !cur.exists && rec == nil:
+		in.r.same("skipped", NsswitchPath, "none: glibc's default hosts: order (files dns) asks resolv.conf")
+		return nil
+	case cur.isLink() && rec == nil:
+		data, err := in.fsys.ReadFile(NsswitchPath)
+		if err != nil {
+			in.r.same("skipped", NsswitchPath, "a symlink to "+cur.link+" that does not resolve inside the root: not read, not written")
+			return nil
+		}
+		if !RewriteNsswitch(data).Changed {
+			in.r.same("unchanged", NsswitchPath, "a symlink to "+cur.link+"; hosts: does not use nss-resolve")
+			return nil
+		}
+		in.r.same("skipped", NsswitchPath, "a symlink to "+cur.link+": not rewritten behind the tool that owns it")
+		in.r.warn("%s is a symlink to %s (authselect?) and its hosts: line names nss-resolve: glibc lookups go to systemd-resolved, around towerd; "+
+			"remove \"resolve\" from hosts: with the tool that owns the file (authselect: a custom profile without it)", NsswitchPath, cur.link)
+		return nil
+	}
+	edit := RewriteNsswitch(cur.data)
+	detail := strings.TrimPrefix(edit.Reason, NsswitchPath+": ")
+	if !edit.Changed && rec == nil {
+		in.r.same("unchanged", NsswitchPath, detail)
+		return nil
+	}
+	if !edit.Changed {
+		detail = ""
+	}
+	mode := cur.mode
+	if !cur.exists || cur.isLink() {
+		mode = 0o644
+	}
+	return in.writeOwned(NsswitchPath, edit.Data, mode, detail)
 }
 
 // write is the one way install changes a file: compare, back up what is
@@ -246,6 +560,7 @@ func (in *installer) write(name string, data []byte, mode fs.FileMode, detail, b
 	if rec != nil {
 		newRec.Backup = rec.Backup
 	}
+	newRec.Seed = in.seed
 	var old snapshot
 	if backup != "" {
 		if old, err = look(in.fsys, backup); err != nil {

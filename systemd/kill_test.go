@@ -68,12 +68,22 @@ func killedAfter(t *testing.T, steps int, fsys fileSystem, op func(fileSystem) e
 	return true
 }
 
+// killFixture is a root to kill install on, and how install is run there.
+type killFixture struct {
+	build  func(t *testing.T) string
+	docker bool
+}
+
 // killFixtures are the nodes install is killed on: resolved's (resolv.conf
-// a link, a drop-in to write, nothing of towerd's) and one where a
-// hand-installed towerd, a unit and a plain resolv.conf must be backed up.
-var killFixtures = map[string]func(t *testing.T) string{
-	"resolved node": resolvedRoot,
-	"foreign files": func(t *testing.T) string {
+// a link, a drop-in to write, nothing of towerd's); one where a
+// hand-installed towerd, a unit and a plain resolv.conf must be backed up;
+// and issue 14's nodes, for the files it added: nsswitch.conf, Docker's
+// daemon.json and socket drop-in and the Consul token's drop-in (Debian 12
+// with --docker and a token), NetworkManager's drop-in, and dhclient's hook
+// with its seeded file in a directory of towerd's under /run.
+var killFixtures = map[string]killFixture{
+	"resolved node": {build: resolvedRoot},
+	"foreign files": {build: func(t *testing.T) string {
 		root := t.TempDir()
 		writeTree(t, root, map[string]string{
 			"etc/resolv.conf":                   "nameserver 192.0.2.1\nsearch corp.example\n",
@@ -81,7 +91,20 @@ var killFixtures = map[string]func(t *testing.T) string{
 			"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd\n",
 		})
 		return root
-	},
+	}},
+	"debian12 with docker and a token": {docker: true, build: func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
+		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		return root
+	}},
+	"networkmanager": {build: func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM})
+		return root
+	}},
+	"dhclient": {build: func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
+		return root
+	}},
 }
 
 // TestInstallKilledAtEveryStep: issue 13 item 3. For every n, an install
@@ -89,11 +112,12 @@ var killFixtures = map[string]func(t *testing.T) string{
 // finished by a second install into exactly what an uninterrupted install
 // makes (which uninstall then undoes byte for byte as well).
 func TestInstallKilledAtEveryStep(t *testing.T) {
-	for name, fixture := range killFixtures {
+	for name, kf := range killFixtures {
+		fixture := kf.build
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			binary := fakeBinary(t)
-			opts := InstallOptions{Binary: binary}
+			opts := InstallOptions{Binary: binary, Docker: kf.docker}
 			doInstall := func(fsys fileSystem) error { _, err := install(fsys, withRenderer(opts)); return err }
 
 			clean := fixture(t)
@@ -140,10 +164,11 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 // TestUninstallKilledAtEveryStep: an uninstall killed after n changes is
 // finished by the next uninstall, byte for byte.
 func TestUninstallKilledAtEveryStep(t *testing.T) {
-	for name, fixture := range killFixtures {
+	for name, kf := range killFixtures {
+		fixture := kf.build
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			opts := InstallOptions{Binary: fakeBinary(t)}
+			opts := InstallOptions{Binary: fakeBinary(t), Docker: kf.docker}
 			doUninstall := func(fsys fileSystem) error { _, err := uninstall(fsys, UninstallOptions{}); return err }
 			steps := 0
 			for ; ; steps++ {

@@ -452,7 +452,7 @@ func TestDetectionAfterInstallFindsTheSame(t *testing.T) {
 			if err := os.Rename(real(ResolvConfPath), real(ResolvConfBackup)); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(real(ResolvConfPath), renderResolvConf([]string{"corp.example"}, nil), 0o644); err != nil {
+			if err := os.WriteFile(real(ResolvConfPath), renderResolvConf(keptResolvConf{SearchLines: []string{"search corp.example"}}), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			for _, f := range first.Files {

@@ -14,7 +14,8 @@ import (
 type Change struct {
 	// Action is what happened: "wrote", "created", "backed up", "restored",
 	// "removed"; in a dry run "would write" and so on; "unchanged", "kept"
-	// and "skipped" when nothing was (or would be) done.
+	// and "skipped" when nothing was (or would be) done; "found" for what
+	// install detected (Path then names the program, e.g. "dnsmasq").
 	Action string
 	Path   string
 	// Detail says why, or what the content is.
@@ -37,7 +38,7 @@ type Report struct {
 func (r *Report) Changed() bool {
 	for _, c := range r.Changes {
 		switch c.Action {
-		case "unchanged", "kept", "skipped":
+		case "unchanged", "kept", "skipped", "found":
 		default:
 			return true
 		}
@@ -117,6 +118,10 @@ type fileRecord struct {
 	// between leaves it set, and the next install or uninstall knows that
 	// a file that is not Sum was never replaced, rather than changed since.
 	Pending bool `json:"pending,omitempty"`
+	// Seed: a starting copy of a file towerd's own hook keeps current
+	// (PlannedFile.Seed). Uninstall removes it whatever it holds by then:
+	// the name is towerd's, and only the hook rewrites it.
+	Seed bool `json:"seed,omitempty"`
 }
 
 func (m *manifest) file(name string) *fileRecord {

@@ -33,19 +33,50 @@ func ownsResolvConf(data []byte) bool {
 	return bytes.HasPrefix(data, []byte(resolvConfMarker))
 }
 
+// keptResolvConf is what the resolv.conf towerd writes keeps of the one
+// it replaces.
+type keptResolvConf struct {
+	// Nameservers are the file's servers (host:port), for a static node.
+	Nameservers []string
+	// SearchLines are its domain and search lines, normalized, in file
+	// order: the last of them is the one glibc uses, as before.
+	SearchLines []string
+	// Options are the words of its options lines.
+	Options []string
+}
+
+// parseKept reads what install keeps from a resolv.conf.
+func parseKept(data []byte) (keptResolvConf, error) {
+	rc, err := resolvconf.Parse(bytes.NewReader(data))
+	if err != nil {
+		return keptResolvConf{}, err
+	}
+	k := keptResolvConf{Nameservers: rc.Nameservers, Options: rc.Options}
+	for _, line := range strings.Split(string(data), "\n") {
+		if i := strings.IndexAny(line, "#;"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "search" || (f[0] == "domain" && len(f) == 2)) {
+			k.SearchLines = append(k.SearchLines, strings.Join(f, " "))
+		}
+	}
+	return k, nil
+}
+
 // renderResolvConf is the resolv.conf that sends every lookup to towerd,
-// keeping the search list and options of the one it replaces.
-func renderResolvConf(search, options []string) []byte {
+// keeping the domain, search and options lines of the one it replaces.
+func renderResolvConf(k keptResolvConf) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (`towerd install`): lookups go to towerd on %s:53.\n", resolvConfMarker, towerdListenAddress)
 	fmt.Fprintf(&b, "# `towerd uninstall` puts back the previous file, kept as %s,\n", ResolvConfBackup)
 	b.WriteString("# as long as this one is unchanged.\n")
 	fmt.Fprintf(&b, "nameserver %s\n", towerdListenAddress)
-	if len(search) > 0 {
-		fmt.Fprintf(&b, "search %s\n", strings.Join(search, " "))
+	for _, l := range k.SearchLines {
+		b.WriteString(l + "\n")
 	}
-	if len(options) > 0 {
-		fmt.Fprintf(&b, "options %s\n", strings.Join(options, " "))
+	if len(k.Options) > 0 {
+		fmt.Fprintf(&b, "options %s\n", strings.Join(k.Options, " "))
 	}
 	return []byte(b.String())
 }
@@ -53,7 +84,7 @@ func renderResolvConf(search, options []string) []byte {
 // previousResolvConf returns the resolv.conf install replaces (or replaced:
 // once the live file is towerd's, the backup is the previous one), read
 // through symlinks inside the root, and the path it came from.
-func previousResolvConf(fsys fileSystem) (resolvconf.Conf, string, error) {
+func previousResolvConf(fsys fileSystem) (keptResolvConf, string, error) {
 	name := ResolvConfPath
 	if data, err := fsys.ReadFile(name); err == nil && ownsResolvConf(data) {
 		name = ResolvConfBackup
@@ -62,15 +93,15 @@ func previousResolvConf(fsys fileSystem) (resolvconf.Conf, string, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// No resolv.conf at all (or a dangling stub link): glibc then asks
 		// the local host; there is nothing to keep.
-		return resolvconf.Conf{}, name, nil
+		return keptResolvConf{}, name, nil
 	}
 	if err != nil {
-		return resolvconf.Conf{}, name, fmt.Errorf("reading %s: %w", name, err)
+		return keptResolvConf{}, name, fmt.Errorf("reading %s: %w", name, err)
 	}
-	rc, err := resolvconf.Parse(bytes.NewReader(data))
+	k, err := parseKept(data)
 	// Named as the file it was, wherever it is kept now: a second install
 	// (or one finishing a killed one) renders the same config as the first.
-	return rc, ResolvConfPath, err
+	return k, ResolvConfPath, err
 }
 
 // discovered are the upstreams install found for zone ".".
@@ -78,30 +109,21 @@ type discovered struct {
 	servers []string // host:port
 	source  string   // the file they came from
 	skipped []string // left out, each with why
+	// follow is the file zone "." follows instead (resolv_conf).
+	follow string
 }
 
-// discoverUpstreams finds the servers towerd should forward "." to: those
-// systemd-resolved forwards to (its list in /run/systemd/resolve/resolv.conf)
-// when it runs, else those of the resolv.conf being replaced. Loopback
-// servers on port 53 are left out: 127.0.0.53 is resolved's stub, which this
-// install turns off, and 127.0.0.1 is towerd itself; forwarding to either
-// would loop or fail.
-func discoverUpstreams(fsys fileSystem) (discovered, error) {
-	var rc resolvconf.Conf
-	var source string
-	data, err := fsys.ReadFile(ResolvedUpstreams)
-	switch {
-	case err == nil:
-		source = ResolvedUpstreams
-		rc, err = resolvconf.Parse(bytes.NewReader(data))
-	case errors.Is(err, fs.ErrNotExist):
-		rc, source, err = previousResolvConf(fsys)
-	}
+// staticUpstreams copies the servers of the resolv.conf being replaced,
+// on a node where no program rewrites it. Loopback servers on port 53 are
+// left out: 127.0.0.53 is resolved's stub, which this install turns off,
+// and 127.0.0.1 is towerd itself; forwarding to either would loop or fail.
+func staticUpstreams(fsys fileSystem) (discovered, error) {
+	k, source, err := previousResolvConf(fsys)
 	if err != nil {
 		return discovered{}, fmt.Errorf("reading upstreams: %w", err)
 	}
 	d := discovered{source: source}
-	for _, s := range rc.Nameservers {
+	for _, s := range k.Nameservers {
 		if why := localResolver(s); why != "" {
 			d.skipped = append(d.skipped, s+" ("+why+")")
 			continue

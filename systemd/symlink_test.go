@@ -93,7 +93,13 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 			before := treeOf(t, root)
 			fsys := rootFS{Root: root}
 
-			_, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
+			opts := InstallOptions{Binary: fakeBinary(t)}
+			if tt.name == "resolv.conf" {
+				// No longer resolved's link: a static node, whose servers
+				// (outside the root) cannot be read.
+				opts.Upstreams = []string{"192.0.2.1"}
+			}
+			_, err := install(fsys, withRenderer(opts))
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)
@@ -191,5 +197,77 @@ func TestRootFSRefusesToFollowOut(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(data) != "precious\n" {
 		t.Errorf("outside file: %q, %v", data, err)
+	}
+}
+
+// TestPlantedSymlinksAtIssue14Files: the same for the files issue 14 added
+// (nsswitch.conf, Docker's daemon.json and socket drop-in, the Consul
+// token's drop-in, NetworkManager's drop-in, dhclient's hook and the file
+// it seeds): nothing outside the root changes, install refuses a directory
+// that leads out of the root or replaces (or leaves) a link, and uninstall
+// puts the root back as it was.
+func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
+	debian := func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
+		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		return root
+	}
+	nm := func(t *testing.T) string { root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM}); return root }
+	dhclient := func(t *testing.T) string { root, _ := buildNode(t, nodeCase{kind: nodeDhclient}); return root }
+	tests := []struct {
+		name    string
+		fixture func(t *testing.T) string
+		link    string // under the root
+		target  string // under the outside directory
+		refused string // "" = install succeeds
+		// replaced: install replaces the link (backing it up as a link).
+		replaced bool
+	}{
+		{"nsswitch.conf", debian, "etc/nsswitch.conf", "victim", "", false},
+		{"daemon.json", debian, "etc/docker/daemon.json", "victim", "", true},
+		{"the socket drop-in", debian, "etc/systemd/system/towerd.socket.d/docker0.conf", "victim", "", true},
+		{"the socket drop-in directory", debian, "etc/systemd/system/towerd.socket.d", "dir", "leads out of the root", false},
+		{"the token drop-in directory", debian, "etc/systemd/system/towerd.service.d", "dir", "leads out of the root", false},
+		{"NetworkManager's conf.d", nm, "etc/NetworkManager/conf.d", "dir", "leads out of the root", false},
+		{"NetworkManager's drop-in", nm, "etc/NetworkManager/conf.d/99-towerd.conf", "victim", "", true},
+		{"the dhclient hook", dhclient, "etc/dhcp/dhclient-enter-hooks.d/towerd", "victim", "", true},
+		{"the hook directory", dhclient, "etc/dhcp/dhclient-enter-hooks.d", "dir", "leads out of the root", false},
+		{"the followed file's directory", dhclient, "run/towerd-dhclient", "dir", "leads out of the root", false},
+		{"the followed file", dhclient, "run/towerd-dhclient/resolv.conf", "victim", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			outside := t.TempDir()
+			writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+			outsideBefore := treeOf(t, outside)
+			root := tt.fixture(t)
+			os.RemoveAll(filepath.Join(root, tt.link))
+			writeTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
+			before := treeOf(t, root)
+			fsys := rootFS{Root: root}
+
+			// Only the Debian fixture has Docker: --docker there.
+			docker := nodeHas(nodeView{fsys}, DockerDaemonJSON)
+			r, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Docker: docker}))
+			switch {
+			case tt.refused == "" && err != nil:
+				t.Fatalf("install: %v", err)
+			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused)):
+				t.Fatalf("install = %v, want a refusal saying %q", err, tt.refused)
+			}
+			diffTrees(t, outsideBefore, treeOf(t, outside))
+			if tt.refused == "" {
+				if c := changeFor(r, "/"+tt.link); c.Action == "" && !tt.replaced {
+					t.Errorf("the report says nothing of %s: %+v", tt.link, r.Changes)
+				}
+				if n := treeOf(t, root)[tt.link]; tt.replaced != (n.Kind == "file") {
+					t.Errorf("%s after install: %+v (replaced: %v)", tt.link, n, tt.replaced)
+				}
+			}
+			mustUninstall(t, fsys)
+			diffTrees(t, outsideBefore, treeOf(t, outside))
+			diffTrees(t, before, treeOf(t, root))
+		})
 	}
 }

@@ -39,6 +39,9 @@ func isTempName(base string) bool {
 // one by a killed install is removed by the next install or uninstall.
 var sweepDirs = []string{
 	path.Dir(DefaultBinaryPath), UnitDir, path.Dir(ConfigPath), path.Dir(ResolvedDropIn), path.Dir(ResolvConfPath),
+	// Issue 14's files; nsswitch.conf shares /etc with resolv.conf.
+	path.Dir(NMDropIn), path.Dir(DhclientHook), path.Dir(DhclientResolvConf), path.Dir(DockerDaemonJSON),
+	path.Dir(DockerSocketDropIn), path.Dir(ConsulTokenDropIn),
 }
 
 // sweepTemps removes what an install or uninstall killed midway left behind

@@ -57,7 +57,7 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 		}
 		return r, nil
 	}
-	droppedIn := false
+	droppedIn, nmDropIn := false, false
 	// Newest first: resolv.conf goes back before towerd's files go. The
 	// record loses each file once it is undone, so an uninstall killed
 	// midway is finished by the next one.
@@ -86,6 +86,7 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 			return r, err
 		}
 		droppedIn = droppedIn || rec.Path == ResolvedDropIn
+		nmDropIn = nmDropIn || rec.Path == NMDropIn
 		m.removeFile(rec.Path)
 		if err := save(); err != nil {
 			return r, err
@@ -103,6 +104,9 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 	r.Next = append(r.Next, "systemctl daemon-reload")
 	if droppedIn {
 		r.Next = append(r.Next, "systemctl restart systemd-resolved   # stub listener back on")
+	}
+	if nmDropIn {
+		r.Next = append(r.Next, "systemctl reload NetworkManager   # it manages /etc/resolv.conf again")
 	}
 	return r, nil
 }
@@ -161,6 +165,9 @@ func undoFile(fsys fileSystem, r *Report, rec fileRecord) error {
 	ours := cur.exists && cur.sum() == rec.Sum
 	if rec.Path == ResolvConfPath {
 		ours = ours && !cur.isLink() && ownsResolvConf(cur.data)
+	}
+	if rec.Seed {
+		ours = cur.exists && !cur.isLink()
 	}
 	switch {
 	case !ours && cur.exists && backup.exists && backup.sum() == cur.sum():

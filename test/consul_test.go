@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // Helpers of the tests against a real Consul agent (test/consultest).
@@ -24,6 +25,21 @@ var firstSyncLine = regexp.MustCompile(`msg="consul watch: first sync done"`)
 // followTimeout is the issue's bound on how fast towerd follows a catalog
 // change.
 const followTimeout = time.Second
+
+// startConsulDNSProxy puts the fault proxy in front of a Consul agent's DNS
+// at target, counting the queries it reads per name (Count): the jittery,
+// lossy Consul DNS towerd is built to outlive, and the witness of which
+// names reached it. The seed is logged, so a failure can be replayed.
+func startConsulDNSProxy(t *testing.T, target string, faults faultproxy.Faults, seed uint64) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(faultproxy.Options{Target: target, Faults: faults, Seed: seed, CountNames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	t.Logf("fault proxy %s → %s, seed %d, faults %+v", p.Addr(), target, seed, faults)
+	return p
+}
 
 // startConsulTowerd starts towerd watching agent, with "." at a test
 // upstream and "consul." at consulDNS, and waits for the watch's first sync.
@@ -38,6 +54,17 @@ func startConsulTowerd(t *testing.T, agent *consultest.Agent, consulDNS string, 
 	d := startTowerd(t, args...)
 	waitLog(t, d, firstSyncLine, 30*time.Second)
 	return d
+}
+
+// pins is a consul.services line pinning services: watched from the start,
+// so the first question is answered from memory too (without it a service
+// is watched after its first question, answered by Consul's DNS).
+func pins(services ...string) string {
+	quoted := make([]string, len(services))
+	for i, s := range services {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "services = [" + strings.Join(quoted, ", ") + "]\n"
 }
 
 // waitLog waits for a line of towerd's log.

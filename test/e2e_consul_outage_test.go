@@ -19,6 +19,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // TestConsulAgentLossAndFreshAgent: with the agent gone, the services known
@@ -39,7 +40,7 @@ func TestConsulAgentLossAndFreshAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := writeConfig(t, fmt.Sprintf("[serve_stale]\nmax_age = %q\n", maxAge))
+	cfg := writeConfig(t, fmt.Sprintf("[serve_stale]\nmax_age = %q\n[consul]\n%s", maxAge, pins("web")))
 	d := startConsulTowerd(t, agent, deadPort(t), "-config", cfg)
 	oldIndex := servicesIndex(t, c)
 	if m, err := ask(d.UDP, "web.service.consul.", dns.TypeA); err != nil || len(ede(m)) != 0 ||
@@ -111,8 +112,8 @@ func TestConsulWatchUnderSlowDNS(t *testing.T) {
 	register(t, c, &api.AgentServiceRegistration{ID: "web1", Name: "web", Tags: []string{"v1"}, Address: "127.0.0.41", Port: 80})
 	register(t, c, &api.AgentServiceRegistration{ID: "web2", Name: "web", Address: "127.0.0.42", Port: 80})
 	register(t, c, &api.AgentServiceRegistration{ID: "db1", Name: "db", Address: "::1", Port: 5432})
-	proxy := newSlowDNS(t, agent.DNSAddr, 100*time.Millisecond, 50*time.Millisecond, 0.005, 20240611)
-	d := startConsulTowerd(t, agent, proxy.Addr)
+	proxy := startConsulDNSProxy(t, agent.DNSAddr, faultproxy.Faults{Delay: 100 * time.Millisecond, Jitter: 50 * time.Millisecond, Loss: 0.005}, 20240611)
+	d := startConsulTowerd(t, agent, proxy.Addr(), "-config", writeConfig(t, "[consul]\n"+pins("web", "db")))
 
 	// The slow path works: a node name is not watched and goes through it.
 	node := agent.Node + ".node.consul."
@@ -159,8 +160,9 @@ func TestConsulWatchUnderSlowDNS(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
+	st := proxy.Stats()
 	t.Logf("%d queries in %v (%.0f/s), %d failed; the proxy dropped %d packets of %d queries",
-		total, took.Round(time.Millisecond), total/took.Seconds(), failed.Load(), proxy.dropped.Load(), proxy.Total())
+		total, took.Round(time.Millisecond), total/took.Seconds(), failed.Load(), st.LostQueries+st.LostReplies, st.Queries)
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d queries for watched services failed", failed.Load(), total)
 	}
@@ -197,7 +199,8 @@ func TestConsulACL(t *testing.T) {
 	}
 	aclError := regexp.MustCompile(`level=ERROR msg="consul watch: the agent refused.*consul rejected the ACL token \(HTTP 403`)
 
-	good := startConsulTowerd(t, agent, deadPort(t), "-config", writeConfig(t, fmt.Sprintf("[consul]\ntoken_file = %q\n", tokenFile)))
+	good := startConsulTowerd(t, agent, deadPort(t), "-config",
+		writeConfig(t, fmt.Sprintf("[consul]\ntoken_file = %q\n%s", tokenFile, pins("web"))))
 	for _, name := range []string{"web.service.consul.", "web.service.dc1.consul."} {
 		m, err := ask(good.UDP, name, dns.TypeA)
 		if err != nil || !slices.Equal(sortedAddresses(m), []string{"127.0.0.51"}) {
@@ -205,7 +208,7 @@ func TestConsulACL(t *testing.T) {
 		}
 	}
 
-	bad := startTowerd(t, "-config", writeConfig(t, "[consul]\ntoken = \"not-a-token\"\n"), "-listen", "127.0.0.1:0",
+	bad := startTowerd(t, "-config", writeConfig(t, "[consul]\ntoken = \"not-a-token\"\n"+pins("web")), "-listen", "127.0.0.1:0",
 		"-upstream", newTestUpstream(t).Addr, "-consul-dns", deadPort(t), "-consul-http", agent.HTTPAddr)
 	waitLog(t, bad, aclError, 10*time.Second)
 	expectMetric(t, bad, "towerd_consul_watch_acl_denied 1")

@@ -15,7 +15,8 @@ import (
 // same record sets as the real agent's DNS gives for the same questions: A,
 // AAAA (also NODATA), SRV with its additional records, the tag forms, the dc
 // forms and a question in mixed letter case. towerd's "consul." zone points
-// at a dead port, so each of its answers came from memory.
+// at a dead port, so each of its answers came from memory (the services are
+// pinned: watched from the start, not after a first question).
 func TestConsulAnswersMatchAgent(t *testing.T) {
 	t.Parallel()
 	agent := consultest.Start(t, consultest.Options{})
@@ -24,7 +25,7 @@ func TestConsulAnswersMatchAgent(t *testing.T) {
 		Address: "127.0.0.10", Port: 8080, Weights: &api.AgentWeights{Passing: 5, Warning: 1}})
 	register(t, c, &api.AgentServiceRegistration{ID: "web2", Name: "web", Tags: []string{"v1"}, Port: 8081})
 	register(t, c, &api.AgentServiceRegistration{ID: "db1", Name: "db", Address: "::1", Port: 5432})
-	d := startConsulTowerd(t, agent, deadPort(t))
+	d := startConsulTowerd(t, agent, deadPort(t), "-config", writeConfig(t, "[consul]\n"+pins("web", "db")))
 
 	questions := []struct {
 		name  string
@@ -92,7 +93,7 @@ func TestConsulWatchFollowsChanges(t *testing.T) {
 	register(t, c, &api.AgentServiceRegistration{ID: "web1", Name: "web", Address: "127.0.0.11", Port: 80, Check: ttlCheck()})
 	register(t, c, &api.AgentServiceRegistration{ID: "web2", Name: "web", Address: "127.0.0.12", Port: 80, Check: ttlCheck()})
 	register(t, c, &api.AgentServiceRegistration{ID: "api1", Name: "api", Address: "127.0.0.31", Port: 80})
-	d := startConsulTowerd(t, agent, deadPort(t))
+	d := startConsulTowerd(t, agent, deadPort(t), "-config", writeConfig(t, "[consul]\n"+pins("web", "api")))
 
 	addressesAre := func(want ...string) func(*dns.Msg) bool {
 		return func(m *dns.Msg) bool { return m.Rcode == dns.RcodeSuccess && slices.Equal(sortedAddresses(m), want) }
@@ -115,8 +116,9 @@ func TestConsulWatchFollowsChanges(t *testing.T) {
 	if err := c.Agent().ServiceDeregister("api1"); err != nil {
 		t.Fatal(err)
 	}
-	// No longer answered from the watch: the question goes to Consul's DNS,
-	// unreachable here, hence SERVFAIL.
+	// No longer answered from the watch (still watched, pinned, but its
+	// health result is empty): the question goes to Consul's DNS,
+	// unreachable here, hence SERVFAIL; a reachable one says NXDOMAIN.
 	follow(t, d, "api.service.consul.", dns.TypeA, "api deregistered", func(m *dns.Msg) bool {
 		return m.Rcode == dns.RcodeServerFailure
 	})

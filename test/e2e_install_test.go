@@ -161,9 +161,12 @@ func TestInstallAndUninstallUnderARoot(t *testing.T) {
 	if got := installed["usr/local/bin/towerd"]; got.data != string(bin) || got.mode != 0o755 {
 		t.Errorf("installed binary: mode %v, same bytes %v", got.mode, got.data == string(bin))
 	}
-	// The config carries resolved's upstreams, and towerd accepts it.
-	cfgPath := filepath.Join(root, "etc/towerd/towerd.toml")
-	code, out, errOut = runToExit(t, "check", "-config", cfgPath)
+	// The config follows resolved's upstreams (resolv_conf), and towerd
+	// accepts it and reads them from there.
+	if cfg := installed["etc/towerd/towerd.toml"].data; !strings.Contains(cfg, `resolv_conf = "/run/systemd/resolve/resolv.conf"`) {
+		t.Errorf("towerd.toml does not follow resolved's file:\n%s", cfg)
+	}
+	code, out, errOut = checkUnderRoot(t, root)
 	if code != 0 || !strings.Contains(out, "zone .                    -> 192.0.2.10:53, 192.0.2.11:53") {
 		t.Errorf("towerd check on the installed config: status %d\n%s%s", code, out, errOut)
 	}
@@ -213,4 +216,21 @@ func TestUninstallLeavesAResolvConfChangedSinceInstall(t *testing.T) {
 			t.Errorf("%s is still there: every other step must be undone", gone)
 		}
 	}
+}
+
+// checkUnderRoot runs towerd check on the towerd.toml installed under
+// root, with its resolv_conf taken under root too: the file it names is
+// the node's, never this machine's.
+func checkUnderRoot(t *testing.T, root string) (int, string, string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "etc/towerd/towerd.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(string(data), `resolv_conf = "/`, `resolv_conf = "`+root+`/`)
+	p := filepath.Join(t.TempDir(), "towerd.toml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return runToExit(t, "check", "-config", p)
 }

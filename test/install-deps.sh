@@ -16,6 +16,18 @@ command -v promtool >/dev/null 2>&1 || need="$need prometheus"
 command -v systemd-socket-activate >/dev/null 2>&1 || need="$need systemd"
 command -v systemd-analyze >/dev/null 2>&1 || need="$need systemd"
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
+# The getent test runs glibc's getent through towerd in a private mount and
+# network namespace: unshare, nsenter and mount (util-linux, mount), ip
+# (iproute2), getent (libc-bin). It skips itself when not run as root.
+command -v unshare >/dev/null 2>&1 || need="$need util-linux"
+command -v ip >/dev/null 2>&1 || need="$need iproute2"
+# make deb packs with dpkg-deb (dpkg) and make deb-check runs lintian on the
+# package; the package test checks the zsh completion with zsh -n and the
+# man pages with man (man-db).
+command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
+command -v lintian >/dev/null 2>&1 || need="$need lintian"
+command -v zsh >/dev/null 2>&1 || need="$need zsh"
+command -v man >/dev/null 2>&1 || need="$need man-db"
 
 if [ -n "$need" ]; then
 	echo "installing:$need"

@@ -56,6 +56,13 @@ const testSOA = "test. 60 IN SOA ns.test. hostmaster.test. 1 3600 600 86400 60"
 // newTestUpstream starts a server and stops it when the test ends.
 func newTestUpstream(t *testing.T) *testUpstream {
 	t.Helper()
+	pc, l := listenSamePort(t)
+	return newTestUpstreamOn(t, pc, l)
+}
+
+// newTestUpstreamOn is newTestUpstream on sockets the caller bound.
+func newTestUpstreamOn(t *testing.T, pc net.PacketConn, l net.Listener) *testUpstream {
+	t.Helper()
 	u := &testUpstream{
 		records:  map[string][]dns.RR{},
 		nxdomain: map[string]bool{},
@@ -67,7 +74,6 @@ func newTestUpstream(t *testing.T) *testUpstream {
 		served:   make(chan error, 2),
 		stopped:  make(chan struct{}),
 	}
-	pc, l := listenSamePort(t)
 	u.Addr = pc.LocalAddr().String()
 	u.servers = []*dns.Server{
 		{PacketConn: pc, Net: "udp", Handler: u},

@@ -3,12 +3,13 @@ package upstream
 import (
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // healthEvent is one OnHealthChange call.
@@ -169,9 +170,9 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 // A fake clock advanced by the server makes every RTT sample exactly 40ms,
 // so the RFC 6298 arithmetic can be checked to the nanosecond.
 func TestGroupAttemptTimeoutFollowsRTT(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1700000000, 0)}
+	clock := dnstest.NewClock(time.Unix(1700000000, 0))
 	srv := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
-		clock.advance(40 * time.Millisecond)
+		clock.Advance(40 * time.Millisecond)
 		return answering(t, dns.RcodeSuccess)(q, from)
 	})
 	g := newGroup(t, GroupOptions{
@@ -280,24 +281,6 @@ func TestNextProbeInterval(t *testing.T) {
 			t.Errorf("nextProbeInterval(%s) = %s, want %s", tt.in, got, tt.want)
 		}
 	}
-}
-
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // isClosed reports whether ch is closed, without waiting.

@@ -35,14 +35,12 @@ func TestPlainExchangeRcodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-				r := replyTo(q, tt.rcode)
+			addr := scripted(t, func(q *dns.Msg, _ string) *dns.Msg {
 				if tt.rcode == dns.RcodeSuccess {
-					r = replyTo(q, tt.rcode, "192.0.2.1")
+					return replyTo(q, tt.rcode, "192.0.2.1")
 				}
-				_ = w.WriteMsg(r)
+				return replyTo(q, tt.rcode)
 			})
-			addr := startUDPAndTCP(t, handler, handler)
 			p := newPlain(t, addr)
 			m := testQuery()
 			before := m.String()
@@ -167,21 +165,20 @@ func TestPlainIgnoresRepliesFromOtherSources(t *testing.T) {
 
 func TestPlainTruncatedRetriesOverTCP(t *testing.T) {
 	var udpQueries, tcpQueries atomic.Int32
-	udp := func(w dns.ResponseWriter, q *dns.Msg) {
-		udpQueries.Add(1)
-		r := replyTo(q, dns.RcodeSuccess)
-		r.Truncated = true
-		_ = w.WriteMsg(r)
-	}
-	tcp := func(w dns.ResponseWriter, q *dns.Msg) {
+	p := newPlain(t, scripted(t, func(q *dns.Msg, network string) *dns.Msg {
+		if network == "udp" {
+			udpQueries.Add(1)
+			r := replyTo(q, dns.RcodeSuccess)
+			r.Truncated = true
+			return r
+		}
 		tcpQueries.Add(1)
 		ips := make([]string, 0, 100)
 		for i := range 100 {
 			ips = append(ips, net.IPv4(192, 0, 2, byte(i)).String())
 		}
-		_ = w.WriteMsg(replyTo(q, dns.RcodeSuccess, ips...))
-	}
-	p := newPlain(t, startUDPAndTCP(t, udp, tcp))
+		return replyTo(q, dns.RcodeSuccess, ips...)
+	}))
 	m := testQuery()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

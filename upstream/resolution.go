@@ -53,17 +53,40 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 // returned with a *RcodeError, else an error wrapping ErrTimeout or
 // ErrNetwork, or the context's error when the caller cancelled.
 func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, ScrubResult, error) {
+	reply, _, result, err := g.exchange(ctx, m)
+	return reply, result, err
+}
+
+// ExchangeFrom is Exchange that also names the server (host:port) whose
+// reply it returns, "" when there is none: the query log says which
+// upstream answered (issue 15).
+func (g *Group) ExchangeFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
+	reply, server, _, err := g.exchange(ctx, m)
+	return reply, server, err
+}
+
+// ExchangeScrubbedFrom is ExchangeScrubbed that also names the server
+// whose reply it returns (ExchangeFrom): the resolver chases CNAMEs across
+// zones and logs which upstream answered (issues 11 and 15).
+func (g *Group) ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
+	return g.exchange(ctx, m)
+}
+
+// exchange is the one resolution behind Exchange, ExchangeScrubbed and
+// ExchangeFrom: the reply (scrubbed), the server that sent it, what the
+// scrubber dropped.
+func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
+		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
 		defer cancel()
 	}
-	reply, err := g.resolve(ctx, m)
+	reply, server, err := g.resolve(ctx, m)
 	if reply == nil {
-		return nil, ScrubResult{}, err
+		return nil, "", ScrubResult{}, err
 	}
 	var result ScrubResult
 	if len(m.Question) == 1 {
@@ -72,13 +95,13 @@ func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, Scr
 		g.scrubbed[sectionAuthority].Add(uint64(result.Authority))
 		g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
 	}
-	return reply, result, err
+	return reply, server, result, err
 }
 
 // resolve runs the attempts of one resolution. It starts at most MaxAttempts
 // goroutines, one per attempt, and returns only after every one of them has
 // ended, so a resolution leaves nothing behind.
-func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
 	order := g.usable()
 	// Cancelling attemptCtx closes every attempt's socket at once.
 	attemptCtx, cancelAttempts := context.WithCancel(ctx)
@@ -167,16 +190,16 @@ loop:
 	switch {
 	case winner != nil:
 		winner.reply.Id = m.Id
-		return winner.reply, nil
+		return winner.reply, winner.attempt.server.plain.Address(), nil
 	case lastRcode != nil:
 		lastRcode.reply.Id = m.Id
-		return lastRcode.reply, lastRcode.err
+		return lastRcode.reply, lastRcode.attempt.server.plain.Address(), lastRcode.err
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+		return nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case lastErr != nil:
-		return nil, lastErr
+		return nil, "", lastErr
 	}
-	return nil, fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
 
 // account settles a finished resolution: counters, Observe, RTT samples and

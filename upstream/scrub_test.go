@@ -224,7 +224,7 @@ func TestScrub(t *testing.T) {
 // What the scrubber drops never leaves the Group: a real server sends the
 // poison on the wire, and the reply Exchange returns carries none of it.
 func TestGroupScrubsRepliesOnTheWire(t *testing.T) {
-	poisoned := func(w dns.ResponseWriter, q *dns.Msg) {
+	addr := scripted(t, func(q *dns.Msg, _ string) *dns.Msg {
 		r := new(dns.Msg)
 		r.SetReply(q)
 		switch q.Question[0].Name {
@@ -235,11 +235,8 @@ func TestGroupScrubsRepliesOnTheWire(t *testing.T) {
 		case "cdn.example.org.":
 			r.Answer = rrs(t, "cdn.example.org. 60 IN CNAME edge.other.net.", "edge.other.net. 60 IN A 6.6.6.6")
 		}
-		if err := w.WriteMsg(r); err != nil {
-			t.Errorf("writing reply: %v", err)
-		}
-	}
-	addr := startUDPAndTCP(t, poisoned, poisoned)
+		return r
+	})
 	m := NewMetrics([]float64{1})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind, which is
@@ -22,48 +24,13 @@ func TestMain(m *testing.M) {
 // instead of hanging it; nothing waits for it to pass on the happy path.
 const waitTimeout = 10 * time.Second
 
-// startDNS runs a miekg server with handler h on an already-bound socket,
-// returns once the server says it has started, and stops it at cleanup.
-func startDNS(t *testing.T, srv *dns.Server) {
+// scripted starts a test upstream (UDP and TCP on one 127.0.0.1 port) that
+// answers every query with script, and returns its address.
+func scripted(t *testing.T, script dnstest.Script) string {
 	t.Helper()
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	served := make(chan error, 1)
-	go func() { served <- srv.ActivateAndServe() }()
-	select {
-	case <-started:
-	case err := <-served:
-		t.Fatalf("starting dns server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Errorf("shutting down dns server: %v", err)
-		}
-		<-served
-	})
-}
-
-// startUDPAndTCP serves udp and tcp handlers on one 127.0.0.1 port, as a
-// real DNS server does, and returns the address. The TCP port is whatever
-// the kernel gave UDP, so a rare clash with another process is retried.
-func startUDPAndTCP(t *testing.T, udp, tcp dns.HandlerFunc) string {
-	t.Helper()
-	for range 10 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			pc.Close()
-			continue
-		}
-		startDNS(t, &dns.Server{PacketConn: pc, Handler: udp})
-		startDNS(t, &dns.Server{Listener: ln, Handler: tcp})
-		return pc.LocalAddr().String()
-	}
-	t.Fatal("no port free for both udp and tcp")
-	return ""
+	u := dnstest.NewUpstream(t)
+	u.SetScript(script)
+	return u.Addr
 }
 
 // syncMarker is a datagram no DNS parser accepts; rawServer treats it as

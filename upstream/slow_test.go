@@ -12,71 +12,47 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// heldServer is a miekg UDP server that parks each query of a "slow" name
-// until the test releases it, and answers every other name at once. Each
-// reply carries 192.0.2.N for the Nth query of its name, so the test sees
-// which attempt's reply won.
+// heldServer is a test upstream that parks each query of a "slow" name
+// until the test releases it, and answers every other name at once (or
+// after the delay set for it). Each reply carries 192.0.2.N for the Nth
+// query of its name, so the test sees which attempt's reply won.
 type heldServer struct {
+	*dnstest.Upstream
 	addr string
 
-	mu      sync.Mutex
-	seen    map[string]int             // queries per name
-	held    map[string][]chan struct{} // per slow name, one release per query
-	arrived map[string]chan struct{}   // closed when a slow name has its want-th query
-	want    map[string]int             // queries to wait for per slow name
-	delays  map[string]time.Duration   // names answered after a fixed delay
+	mu   sync.Mutex
+	seen map[string]int             // queries per name
+	held map[string][]chan struct{} // per slow name, one release per query
 }
 
 func startHeld(t *testing.T) *heldServer {
 	t.Helper()
-	s := &heldServer{
-		seen: map[string]int{}, held: map[string][]chan struct{}{},
-		arrived: map[string]chan struct{}{}, want: map[string]int{}, delays: map[string]time.Duration{},
-	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = pc.LocalAddr().String()
-	stop := make(chan struct{})
-	// Registered before the server's own cleanup, so it runs after it: the
-	// parked handlers are released first, and Shutdown can finish.
-	startDNS(t, &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+	u := dnstest.NewUpstream(t)
+	s := &heldServer{Upstream: u, addr: u.Addr, seen: map[string]int{}, held: map[string][]chan struct{}{}}
+	u.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
 		name := strings.ToLower(q.Question[0].Name)
 		s.mu.Lock()
 		s.seen[name]++
 		n := s.seen[name]
-		release := make(chan struct{})
-		_, slow := s.want[name]
-		if slow {
-			s.held[name] = append(s.held[name], release)
-			if n == s.want[name] {
-				close(s.arrived[name])
-			}
+		var release chan struct{}
+		if queue, slow := s.held[name]; slow {
+			release = make(chan struct{})
+			s.held[name] = append(queue, release)
 		}
-		delay := s.delays[name]
 		s.mu.Unlock()
-		if slow {
+		if release != nil {
 			select {
 			case <-release:
-			case <-stop:
-				return
+			case <-u.Stopped():
+				return nil
 			}
 		}
-		if delay > 0 {
-			// The delay is the fault under test, not a synchronisation.
-			select {
-			case <-time.After(delay):
-			case <-stop:
-				return
-			}
-		}
-		r := replyTo(q, dns.RcodeSuccess, fmt.Sprintf("192.0.2.%d", n))
-		_ = w.WriteMsg(r)
-	})})
-	t.Cleanup(func() { close(stop) })
+		return replyTo(q, dns.RcodeSuccess, fmt.Sprintf("192.0.2.%d", n))
+	})
 	return s
 }
 
@@ -85,9 +61,8 @@ func startHeld(t *testing.T) *heldServer {
 func (s *heldServer) hold(name string, n int) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.want[name] = n
-	s.arrived[name] = make(chan struct{})
-	return s.arrived[name]
+	s.held[name] = []chan struct{}{}
+	return s.Arrived(name, n)
 }
 
 // release lets the i-th (0-based) parked query of name be answered.
@@ -97,16 +72,11 @@ func (s *heldServer) release(name string, i int) {
 	close(s.held[name][i])
 }
 
-func (s *heldServer) queries(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.seen[name]
-}
+func (s *heldServer) queries(name string) int { return s.Count(name, dns.TypeA) }
 
+// delay makes the server answer name after d (the fault under test).
 func (s *heldServer) delay(name string, d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.delays[name] = d
+	s.SetFault(name, dnstest.Fault{Delay: d})
 }
 
 func question(name string) *dns.Msg {
@@ -209,12 +179,12 @@ func TestGroupSlowServerIsAnswered(t *testing.T) {
 // SERVFAIL for one name says nothing about the server: a hundred such names
 // mark neither server down, and the resolution still tries both.
 func TestGroupServFailNamesMarkNoServerDown(t *testing.T) {
-	servfail := func(w dns.ResponseWriter, q *dns.Msg) {
+	servfail := func(q *dns.Msg, _ string) *dns.Msg {
 		r := new(dns.Msg)
 		r.SetRcode(q, dns.RcodeServerFailure)
-		_ = w.WriteMsg(r)
+		return r
 	}
-	a, b := startUDPAndTCP(t, servfail, servfail), startUDPAndTCP(t, servfail, servfail)
+	a, b := scripted(t, servfail), scripted(t, servfail)
 	var changes atomic.Int32
 	g, err := NewGroup(".", []string{a, b}, GroupOptions{
 		OnHealthChange: func(string, bool) { changes.Add(1) },

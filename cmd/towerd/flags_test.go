@@ -79,6 +79,20 @@ func TestConsulHTTPFlag(t *testing.T) {
 			t.Errorf("-consul-http %s: enabled %v address %q", tc.flag, cfg.Consul.Enabled, cfg.Consul.Address)
 		}
 	}
+
+	// An address never turns on a watch the configuration turned off.
+	path := writeFile(t, "towerd.toml", "[consul]\nenabled = false\n")
+	o, err := parseFlags([]string{"-config", path, "-consul-http", "127.0.0.1:18500"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Consul.Enabled {
+		t.Error("-consul-http turned on the watch that consul.enabled = false turned off")
+	}
 }
 
 // -admin overrides the file and goes through the same checks.

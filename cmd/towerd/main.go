@@ -37,50 +37,6 @@ const (
 	exitConfig = 2 // bad flags or configuration
 )
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			fmt.Fprintln(stdout, "towerd", version)
-			return exitOK
-		case "check":
-			return serveCommand(args[1:], stdout, stderr, true)
-		case "stats":
-			return statsCommand(args[1:], stdout, stderr) // tools.go
-		case "install", "uninstall":
-			return installCommand(args[1:], stdout, stderr, args[0] == "uninstall") // tools.go
-		case "import-dnsmasq":
-			return importDnsmasqCommand(args[1:], stdout, stderr) // tools.go
-		case "drill":
-			return drillCommand(args[1:], stdout, stderr) // tools.go
-		case "serve":
-			args = args[1:]
-		case "help":
-			usage(stderr)
-			return exitOK
-		}
-	}
-	return serveCommand(args, stdout, stderr, false)
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: towerd [serve] [flags]   run the resolver (the default)
-       towerd check [flags]     validate the configuration and exit
-       towerd stats [-admin ADDR] [--json]
-                                show a running towerd's figures
-       towerd install [--root DIR] [--dry-run] [--upstream ADDRS]
-                                make towerd the node's resolver (files only)
-       towerd uninstall [--root DIR] [--dry-run]
-                                undo what install did
-       towerd import-dnsmasq FILE
-                                turn a dnsmasq configuration into towerd's
-       towerd drill [flags]     rehearse a bad upstream day in-process (towerd drill -h)
-       towerd version           print the version
-
-Run "towerd -h" for the flags.
-`)
-}
-
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level)) // validated already
@@ -181,8 +137,11 @@ func (o *options) load() (config.Config, error) {
 		cfg.Zones = setZone(cfg.Zones, "consul.", splitList(o.consulDNS))
 	}
 	if o.set["consul-http"] {
-		cfg.Consul.Enabled = o.consulHTTP != "off"
-		if cfg.Consul.Enabled {
+		// Only "off" changes consul.enabled: an address never turns on a
+		// watch the configuration turned off (issue 12).
+		if o.consulHTTP == "off" {
+			cfg.Consul.Enabled = false
+		} else {
 			cfg.Consul.Address = o.consulHTTP
 		}
 	}
@@ -218,6 +177,19 @@ func splitList(s string) []string {
 	return out
 }
 
+// warnNoRootServers says when zone "." starts without servers: its
+// resolv.conf does not exist (yet). towerd starts anyway and follows the
+// file (issue 14), but until it appears every name outside the other zones
+// gets SERVFAIL.
+func warnNoRootServers(stderr io.Writer, zones []config.ZoneConfig, source string) {
+	for _, z := range zones {
+		if z.Name == "." && len(z.Servers) == 0 {
+			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s does not exist; "+
+				"towerd answers SERVFAIL for it until the file appears (set servers for zone \".\" or resolv_conf)\n", source)
+		}
+	}
+}
+
 // serveCommand is `towerd serve` and, with check, `towerd check`.
 func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 	o, err := parseFlags(args, stderr)
@@ -247,8 +219,13 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 			fmt.Fprintf(stdout, "  zone %-20s -> %s\n", z.Name, strings.Join(z.Servers, ", "))
 		}
 		if source != "" {
-			fmt.Fprintf(stdout, "  (zone \".\" servers from %s)\n", source)
+			fmt.Fprintf(stdout, "  (zone \".\" servers from %s, followed while towerd runs)\n", source)
 		}
+		if note := cfg.Consul.CredentialsNote(); note != "" {
+			fmt.Fprintf(stdout, "  (%s)\n", note)
+		}
+		warnNoRootServers(stderr, zones, source)
+		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)

@@ -1,13 +1,17 @@
 // Package consultest starts real Consul agents for tests: Consul v1.14.11,
 // built from its Go module by the separate module in test/consulagent
 // (`make consul-agent`), run as `consul agent -dev` on loopback with ports of
-// its own, and stopped by PID when the test ends.
+// its own, and stopped by PID when the test ends. StartCluster runs one
+// server and client agents joined to it, each on its own 127.x.y.z address
+// with Consul's default limits, as on real nodes.
 package consultest
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +44,14 @@ type Options struct {
 	// ManagementToken, if set, turns ACLs on with default_policy "deny"
 	// and makes this the initial management token (and the agent's own).
 	ManagementToken string
+	// IP is the loopback address the agent binds (serf, server RPC, HTTP,
+	// DNS); "" = 127.0.0.1.
+	IP string
+	// Node is the node name; "" = "towerd-test".
+	Node string
+	// Join, if set, makes a client agent (not -dev) that joins the server
+	// whose serf LAN address (ip:port) this is.
+	Join string
 }
 
 // Agent is a running agent.
@@ -48,6 +60,8 @@ type Agent struct {
 	HTTPAddr, DNSAddr string
 	// Node is the agent's node name.
 	Node string
+	// SerfAddr is the serf LAN ip:port, for clients to join.
+	SerfAddr string
 
 	opts   Options
 	cmd    *exec.Cmd
@@ -75,26 +89,42 @@ func Start(t testing.TB, opts Options) *Agent {
 }
 
 func start(t testing.TB, bin string, opts Options) (*Agent, error) {
+	ip := opts.IP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
 	httpPort := opts.HTTPPort
 	if httpPort == 0 {
-		httpPort = freePort(t)
+		httpPort = freePortOn(t, ip)
 	}
-	dnsPort, serfPort, serverPort := freePort(t), freePort(t), freePort(t)
+	dnsPort, serfPort, serverPort := freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip)
 	a := &Agent{
-		HTTPAddr: "127.0.0.1:" + strconv.Itoa(httpPort),
-		DNSAddr:  "127.0.0.1:" + strconv.Itoa(dnsPort),
+		HTTPAddr: net.JoinHostPort(ip, strconv.Itoa(httpPort)),
+		DNSAddr:  net.JoinHostPort(ip, strconv.Itoa(dnsPort)),
+		SerfAddr: net.JoinHostPort(ip, strconv.Itoa(serfPort)),
 		Node:     "towerd-test",
 		opts:     opts,
 		exited:   make(chan struct{}),
 		output:   &syncBuffer{},
 	}
-	args := []string{"agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1",
+	if opts.Node != "" {
+		a.Node = opts.Node
+	}
+	args := []string{"agent", "-dev"}
+	if opts.Join != "" {
+		args = []string{"agent", "-retry-join", opts.Join, "-retry-interval", "1s"}
+	}
+	args = append(args, "-bind", ip, "-client", ip,
 		"-node", a.Node, "-data-dir", t.TempDir(), "-log-level", "debug",
 		"-http-port", strconv.Itoa(httpPort), "-dns-port", strconv.Itoa(dnsPort),
 		"-serf-lan-port", strconv.Itoa(serfPort), "-server-port", strconv.Itoa(serverPort),
 		// Everything else off, so parallel agents cannot collide.
 		"-serf-wan-port", "-1", "-https-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
-	}
+		// Counters in /v1/agent/metrics?format=prometheus are cumulative
+		// (the default JSON form is per 10 s interval); gauges stay listed
+		// for 10 minutes after their last change.
+		"-hcl", `telemetry { prometheus_retention_time = "10m" disable_hostname = true }`,
+	)
 	if opts.ManagementToken != "" {
 		args = append(args, "-hcl", fmt.Sprintf(`acl { enabled = true default_policy = "deny" `+
 			`tokens { initial_management = %q agent = %q } }`, opts.ManagementToken, opts.ManagementToken))
@@ -225,12 +255,12 @@ func Binary(t testing.TB) string {
 	return bin
 }
 
-// freePort returns a port free on 127.0.0.1 for both TCP and UDP when
-// called (Consul binds both for DNS and serf).
-func freePort(t testing.TB) int {
+// freePortOn returns a port free on ip for both TCP and UDP when called
+// (Consul binds both for DNS and serf).
+func freePortOn(t testing.TB, ip string) int {
 	t.Helper()
 	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +272,7 @@ func freePort(t testing.TB) int {
 			return port
 		}
 	}
-	t.Fatal("no port free for both TCP and UDP on 127.0.0.1")
+	t.Fatalf("no port free for both TCP and UDP on %s", ip)
 	return 0
 }
 
@@ -270,4 +300,76 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Cluster is one server agent and client agents joined to it.
+type Cluster struct {
+	Server  *Agent
+	Clients []*Agent
+}
+
+// StartCluster starts a server (-dev: in-memory, its own leader) and n
+// client agents joined to it, each on its own loopback address 127.x.y.z
+// (x.y picked at random so parallel clusters do not share addresses), with
+// Consul's default limits (http_max_conns_per_client 200, no RPC rate
+// limit). It returns once every client is a member with its node in the
+// catalog.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	// 127.<100-227>.<1-254>.<1+i>: away from 127.0.0.x, which the other
+	// tests use.
+	var base [2]byte
+	if _, err := rand.Read(base[:]); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("127.%d.%d.", 100+int(base[0])%128, 1+int(base[1])%254)
+	c := &Cluster{Server: Start(t, Options{IP: prefix + "1", Node: "server"})}
+	for i := range n {
+		c.Clients = append(c.Clients, Start(t, Options{IP: prefix + strconv.Itoa(2+i),
+			Node: fmt.Sprintf("client%d", i+1), Join: c.Server.SerfAddr}))
+	}
+	return c
+}
+
+// Metrics reads the agent's own metrics in Prometheus form: name (with
+// labels as Prometheus writes them) → value. Counters are cumulative since
+// the agent started.
+func (a *Agent) Metrics(t testing.TB) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + a.HTTPAddr + "/v1/agent/metrics?format=prometheus")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", a.Node, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics of %s: %d %v\n%s", a.Node, resp.StatusCode, err, body)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// Sum adds the values of every series of metric name (any labels).
+func Sum(m map[string]float64, name string) float64 {
+	var sum float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			sum += v
+		}
+	}
+	return sum
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -28,6 +29,11 @@ var ErrACL = errors.New("consul rejected the ACL token")
 // ErrUnreachable marks an error reaching the agent at all.
 var ErrUnreachable = errors.New("consul agent unreachable")
 
+// ErrThrottled marks an HTTP 429 from the agent: this client holds more
+// connections than limits.http_max_conns_per_client allows (or the agent's
+// rate limit hit). The watch shrinks instead of retrying.
+var ErrThrottled = errors.New("consul agent refused the query with 429 (too many requests)")
+
 // newClient builds the API client. Empty fields fall back to Consul's own
 // environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
 // CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...), as every
@@ -41,12 +47,37 @@ func newClient(cfg Config) (*api.Client, error) {
 		TokenFile:  cfg.TokenFile,
 	}
 	c.TLSConfig.CAFile = cfg.TLSCAFile
+	// Every blocking query holds a connection for its whole wait. The
+	// watches, the service list and one spare (/v1/agent/self) are the most
+	// towerd ever has in flight; MaxConnsPerHost makes that a hard bound (a
+	// request past it waits for a connection), well under Consul's
+	// http_max_conns_per_client (200), which refuses a client's further
+	// connections with 429 and would take the node's other Consul clients
+	// down with it. Idle connections are kept for reuse up to the same
+	// number, so a watch's next query does not open a new one. (A unix
+	// socket agent address gets api's own non-pooled transport: one
+	// connection per query in flight, bounded the same way by the loops.)
+	maxWatches := cfg.MaxWatches
+	if maxWatches <= 0 {
+		maxWatches = DefaultMaxWatches
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost = MaxConns(maxWatches)
+	tr.MaxIdleConnsPerHost = MaxConns(maxWatches)
+	tr.MaxIdleConns = MaxConns(maxWatches)
+	tr.ForceAttemptHTTP2 = false // the agent speaks HTTP/1.1 to API clients
+	c.Transport = tr
 	client, err := api.NewClient(c)
 	if err != nil {
 		return nil, fmt.Errorf("consul client: %w", err)
 	}
 	return client, nil
 }
+
+// MaxConns is the most connections the watch opens to the agent for a
+// given max_watches: one per watch, one for the service list or the agent's
+// configuration, one spare.
+func MaxConns(maxWatches int) int { return maxWatches + 2 }
 
 // displayAddress is the address the client talks to, for logs and State.
 func displayAddress(cfg Config) string {
@@ -139,10 +170,16 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 // classify wraps err with ErrACL or ErrUnreachable when it is one of those,
 // so logs and State say plainly what an operator has to fix.
 func classify(err error) error {
-	if err == nil || errors.Is(err, ErrACL) || errors.Is(err, ErrUnreachable) {
+	if err == nil || errors.Is(err, ErrACL) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrThrottled) {
 		return err
 	}
 	var se api.StatusError
+	if errors.As(err, &se) && se.Code == 429 {
+		return fmt.Errorf("%w: %v", ErrThrottled, err)
+	}
+	if strings.Contains(err.Error(), "Unexpected response code: 429") {
+		return fmt.Errorf("%w: %v", ErrThrottled, err)
+	}
 	if errors.As(err, &se) && (se.Code == 401 || se.Code == 403) {
 		return fmt.Errorf("%w (HTTP %d: %s): set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
 			"to a token with service:read and node:read", ErrACL, se.Code, se.Body)

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // reply is one scripted answer of the fake Consul HTTP API.
@@ -149,44 +150,9 @@ func (f *fakeAPI) waitQueries(t *testing.T, path string, n int) []request {
 	}
 }
 
-// fakeClock is the loops' clock in tests: Sleep returns at once and moves
-// the time on, and every wait asked for is recorded.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(max(d, 0))
-	return nil
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) recorded() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.sleeps...)
-}
+// newFakeClock is the loops' clock in tests: Sleep returns at once and
+// moves the time on, and every wait asked for is recorded.
+func newFakeClock() *dnstest.Clock { return dnstest.NewClock(time.Unix(1_700_000_000, 0)) }
 
 // newTestWatcher is a Watcher on the fake API with the fake clock and a
 // fixed jitter.
@@ -216,4 +182,15 @@ func entry(node, nodeAddr, id, addr string, port int, tags []string, checks ...m
 			"Weights": map[string]int{"Passing": 1, "Warning": 1}},
 		"Checks": append([]map[string]any{{"CheckID": "serfHealth", "Status": "passing"}}, checks...),
 	}
+}
+
+// markWatched makes keys watched without a loop behind them, for tests that
+// fill the store by hand.
+func markWatched(w *Watcher, keys ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		w.watches[k] = &serviceLoop{name: k, cancel: func() {}}
+	}
+	w.publish()
 }

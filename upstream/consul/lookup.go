@@ -141,15 +141,20 @@ func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, 
 // names it could never answer, without allocating.
 func (w *Watcher) Covers(name []byte) bool {
 	info := w.info.Load()
-	if info == nil || info.datacenter == "" {
+	if info == nil {
 		return false
 	}
+	// With the datacenter still unknown Lookup answers nothing, but a
+	// question must still reach it: it is what asks for a watch, and the
+	// watch's first reply names the datacenter.
 	d := info.domain
 	n := len(name) - len(d)
 	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
 }
 
-// Lookup implements resolver.RecordSource. It answers A, AAAA and SRV
+// Lookup implements resolver.RecordSource. A question for a service that is
+// not watched yet returns ok=false and starts its watch (demand mode), so
+// the next question is answered from memory. It answers A, AAAA and SRV
 // questions about services the watch holds, in the local datacenter, from
 // memory. Everything else — other types, nodes, prepared queries, other
 // datacenters, services filtered out or without a healthy instance, and
@@ -166,11 +171,29 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		return nil, false, false
 	}
 	info := w.info.Load()
-	if info == nil || info.datacenter == "" {
-		return nil, false, false // records cannot be named yet
+	if info == nil {
+		return nil, false, false // the domain is not known yet
 	}
 	sq, ok := parseServiceQuery(q.Name, q.Qtype, info.domain)
-	if !ok || (sq.dc != "" && sq.dc != info.datacenter) {
+	if !ok {
+		return nil, false, false
+	}
+	if info.datacenter == "" {
+		// Records cannot be named yet: a token without agent:read and no
+		// consul.datacenter; the watch learns it from its first reply, so
+		// the question still asks for a watch.
+		if sq.dc == "" {
+			w.noteAsked(sq.service)
+		}
+		return nil, false, false
+	}
+	if sq.dc != "" && sq.dc != info.datacenter {
+		return nil, false, false
+	}
+	// A question for a service is what starts and keeps its watch: an
+	// unwatched one goes the normal way this time (noteAsked asks for the
+	// watch), a watched one without healthy instances too.
+	if !w.noteAsked(sq.service) {
 		return nil, false, false
 	}
 	svc := w.store.get(sq.service)

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -66,6 +65,7 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 	w.clock = clk
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	w.store.set("web", []instance{web1, web2})
+	markWatched(w, "web")
 
 	lookup := func() (*dns.Msg, bool, bool) { return w.Lookup(question("web.service.consul.", dns.TypeA)) }
 	m, stale, ok := lookup()
@@ -74,11 +74,11 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 		t.Fatalf("fresh lookup: ok=%v stale=%v %v", ok, stale, m)
 	}
 	w.store.contact("web", true, clk.Now())
-	clk.advance(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	if _, stale, ok := lookup(); !ok || !stale {
 		t.Errorf("at the maximum stale age: ok=%v stale=%v, want served stale", ok, stale)
 	}
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if _, _, ok := lookup(); ok {
 		t.Error("past the maximum stale age: still answered from the watch")
 	}
@@ -98,6 +98,7 @@ func TestLookupCoverage(t *testing.T) {
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	w.store.set("web", []instance{web1, web2})
+	markWatched(w, "web")
 	for _, tc := range []struct {
 		q  dns.Question
 		ok bool
@@ -138,23 +139,9 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	)
 	f.script("/v1/health/service/db", reply{index: 5, body: []any{}})
 	clk := newFakeClock()
-	w := newTestWatcher(t, f, Config{MaxStale: time.Minute}, clk, noJitter)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-
-	select {
-	case <-w.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first sync")
-	}
+	// The catalog mode (consul.services = ["*"]) follows the service list.
+	w := newTestWatcher(t, f, Config{MaxStale: time.Minute, Services: []string{WatchAll}}, clk, noJitter)
+	runWatcher(t, w)
 	f.waitQueries(t, "/v1/health/service/web", 3) // the change is in, the third query blocks
 	m, stale, ok := w.Lookup(question("web.service.consul.", dns.TypeA))
 	if !ok || stale || len(m.Answer) != 2 {
@@ -202,6 +189,10 @@ func TestCovers(t *testing.T) {
 	w := &Watcher{}
 	if w.Covers([]byte("web.service.consul.")) {
 		t.Error("covers names before the agent was asked")
+	}
+	w.info.Store(&agentInfo{domain: "consul."}) // datacenter not known yet
+	if !w.Covers([]byte("web.service.consul.")) {
+		t.Error("without a datacenter: Lookup is skipped, so no question can ask for a watch")
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	for name, want := range map[string]bool{

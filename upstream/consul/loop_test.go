@@ -114,7 +114,7 @@ func TestLoopIndexRules(t *testing.T) {
 		t.Errorf("failures %v, want [1]", ll.failures)
 	}
 	// Every success waits out the minimum spacing; the failure backs off.
-	sleeps := clk.recorded()
+	sleeps := clk.Sleeps()
 	wantSleeps := []time.Duration{100, 100, 100, 100, 100, 100, 100, 125, 100}
 	for i := range wantSleeps {
 		wantSleeps[i] *= time.Millisecond
@@ -140,7 +140,7 @@ func TestLoopBackoff(t *testing.T) {
 	want := []time.Duration{125 * ms, 250 * ms, 500 * ms, 1000 * ms, 2000 * ms, 2500 * ms, // capped at 5s/2
 		100 * ms,           // success: spacing only
 		125 * ms, 250 * ms} // reset after the success
-	if got := clk.recorded(); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+	if got := clk.Sleeps(); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 		t.Errorf("waits %v, want %v first", got, want)
 	}
 	if !slices.Equal(ll.failures, []int{1, 2, 3, 4, 5, 6, 1, 2}) {

@@ -24,14 +24,39 @@ type State struct {
 	Synced bool
 	// Connected: the last service-list query reached the agent.
 	Connected bool
+	// Mode is "demand" (watch what this node asks for) or "catalog"
+	// (consul.services = ["*"]: follow the whole service list).
+	Mode string
 	// Watched counts services followed; Services those with healthy
 	// instances held (and answered from memory); Instances those instances.
 	Watched   int
 	Services  int
 	Instances int
-	// LastIndex is the service list's last X-Consul-Index.
+	// Pinned counts the configured services that are always watched.
+	Pinned int
+	// MaxWatches is the configured cap of the set; Limit the cap in force,
+	// lower than MaxWatches for a while after the agent's 429s.
+	MaxWatches int
+	Limit      int
+	// CatalogCapped: in the catalog mode the catalog has more services than
+	// the cap, and only the first MaxWatches by name are watched.
+	CatalogCapped bool
+	// Starts counts watches started; EvictedCap those ended to make room
+	// for a service asked later, EvictedIdle those ended after IdleTimeout
+	// without a question, Evicted429 those ended by the agent's 429.
+	Starts      uint64
+	EvictedCap  uint64
+	EvictedIdle uint64
+	Evicted429  uint64
+	// Agent429s counts queries the agent refused with HTTP 429.
+	Agent429s uint64
+	// Refused counts services asked for but not watched because the set
+	// was full of pinned services.
+	Refused uint64
+	// LastIndex is the service list's last X-Consul-Index (catalog mode),
+	// else the highest index of the watched services.
 	LastIndex uint64
-	// LastSuccess is when a service-list query last reached the agent.
+	// LastSuccess is when a query last reached the agent.
 	LastSuccess time.Time
 	// Errors counts failed queries since start, of every loop;
 	// ConsecutiveErrors those of the service list since its last success.
@@ -77,6 +102,9 @@ type Collector struct {
 	synced, connected, aclDenied    *prometheus.Desc
 	watched, services, instances    *prometheus.Desc
 	index, lastSuccess, errorsTotal *prometheus.Desc
+	pinned, maxWatches, limit       *prometheus.Desc
+	catalogCapped, starts           *prometheus.Desc
+	evictions, agent429s, refused   *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -98,13 +126,26 @@ func NewCollector(w *Watcher) *Collector {
 		lastSuccess: d("last_success_timestamp_seconds",
 			"Unix time of the last service-list query that reached the agent; 0 before the first."),
 		errorsTotal: d("errors_total", "Failed Consul watch queries, of every loop."),
+		pinned:      d("pinned_services", "Services always watched (consul.services)."),
+		maxWatches:  d("max_watches", "The cap on watched services (consul.max_watches)."),
+		limit: d("limit",
+			"The cap in force: max_watches, lowered after the agent's 429s and growing back while none come."),
+		catalogCapped: d("catalog_capped",
+			`1 while consul.services = ["*"] finds more services in the catalog than max_watches and watches only the first.`),
+		starts: d("starts_total", "Service watches started (a question for an unwatched service, a pin, a restore)."),
+		evictions: prometheus.NewDesc("towerd_consul_watch_evictions_total",
+			"Service watches ended: reason cap (room for a service asked later), idle (no question for "+
+				"idle_timeout), 429 (the agent refused the query).", []string{"reason"}, nil),
+		agent429s: d("agent_429s_total", "Queries the Consul agent refused with HTTP 429 (too many connections or requests)."),
+		refused:   d("refused_total", "Services asked for but not watched: the set is full of pinned services."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.synced, c.connected, c.aclDenied, c.watched, c.services,
-		c.instances, c.index, c.lastSuccess, c.errorsTotal} {
+		c.instances, c.index, c.lastSuccess, c.errorsTotal, c.pinned, c.maxWatches, c.limit, c.catalogCapped,
+		c.starts, c.evictions, c.agent429s, c.refused} {
 		ch <- d
 	}
 }
@@ -127,7 +168,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		last = float64(s.LastSuccess.UnixNano()) / 1e9
 	}
 	gauge(c.lastSuccess, last)
-	ch <- prometheus.MustNewConstMetric(c.errorsTotal, prometheus.CounterValue, float64(s.Errors))
+	gauge(c.pinned, float64(s.Pinned))
+	gauge(c.maxWatches, float64(s.MaxWatches))
+	gauge(c.limit, float64(s.Limit))
+	gauge(c.catalogCapped, boolValue(s.CatalogCapped))
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.errorsTotal, s.Errors)
+	counter(c.starts, s.Starts)
+	counter(c.evictions, s.EvictedCap, "cap")
+	counter(c.evictions, s.EvictedIdle, "idle")
+	counter(c.evictions, s.Evicted429, "429")
+	counter(c.agent429s, s.Agent429s)
+	counter(c.refused, s.Refused)
 }
 
 func boolValue(b bool) float64 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,10 @@ type Options struct {
 	Seed uint64
 	// TargetTimeout: see DefaultTargetTimeout; 0 means that.
 	TargetTimeout time.Duration
+	// CountNames keeps a count of the queries read per question name, for
+	// Count. Off by default: it parses every query, and its memory grows
+	// with every name asked (the bench asks millions).
+	CountNames bool
 }
 
 // Proxy is a running fault proxy. Its methods are safe for concurrent use.
@@ -39,6 +44,7 @@ type Proxy struct {
 	targetTimeout time.Duration
 	choose        *chooser
 	n             counters
+	names         *nameCounts // nil unless Options.CountNames
 
 	pc    net.PacketConn // clients' UDP
 	other net.PacketConn // the wrong source port of WrongSource forgeries
@@ -85,6 +91,9 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		target: o.Target, targetTimeout: o.TargetTimeout, choose: newChooser(o.Faults, o.Seed),
 		pc: pc, other: other, ln: ln, ctx: ctx, cancel: cancel, tcpConns: map[net.Conn]struct{}{},
+	}
+	if o.CountNames {
+		p.names = &nameCounts{counts: map[string]int{}}
 	}
 	p.wg.Add(2)
 	go p.serveUDP()
@@ -135,6 +144,40 @@ func (p *Proxy) Stats() Stats {
 		Truncated: n.truncated.Load(), WrongID: n.wrongID.Load(), WrongQuestion: n.wrongQuestion.Load(),
 		WrongSource: n.wrongSource.Load(), TargetErrors: n.targetErrors.Load(),
 	}
+}
+
+// Count returns how many queries for name (any type, UDP and TCP, lost ones
+// included) the proxy has read; always 0 unless Options.CountNames is set.
+// Names compare without regard to case or a final dot.
+func (p *Proxy) Count(name string) int {
+	if p.names == nil {
+		return 0
+	}
+	p.names.mu.Lock()
+	defer p.names.mu.Unlock()
+	return p.names.counts[strings.ToLower(dns.Fqdn(name))]
+}
+
+// nameCounts are the queries read per lower-case question name.
+type nameCounts struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// read counts one query as it arrives, before any fault is applied; a query
+// that does not parse, or asks not exactly one question, is not counted.
+func (p *Proxy) read(query []byte) {
+	p.n.queries.Add(1)
+	if p.names == nil {
+		return
+	}
+	var m dns.Msg
+	if m.Unpack(query) != nil || len(m.Question) != 1 {
+		return
+	}
+	p.names.mu.Lock()
+	p.names.counts[strings.ToLower(m.Question[0].Name)]++
+	p.names.mu.Unlock()
 }
 
 // Flap black-holes the target for down, lets it through for up, and so on

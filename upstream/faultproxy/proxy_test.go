@@ -8,35 +8,27 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // target starts a DNS server on 127.0.0.1 (UDP and TCP, same port) that
-// answers every A question with 192.0.2.1.
+// answers every question with an A record 192.0.2.1.
 func target(t *testing.T) string {
+	return targetServer(t).Addr
+}
+
+func targetServer(t *testing.T) *dnstest.Upstream {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Skipf("TCP twin of %s taken: %v", pc.LocalAddr(), err)
-	}
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+	u := dnstest.NewUpstream(t)
+	u.SetScript(func(r *dns.Msg, _ string) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 192.0.2.1")
 		m.Answer = []dns.RR{rr}
-		_ = w.WriteMsg(m)
+		return m
 	})
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		go func() { _ = s.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { _ = s.Shutdown() })
-	}
-	return pc.LocalAddr().String()
+	return u
 }
 
 // rawExchange sends a query from an unconnected socket and returns every
@@ -217,5 +209,43 @@ func TestFlapAndClose(t *testing.T) {
 	p.Flap(time.Millisecond, time.Hour) // still running at Close
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestCountNames: with CountNames the proxy counts the queries it reads per
+// question name, over UDP and TCP, whatever their case, including those it
+// answers itself (a truncation here) and never forwards; without it, none.
+func TestCountNames(t *testing.T) {
+	// Registered first, so it runs after every other cleanup (the target).
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	up := targetServer(t)
+	counting, err := New(Options{Target: up.Addr, Seed: 7, CountNames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counting.Close()
+	plain, err := New(Options{Target: up.Addr, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	ask := func(p *Proxy, network, name string, qtype uint16) {
+		t.Helper()
+		q := new(dns.Msg)
+		q.SetQuestion(name, qtype)
+		if _, _, err := (&dns.Client{Net: network, Timeout: 5 * time.Second}).Exchange(q, p.Addr()); err != nil {
+			t.Fatalf("%s over %s: %v", name, network, err)
+		}
+	}
+	ask(counting, "udp", "WWW.Example.", dns.TypeA)
+	ask(counting, "tcp", "www.example.", dns.TypeAAAA)
+	ask(plain, "udp", "www.example.", dns.TypeA)
+	counting.SetFaults(Faults{Truncate: 1})
+	ask(counting, "udp", "tc.example.", dns.TypeA)
+	if got := []int{counting.Count("www.example"), counting.Count("tc.example."), counting.Count("other.example."), plain.Count("www.example.")}; !slices.Equal(got, []int{2, 1, 0, 0}) {
+		t.Errorf("counts www, tc, other, www without CountNames = %v, want [2 1 0 0]", got)
+	}
+	if n := up.Count("tc.example.", dns.TypeA); n != 0 {
+		t.Errorf("the truncated query reached the target %d times, want 0", n)
 	}
 }

@@ -22,8 +22,8 @@ func (p *Proxy) serveUDP() {
 		if err != nil {
 			return // closed
 		}
-		p.n.queries.Add(1)
 		query := append([]byte(nil), buf[:n]...)
+		p.read(query)
 		f := p.choose.draw()
 		if p.dropped(f) {
 			continue
@@ -203,7 +203,7 @@ func (p *Proxy) serveConn(conn net.Conn) {
 		if err != nil {
 			return
 		}
-		p.n.queries.Add(1)
+		p.read(query)
 		p.n.tcpQueries.Add(1)
 		f := p.choose.draw()
 		if p.dropped(f) {

@@ -80,6 +80,17 @@ func Parse(r io.Reader) (Conf, error) {
 	return conf, nil
 }
 
+// SystemPaths are the files ReadSystem chooses from, in its order of
+// preference, under root ("" or "/" is the real root). The daemon follows
+// both when resolv_conf is unset, so that resolved's file appearing after
+// towerd started is taken as ReadSystem would take it.
+func SystemPaths(root string) []string {
+	if root == "" {
+		root = "/"
+	}
+	return []string{filepath.Join(root, resolvedPath), filepath.Join(root, resolvConfPath)}
+}
+
 // ReadSystem reads <root>/run/systemd/resolve/resolv.conf when it
 // exists (systemd-resolved's list of real upstreams) and <root>/etc/resolv.conf
 // otherwise, and returns the path it read. root "" or "/" is the real root.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"syscall"
@@ -17,8 +18,32 @@ const statsTimeout = 5 * time.Second
 // Fetch gets /stats from addr, with an error that says in one line
 // what went wrong and what it usually means.
 func Fetch(addr string) ([]byte, error) {
-	client := &http.Client{Timeout: statsTimeout}
-	resp, err := client.Get("http://" + addr + "/stats")
+	return Call(addr, http.MethodGet, "/stats", nil, nil, statsTimeout)
+}
+
+// Call sends one request to the admin server at addr: form as the query
+// (GET) or the url-encoded body (POST), or body as it is. It returns the
+// body of a 200 answer; anything else is an error in one line that says
+// what it usually means.
+func Call(addr, method, path string, form url.Values, body io.Reader, timeout time.Duration) ([]byte, error) {
+	target := "http://" + addr + path
+	contentType := "application/octet-stream"
+	if form != nil {
+		if method == http.MethodGet {
+			target += "?" + form.Encode()
+		} else {
+			body, contentType = strings.NewReader(form.Encode()), "application/x-www-form-urlencoded"
+		}
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	client := &http.Client{Timeout: timeout}
+	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("no towerd admin server at %s (connection refused): is towerd running, and is this its [admin] listen?", addr)
@@ -26,14 +51,14 @@ func Fetch(addr string) ([]byte, error) {
 		return nil, fmt.Errorf("asking %s: %v", addr, OneLine(err.Error()))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s/stats: %v", addr, err)
+		return nil, fmt.Errorf("reading %s%s: %v", addr, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/stats answered %s: %s", addr, resp.Status, OneLine(string(body)))
+		return nil, fmt.Errorf("%s%s answered %s: %s", addr, path, resp.Status, OneLine(string(data)))
 	}
-	return body, nil
+	return data, nil
 }
 
 // OneLine is s up to its first line break, trimmed: errors from HTTP
@@ -54,8 +79,15 @@ func Render(w io.Writer, r Report, now time.Time) {
 	if !r.Ready {
 		state = "NOT READY"
 	}
-	fmt.Fprintf(w, "towerd %s  up %s  %s  listen %s\n", r.Version,
+	built := ""
+	if r.GoVersion != "" {
+		built = " (" + r.GoVersion + ")"
+	}
+	fmt.Fprintf(w, "towerd %s%s  up %s  %s  listen %s\n", r.Version, built,
 		time.Duration(r.UptimeSeconds*float64(time.Second)).Round(time.Second), state, strings.Join(r.Config.Listen, " "))
+	if r.LogQueries {
+		fmt.Fprintln(w, "query log    on (towerd log-queries off to stop it)")
+	}
 
 	q := r.Queries
 	fmt.Fprintf(w, "queries      %d  (%s)  p50 %s  p99 %s\n", q.Total, counts(q.BySource), seconds(q.LatencyP50Seconds), seconds(q.LatencyP99Seconds))
@@ -101,6 +133,14 @@ func Render(w io.Writer, r Report, now time.Time) {
 			last = now.Sub(cw.LastSuccess).Round(time.Second).String() + " ago"
 		}
 		fmt.Fprintf(w, "consul watch %s, %d services, index %d, last success %s, %d errors", cw.State, cw.Services, cw.LastIndex, last, cw.Errors)
+		if cw.MaxWatches > 0 {
+			fmt.Fprintf(w, "; %s mode, watching %d/%d (%d pinned, cap in force %d), evicted cap %d idle %d 429 %d, agent 429s %d",
+				cw.Mode, cw.Watched, cw.MaxWatches, cw.Pinned, cw.Limit, cw.Evictions["cap"], cw.Evictions["idle"],
+				cw.Evictions["429"], cw.Agent429s)
+			if cw.CatalogCapped {
+				fmt.Fprintf(w, " (CATALOG LARGER THAN max_watches: not all watched)")
+			}
+		}
 		if cw.LastError != "" {
 			fmt.Fprintf(w, " (last: %s)", OneLine(cw.LastError))
 		}

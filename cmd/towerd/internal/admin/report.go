@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 // Prometheus's histogram_quantile does, so they match the dashboard.
 type Report struct {
 	Version        string        `json:"version"`
+	GoVersion      string        `json:"go_version"` // the toolchain that built this towerd
+	LogQueries     bool          `json:"log_queries"`
 	Started        time.Time     `json:"started"`
 	UptimeSeconds  float64       `json:"uptime_seconds"`
 	Ready          bool          `json:"ready"`
@@ -114,6 +117,17 @@ type WatchStatus struct {
 	LastSuccess time.Time `json:"last_success"`
 	Errors      uint64    `json:"errors"`
 	LastError   string    `json:"last_error,omitempty"`
+	// The watch set (issue 12): mode "demand" or "catalog", services
+	// watched and pinned, the cap and the cap in force, evictions by
+	// reason, the agent's 429s.
+	Mode          string            `json:"mode,omitempty"`
+	Watched       int               `json:"watched"`
+	Pinned        int               `json:"pinned"`
+	MaxWatches    int               `json:"max_watches"`
+	Limit         int               `json:"limit"`
+	CatalogCapped bool              `json:"catalog_capped,omitempty"`
+	Evictions     map[string]uint64 `json:"evictions,omitempty"`
+	Agent429s     uint64            `json:"agent_429s"`
 }
 
 // report builds the /stats document.
@@ -126,6 +140,8 @@ func (a *Server) report() (Report, error) {
 	r := buildReport(indexFamilies(mfs), v.Groups)
 	now := a.now()
 	r.Version = a.version
+	r.GoVersion = runtime.Version()
+	r.LogQueries = a.handler.LogQueries()
 	r.Started = a.tel.started
 	r.UptimeSeconds = now.Sub(a.tel.started).Seconds()
 	r.Ready = a.ready.Load()

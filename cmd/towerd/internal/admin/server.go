@@ -53,6 +53,7 @@ type Server struct {
 	handler *resolver.Handler
 	version string
 	now     func() time.Time
+	reload  func() (ReloadResult, error) // SetReloader; nil refuses POST /reload
 
 	ready atomic.Bool
 	view  atomic.Pointer[View]
@@ -80,6 +81,7 @@ func (a *Server) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", a.serveReady)
 	mux.HandleFunc("GET /cache", a.serveCache)
 	mux.HandleFunc("POST /cache/flush", a.serveFlush)
+	a.controlRoutes(mux) // control.go
 	h := http.NewCrossOriginProtection().Handler(mux)
 	if a.loopbackOnly {
 		h = loopbackHosts(h)
@@ -173,6 +175,7 @@ func (a *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 // cacheEntry is one entry in the GET /cache answer.
 type cacheEntry struct {
 	Key              string   `json:"key"`
+	Name             string   `json:"name"`
 	Type             string   `json:"type"`
 	Kind             string   `json:"kind"` // positive or nodata
 	State            string   `json:"state"`
@@ -199,28 +202,12 @@ func (a *Server) serveCache(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	v := a.view.Load()
-	// Everything cached came from the upstreams of the zone the name routes
-	// to (pushed Consul records never enter the cache).
-	source := "upstream zone " + a.handler.ZoneOf(name)
 	entries := []cacheEntry{}
 	for _, info := range a.cache.Inspect(name) {
 		if qtype != 0 && info.Key.Type != qtype {
 			continue
 		}
-		state := "fresh"
-		if !info.Fresh {
-			state = "stale"
-			if v.StaleUntil == 0 || info.Expired > v.StaleUntil {
-				state = "expired" // kept until looked up, never served
-			}
-		}
-		entries = append(entries, cacheEntry{
-			Key: info.Key.String(), Type: dns.TypeToString[info.Key.Type], Kind: info.Kind.String(),
-			State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),
-			ExpiredSeconds: info.Expired.Seconds(), Stored: info.Stored.UTC().Format(time.RFC3339Nano),
-			Source: source, Answer: info.Answer,
-		})
+		entries = append(entries, a.describe(info))
 	}
 	writeJSON(w, map[string]any{"name": dns.Fqdn(name), "entries": entries})
 }
@@ -231,19 +218,30 @@ func (a *Server) serveFlush(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	name := r.Form.Get("name")
+	name, zone := r.Form.Get("name"), r.Form.Get("zone")
 	var removed int
-	if name == "" {
+	switch {
+	case name != "" && zone != "":
+		http.Error(w, "name= and zone= exclude each other", http.StatusBadRequest)
+		return
+	case zone != "":
+		z, err := zoneParam(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		removed = a.cache.RemoveZone(z)
+	case name == "":
 		removed = a.cache.Flush()
-	} else {
+	default:
 		if _, ok := dns.IsDomainName(name); !ok {
 			http.Error(w, "name= must be a domain name", http.StatusBadRequest)
 			return
 		}
 		removed = a.cache.RemoveName(name)
 	}
-	a.log.Info("cache flushed through the admin API", "name", name, "removed", removed)
-	writeJSON(w, map[string]any{"name": name, "removed": removed})
+	a.log.Info("cache flushed through the admin API", "name", name, "zone", zone, "removed", removed)
+	writeJSON(w, map[string]any{"name": name, "zone": zone, "removed": removed})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

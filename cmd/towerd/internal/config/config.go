@@ -25,6 +25,9 @@ type Config struct {
 	Allow []string `toml:"allow"`
 	// QueryTimeout: the longest a client waits when nothing usable is cached.
 	QueryTimeout Duration `toml:"query_timeout"`
+	// MaxUDPSize: bytes; UDP answers stop at min(the client's EDNS size,
+	// this) and set TC past it (DNS Flag Day 2020). 512 to 65535.
+	MaxUDPSize int `toml:"max_udp_size"`
 	// ResolvConf: file whose nameservers serve zone "." when it lists none;
 	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
 	ResolvConf string `toml:"resolv_conf"`
@@ -32,6 +35,11 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// LogFormat: text or json.
 	LogFormat string `toml:"log_format"`
+	// LogQueries: one log line per answered query (client, name, type,
+	// rcode, source, upstream, duration), written whatever log_level says.
+	// `towerd log-queries on|off` switches it at runtime; a reload applies
+	// this key only when its value in the file changed.
+	LogQueries bool `toml:"log_queries"`
 	// StateDir: where the cache is saved on stop and loaded on start
 	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
 	StateDir string `toml:"state_dir"`
@@ -43,6 +51,7 @@ type Config struct {
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
 	Zones      []ZoneConfig     `toml:"zone"`
+	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
 	Consul     ConsulConfig     `toml:"consul"` // consul.go
 }
@@ -129,6 +138,7 @@ func DefaultConfig() Config {
 		Listen:       []string{"127.0.0.1:53"},
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
+		MaxUDPSize:   1232,
 		LogLevel:     "info",
 		LogFormat:    "text",
 		StateDir:     DefaultStateDir,
@@ -159,6 +169,7 @@ func DefaultConfig() Config {
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
 		},
+		Local:  defaultLocalConfig(),
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),
 	}

@@ -118,13 +118,48 @@ func TestZonesMergeAndAvoidLoops(t *testing.T) {
 	}
 }
 
+// A followed resolv.conf that does not exist yet (its DHCP client has not
+// run) leaves "." without servers instead of failing, and names the file
+// the daemon is to wait for (issue 14). A file that cannot be read for
+// another reason still fails.
+func TestZonesMissingResolvConf(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.ResolvConf = filepath.Join(dir, "later/resolv.conf")
+	zones, source, err := cfg.ForwardZones("/")
+	if err != nil {
+		t.Fatalf("missing resolv_conf: %v", err)
+	}
+	if source != cfg.ResolvConf {
+		t.Errorf("source = %q, want %q", source, cfg.ResolvConf)
+	}
+	found := false
+	for _, z := range zones {
+		if z.Name == "." {
+			found = true
+			if len(z.Servers) != 0 {
+				t.Errorf("zone . servers %v, want none", z.Servers)
+			}
+		}
+	}
+	if !found {
+		t.Error("no zone .")
+	}
+
+	cfg.ResolvConf = dir // a directory: exists, cannot be parsed
+	if _, _, err := cfg.ForwardZones("/"); err == nil || !strings.Contains(err.Error(), "zone[.].servers") {
+		t.Errorf("unreadable resolv_conf: %v, want an error naming zone[.].servers", err)
+	}
+}
+
 func TestConsulConfig(t *testing.T) {
 	cfg, err := Load("", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cfg.Consul; !c.Enabled || c.Address != "" || c.AnswerTTL.Duration != 0 || len(c.Services) != 0 {
-		t.Errorf("default [consul] %+v: want enabled, address from the environment, TTL 0, all services", c)
+	if c := cfg.Consul; !c.Enabled || c.Address != "" || c.AnswerTTL.Duration != 0 || len(c.Services) != 0 ||
+		c.MaxWatches != 64 || c.IdleTimeout.Duration != 30*time.Minute {
+		t.Errorf("default [consul] %+v: want enabled, address from the environment, TTL 0, none pinned, 64 watches, 30m idle", c)
 	}
 
 	token := writeFile(t, "token", "secret\n")
@@ -137,13 +172,16 @@ datacenter = "dc2"
 services   = ["web", "db"]
 tags       = ["dns"]
 answer_ttl = "5s"
+max_watches = 20
+idle_timeout = "10m"
 `)
 	cfg, err = Load(path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := cfg.Consul; c.Address != "127.0.0.1:8501" || c.Scheme != "https" || c.TokenFile != token ||
-		c.Datacenter != "dc2" || len(c.Services) != 2 || c.Tags[0] != "dns" || c.AnswerTTL.Duration != 5*time.Second {
+		c.Datacenter != "dc2" || len(c.Services) != 2 || c.Tags[0] != "dns" || c.AnswerTTL.Duration != 5*time.Second ||
+		c.MaxWatches != 20 || c.IdleTimeout.Duration != 10*time.Minute {
 		t.Errorf("[consul] read as %+v", c)
 	}
 
@@ -156,6 +194,11 @@ answer_ttl = "5s"
 		{"negative ttl", "[consul]\nanswer_ttl = \"-1s\"\n", `key "consul.answer_ttl"`},
 		{"empty service", "[consul]\nservices = [\"web\", \" \"]\n", `key "consul.services[1]"`},
 		{"unknown key", "[consul]\nadress = \"x\"\n", `key "consul.adress": unknown key`},
+		{"max_watches 0", "[consul]\nmax_watches = 0\n", `key "consul.max_watches": must be between 1 and 150`},
+		{"max_watches past the agent's limit", "[consul]\nmax_watches = 190\n", `key "consul.max_watches"`},
+		{"more pins than watches", "[consul]\nmax_watches = 1\nservices = [\"a\", \"b\"]\n", `key "consul.services": 2 pinned services exceed`},
+		{"star with others", "[consul]\nservices = [\"*\", \"web\"]\n", `key "consul.services[0]": "*"`},
+		{"idle_timeout", "[consul]\nidle_timeout = \"10ms\"\n", `key "consul.idle_timeout": must be at least 1s`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(writeFile(t, "towerd.toml", tc.body), false)
@@ -210,5 +253,69 @@ func TestAdminErrorNamesLineInTable(t *testing.T) {
 	_, err := Load(path, false)
 	if err == nil || !strings.Contains(err.Error(), `towerd.toml:7: key "admin.listen"`) {
 		t.Fatalf("error %v, want it at towerd.toml:7", err)
+	}
+}
+
+// consul.token_file may name ${CREDENTIALS_DIRECTORY}, which systemd sets
+// inside towerd.service for LoadCredential= (issue 14): expanded there,
+// and outside the service (towerd check by hand) not read but noted. No
+// other variable is expanded.
+func TestTokenFileInCredentialsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "consul-token"), []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "towerd.toml")
+	if err := os.WriteFile(cfgPath, []byte("[consul]\ntoken_file = \"${CREDENTIALS_DIRECTORY}/consul-token\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	cfg, err := Load(cfgPath, false)
+	if err != nil {
+		t.Fatalf("outside the service: %v", err)
+	}
+	if cfg.Consul.TokenFile != "${CREDENTIALS_DIRECTORY}/consul-token" ||
+		!strings.Contains(cfg.Consul.CredentialsNote(), "read inside towerd.service only") {
+		t.Errorf("outside the service: token_file %q, note %q", cfg.Consul.TokenFile, cfg.Consul.CredentialsNote())
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", dir)
+	cfg, err = Load(cfgPath, false)
+	if err != nil {
+		t.Fatalf("inside the service: %v", err)
+	}
+	if cfg.Consul.TokenFile != filepath.Join(dir, "consul-token") || cfg.Consul.CredentialsNote() != "" {
+		t.Errorf("inside the service: token_file %q, note %q", cfg.Consul.TokenFile, cfg.Consul.CredentialsNote())
+	}
+	// Inside the service a missing credential is an error like any file.
+	if err := os.Remove(filepath.Join(dir, "consul-token")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(cfgPath, false); err == nil || !strings.Contains(err.Error(), "consul.token_file") {
+		t.Errorf("missing credential: %v", err)
+	}
+
+	t.Setenv("HOME", dir)
+	if got, ok := ExpandCredentials("$HOME/token"); !ok || got != "$HOME/token" {
+		t.Errorf("ExpandCredentials expanded another variable: %q", got)
+	}
+}
+
+// Changed names the keys a reload changes, as the file spells them.
+func TestChangedKeys(t *testing.T) {
+	a := DefaultConfig()
+	b := DefaultConfig()
+	if got := Changed(a, b); len(got) != 0 {
+		t.Fatalf("Changed(default, default) = %v", got)
+	}
+	b.Listen = []string{"127.0.0.1:1053"}
+	b.Upstream.Timeout = Dur(2 * time.Second)
+	b.Zones = []ZoneConfig{{Name: "corp.", Servers: []string{"192.0.2.53"}}}
+	b.LogQueries = true
+	b.Consul.Enabled = !a.Consul.Enabled
+	got := strings.Join(Changed(a, b), " ")
+	if want := "listen log_queries upstream.timeout zone consul.enabled"; got != want {
+		t.Errorf("Changed = %q, want %q", got, want)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/consul"
 )
 
 // ConsulConfig is the [consul] table: the watch that pushes the catalog's
@@ -32,17 +34,25 @@ type ConsulConfig struct {
 	Datacenter string `toml:"datacenter"`
 	// Domain: Consul's DNS domain; "" = the agent's, else "consul.".
 	Domain string `toml:"domain"`
-	// Services: the services to watch; empty = all.
+	// Services: services always watched (pinned), from the start; the
+	// rest are watched once this node asks for them. ["*"] = follow the
+	// whole catalog (small catalogs only; capped at max_watches).
 	Services []string `toml:"services"`
-	// Tags: watch only services carrying at least one of these; empty =
-	// no tag filter.
+	// Tags: answer from the watch only services carrying at least one of
+	// these; empty = no tag filter.
 	Tags []string `toml:"tags"`
+	// MaxWatches: cap on watched services (each holds one HTTP connection
+	// to the agent while it blocks).
+	MaxWatches int `toml:"max_watches"`
+	// IdleTimeout: a watch ends after this long without a question.
+	IdleTimeout Duration `toml:"idle_timeout"`
 	// AnswerTTL: TTL of the answers served from the watch.
 	AnswerTTL Duration `toml:"answer_ttl"`
 }
 
 func defaultConsulConfig() ConsulConfig {
-	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0)}
+	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0), MaxWatches: consul.DefaultMaxWatches,
+		IdleTimeout: Dur(consul.DefaultIdleTimeout)}
 }
 
 func (c ConsulConfig) validate() error {
@@ -57,7 +67,13 @@ func (c ConsulConfig) validate() error {
 	if c.Token != "" && c.TokenFile != "" {
 		return keyErr("consul.token_file", "set consul.token or consul.token_file, not both")
 	}
-	for key, path := range map[string]string{"consul.token_file": c.TokenFile, "consul.tls_ca_file": c.TLSCAFile} {
+	tokenFile, ok := ExpandCredentials(c.TokenFile)
+	if !ok {
+		// Only towerd.service has the credential: check-config outside
+		// it cannot read the file, which is no error.
+		tokenFile = ""
+	}
+	for key, path := range map[string]string{"consul.token_file": tokenFile, "consul.tls_ca_file": c.TLSCAFile} {
 		if path == "" {
 			continue
 		}
@@ -74,6 +90,20 @@ func (c ConsulConfig) validate() error {
 		if strings.TrimSpace(s) == "" {
 			return keyErr(fmt.Sprintf("consul.services[%d]", i), "empty service name")
 		}
+		if s == consul.WatchAll && len(c.Services) > 1 {
+			return keyErr(fmt.Sprintf("consul.services[%d]", i), `"*" (watch the whole catalog) must be the only entry`)
+		}
+	}
+	// 150 leaves room under Consul's default http_max_conns_per_client
+	// (200) for the node's other Consul clients.
+	if c.MaxWatches < 1 || c.MaxWatches > 150 {
+		return keyErr("consul.max_watches", "must be between 1 and 150 (got %d)", c.MaxWatches)
+	}
+	if pinned := len(c.Services); pinned > c.MaxWatches && !(pinned == 1 && c.Services[0] == consul.WatchAll) {
+		return keyErr("consul.services", "%d pinned services exceed consul.max_watches = %d", pinned, c.MaxWatches)
+	}
+	if c.IdleTimeout.Duration < time.Second {
+		return keyErr("consul.idle_timeout", "must be at least 1s (got %v)", c.IdleTimeout)
 	}
 	if c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour {
 		return keyErr("consul.answer_ttl", "must be between 0s and 24h (got %v)", c.AnswerTTL)
@@ -82,4 +112,43 @@ func (c ConsulConfig) validate() error {
 		return keyErr("consul.answer_ttl", "DNS TTLs are whole seconds (got %v)", c.AnswerTTL)
 	}
 	return nil
+}
+
+// credentialsVar is the one variable consul.token_file may name: systemd
+// sets it to the service's private credentials directory
+// (/run/credentials/towerd.service) when the unit loads a credential
+// (LoadCredential=consul-token:/etc/towerd/consul-token). towerd runs as a
+// DynamicUser= and cannot read a root-only token file itself.
+const credentialsVar = "CREDENTIALS_DIRECTORY"
+
+// ExpandCredentials expands ${CREDENTIALS_DIRECTORY} (or
+// $CREDENTIALS_DIRECTORY) in path, and nothing else: a "$" in any other
+// place stays as it is, so a path is never changed by an unrelated
+// variable of the environment. ok is false when path names the variable
+// and it is not set: outside towerd.service (towerd check run by hand),
+// the credential exists only inside the service.
+func ExpandCredentials(path string) (expanded string, ok bool) {
+	if !strings.Contains(path, "$"+credentialsVar) && !strings.Contains(path, "${"+credentialsVar+"}") {
+		return path, true
+	}
+	dir, set := os.LookupEnv(credentialsVar)
+	if !set || dir == "" {
+		return path, false
+	}
+	expanded = strings.ReplaceAll(path, "${"+credentialsVar+"}", dir)
+	return strings.ReplaceAll(expanded, "$"+credentialsVar, dir), true
+}
+
+// CredentialsNote is what towerd check says of a consul.token_file it
+// cannot read because it lives in towerd.service's credentials; "" when
+// there is nothing to say.
+func (c ConsulConfig) CredentialsNote() string {
+	if !c.Enabled || c.TokenFile == "" {
+		return ""
+	}
+	if _, ok := ExpandCredentials(c.TokenFile); ok {
+		return ""
+	}
+	return "consul.token_file " + c.TokenFile + ": read inside towerd.service only ($" + credentialsVar +
+		" is set there by LoadCredential=; not checked here)"
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"regexp"
@@ -52,11 +53,17 @@ func Load(path string, optional bool) (Config, error) {
 	if errors.Is(err, os.ErrNotExist) && optional {
 		return cfg, nil
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return cfg, fmt.Errorf("config file %s does not exist (a file named with -config must exist; without -config towerd reads %s if it is there, else uses built-in defaults)", path, DefaultPath)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
 	if err := Decode(data, path, &cfg); err != nil {
 		return cfg, err
+	}
+	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
+		cfg.Consul.TokenFile = p
 	}
 	if err := cfg.Validate(); err != nil {
 		var ce *Error
@@ -87,9 +94,15 @@ func Decode(data []byte, path string, cfg *Config) error {
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, _ := de.Position()
+		line, col := de.Position()
 		return &Error{File: path, Line: line, Key: strings.Join(de.Key(), "."),
-			Msg: strings.TrimPrefix(de.Error(), "toml: ")}
+			Msg: friendlyDecodeMsg(strings.TrimPrefix(de.Error(), "toml: "), data, line, col)}
+	}
+	if m := notADuration.FindStringSubmatch(err.Error()); m != nil {
+		// A bare number for a duration: the decoder gives no place.
+		key, line := locateBareValue(data, m[1])
+		return &Error{File: path, Line: line, Key: key,
+			Msg: fmt.Sprintf(`want a duration string such as "30s", got %s (a duration is quoted and has a unit)`, m[1])}
 	}
 	return &Error{File: path, Msg: err.Error()}
 }
@@ -107,10 +120,13 @@ func lineOfKey(data []byte, key string) int {
 	if i := strings.Index(leaf, `\[`); i >= 0 {
 		leaf = leaf[:i]
 	}
-	table := ""
-	if len(parts) > 1 {
-		table, _, _ = strings.Cut(parts[0], "[")
+	// The key's table: "local.address[0].name" is in [[local.address]].
+	var tables []string
+	for _, p := range parts[:len(parts)-1] {
+		p, _, _ = strings.Cut(p, "[")
+		tables = append(tables, p)
 	}
+	table := strings.Join(tables, ".")
 	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
 	current := ""
 	for i, line := range strings.Split(string(data), "\n") {
@@ -126,7 +142,7 @@ func lineOfKey(data []byte, key string) int {
 }
 
 // tableHeader matches "[cache]" and "[[zone]]" lines.
-var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_-]+)\s*\]\]?`)
+var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?`)
 
 func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
@@ -147,6 +163,9 @@ func (c *Config) Validate() error {
 		if _, err := netip.ParsePrefix(a); err != nil {
 			return keyErr(fmt.Sprintf("allow[%d]", i), "%q is not a network in CIDR form (e.g. \"10.0.0.0/8\")", a)
 		}
+	}
+	if c.MaxUDPSize < 512 || c.MaxUDPSize > 65535 {
+		return keyErr("max_udp_size", "must be between 512 and 65535 bytes (got %d)", c.MaxUDPSize)
 	}
 	if c.QueryTimeout.Duration <= 0 {
 		return keyErr("query_timeout", "must be positive (got %v)", c.QueryTimeout)
@@ -208,6 +227,9 @@ func (c *Config) Validate() error {
 	if err := c.Consul.validate(); err != nil {
 		return err
 	}
+	if err := c.Local.validate(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for i, z := range c.Zones {
 		key := fmt.Sprintf("zone[%d].name", i)
@@ -228,7 +250,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		for j, srv := range z.Servers {
-			if _, err := resolvconf.NormalizeAddress(srv); err != nil {
+			if err := checkServer(srv); err != nil {
 				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
 			}
 		}
@@ -240,7 +262,9 @@ func (c *Config) Validate() error {
 // the system's nameservers filled in for "." when it lists none, and
 // towerd's own listen addresses left out so it never forwards to itself.
 // root is the directory that stands for / when reading resolv.conf; source
-// names the file zone "." took its servers from, "" when configured.
+// names the file zone "." took its servers from, "" when configured. When
+// that file does not exist, "." is returned without servers (and source
+// still names the file): the daemon follows the file and waits for it.
 func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 	byName := map[string]ZoneConfig{}
 	var order []string
@@ -258,6 +282,15 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
+			if errors.Is(err, fs.ErrNotExist) {
+				// The followed file may appear only once its manager runs
+				// (a DHCP client before its first lease, resolved before it
+				// starts): "." starts without servers and the daemon picks
+				// them up when the file appears (issue 14).
+				source = path
+				out = append(out, ZoneConfig{Name: name})
+				continue
+			}
 			if err != nil {
 				return nil, "", &Error{Key: "zone[.].servers",
 					Msg: fmt.Sprintf("no servers configured and the system's cannot be read: %v", err)}

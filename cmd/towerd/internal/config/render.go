@@ -22,6 +22,16 @@ type File struct {
 	Keys []Key
 	// Zones become [[zone]] tables after the keys.
 	Zones []Zone
+	// Addresses become [[local.address]] tables after the zones.
+	Addresses []Address
+}
+
+// Address is one [[local.address]] table.
+type Address struct {
+	Name      string
+	Addresses []string
+	// Comment, when set, follows "[[local.address]]" on its line.
+	Comment string
 }
 
 // Key is one "name = value" line.
@@ -50,7 +60,7 @@ type Zone struct {
 
 // tableOrder is the order tables appear in, that of Config's fields, so a
 // rendered file reads like the README's configuration table.
-var tableOrder = []string{"", "cache", "serve_stale", "upstream", "admin", "consul"}
+var tableOrder = []string{"", "cache", "serve_stale", "upstream", "local", "admin", "consul"}
 
 // Render writes f as TOML that Load reads back. It panics on a value of a
 // type it cannot write: that is a programming error, not input.
@@ -99,6 +109,13 @@ func (f File) Render() []byte {
 			b.WriteString("  # " + z.Comment)
 		}
 		fmt.Fprintf(&b, "\nname    = %s\nservers = %s\n", tomlString(z.Name), tomlValue(z.Servers))
+	}
+	for _, a := range f.Addresses {
+		b.WriteString("\n[[local.address]]")
+		if a.Comment != "" {
+			b.WriteString("  # " + a.Comment)
+		}
+		fmt.Fprintf(&b, "\nname      = %s\naddresses = %s\n", tomlString(a.Name), tomlValue(a.Addresses))
 	}
 	return []byte(b.String())
 }
@@ -161,6 +178,25 @@ func tomlString(s string) string {
 // none: towerd on listen, zone "." forwarding to servers, which install
 // found in source.
 func InstallFile(listen string, servers []string, source string) File {
+	return InstallSettings{Listen: []string{listen}, Servers: servers, Source: source}.File()
+}
+
+// InstallSettings are what `towerd install` decided for towerd.toml.
+type InstallSettings struct {
+	// Listen: towerd's addresses, the first the one resolv.conf names.
+	Listen []string
+	// Allow: the allow list; nil keeps the default.
+	Allow []string
+	// ResolvConf: the file zone "." follows (resolv_conf); Servers is then
+	// empty.
+	ResolvConf string
+	// Servers: zone "."'s servers, copied or pinned; Source says from where.
+	Servers []string
+	Source  string
+}
+
+// File renders the settings as install's towerd.toml.
+func (s InstallSettings) File() File {
 	f := File{
 		Header: []string{
 			"Written by `towerd install`; edit freely. `towerd uninstall` removes this",
@@ -169,12 +205,61 @@ func InstallFile(listen string, servers []string, source string) File {
 			"Under towerd.socket the sockets come from systemd; listen still tells",
 			"towerd which addresses are its own, so it never forwards to itself.",
 		},
-		Keys: []Key{{Name: "listen", Value: []string{listen}}},
 	}
-	z := Zone{Name: ".", Servers: servers}
-	if source != "" {
-		z.Lead = []string{"The servers " + source + " named at install time."}
+	f.Keys, f.Zones = s.keysAndZones()
+	return f
+}
+
+// keysAndZones are the keys and zones of the settings, for install's own
+// file and for an imported one that install completes (Complete).
+func (s InstallSettings) keysAndZones() ([]Key, []Zone) {
+	keys := []Key{{Name: "listen", Value: s.Listen}}
+	if s.Allow != nil {
+		keys = append(keys, Key{Name: "allow", Value: s.Allow})
 	}
-	f.Zones = []Zone{z}
+	if s.ResolvConf != "" {
+		keys = append(keys, Key{Name: "resolv_conf", Value: s.ResolvConf,
+			Comment: "zone \".\" follows the servers written here, kept current by the node's DHCP client"})
+		return keys, nil
+	}
+	z := Zone{Name: ".", Servers: s.Servers}
+	if s.Source != "" {
+		z.Lead = []string{"The servers " + s.Source + " named at install time."}
+	}
+	return keys, []Zone{z}
+}
+
+// Complete adds to an imported file what install decided and the import
+// does not say: zone "."'s source when the import names no servers for it,
+// and towerd's own listen addresses and allow list when install sets them
+// (Docker's bridge). An imported listen or allow key is kept, with install's
+// addresses added.
+func (s InstallSettings) Complete(f File) File {
+	hasRoot := slices.ContainsFunc(f.Zones, func(z Zone) bool { return z.Name == "." && len(z.Servers) > 0 })
+	keys, zones := s.keysAndZones()
+	for _, k := range keys {
+		switch {
+		case k.Name == "resolv_conf" && hasRoot:
+			continue
+		case k.Name == "listen" || k.Name == "allow":
+			i := slices.IndexFunc(f.Keys, func(x Key) bool { return x.Table == "" && x.Name == k.Name })
+			if i < 0 {
+				f.Keys = append(f.Keys, k)
+				continue
+			}
+			merged := slices.Clone(f.Keys[i].Value.([]string))
+			for _, v := range k.Value.([]string) {
+				if !slices.Contains(merged, v) {
+					merged = append(merged, v)
+				}
+			}
+			f.Keys[i].Value = merged
+			continue
+		}
+		f.Keys = append(f.Keys, k)
+	}
+	if !hasRoot {
+		f.Zones = append(zones, f.Zones...)
+	}
 	return f
 }

@@ -67,3 +67,50 @@ func TestInstallFileReadsBack(t *testing.T) {
 		t.Errorf("read back as listen %v zones %+v\n%s", cfg.Listen, cfg.Zones, out)
 	}
 }
+
+// Install's file with resolv_conf (issue 14): zone "." follows the file,
+// no [[zone]] "." is written, and Docker's bridge extends listen and allow.
+func TestInstallSettingsFollowAFile(t *testing.T) {
+	out := InstallSettings{
+		Listen:     []string{"127.0.0.1:53", "172.17.0.1:53"},
+		Allow:      []string{"127.0.0.0/8", "::1/128", "172.17.0.0/16"},
+		ResolvConf: "/run/systemd/resolve/resolv.conf",
+	}.File().Render()
+	cfg := DefaultConfig()
+	if err := Decode(out, "towerd.toml", &cfg); err != nil {
+		t.Fatalf("does not decode: %v\n%s", err, out)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("not valid: %v\n%s", err, out)
+	}
+	if cfg.ResolvConf != "/run/systemd/resolve/resolv.conf" || len(cfg.Zones) != 0 ||
+		strings.Join(cfg.Listen, " ") != "127.0.0.1:53 172.17.0.1:53" ||
+		strings.Join(cfg.Allow, " ") != "127.0.0.0/8 ::1/128 172.17.0.0/16" {
+		t.Errorf("read back as %+v\n%s", cfg, out)
+	}
+}
+
+// An imported file is completed, not overwritten: its zones and keys stay,
+// resolv_conf is added only when it names no servers for ".", and listen
+// and allow are merged.
+func TestInstallSettingsCompleteAnImport(t *testing.T) {
+	imported := File{
+		Keys:  []Key{{Name: "allow", Value: []string{"10.0.0.0/8"}}, {Table: "cache", Name: "size", Value: 1000}},
+		Zones: []Zone{{Name: "consul.", Servers: []string{"127.0.0.1:8600"}}},
+	}
+	s := InstallSettings{Listen: []string{"127.0.0.1:53"}, Allow: []string{"127.0.0.0/8", "10.0.0.0/8"}, ResolvConf: "/run/towerd-dhclient/resolv.conf"}
+	out := s.Complete(imported).Render()
+	cfg := DefaultConfig()
+	if err := Decode(out, "towerd.toml", &cfg); err != nil {
+		t.Fatalf("does not decode: %v\n%s", err, out)
+	}
+	if cfg.ResolvConf != "/run/towerd-dhclient/resolv.conf" || cfg.Cache.Size != 1000 ||
+		strings.Join(cfg.Allow, " ") != "10.0.0.0/8 127.0.0.0/8" || len(cfg.Zones) != 1 || cfg.Zones[0].Name != "consul." {
+		t.Errorf("completed import read back as %+v\n%s", cfg, out)
+	}
+	withRoot := File{Zones: []Zone{{Name: ".", Servers: []string{"192.0.2.1:53"}}}}
+	out = s.Complete(withRoot).Render()
+	if strings.Contains(string(out), "resolv_conf") {
+		t.Errorf("an import with servers for \".\" got resolv_conf:\n%s", out)
+	}
+}

@@ -3,10 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
 
+	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/upstream/consul"
@@ -33,23 +37,26 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 		maxStale = 0
 	}
 	w, err := consul.New(consul.Config{
-		Address:    c.Address,
-		Scheme:     c.Scheme,
-		Token:      c.Token,
-		TokenFile:  c.TokenFile,
-		TLSCAFile:  c.TLSCAFile,
-		Datacenter: c.Datacenter,
-		Domain:     c.Domain,
-		Services:   c.Services,
-		Tags:       c.Tags,
-		AnswerTTL:  c.AnswerTTL.Duration,
-		MaxStale:   maxStale,
-		Log:        d.log,
+		Address:     c.Address,
+		Scheme:      c.Scheme,
+		Token:       c.Token,
+		TokenFile:   c.TokenFile,
+		TLSCAFile:   c.TLSCAFile,
+		Datacenter:  c.Datacenter,
+		Domain:      c.Domain,
+		Services:    c.Services,
+		Tags:        c.Tags,
+		MaxWatches:  c.MaxWatches,
+		IdleTimeout: c.IdleTimeout.Duration,
+		AnswerTTL:   c.AnswerTTL.Duration,
+		MaxStale:    maxStale,
+		Log:         d.log,
 	})
 	if err != nil {
 		return &config.Error{Key: "consul", Msg: err.Error()}
 	}
 	d.consul = w
+	d.loadWatchSet(w, cfg)
 	d.addReadiness("the first Consul sync", func(ctx context.Context) error {
 		t := time.NewTimer(firstSyncWait)
 		defer t.Stop()
@@ -89,8 +96,8 @@ func (d *Daemon) runConsul() {
 		<-done
 	}
 	c := d.cfg.Consul
-	d.log.Info("consul watch started", "address", st.Address, "services", watchedList(c.Services),
-		"answer_ttl", c.AnswerTTL.Duration)
+	d.log.Info("consul watch started", "address", st.Address, "mode", st.Mode, "pinned", watchedList(c.Services),
+		"max_watches", c.MaxWatches, "idle_timeout", c.IdleTimeout.Duration, "answer_ttl", c.AnswerTTL.Duration)
 }
 
 // stopConsul ends the watch and waits for its queries to stop.
@@ -124,13 +131,59 @@ func (d *Daemon) reportConsul(w *consul.Watcher) {
 			state = "watching"
 		}
 		return &admin.WatchStatus{State: state, Services: s.Services, LastIndex: s.LastIndex,
-			LastSuccess: s.LastSuccess, Errors: s.Errors, LastError: s.LastError}
+			LastSuccess: s.LastSuccess, Errors: s.Errors, LastError: s.LastError,
+			Mode: s.Mode, Watched: s.Watched, Pinned: s.Pinned, MaxWatches: s.MaxWatches, Limit: s.Limit,
+			CatalogCapped: s.CatalogCapped, Evictions: map[string]uint64{"cap": s.EvictedCap,
+				"idle": s.EvictedIdle, "429": s.Evicted429}, Agent429s: s.Agent429s}
 	})
 }
 
 func watchedList(services []string) string {
 	if len(services) == 0 {
-		return "all"
+		return "none"
 	}
 	return strings.Join(services, ",")
+}
+
+// loadWatchSet restores the watch set saved next to the cache, so the
+// services this node asked for before a restart are watched (and answered
+// from memory) from the start. A missing or bad file only means starting
+// with the pinned services.
+func (d *Daemon) loadWatchSet(w *consul.Watcher, cfg config.Config) {
+	_, dir := statePath(cfg)
+	if dir == "" {
+		return
+	}
+	path := filepath.Join(dir, consul.SetFileName)
+	// Checked like the cache snapshot (issue 13): a FIFO, a link or a file
+	// someone else could write is set aside, never read.
+	f, err := cache.OpenSnapshot(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		d.log.Warn("saved consul watch set ignored", "file", path, "err", err)
+		return
+	}
+	defer f.Close()
+	n, err := w.ReadSet(f)
+	if err != nil {
+		d.log.Warn("saved consul watch set ignored", "file", path, "err", err)
+		return
+	}
+	d.log.Info("loaded saved consul watch set", "file", path, "services", n)
+}
+
+// saveWatchSet writes the watch set next to the cache snapshot at path.
+func (d *Daemon) saveWatchSet(cachePath string, level slog.Level) {
+	if d.consul == nil || cachePath == "" {
+		return
+	}
+	path := filepath.Join(filepath.Dir(cachePath), consul.SetFileName)
+	n, err := writeAtomic(path, d.consul.WriteSet)
+	if err != nil {
+		d.log.Warn("consul watch set not saved", "file", path, "err", err)
+		return
+	}
+	d.log.Log(context.Background(), level, "saved consul watch set", "file", path, "services", n)
 }

@@ -12,15 +12,21 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
 	"github.com/towerd/towerd/upstream/consul"
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // ErrConfig marks a New failure that the configuration caused (towerd exits
@@ -50,6 +56,10 @@ type Options struct {
 	Systemd bool
 	// Signals: SIGHUP reloads, SIGTERM and SIGINT shut down.
 	Signals bool
+	// ResolvConfWatch tunes the watch of zone "."'s resolv.conf when the
+	// zone has no configured servers (resolvwatch.go); the zero value is
+	// what `towerd serve` uses.
+	ResolvConfWatch resolvconf.WatchOptions
 }
 
 // Daemon is a running towerd: the sockets, the handler and what a reload
@@ -82,7 +92,22 @@ type Daemon struct {
 	consul          *consul.Watcher
 	stopConsulWatch func()
 
-	reloads  chan chan error
+	// Zone "."'s resolv.conf (resolvwatch.go): the running watch, nil when
+	// "." has configured servers; its wake-ups; the changes applied; and a
+	// test hook told of each change applied or kept out.
+	follow        *resolvFollow
+	resolvChanged chan struct{}
+	resolvChanges prometheus.Counter
+	followEvent   func(what string, servers []string)
+
+	// Local data (local.go): the source the handler runs with, the one
+	// resolverConfig built last (running once the handler takes it), and
+	// the poll of its hosts files.
+	local         atomic.Pointer[local.Source]
+	localNext     *local.Source
+	stopLocalPoll func()
+
+	reloads  chan chan reloadOutcome
 	quit     chan struct{}
 	quitOnce sync.Once
 	ready    chan struct{} // closed once every listener serves
@@ -93,7 +118,7 @@ type Daemon struct {
 // error nothing is left running and the error was logged; errors.Is(err,
 // ErrConfig) tells a configuration problem from a system one.
 func New(opts Options) (*Daemon, error) {
-	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan error), quit: make(chan struct{}),
+	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan reloadOutcome), quit: make(chan struct{}),
 		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
 	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
 	if err != nil {
@@ -107,6 +132,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.cache = c
 	d.tel = admin.NewTelemetry(c, time.Now(), opts.Version)
+	d.initFollow()      // resolvwatch.go
 	d.loadCache(c, cfg) // state.go
 	if err := d.prepareConsul(cfg); err != nil {
 		d.log.Error("consul watch", "err", err)
@@ -124,6 +150,8 @@ func New(opts Options) (*Daemon, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
+	h.SetLogQueries(cfg.LogQueries)
+	d.local.Store(d.localNext)
 
 	d.server = &resolver.Server{
 		Handler: h,
@@ -144,43 +172,23 @@ func New(opts Options) (*Daemon, error) {
 }
 
 // resolverConfig builds the handler's configuration and one upstream group
-// per zone; the caller closes the groups once they are no longer used.
+// per zone; the caller closes the groups once they are no longer used. A
+// zone "." without servers (its followed resolv.conf does not exist yet)
+// gets an upstream that fails at once (resolvwatch.go).
 func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (resolver.Config, []*upstream.Group, error) {
 	var groups []*upstream.Group
-	rcfg := resolver.Config{
-		QueryTimeout:       cfg.QueryTimeout.Duration,
-		UpstreamTimeout:    cfg.Upstream.Timeout.Duration,
-		MaxInflight:        cfg.Upstream.MaxInflight,
-		Prefetch:           cfg.Cache.Prefetch,
-		ServeStale:         cfg.ServeStale.Enabled,
-		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
-		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
-		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+	src, err := d.newLocal(cfg, zones)
+	if err != nil {
+		return resolver.Config{}, nil, err
 	}
-	if d.consul != nil {
-		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface
-	}
-	for _, a := range cfg.Allow {
-		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
-	}
+	d.localNext = src
+	rcfg := d.handlerConfig(cfg, d.records(src))
 	for _, z := range zones {
-		g, err := upstream.NewGroup(z.Name, z.Servers, upstream.GroupOptions{
-			MaxAttempts:   cfg.Upstream.MaxAttempts,
-			FailThreshold: cfg.Upstream.FailThreshold,
-			// The ceiling follows the floor so a high floor stays meaningful.
-			MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
-			MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
-			InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
-			ProbeName:             z.ProbeName, // type stays NS: any reply means up
-			Observe:               d.tel.Upstreams.Observer(z.Name),
-			OnHealthChange: func(server string, up bool) {
-				if up {
-					d.log.Info("upstream is back up", "zone", z.Name, "server", server)
-				} else {
-					d.log.Warn("upstream marked down", "zone", z.Name, "server", server)
-				}
-			},
-		})
+		if len(z.Servers) == 0 && z.Name == "." {
+			rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: noServers{}})
+			continue
+		}
+		g, err := d.newGroup(cfg, z.Name, z.Servers)
 		if err != nil {
 			closeGroups(groups)
 			return rcfg, nil, fmt.Errorf("zone %q: %w", z.Name, err)
@@ -189,6 +197,60 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 		rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: g})
 	}
 	return rcfg, groups, nil
+}
+
+// handlerConfig is the handler's configuration without its zones, answering
+// from records first (local data, then the Consul watch).
+func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource) resolver.Config {
+	rcfg := resolver.Config{
+		QueryTimeout:       cfg.QueryTimeout.Duration,
+		MaxUDPSize:         cfg.MaxUDPSize,
+		UpstreamTimeout:    cfg.Upstream.Timeout.Duration,
+		MaxInflight:        cfg.Upstream.MaxInflight,
+		Prefetch:           cfg.Cache.Prefetch,
+		ServeStale:         cfg.ServeStale.Enabled,
+		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
+		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
+		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+	}
+	rcfg.Records = records
+	for _, a := range cfg.Allow {
+		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
+	}
+	return rcfg
+}
+
+// probeName is the [[zone]] probe_name configured for zone, "" (". NS")
+// when none is.
+func probeName(cfg config.Config, zone string) string {
+	for _, z := range cfg.Zones {
+		if dns.CanonicalName(z.Name) == dns.CanonicalName(zone) {
+			return z.ProbeName
+		}
+	}
+	return ""
+}
+
+// newGroup builds zone's upstream group over servers with cfg's [upstream]
+// settings, its metrics and its health logs.
+func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*upstream.Group, error) {
+	return upstream.NewGroup(zone, servers, upstream.GroupOptions{
+		MaxAttempts:   cfg.Upstream.MaxAttempts,
+		FailThreshold: cfg.Upstream.FailThreshold,
+		// The ceiling follows the floor so a high floor stays meaningful.
+		MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
+		MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
+		InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
+		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
+		Observe:               d.tel.Upstreams.Observer(zone),
+		OnHealthChange: func(server string, up bool) {
+			if up {
+				d.log.Info("upstream is back up", "zone", zone, "server", server)
+			} else {
+				d.log.Warn("upstream marked down", "zone", zone, "server", server)
+			}
+		},
+	})
 }
 
 // cacheConfig is the cache's share of cfg. Without serve-stale nothing is

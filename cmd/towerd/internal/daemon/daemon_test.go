@@ -25,6 +25,7 @@ func TestNewRunReloadShutdown(t *testing.T) {
 	cfg.StateDir = t.TempDir()
 	// Port 9 (discard) on loopback: never asked, the test sends no query.
 	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
+	cfg.Zones = zones // a reload must not read the machine's resolv.conf
 	next := cfg
 	next.Cache.MinTTL = config.Dur(time.Minute)
 	var loadErr error

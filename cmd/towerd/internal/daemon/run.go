@@ -28,12 +28,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.stopped)
 	d.startAdmin()
 	d.runConsul()
+	d.runLocal()
 	d.saver = d.startCacheSaver(d.cache, d.cfg) // state.go
 	for _, z := range d.zones {
 		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
 	}
 	if d.opts.ZonesSource != "" {
 		d.log.Info("zone \".\" servers taken from the system", "file", d.opts.ZonesSource)
+		d.startFollow(d.cfg) // resolvwatch.go
+	}
+	for _, w := range d.cfg.Warnings() {
+		d.log.Warn(w)
 	}
 
 	signals := make(chan os.Signal, 1)
@@ -50,9 +55,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		select {
 		case err := <-served:
 			d.log.Error("serving stopped", "err", err)
+			d.stopFollow()
 			d.saver.stop()
 			d.handler.Close()
 			d.stopConsul()
+			d.stopLocal()
 			closeGroups(d.groups)
 			return fmt.Errorf("serving stopped: %w", err)
 		case <-ready:
@@ -65,11 +72,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 			close(d.ready)
 		case ev := <-d.sd.events:
 			d.sdHandle(ev)
+		case <-d.resolvChanged:
+			d.followResolvConf()
 		case done := <-d.reloads:
-			done <- d.reload()
+			res, err := d.reload()
+			done <- reloadOutcome{res, err}
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
-				_ = d.reload() // logged and counted by reload
+				_, _ = d.reload() // logged and counted by reload
 				continue
 			}
 			d.shutdown(sig.String())
@@ -94,14 +104,28 @@ func (d *Daemon) Addrs() []string { return d.server.Addrs() }
 // Reload does what SIGHUP does and returns its outcome. It waits for Run's
 // loop, so it blocks until Run is called, and fails once Run has returned.
 func (d *Daemon) Reload() error {
-	done := make(chan error, 1)
+	_, err := d.ReloadResult()
+	return err
+}
+
+// reloadOutcome is one reload's result, handed from Run's loop.
+type reloadOutcome struct {
+	res admin.ReloadResult
+	err error
+}
+
+// ReloadResult is Reload that also says which keys took effect and which
+// wait for a restart (`towerd reload`, POST /reload).
+func (d *Daemon) ReloadResult() (admin.ReloadResult, error) {
+	done := make(chan reloadOutcome, 1)
 	select {
 	case d.reloads <- done:
-		return <-done
+		o := <-done
+		return o.res, o.err
 	case <-d.quit:
-		return errors.New("reload: shutting down")
+		return admin.ReloadResult{}, errors.New("reload: shutting down")
 	case <-d.stopped:
-		return errors.New("reload: not running")
+		return admin.ReloadResult{}, errors.New("reload: not running")
 	}
 }
 
@@ -115,6 +139,7 @@ func (d *Daemon) Shutdown() {
 func (d *Daemon) shutdown(why string) {
 	d.log.Info("shutting down", "signal", why, "inflight", d.handler.Inflight())
 	d.sdStopping()
+	d.stopFollow()
 	d.stopAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.QueryTimeout.Duration+time.Second)
 	defer cancel()
@@ -126,6 +151,7 @@ func (d *Daemon) shutdown(why string) {
 	d.saver.stop()
 	d.saveCache(d.cache, d.cfg) // state.go
 	d.stopConsul()
+	d.stopLocal()
 	closeGroups(d.groups)
 	if err != nil {
 		d.log.Warn("queries still running at shutdown were dropped", "err", err)
@@ -137,41 +163,78 @@ func (d *Daemon) shutdown(why string) {
 // timeouts, serve-stale timers, the allow-list and the cache's TTL policy.
 // The cache and queries in flight survive; a bad file leaves the running
 // config alone. Either way the outcome is counted and logged.
-func (d *Daemon) reload() error {
+func (d *Daemon) reload() (admin.ReloadResult, error) {
 	d.sdReloading()
 	defer d.sdReloaded()
-	cfg, groups, err := d.prepareReload()
+	cfg, zones, groups, err := d.prepareReload()
 	if err != nil {
 		d.log.Error("reload rejected; the running configuration stays", "err", err)
 		d.tel.RecordReload(time.Now(), err)
-		return err
+		return admin.ReloadResult{}, err
 	}
+	res := reloadResult(d.cfg, cfg, d.adminCfg)
+	if !slices.Contains(res.Applied, "zone") && !slices.EqualFunc(d.zones, zones, sameZone) {
+		// The file did not change them: resolv.conf, read for zone ".", did.
+		res.Applied = append(res.Applied, "zone servers (from resolv.conf)")
+	}
+	d.zones = zones
 	d.applyReload(cfg, groups)
+	d.restartFollow(cfg) // resolvwatch.go: SIGHUP re-reads the file and may name another
 	d.tel.RecordReload(time.Now(), nil)
-	d.log.Info("reloaded", "config", d.opts.ConfigFile)
-	return nil
+	d.log.Info("reloaded", "config", d.opts.ConfigFile, "applied", strings.Join(res.Applied, " "),
+		"restart_needed", strings.Join(res.RestartNeeded, " "))
+	return res, nil
+}
+
+// reloadResult sorts the keys that differ between the running
+// configuration and the new one into those a reload applies and those
+// that wait for a restart: the sockets (listen), the cache's size, the
+// admin server, and the Consul watch, which also keeps the stale age it
+// started with.
+func reloadResult(old, cfg config.Config, adminCfg config.AdminConfig) admin.ReloadResult {
+	old.Admin = adminCfg // compare with the admin server that runs
+	res := admin.ReloadResult{Applied: []string{}, RestartNeeded: []string{}}
+	for _, key := range config.Changed(old, cfg) {
+		switch {
+		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "consul."):
+			res.RestartNeeded = append(res.RestartNeeded, key)
+		case (key == "serve_stale.max_age" || key == "serve_stale.enabled") && cfg.Consul.Enabled:
+			// The cache follows at once; the watch's records only on restart.
+			res.Applied = append(res.Applied, key)
+			res.RestartNeeded = append(res.RestartNeeded, key+" (for Consul watch records)")
+		default:
+			res.Applied = append(res.Applied, key)
+		}
+	}
+	return res
 }
 
 // prepareReload reads the new configuration and hands the handler its new
 // zones; nothing else has changed when it fails.
-func (d *Daemon) prepareReload() (config.Config, []*upstream.Group, error) {
+func (d *Daemon) prepareReload() (config.Config, []config.ZoneConfig, []*upstream.Group, error) {
 	cfg, err := d.reloadConfig()
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	zones, _, err := cfg.ForwardZones("/")
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
+	zones = d.keepFollowedServers(zones) // resolvwatch.go
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
 	if err := d.handler.Reconfigure(rcfg); err != nil {
 		closeGroups(groups)
-		return cfg, nil, err
+		return cfg, nil, nil, err
 	}
-	return cfg, groups, nil
+	return cfg, zones, groups, nil
+}
+
+// sameZone compares two forwarded zones, servers in order.
+func sameZone(a, b config.ZoneConfig) bool {
+	return a.Name == b.Name && slices.Equal(a.Servers, b.Servers)
 }
 
 // applyReload makes the rest of the daemon follow a configuration the
@@ -179,6 +242,7 @@ func (d *Daemon) prepareReload() (config.Config, []*upstream.Group, error) {
 func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	old := d.groups
 	d.groups = groups
+	d.local.Store(d.localNext) // the handler answers from it already
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
@@ -187,6 +251,11 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	}
 	if consulChanged(d.cfg, cfg) {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
+	}
+	if cfg.LogQueries != d.cfg.LogQueries {
+		// Only a change in the file: a log switched on at runtime to chase
+		// a problem survives an unrelated reload.
+		d.handler.SetLogQueries(cfg.LogQueries)
 	}
 	d.cfg = cfg
 	d.saver.reconfigure(cfg) // state.go
@@ -236,13 +305,16 @@ func (d *Daemon) startAdmin() {
 	}
 	a := admin.NewServer(d.log, d.tel, d.cache, d.handler, d.opts.Version)
 	a.SetView(d.adminView())
+	if d.opts.Load != nil {
+		a.SetReloader(d.ReloadResult)
+	}
 	if err := a.Start(d.cfg.Admin.Listen); err != nil {
 		d.log.Error("admin server cannot listen; DNS is served without /metrics and /stats",
 			"err", err, "hint", "set [admin] listen, or -admin, to a free port; \"\" turns the admin server off")
 		return
 	}
 	d.admin = a
-	d.log.Info("admin server listening", "addr", a.Addr(), "endpoints", "/metrics /stats /healthz /readyz /cache /cache/flush")
+	d.log.Info("admin server listening", "addr", a.Addr(), "endpoints", "/metrics /stats /healthz /readyz /cache /cache/flush /cache/list /cache/dump /cache/load /reload /log-queries /lookup")
 }
 
 // adminView captures the running configuration for the admin server, with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -108,6 +109,7 @@ func (d *Daemon) saveCache(c *cache.Cache, cfg config.Config) {
 		return
 	}
 	d.writeCache(c, path, slog.LevelInfo)
+	d.saveWatchSet(path, slog.LevelInfo) // consul.go
 }
 
 // writeCache saves c to path, counts the outcome in the metrics and logs it:
@@ -172,6 +174,7 @@ func (s *cacheSaver) run(d *Daemon, c *cache.Cache, cfg config.Config) {
 			// every few minutes at info would be noise.
 			if path, dir := statePath(cfg); path != "" {
 				d.writeCache(c, path, slog.LevelDebug)
+				d.saveWatchSet(path, slog.LevelDebug) // consul.go
 			} else if dir != "" {
 				d.log.Debug("state directory missing; periodic cache save skipped", "state_dir", dir)
 			}
@@ -203,10 +206,15 @@ func (s *cacheSaver) stop() {
 // directory is synced so the rename survives a power cut. A reader (the next
 // start) sees the old file or the new one, never half of one.
 func writeSnapshot(path string, c *cache.Cache) (n int, err error) {
+	return writeAtomic(path, c.Dump)
+}
+
+// writeAtomic is writeSnapshot for any file: dump writes the content.
+func writeAtomic(path string, dump func(io.Writer) (int, error)) (n int, err error) {
 	dir := filepath.Dir(path)
-	// CreateTemp makes the file 0600: the cache tells which names this node
-	// looks up, which is nobody else's business.
-	f, err := os.CreateTemp(dir, "."+cacheFileName+".*")
+	// CreateTemp makes the file 0600: the cache (and the watch set) tell
+	// which names this node looks up, which is nobody else's business.
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
 		return 0, err
 	}
@@ -216,7 +224,7 @@ func writeSnapshot(path string, c *cache.Cache) (n int, err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	if n, err = c.Dump(f); err != nil {
+	if n, err = dump(f); err != nil {
 		return 0, fmt.Errorf("writing %s: %w", f.Name(), err)
 	}
 	if err = f.Sync(); err != nil {

@@ -3,6 +3,7 @@ package dnsmasqimport
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,22 +40,110 @@ const maxIncludeDepth = 10
 // can show where included directives came from.
 func Read(path string) ([]Directive, error) {
 	var out []Directive
-	err := readFile(path, 0, map[string]bool{}, &out)
+	rd := reader{files: hostFiles{}, reading: map[string]bool{}}
+	err := rd.readFile(path, 0, &out)
 	return out, err
 }
 
-func readFile(path string, depth int, reading map[string]bool, out *[]Directive) error {
+// ReadUnder reads, like Read, each of paths (or, for a directory, its files
+// as conf-dir would) with what they include, as a node whose "/" is root
+// sees them: absolute paths in conf-file= and conf-dir= are taken under
+// root, and no path leads out of it (os.Root). A file already read, say
+// one of dnsmasq.conf's includes that is also listed, is read once.
+// `towerd install --from-dnsmasq` reads a node's configuration this way.
+func ReadUnder(root string, paths []string) ([]Directive, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	rd := reader{files: rootFiles{r}, reading: map[string]bool{}, seen: map[string]bool{}}
+	var out []Directive
+	for _, p := range paths {
+		p = filepath.Clean("/" + p)
+		info, err := r.Stat(rootRel(p))
+		if err != nil {
+			return out, err
+		}
+		if !info.IsDir() {
+			if err := rd.readFile(p, 0, &out); err != nil {
+				return out, err
+			}
+			continue
+		}
+		files, err := rd.confDir(p)
+		if err != nil {
+			return out, err
+		}
+		for _, f := range files {
+			if err := rd.readFile(f, 0, &out); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// files is where a reader reads: the host's file system, or a root.
+type files interface {
+	Open(name string) (io.ReadCloser, error)
+	ReadDir(name string) ([]os.DirEntry, error)
+	Stat(name string) (os.FileInfo, error)
+}
+
+type hostFiles struct{}
+
+func (hostFiles) Open(name string) (io.ReadCloser, error)    { return os.Open(name) }
+func (hostFiles) ReadDir(name string) ([]os.DirEntry, error) { return os.ReadDir(name) }
+func (hostFiles) Stat(name string) (os.FileInfo, error)      { return os.Stat(name) }
+
+// rootFiles reads absolute paths under an os.Root.
+type rootFiles struct{ r *os.Root }
+
+func rootRel(name string) string {
+	rel := strings.TrimPrefix(filepath.Clean("/"+name), "/")
+	if rel == "" {
+		return "."
+	}
+	return rel
+}
+
+func (f rootFiles) Open(name string) (io.ReadCloser, error) { return f.r.Open(rootRel(name)) }
+func (f rootFiles) Stat(name string) (os.FileInfo, error)   { return f.r.Stat(rootRel(name)) }
+func (f rootFiles) ReadDir(name string) ([]os.DirEntry, error) {
+	d, err := f.r.Open(rootRel(name))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
+}
+
+// reader reads dnsmasq files through files.
+type reader struct {
+	files   files
+	reading map[string]bool // the include chain, for loops
+	seen    map[string]bool // files read already; nil = read every time
+}
+
+func (rd reader) readFile(path string, depth int, out *[]Directive) error {
 	if depth > maxIncludeDepth {
 		return fmt.Errorf("%s: conf-file/conf-dir nested more than %d deep", path, maxIncludeDepth)
 	}
 	abs, _ := filepath.Abs(path)
-	if reading[abs] {
+	if rd.reading[abs] {
 		return fmt.Errorf("%s includes itself", path)
 	}
-	reading[abs] = true
-	defer delete(reading, abs)
+	if rd.seen != nil {
+		if rd.seen[abs] {
+			return nil
+		}
+		rd.seen[abs] = true
+	}
+	rd.reading[abs] = true
+	defer delete(rd.reading, abs)
 
-	f, err := os.Open(path)
+	f, err := rd.files.Open(path)
 	if err != nil {
 		return err
 	}
@@ -69,16 +158,16 @@ func readFile(path string, depth int, reading map[string]bool, out *[]Directive)
 		*out = append(*out, d)
 		switch d.Name {
 		case "conf-file", "servers-file":
-			if err := readFile(d.Value, depth+1, reading, out); err != nil {
+			if err := rd.readFile(d.Value, depth+1, out); err != nil {
 				return fmt.Errorf("%s: %w", d.where(), err)
 			}
 		case "conf-dir":
-			files, err := confDir(d.Value)
+			files, err := rd.confDir(d.Value)
 			if err != nil {
 				return fmt.Errorf("%s: %w", d.where(), err)
 			}
 			for _, name := range files {
-				if err := readFile(name, depth+1, reading, out); err != nil {
+				if err := rd.readFile(name, depth+1, out); err != nil {
 					return err
 				}
 			}
@@ -119,7 +208,7 @@ func parseLine(line string) (Directive, bool) {
 // ("conf-dir=/etc/dnsmasq.d/,*.conf"); the others exclude them
 // ("conf-dir=/etc/dnsmasq.d,.dpkg-dist,.bak"). Like dnsmasq it skips dot
 // files, editor backups ("~") and emacs autosaves ("#name#").
-func confDir(value string) ([]string, error) {
+func (rd reader) confDir(value string) ([]string, error) {
 	parts := strings.Split(value, ",")
 	dir := strings.TrimSpace(parts[0])
 	var include, exclude []string
@@ -132,7 +221,7 @@ func confDir(value string) ([]string, error) {
 			exclude = append(exclude, p)
 		}
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := rd.files.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +239,7 @@ func confDir(value string) ([]string, error) {
 			continue
 		}
 		full := filepath.Join(dir, name)
-		if info, err := os.Stat(full); err != nil || !info.Mode().IsRegular() {
+		if info, err := rd.files.Stat(full); err != nil || !info.Mode().IsRegular() {
 			continue // dnsmasq reads regular files (and links to them) only
 		}
 		files = append(files, full)

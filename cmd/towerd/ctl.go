@@ -1,0 +1,229 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+)
+
+// The subcommands that talk to a running towerd over its admin server, in
+// the habits of resolvectl and unbound-control (issue 15): flush, reload,
+// cache list/dump/load, lookup, log-queries.
+
+// controlTimeout bounds one control request; lookup may wait for an
+// upstream (query_timeout), dump and load move the whole cache.
+const controlTimeout = 2 * time.Minute
+
+// ctl is a control subcommand's flags: -admin and -config name the admin
+// server, as for `towerd stats`, and each adds its own.
+type ctl struct {
+	name     string
+	fs       *flag.FlagSet
+	admin    *string
+	config   *string
+	stderr   io.Writer
+	synopsis string
+}
+
+func newCtl(name, synopsis string, stderr io.Writer) *ctl {
+	c := &ctl{name: name, fs: flag.NewFlagSet("towerd "+name, flag.ContinueOnError), stderr: stderr, synopsis: synopsis}
+	c.fs.SetOutput(stderr)
+	c.admin = c.fs.String("admin", "", "ip:port of towerd's admin server (default: [admin] listen of the config file, else "+config.DefaultAdminListen+")")
+	c.config = c.fs.String("config", config.DefaultPath, "config file to read [admin] listen from")
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.fs.Output(), "usage: towerd %s %s\n", name, synopsis)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// parse parses args, flags anywhere among the arguments ("flush NAME
+// -admin X" as well as "flush -admin X NAME"), and returns the arguments.
+// done is true when the caller should return code at once (-h, a bad flag).
+func (c *ctl) parse(args []string) (positional []string, code int, done bool) {
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, true
+			}
+			return nil, exitConfig, true // the flag package named the flag and printed the usage
+		}
+		rest := c.fs.Args()
+		if len(rest) == 0 {
+			return positional, 0, false
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError names what is wrong, prints the usage and returns exit 2.
+func (c *ctl) usageError(format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "towerd %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	c.fs.Usage()
+	return exitConfig
+}
+
+// addr finds the admin server: -admin, else the config file's [admin]
+// listen, else the default address (with a note on why, for the error).
+func (c *ctl) addr() (addr, note string, code int, ok bool) {
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["admin"] {
+		return *c.admin, "", 0, true
+	}
+	cfg, err := config.Load(*c.config, !set["config"])
+	switch {
+	case err != nil && set["config"]:
+		fmt.Fprintf(c.stderr, "towerd %s: config: %v\n", c.name, err)
+		return "", "", exitConfig, false
+	case err != nil:
+		return config.DefaultAdminListen, fmt.Sprintf(" (%s unusable for [admin] listen: %s)", *c.config, admin.OneLine(err.Error())), 0, true
+	case cfg.Admin.Listen == "":
+		fmt.Fprintf(c.stderr, "towerd %s: the admin server is off in %s ([admin] listen = \"\"); name one with -admin\n", c.name, *c.config)
+		return "", "", exitFail, false
+	}
+	return cfg.Admin.Listen, "", 0, true
+}
+
+// call sends one request to the admin server and decodes a JSON answer
+// into out (when out is not nil). On failure it prints why and returns the
+// exit status: 2 for a bad file named with -config, else 1; 0 on success.
+func (c *ctl) call(method, path string, form url.Values, body io.Reader, out any) ([]byte, int) {
+	addr, note, code, ok := c.addr()
+	if !ok {
+		return nil, code
+	}
+	data, err := admin.Call(addr, method, path, form, body, controlTimeout)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "towerd %s: %v%s\n", c.name, err, note)
+		return nil, exitFail
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			fmt.Fprintf(c.stderr, "towerd %s: %s%s did not answer towerd's JSON: %v\n", c.name, addr, path, err)
+			return nil, exitFail
+		}
+	}
+	return data, exitOK
+}
+
+// reloadCommand is `towerd reload`: SIGHUP over the admin server, with
+// what changed and what waits for a restart.
+func reloadCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("reload", "[-admin ADDR] [-config FILE]", stderr)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q", pos[0])
+	}
+	var res admin.ReloadResult
+	if _, code := c.call(http.MethodPost, "/reload", url.Values{}, nil, &res); code != exitOK {
+		return code
+	}
+	if len(res.Applied) == 0 && len(res.RestartNeeded) == 0 {
+		fmt.Fprintln(stdout, "reloaded: nothing changed")
+		return exitOK
+	}
+	fmt.Fprintln(stdout, "reloaded")
+	if len(res.Applied) > 0 {
+		fmt.Fprintf(stdout, "  applied:         %s\n", strings.Join(res.Applied, ", "))
+	}
+	if len(res.RestartNeeded) > 0 {
+		fmt.Fprintf(stdout, "  needs a restart: %s (the running values stay until then)\n", strings.Join(res.RestartNeeded, ", "))
+	}
+	return exitOK
+}
+
+// flushCommand is `towerd flush NAME | -zone ZONE | -all`.
+func flushCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("flush", "NAME | -zone ZONE | -all  [-admin ADDR]", stderr)
+	zone := c.fs.String("zone", "", "forget every name at or below ZONE")
+	all := c.fs.Bool("all", false, "forget everything cached")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	form := url.Values{}
+	what := ""
+	switch {
+	case len(pos) > 1:
+		return c.usageError("unexpected argument %q", pos[1])
+	case btoi(len(pos) == 1)+btoi(*zone != "")+btoi(*all) != 1:
+		return c.usageError("name exactly one of NAME, -zone ZONE or -all")
+	case len(pos) == 1:
+		form.Set("name", pos[0])
+		what = "for " + pos[0]
+	case *zone != "":
+		form.Set("zone", *zone)
+		what = "at or below " + *zone
+	default:
+		what = "(the whole cache)"
+	}
+	var res struct{ Removed int }
+	if _, code := c.call(http.MethodPost, "/cache/flush", form, nil, &res); code != exitOK {
+		return code
+	}
+	fmt.Fprintf(stdout, "flushed %d %s %s\n", res.Removed, plural(res.Removed, "entry", "entries"), what)
+	return exitOK
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// logQueriesCommand is `towerd log-queries [on|off]`.
+func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("log-queries", "[on|off] [-admin ADDR]", stderr)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	method, form := http.MethodGet, url.Values(nil)
+	switch {
+	case len(pos) > 1:
+		return c.usageError("unexpected argument %q", pos[1])
+	case len(pos) == 1 && pos[0] != "on" && pos[0] != "off":
+		return c.usageError("%q is neither on nor off", pos[0])
+	case len(pos) == 1:
+		method, form = http.MethodPost, url.Values{"state": {pos[0]}}
+	}
+	var res struct {
+		LogQueries bool `json:"log_queries"`
+		Was        bool `json:"was"`
+	}
+	if _, code := c.call(method, "/log-queries", form, nil, &res); code != exitOK {
+		return code
+	}
+	state := map[bool]string{true: "on", false: "off"}
+	switch {
+	case method == http.MethodGet:
+		fmt.Fprintf(stdout, "query log %s\n", state[res.LogQueries])
+	case res.Was == res.LogQueries:
+		fmt.Fprintf(stdout, "query log %s (it already was)\n", state[res.LogQueries])
+	default:
+		fmt.Fprintf(stdout, "query log %s (was %s)\n", state[res.LogQueries], state[res.Was])
+	}
+	return exitOK
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// `towerd cache list|dump|load`: the cache of a running towerd (ctl.go
+// has the admin client they share).
+
+// cacheEntry is the part of /cache/list's entries the table shows.
+type cacheEntry struct {
+	Name             string   `json:"name"`
+	Key              string   `json:"key"`
+	Type             string   `json:"type"`
+	Kind             string   `json:"kind"`
+	State            string   `json:"state"`
+	TTLSeconds       float64  `json:"ttl_seconds"`
+	RemainingSeconds float64  `json:"remaining_seconds"`
+	ExpiredSeconds   float64  `json:"expired_seconds"`
+	Answer           []string `json:"answer"`
+}
+
+// cacheListCommand is `towerd cache list`.
+func cacheListCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("cache list", "[-zone ZONE] [-stale] [-json] [-admin ADDR]", stderr)
+	zone := c.fs.String("zone", "", "only names at or below ZONE")
+	stale := c.fs.Bool("stale", false, "only entries past their TTL (served stale, or expired)")
+	asJSON := c.fs.Bool("json", false, "print the admin server's JSON as it is")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError("unexpected argument %q", pos[0])
+	}
+	form := url.Values{}
+	if *zone != "" {
+		form.Set("zone", *zone)
+	}
+	if *stale {
+		form.Set("stale", "1")
+	}
+	var res struct{ Entries []cacheEntry }
+	data, code := c.call(http.MethodGet, "/cache/list", form, nil, &res)
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		_, _ = stdout.Write(data)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", "NAME", "TYPE", "STATE", "TTL", "AGE", "ANSWER")
+	for _, e := range res.Entries {
+		age := "in " + secs(e.RemainingSeconds) // fresh: time left
+		if e.State != "fresh" {
+			age = secs(e.ExpiredSeconds) + " ago"
+		}
+		answer := strings.Join(rdata(e.Answer), " ")
+		if e.Kind == "nodata" {
+			answer = "(NODATA)"
+		}
+		name := e.Name
+		for _, f := range strings.Fields(e.Key) {
+			if strings.HasPrefix(f, "+") {
+				name += " " + f // "+do", "+cd": answers kept apart for DNSSEC-aware clients
+			}
+		}
+		fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", name, e.Type, e.State, secs(e.TTLSeconds), age, answer)
+	}
+	fmt.Fprintf(stdout, "%d %s\n", len(res.Entries), plural(len(res.Entries), "entry", "entries"))
+	return exitOK
+}
+
+// secs renders seconds as a rounded duration ("30s", "4m10s").
+func secs(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
+
+// rdata keeps the data of presentation-format records ("a. 30 IN A
+// 192.0.2.1" → "192.0.2.1").
+func rdata(rrs []string) []string {
+	out := make([]string, 0, len(rrs))
+	for _, rr := range rrs {
+		f := strings.Fields(rr)
+		if len(f) > 4 {
+			out = append(out, strings.Join(f[4:], " "))
+		}
+	}
+	return out
+}
+
+// cacheDumpCommand is `towerd cache dump FILE`: the running cache in the
+// state directory's format (cache.Dump), written 0600 like the state file
+// ("-" is standard output).
+func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("cache dump", "FILE [-admin ADDR]", stderr)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("name one FILE (\"-\" for standard output)")
+	}
+	data, code := c.call(http.MethodGet, "/cache/dump", nil, nil, nil)
+	if code != exitOK {
+		return code
+	}
+	if pos[0] == "-" {
+		_, _ = stdout.Write(data)
+		return exitOK
+	}
+	// O_EXCL: never follow a link planted at FILE or overwrite a file.
+	f, err := os.OpenFile(pos[0], os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd cache dump: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "wrote %s (%d bytes)\n", pos[0], len(data))
+	return exitOK
+}
+
+// cacheLoadCommand is `towerd cache load FILE`. The file gets the checks
+// of the state file on start: here the file itself (cache.OpenSnapshot: a
+// regular file of this user or root, writable by nobody else; one that
+// fails is set aside as FILE.rejected), in towerd every entry (cache.Load).
+func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
+	c := newCtl("cache load", "FILE [-admin ADDR]", stderr)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("name one FILE written by towerd cache dump or found in the state directory")
+	}
+	f, err := cache.OpenSnapshot(pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "towerd cache load: %v\n", err)
+		return exitFail
+	}
+	defer f.Close()
+	var res struct {
+		Loaded, Skipped, Rejected, Clamped int
+		Rejections                         map[string]int
+	}
+	if _, code := c.call(http.MethodPost, "/cache/load", nil, f, &res); code != exitOK {
+		return code
+	}
+	fmt.Fprintf(stdout, "loaded %d %s from %s (%d skipped: expired past the stale age, cached already or beyond cache.size; %d rejected; %d TTLs cut to max_ttl)\n",
+		res.Loaded, plural(res.Loaded, "entry", "entries"), pos[0], res.Skipped, res.Rejected, res.Clamped)
+	for why, n := range res.Rejections {
+		fmt.Fprintf(stdout, "  rejected %d: %s\n", n, why)
+	}
+	return exitOK
+}
