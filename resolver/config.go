@@ -126,23 +126,22 @@ func (s *settings) staleTTLSeconds() uint32 {
 	return uint32(s.StaleAnswerTTL / time.Second)
 }
 
-// wantsPrefetch reports whether a fresh hit on an entry of zone should
-// start a background refresh: it is in the last tenth of its TTL, and that
-// tenth is longer than the zone's retransmission timeout, so the refresh
-// has time to land, a lost packet's resend included, before the entry
-// expires. A shorter tenth (a 2 s TTL: 200 ms against an RTO of at least
-// upstream.min_attempt_timeout) would mostly cost upstream queries: such an
-// entry is refreshed by its first hit after expiry instead, which is
-// answered stale at once (staleAtOnce), so no client waits either way
-// (issue 11; the jitter-day figures are in docs/benchmarks.md).
-func (s *settings) wantsPrefetch(zone Zone, ttl, remaining time.Duration) bool {
-	if !s.Prefetch || ttl <= 0 || remaining*10 > ttl {
-		return false
-	}
-	if rt, ok := zone.Upstream.(retransmitTimer); ok && ttl/10 <= rt.AttemptTimeout() {
-		return false
-	}
-	return true
+// prefetchLead is how long before expiry a hit starts a refresh at the
+// least, for entries whose TTL is short: the last tenth of a 2 s TTL is
+// 200 ms, less than a jittery upstream's round trip (100 ms ± 50 ms and a
+// lost packet's resend), so the refresh would still be running when the
+// entry expired, and every expiry would cost a stale answer (staleAtOnce).
+// Capped at a quarter of the TTL, so a popular entry is refreshed at most
+// every three quarters of its TTL. The price is upstream queries: issue 11
+// measured the other choice, refreshing a short-TTL entry only at its first
+// hit after expiry (docs/benchmarks.md, "Jitter day with the defaults").
+const prefetchLead = time.Second
+
+// wantsPrefetch reports whether a fresh hit should start a background
+// refresh: it is in the last tenth of its TTL, or within prefetchLead (at
+// most a quarter of the TTL) of expiry.
+func (s *settings) wantsPrefetch(ttl, remaining time.Duration) bool {
+	return s.Prefetch && ttl > 0 && (remaining*10 <= ttl || remaining <= min(prefetchLead, ttl/4))
 }
 
 // staleAtOnce reports whether a client asking for an entry that expired
@@ -150,8 +149,7 @@ func (s *settings) wantsPrefetch(zone Zone, ttl, remaining time.Duration) bool {
 // the refresh runs behind, instead of waiting up to the client response
 // timer: an entry that expired less than the client response timer ago.
 // Such an entry was in use when it expired; its refresh is the prefetch
-// that came too late (or that the prefetch rule left to the first hit
-// after expiry), and the answer is no further past its TTL than the one a
+// that came too late (a lost packet's resend), and the answer is no further past its TTL than the one a
 // client gets after waiting the whole timer for a refresh that fails
 // (RFC 8767 §5 allows a timer of 0; unbound's serve-expired-client-timeout
 // 0 and dnsmasq's use-stale-cache do this for every entry). An entry

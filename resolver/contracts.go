@@ -3,7 +3,6 @@ package resolver
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -61,20 +60,11 @@ type scrubbingExchanger interface {
 	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
 }
 
-// retransmitTimer is an upstream that knows how long its first attempt
-// waits before resending (upstream.Group's RFC 6298 RTO): a prefetch is
-// only started when it has that long before the entry expires
-// (settings.wantsPrefetch). An upstream without it is always prefetched.
-type retransmitTimer interface {
-	AttemptTimeout() time.Duration
-}
-
 var (
 	_ upstream.Upstream  = (*upstream.Group)(nil)
 	_ HealthReporter     = (*upstream.Group)(nil)
 	_ ServerNamer        = (*upstream.Group)(nil)
 	_ scrubbingExchanger = (*upstream.Group)(nil)
-	_ retransmitTimer    = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers UDP packets from their

@@ -47,8 +47,7 @@
 //     behind the answer): settings.staleAtOnce, in ServeDNS after the miss
 //     decision (the fast path answers fresh entries only).
 //   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
-//     is settings.wantsPrefetch (the last tenth of the TTL, when longer
-//     than the zone's retransmission timeout).
+//     is settings.wantsPrefetch.
 //   - Upstream exchange (resolutions only, whichever route started them):
 //     Handler.exchange (chase.go) scrubs through the zone's upstream and
 //     chases a CNAME chain that leaves the zone through the zone that owns
@@ -61,8 +60,8 @@
 //
 // The contracts the resolver relies on are named interfaces with
 // compile-time checks (contracts.go): RecordSource, HealthReporter, the
-// fast path's packetAnswerer, the chase's scrubbingExchanger and the
-// prefetch rule's retransmitTimer. TestFastPathMatchesServeDNS*,
+// fast path's packetAnswerer, the query log's ServerNamer and the chase's
+// scrubbingExchanger. TestFastPathMatchesServeDNS*,
 // TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
 // ServeDNS's answers byte for byte, across client prefixes, query types and
 // Records sources.

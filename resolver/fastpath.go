@@ -230,7 +230,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQue
 	putHeader(dst[headerAt:], q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 
 	prefetch := false
-	if s.wantsPrefetch(zone, hit.TTL, hit.Remaining) {
+	if s.wantsPrefetch(hit.TTL, hit.Remaining) {
 		// Rare (near expiry), so the key's own string is allocated here only.
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
 		prefetch = h.prefetch(s, zone, key, hit.TTL, hit.Remaining)

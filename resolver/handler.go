@@ -204,7 +204,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 // (Config.Prefetch) and reports whether this hit started it: a refresh
 // already running for key is not started again, and the cap may refuse one.
 func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining time.Duration) bool {
-	if !s.wantsPrefetch(zone, ttl, remaining) {
+	if !s.wantsPrefetch(ttl, remaining) {
 		return false
 	}
 	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))

@@ -10,7 +10,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/upstream"
 )
 
 func TestTTLCountsDownOnHits(t *testing.T) {
@@ -169,42 +168,31 @@ func TestPrefetchOncePerKey(t *testing.T) {
 	}
 }
 
-// fixedRTO is an upstream whose first attempt waits rto before resending.
-type fixedRTO struct {
-	upstream.Upstream
-	rto time.Duration
-}
-
-func (f fixedRTO) AttemptTimeout() time.Duration { return f.rto }
-
-// The prefetch window: the last tenth of the TTL, when that tenth is longer
-// than the zone's retransmission timeout.
+// The prefetch window: the last tenth of the TTL, or the last second for
+// short TTLs (at most a quarter of the TTL).
 func TestWantsPrefetch(t *testing.T) {
 	const s, ms = time.Second, time.Millisecond
 	on := &settings{Config: Config{Prefetch: true}}
-	plain := Zone{Name: "."}                                   // no RTO known: the last tenth
-	slow := Zone{Name: ".", Upstream: fixedRTO{rto: 300 * ms}} // a jittery upstream
 	for _, tt := range []struct {
-		zone           Zone
 		ttl, remaining time.Duration
 		want           bool
 	}{
-		{plain, 300 * s, 31 * s, false},
-		{plain, 300 * s, 30 * s, true}, // the last tenth
-		{plain, 2 * s, 201 * ms, false},
-		{plain, 2 * s, 200 * ms, true},
-		{slow, 300 * s, 30 * s, true},
-		{slow, 4 * s, 400 * ms, true},  // 400 ms leave room for a resend
-		{slow, 3 * s, 300 * ms, false}, // exactly one RTO: not enough
-		{slow, 2 * s, 100 * ms, false}, // refreshed by the first hit after expiry
-		{plain, 0, 0, false},           // TTL 0 is never fresh, never prefetched
+		{300 * s, 31 * s, false},
+		{300 * s, 30 * s, true}, // the last tenth
+		{10 * s, 1001 * ms, false},
+		{10 * s, s, true},
+		{4 * s, 1001 * ms, false},
+		{4 * s, s, true}, // the last second, a quarter of 4 s
+		{2 * s, 501 * ms, false},
+		{2 * s, 500 * ms, true}, // a quarter of 2 s, not the last second
+		{0, 0, false},           // TTL 0 is never fresh, never prefetched
 	} {
-		if got := on.wantsPrefetch(tt.zone, tt.ttl, tt.remaining); got != tt.want {
-			t.Errorf("wantsPrefetch(RTO %v, ttl %v, remaining %v) = %v, want %v", tt.zone.Upstream, tt.ttl, tt.remaining, got, tt.want)
+		if got := on.wantsPrefetch(tt.ttl, tt.remaining); got != tt.want {
+			t.Errorf("wantsPrefetch(ttl %v, remaining %v) = %v, want %v", tt.ttl, tt.remaining, got, tt.want)
 		}
 	}
 	off := &settings{Config: Config{Prefetch: false}}
-	if off.wantsPrefetch(plain, 300*s, s) {
+	if off.wantsPrefetch(300*s, s) {
 		t.Error("prefetch with Prefetch off")
 	}
 }

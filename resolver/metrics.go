@@ -101,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"source"}),
 		prefetches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "towerd_cache_prefetches_total",
-			Help: "Background refreshes started by a cache hit near an entry's expiry (the last tenth of its TTL, when longer than the upstream's retransmission timeout).",
+			Help: "Background refreshes started by a cache hit near an entry's expiry (the last tenth of its TTL; for short TTLs the last second, at most a quarter).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.responses, m.duration, m.prefetches} {

@@ -237,25 +237,6 @@ func (g *Group) updateAllDown() {
 	}
 }
 
-// AttemptTimeout is how long a resolution's first attempt waits before the
-// next packet goes out: the retransmission timeout of the first server not
-// marked down (the one that gets the first attempt), or of the first
-// server when all are down. The resolver weighs prefetches with it.
-func (g *Group) AttemptTimeout() time.Duration {
-	for _, s := range g.servers {
-		s.mu.Lock()
-		down, rto := s.down, s.attemptTimeoutLocked(&g.opts)
-		s.mu.Unlock()
-		if !down {
-			return rto
-		}
-	}
-	s := g.servers[0]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.attemptTimeoutLocked(&g.opts)
-}
-
 // Servers returns a snapshot of every server in configured order.
 func (g *Group) Servers() []ServerStatus {
 	out := make([]ServerStatus, 0, len(g.servers))
