@@ -190,7 +190,7 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 		opts.RenderConfig = func(c systemd.InstallConfig) []byte {
 			s := config.InstallSettings{
 				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
-				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source,
+				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn,
 			}
 			if imported != nil {
 				return s.Complete(*imported).Render()

@@ -193,6 +193,9 @@ type InstallSettings struct {
 	// Servers: zone "."'s servers, copied or pinned; Source says from where.
 	Servers []string
 	Source  string
+	// DropIn: the file is towerd.d/00-install.toml, read over a
+	// towerd.toml that sets nothing (the package's sample).
+	DropIn bool
 }
 
 // File renders the settings as install's towerd.toml.
@@ -205,6 +208,17 @@ func (s InstallSettings) File() File {
 			"Under towerd.socket the sockets come from systemd; listen still tells",
 			"towerd which addresses are its own, so it never forwards to itself.",
 		},
+	}
+	if s.DropIn {
+		f.Header = []string{
+			"Written by `towerd install`: what it found on this node. It is read over",
+			DefaultPath + ", the package's sample, which sets nothing and",
+			"stays dpkg's (no question at upgrades). Edit freely, or override a key in a",
+			"later file of this directory; `towerd uninstall` removes this file only",
+			"while it is unchanged. Every key and its default: towerd.toml(5).",
+			"Under towerd.socket the sockets come from systemd; listen still tells",
+			"towerd which addresses are its own, so it never forwards to itself.",
+		}
 	}
 	f.Keys, f.Zones = s.keysAndZones()
 	return f

@@ -57,7 +57,8 @@ func followPaths(cfg config.Config) []string {
 	if cfg.ResolvConf != "" {
 		return []string{cfg.ResolvConf}
 	}
-	return resolvconf.SystemPaths("/")
+	paths, _ := config.SystemResolvConfs("/")
+	return paths
 }
 
 // initFollow creates what outlives one watch: the wake-up channel and the
@@ -96,6 +97,11 @@ func (d *Daemon) startFollow(cfg config.Config) {
 	}
 	d.follow = f
 	d.log.Info("zone \".\" follows its resolv.conf", "files", strings.Join(paths, " "))
+	if cfg.ResolvConf == "" {
+		if _, note := config.SystemResolvConfs("/"); note != "" {
+			d.log.Warn(note)
+		}
+	}
 	d.followResolvConf()
 }
 
