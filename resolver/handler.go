@@ -155,7 +155,12 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	wait := s.QueryTimeout
 	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
-		wait = min(wait, s.StaleClientTimeout)
+		// The client response timer runs from the refresh's start, not
+		// this client's arrival: a refresh that has not answered within it
+		// will not be waited for again by every client that joins it (a
+		// black-holed upstream keeps one open until upstream.timeout). RFC
+		// 8767 §5 lets the timer be shorter, down to 0.
+		wait = min(wait, max(0, s.StaleClientTimeout-time.Since(fl.started)))
 		if s.staleAtOnce(res.TTL, res.Expired) {
 			wait = 0 // just expired: the refresh runs behind the stale answer
 		}

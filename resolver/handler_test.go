@@ -133,6 +133,30 @@ func TestStaleAtOnceJustExpired(t *testing.T) {
 	}
 }
 
+// The client response timer runs from the refresh's start: a client that
+// joins a refresh older than the timer gets the stale answer at once
+// instead of a whole timer of its own (here an hour: made to wait, the
+// client would time out).
+func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = time.Hour })
+	e.query("joined.example.")
+	e.clock.Advance(3 * time.Hour) // expired long ago: no stale at once
+	release := make(chan struct{})
+	defer close(release)
+	key := cache.NewKey("joined.example.", dns.TypeA, dns.ClassINET, false, false)
+	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) (*dns.Msg, string, error) {
+		<-release
+		return nil, "", context.Canceled
+	})
+	e.h.flights.mu.Lock()                       // the handler reads it after its own join
+	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer
+	e.h.flights.mu.Unlock()
+
+	if got := ttlOf(t, e.query("joined.example.")); got != 30 {
+		t.Fatalf("TTL %d, want the stale answer's 30 at once", got)
+	}
+}
+
 // The client response timer: a held upstream does not keep a client with a
 // stale answer waiting past StaleClientTimeout.
 func TestStaleAfterClientTimer(t *testing.T) {
