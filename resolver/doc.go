@@ -45,7 +45,9 @@
 //     for a question with no cache entry.
 //   - Stale at once for an entry that only just expired (its refresh runs
 //     behind the answer): settings.staleAtOnce, in ServeDNS after the miss
-//     decision (the fast path answers fresh entries only).
+//     decision (the fast path answers fresh entries only); otherwise the
+//     client response timer, counted from the refresh's start
+//     (flight.started).
 //   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
 //     is settings.wantsPrefetch.
 //   - Upstream exchange (resolutions only, whichever route started them):
