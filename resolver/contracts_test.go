@@ -76,7 +76,7 @@ func TestFastAndGeneralObserveTheSame(t *testing.T) {
 	generalReply(h, pkt) // miss
 	generalReply(h, pkt) // general hit
 	var q plainQuery
-	if _, ok := h.answerPacket(nil, pkt, netip.MustParseAddrPort("127.0.0.1:53000"), &q); !ok {
+	if _, ok := h.answerPacket(nil, pkt, netip.MustParseAddrPort("127.0.0.1:53000"), false, &q); !ok {
 		t.Fatal("fast path declined a warm hit")
 	}
 	if len(got) != 3 {

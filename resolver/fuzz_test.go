@@ -65,10 +65,10 @@ func FuzzServeDNS(f *testing.F) {
 		var panicked any
 		guarded := recoverer{next: h, onPanic: func(v any, stack []byte) { panicked = fmt.Sprintf("%v\n%s", v, stack) }}
 		w := &memWriter{tcp: tcp}
-		// As the listeners run it: over UDP the fast path first, then the
-		// general path for what it declines.
+		// As the listeners run it: the fast path first (over UDP and TCP),
+		// then the general path for what it declines.
 		var q plainQuery
-		if reply, ok := h.answerPacket(nil, packet, fuzzClientUDP.AddrPort(), &q); ok && !tcp {
+		if reply, ok := h.answerPacket(nil, packet, fuzzClientUDP.AddrPort(), tcp, &q); ok {
 			w.Write(reply)
 		} else {
 			servePacket(guarded, packet, w, func(error) {})

@@ -95,7 +95,7 @@ func BenchmarkAnswerPacketHitLocalChain(b *testing.B) {
 	out := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, &q); !ok {
+		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
 			b.Fatal("declined")
 		}
 	}

@@ -302,6 +302,9 @@ func (c *Config) Validate() error {
 	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
 		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
 	}
+	if err := c.TCP.validate(); err != nil {
+		return err
+	}
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
@@ -411,6 +414,21 @@ func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	defer f.Close()
 	rc, err := resolvconf.Parse(f)
 	return rc, path, err
+}
+
+func (t TCPConfig) validate() error {
+	if t.MaxConnections < 1 {
+		return keyErr("tcp.max_connections", "must be at least 1 (got %d)", t.MaxConnections)
+	}
+	for _, k := range []struct {
+		key string
+		d   Duration
+	}{{"tcp.idle_timeout", t.IdleTimeout}, {"tcp.read_timeout", t.ReadTimeout}, {"tcp.write_timeout", t.WriteTimeout}} {
+		if k.d.Duration <= 0 {
+			return keyErr(k.key, "must be positive (got %v)", k.d)
+		}
+	}
+	return nil
 }
 
 func (a AdminConfig) validate() error {

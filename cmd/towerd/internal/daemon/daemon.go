@@ -154,7 +154,11 @@ func New(opts Options) (*Daemon, error) {
 	d.local.Store(d.localNext)
 
 	d.server = &resolver.Server{
-		Handler: h,
+		Handler:           h,
+		TCPMaxConnections: tcpConnectionCap(cfg, d.log), // fds.go
+		TCPIdleTimeout:    cfg.TCP.IdleTimeout.Duration,
+		TCPReadTimeout:    cfg.TCP.ReadTimeout.Duration,
+		TCPWriteTimeout:   cfg.TCP.WriteTimeout.Duration,
 		OnInvalid: func(err error) {
 			d.log.Debug("dropped unparsable packet", "err", err)
 		},
