@@ -343,18 +343,22 @@ func settle(t *testing.T, d *towerd, baseFDs, baseG int) (int, int) {
 }
 
 // waitFor polls cond every 50 ms until it holds, for at most
-// settleTimeout: a condition on another process's state, which has no
-// event to wait on.
+// floodEffectTimeout: a condition on another process's state, which has no
+// event to wait on. Under -race, with the whole suite on two cores, a
+// never-reading flood can take a while to fill the buffers.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(settleTimeout)
+	deadline := time.Now().Add(floodEffectTimeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", settleTimeout, what)
+			t.Fatalf("waited %v for %s", floodEffectTimeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// floodEffectTimeout bounds the wait for a flood to show its close reason.
+const floodEffectTimeout = 90 * time.Second
 
 // noKeepAlive is an admin client that leaves no connection open in towerd
 // (which would count as an fd).
