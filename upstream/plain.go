@@ -40,7 +40,8 @@ var bufferPool = sync.Pool{New: func() any {
 // it is safe for concurrent use and Close has nothing to release.
 type Plain struct {
 	addr       string
-	dialer     net.Dialer
+	raw        *sockServer // addr as the UDP transport's socket address
+	dialer     net.Dialer // TCP only
 	mismatches atomic.Uint64
 }
 
@@ -50,7 +51,11 @@ func NewPlain(addr string) (*Plain, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plain{addr: normalized}, nil
+	raw, err := newSockServer(normalized)
+	if err != nil {
+		return nil, fmt.Errorf("upstream address %s: %w", normalized, err)
+	}
+	return &Plain{addr: normalized, raw: raw}, nil
 }
 
 // Address returns the server's host:port.
@@ -76,13 +81,18 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		ctx, cancel = context.WithTimeout(ctx, plainFallbackTimeout)
 		defer cancel()
 	}
-	reply, err := p.exchange(ctx, "udp", m)
+	reply, err := p.exchangeUDP(ctx, m)
 	if err == nil && reply.Truncated {
 		reply, err = p.exchange(ctx, "tcp", m)
 	}
 	if err != nil {
 		return nil, err
 	}
+	return p.finish(m, reply)
+}
+
+// finish gives reply m's ID and turns a failure rcode into a *RcodeError.
+func (p *Plain) finish(m, reply *dns.Msg) (*dns.Msg, error) {
 	reply.Id = m.Id
 	if isFailureRcode(reply.Rcode) {
 		return reply, &RcodeError{Server: p.addr, Rcode: reply.Rcode}
@@ -90,10 +100,45 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	return reply, nil
 }
 
-// exchange performs one query/response over a new connection. A new UDP
-// socket per exchange gets a fresh random source port from the kernel
-// (RFC 5452 section 4.5), and because it is connected the kernel drops
-// datagrams from any other source before we see them.
+// exchangeUDP is one query over a new UDP socket (udpsock.go): a fresh
+// random source port from the kernel (RFC 5452 section 4.5), a fresh random
+// ID, the first reply that matches; ctx bounds the wait.
+func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	bufp := packPool.Get().(*[]byte)
+	defer packPool.Put(bufp)
+	packed, err := m.PackBuffer(*bufp)
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+	*bufp = packed[:0]
+	qend, _, err := questionEnd(packed)
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+	binary.BigEndian.PutUint16(packed, dns.Id())
+	out := make(chan datagram, 1)
+	sock, err := p.openUDP(packed, qend, out)
+	if err != nil {
+		return nil, fmt.Errorf("sending to %s over udp: %w", p.addr, classify(ctx, err))
+	}
+	defer sock.close()
+	for {
+		select {
+		case d := <-out:
+			if d.err != nil {
+				return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, d.err))
+			}
+			if reply, ok := sock.unpackReply(d.raw); ok {
+				return reply, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, ctx.Err()))
+		}
+	}
+}
+
+// exchange performs one query/response over a new connection: TCP, or UDP
+// through net's sockets (kept for the tests that compare the two).
 func (p *Plain) exchange(ctx context.Context, network string, m *dns.Msg) (*dns.Msg, error) {
 	query := m.Copy()
 	query.Id = dns.Id()
@@ -163,7 +208,7 @@ func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
 		}
 		conn.Close()
 	}
-	return nil, errors.New("socket connected to itself")
+	return nil, errSelfConnect
 }
 
 // readMessage reads one DNS message from conn into buf (UDP) or a new slice
