@@ -41,7 +41,7 @@ var bufferPool = sync.Pool{New: func() any {
 type Plain struct {
 	addr       string
 	raw        *sockServer // addr as the UDP transport's socket address
-	dialer     net.Dialer // TCP only
+	dialer     net.Dialer  // TCP only
 	mismatches atomic.Uint64
 }
 

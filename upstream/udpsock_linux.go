@@ -321,4 +321,3 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock,
 	}
 	return s, nil
 }
-
