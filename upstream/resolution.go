@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -122,9 +123,13 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 	if err != nil {
 		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
 	}
-	// Cancelling attemptCtx ends the TCP retries at once.
-	attemptCtx, cancelAttempts := context.WithCancel(ctx)
-	defer cancelAttempts()
+	// Cancelling attemptCtx ends the TCP retries at once; made with the
+	// first one, as few replies are truncated.
+	var (
+		attemptCtx     context.Context
+		cancelAttempts context.CancelFunc = func() {}
+	)
+	defer func() { cancelAttempts() }()
 	// Each socket hands over at most one datagram before it is rearmed, and
 	// each TCP retry ends once: room for all.
 	datagrams := make(chan datagram, g.opts.MaxAttempts)
@@ -134,9 +139,12 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		failed   []attemptResult // attempts whose socket could not be opened or written
 		pending  int
 		tcp      int // attempts in waitingTCP
-		rtoTimer = time.NewTimer(time.Hour)
+		rtoTimer = timerPool.Get().(*time.Timer)
 	)
-	defer rtoTimer.Stop()
+	defer func() {
+		rtoTimer.Stop()
+		timerPool.Put(rtoTimer)
+	}()
 	defer func() {
 		for _, a := range attempts {
 			if a.sock != nil {
@@ -166,6 +174,9 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 	retryTCP := func(a *attempt) {
 		a.state = waitingTCP
 		tcp++
+		if attemptCtx == nil {
+			attemptCtx, cancelAttempts = context.WithCancel(ctx)
+		}
 		p := a.server.plain
 		go func() {
 			reply, err := p.exchange(attemptCtx, "tcp", m)
@@ -280,6 +291,14 @@ loop:
 	}
 	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
+
+// timerPool recycles the resolutions' RTO timers. A stopped timer's channel
+// holds no stale tick (Go 1.23 timers), so Reset is all a reuse needs.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // attemptOf finds the attempt whose socket is sock.
 func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
