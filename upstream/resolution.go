@@ -126,14 +126,15 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 	// Cancelling attemptCtx ends the TCP retries at once; made with the
 	// first one, as few replies are truncated.
 	var (
-		attemptCtx     context.Context
+		tcpCtx         context.Context
 		cancelAttempts context.CancelFunc = func() {}
 	)
 	defer func() { cancelAttempts() }()
 	// Each socket hands over at most one datagram before it is rearmed, and
 	// each TCP retry ends once: room for all.
-	datagrams := make(chan datagram, g.opts.MaxAttempts)
-	results := make(chan attemptResult, g.opts.MaxAttempts)
+	datagrams := getDatagramChan(g.opts.MaxAttempts)
+	defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
+	var results chan attemptResult   // made with the first TCP retry
 	var (
 		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
 		failed   []attemptResult // attempts whose socket could not be opened or written
@@ -151,7 +152,7 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 				a.sock.close()
 			}
 		}
-	}()
+	}() // runs before putDatagramChan
 	send := func() {
 		s := order[len(attempts)%len(order)]
 		s.mu.Lock()
@@ -174,17 +175,11 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 	retryTCP := func(a *attempt) {
 		a.state = waitingTCP
 		tcp++
-		if attemptCtx == nil {
-			attemptCtx, cancelAttempts = context.WithCancel(ctx)
+		if tcpCtx == nil {
+			tcpCtx, cancelAttempts = context.WithCancel(ctx)
+			results = make(chan attemptResult, g.opts.MaxAttempts)
 		}
-		p := a.server.plain
-		go func() {
-			reply, err := p.exchange(attemptCtx, "tcp", m)
-			if err == nil {
-				reply, err = p.finish(m, reply)
-			}
-			results <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
-		}()
+		go g.exchangeTCP(tcpCtx, a, m, results)
 	}
 
 	var (
@@ -290,6 +285,39 @@ loop:
 		return nil, "", lastErr
 	}
 	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+}
+
+// exchangeTCP asks a's server again over TCP and hands the result to out.
+func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out chan<- attemptResult) {
+	p := a.server.plain
+	reply, err := p.exchange(ctx, "tcp", m)
+	if err == nil {
+		reply, err = p.finish(m, reply)
+	}
+	out <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
+}
+
+// datagramChans recycles the resolutions' datagram channels. Once every
+// socket of a resolution is closed nothing more is sent on its channel, so
+// emptying it is all a reuse needs.
+var datagramChans sync.Pool
+
+func getDatagramChan(size int) chan datagram {
+	if c, ok := datagramChans.Get().(chan datagram); ok && cap(c) >= size {
+		return c
+	}
+	return make(chan datagram, size)
+}
+
+func putDatagramChan(c chan datagram) {
+	for {
+		select {
+		case <-c:
+		default:
+			datagramChans.Put(c)
+			return
+		}
+	}
 }
 
 // timerPool recycles the resolutions' RTO timers. A stopped timer's channel

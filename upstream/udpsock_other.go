@@ -18,6 +18,7 @@ type udpSock struct {
 	out      chan<- datagram
 	again    chan struct{}
 	done     chan struct{}
+	exited   chan struct{} // closed when read returns: nothing more is sent on out
 	once     sync.Once
 }
 
@@ -44,7 +45,7 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock,
 	}
 	s := &udpSock{conn: conn, plain: p, id: uint16(packed[0])<<8 | uint16(packed[1]),
 		qdcount: uint16(packed[4])<<8 | uint16(packed[5]), question: packed[12:qend], out: out,
-		again: make(chan struct{}, 1), done: make(chan struct{})}
+		again: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
 	if _, err := conn.Write(packed); err != nil {
 		conn.Close()
 		return nil, err
@@ -54,6 +55,7 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock,
 }
 
 func (s *udpSock) read() {
+	defer close(s.exited)
 	buf := make([]byte, maxMessageSize)
 	for {
 		n, err := s.conn.Read(buf)
@@ -89,5 +91,6 @@ func (s *udpSock) close() {
 	s.once.Do(func() {
 		close(s.done)
 		s.conn.Close()
+		<-s.exited
 	})
 }
