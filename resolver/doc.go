@@ -14,7 +14,8 @@
 //  2. Fast reject (fastpath.go rejectPacket): the same reader, a miss while
 //     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
 //  3. UDP general (udp.go servePacket → ServeDNS): everything the fast
-//     path declines on such a socket, on its own goroutine.
+//     path declines on such a socket, on a goroutine of its own (a
+//     reused one: workers.go).
 //  4. TCP via dns.Server (server.go AddListener → ServeDNS).
 //  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
 //     to 0.0.0.0 or ::, which must answer from the address each query was

@@ -162,6 +162,8 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		attempts = append(attempts, a)
 		pending++
 		s.queries.Add(1)
+		// The RTO runs from the decision to send, as a.sent says.
+		rtoTimer.Reset(rto)
 		binary.BigEndian.PutUint16(packed, dns.Id())
 		sock, err := s.plain.openUDP(packed, qend, datagrams)
 		if err != nil {
@@ -169,7 +171,6 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 				err: fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))})
 		}
 		a.sock = sock
-		rtoTimer.Reset(rto)
 	}
 	// retryTCP asks a's server again over TCP (RFC 7766 section 5).
 	retryTCP := func(a *attempt) {
