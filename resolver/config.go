@@ -33,7 +33,8 @@ type Config struct {
 	MaxInflight int
 
 	// Records, if set, answers some questions from memory before the cache
-	// is consulted: the Consul watch's pre-warmed, pushed service records.
+	// is consulted: local data (resolver/local) and the Consul watch's
+	// pre-warmed, pushed service records, in that order, as a Chain.
 	Records RecordSource
 
 	// Prefetch refreshes an entry in the background when it is hit in the

@@ -57,13 +57,13 @@ var (
 	_ ServerNamer       = (*upstream.Group)(nil)
 )
 
-// packetAnswerer is a dns.Handler that also answers UDP packets from their
+// packetAnswerer is a dns.Handler that also answers queries from their
 // bytes (the fast path). Server gives a UDP socket bound to one address a
-// reader that tries it first; a handler that wraps *Handler keeps the fast
-// path by embedding it.
+// reader, and each TCP connection a loop, that try it first; a handler that
+// wraps *Handler keeps the fast path by embedding it.
 type packetAnswerer interface {
 	dns.Handler
-	answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, bool)
+	answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool)
 }
 
 var _ packetAnswerer = (*Handler)(nil)

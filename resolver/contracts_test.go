@@ -9,6 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream/consul"
 )
 
@@ -16,6 +17,10 @@ import (
 // because upstream/consul must not import the resolver; renaming Covers or
 // Lookup there breaks this package's tests at compile time.
 var _ RecordSource = (*consul.Watcher)(nil)
+
+// Local data (issue 15) is a RecordSource too, for the same reason kept
+// out of resolver/local; the daemon chains it before the Consul watch.
+var _ RecordSource = (*local.Source)(nil)
 
 // wrappedHandler is a handler that wraps towerd's, as a middleware would.
 // Embedding *Handler keeps its packetAnswerer side.
@@ -71,7 +76,7 @@ func TestFastAndGeneralObserveTheSame(t *testing.T) {
 	generalReply(h, pkt) // miss
 	generalReply(h, pkt) // general hit
 	var q plainQuery
-	if _, ok := h.answerPacket(nil, pkt, netip.MustParseAddrPort("127.0.0.1:53000"), &q); !ok {
+	if _, ok := h.answerPacket(nil, pkt, netip.MustParseAddrPort("127.0.0.1:53000"), false, &q); !ok {
 		t.Fatal("fast path declined a warm hit")
 	}
 	if len(got) != 3 {

@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/local"
 )
 
 // The differential tests of the fast path (TestFastPathMatchesServeDNS,
@@ -63,15 +64,56 @@ func (diffRecords) Lookup(q dns.Question) (*dns.Msg, bool, bool) {
 
 var _ RecordSource = diffRecords{}
 
-// diffSources are the Records settings the tests run under.
+// diffLocal is a covering local source (issue 15): a static record, an
+// address domain, domain_needed and bogus_priv. It answers some types of
+// the names it covers and forwards others (foo. MX, x.ads.test. AAAA).
+var diffLocal = func() *local.Source {
+	rr, err := dns.NewRR("printer.lan. A 192.168.1.5")
+	if err != nil {
+		panic(err)
+	}
+	s, err := local.New(local.Options{
+		Records:      []dns.RR{rr},
+		Addresses:    []local.Address{{Domain: "ads.test.", Addrs: []netip.Addr{netip.MustParseAddr("0.0.0.0")}}},
+		DomainNeeded: true,
+		BogusPriv:    true,
+	})
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// diffSources are the Records settings the tests run under: none, the
+// Consul-like source, local data, and both chained as the daemon chains
+// them.
 var diffSources = []struct {
 	name string
 	rs   RecordSource
-}{{"no records", nil}, {"records", diffRecords{}}}
+}{
+	{"no records", nil},
+	{"records", diffRecords{}},
+	{"local", diffLocal},
+	{"chain", Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}},
+}
 
 // diffNames are the names of the varied tests: not covered by diffRecords,
-// covered and answered, covered and not answered.
-var diffNames = []string{"www.example.", "MX.Example.", "web.service.consul.", "db.service.consul."}
+// covered and answered, covered and not answered; then names diffLocal
+// covers: a record, a dotless name, a private reverse name, an address
+// domain.
+var diffNames = []string{"www.example.", "MX.Example.", "web.service.consul.", "db.service.consul.",
+	"printer.lan.", "foo.", "5.1.168.192.in-addr.arpa.", "x.ads.test."}
+
+// sourceRcode is the rcode ServeDNS gives an admitted question: the
+// source's when it answers, else the upstream's (diffUpstream: NOERROR).
+func sourceRcode(rs RecordSource, name string, qtype uint16) int {
+	if rs != nil {
+		if m, _, ok := rs.Lookup(dns.Question{Name: name, Qtype: qtype, Qclass: dns.ClassINET}); ok {
+			return m.Rcode
+		}
+	}
+	return dns.RcodeSuccess
+}
 
 // variedHandler is diffHandler with diffAllow and rs as Records.
 func variedHandler(tb testing.TB, rs RecordSource, tweak func(*Config)) (*Handler, *fakeClock) {
@@ -84,20 +126,31 @@ func variedHandler(tb testing.TB, rs RecordSource, tweak func(*Config)) (*Handle
 	})
 }
 
-// fastMatches runs pkt from client through the fast path and, when it
-// answers, holds its reply to ServeDNS's for the same client. It reports
-// whether the fast path answered, and its rcode.
+// fastMatches runs pkt from client through the fast path, over UDP and
+// over TCP, and, when it answers, holds its reply to ServeDNS's for the same
+// client and transport. It reports whether the fast path answered over UDP,
+// and its rcode; over TCP it must answer whatever it answers over UDP (a
+// TCP reply has no size limit to decline for).
 func fastMatches(t *testing.T, h *Handler, pkt []byte, from netip.AddrPort, what string) (bool, int) {
 	t.Helper()
 	var q plainQuery
-	reply, ok := h.answerPacket(nil, pkt, from, &q)
-	if !ok {
-		return false, 0
+	udpOK, rcode := false, 0
+	for _, tcp := range []bool{false, true} {
+		reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
+		if tcp && udpOK && !ok {
+			t.Errorf("%s: answered by the fast path over UDP, not over TCP", what)
+		}
+		if !ok {
+			continue
+		}
+		if diff, same := sameReply(reply, generalReplyOver(h, pkt, from, tcp)); !same {
+			t.Errorf("%s (tcp %v): %s", what, tcp, diff)
+		}
+		if !tcp {
+			udpOK, rcode = true, int(reply[3]&0xF)
+		}
 	}
-	if diff, same := sameReply(reply, generalReplyFrom(h, pkt, from)); !same {
-		t.Errorf("%s: %s", what, diff)
-	}
-	return true, int(reply[3] & 0xF)
+	return udpOK, rcode
 }
 
 // Hits: every client, query type and Records source; the fast path answers
@@ -125,7 +178,7 @@ func TestFastPathMatchesServeDNSVaried(t *testing.T) {
 							if err := general.Unpack(generalReplyFrom(h, pkt, c.addr)); err != nil {
 								t.Fatalf("%s: %v", what, err)
 							}
-							wantRcode := dns.RcodeSuccess
+							wantRcode := sourceRcode(src.rs, name, qtype)
 							if !c.allowed || qtype == dns.TypeAXFR {
 								wantRcode = dns.RcodeRefused
 							}
@@ -170,5 +223,51 @@ func TestFastRejectMatchesServeDNSVaried(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A name cached before local data covered it (the hosts file gained it, or
+// a reload added the rules) is answered locally from then on, on every
+// route: the fast path declines it, with its cached answer in hand.
+func TestFastPathDeclinesNamesLocalDataGained(t *testing.T) {
+	h, clock := variedHandler(t, nil, nil)
+	for _, name := range diffNames {
+		for _, qtype := range append([]uint16{dns.TypeA, dns.TypeAAAA}, diffQtypes...) {
+			generalReplyFrom(h, variant{name: name, qtype: qtype, edns: true, size: 1232}.pack(t), diffClients[0].addr)
+		}
+	}
+	clock.Advance(10 * time.Millisecond)
+	chain := Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
+	if err := h.Reconfigure(Config{Zones: []Zone{{Name: ".", Upstream: diffUpstream{}}}, Allow: diffAllow,
+		Records: chain, ServeStale: true, StaleClientTimeout: time.Second, StaleAnswerTTL: 30 * time.Second,
+		FailureRecheck: 30 * time.Second, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	local := 0
+	for _, name := range diffNames {
+		for _, qtype := range append([]uint16{dns.TypeA, dns.TypeAAAA}, diffQtypes...) {
+			pkt := variant{name: name, qtype: qtype, edns: true, size: 1232}.pack(t)
+			what := name + "/" + dns.TypeToString[qtype]
+			_, _, answered := diffLocal.Lookup(dns.Question{Name: name, Qtype: qtype, Qclass: dns.ClassINET})
+			got, _ := fastMatches(t, h, pkt, diffClients[0].addr, what)
+			if answered {
+				local++
+				if got {
+					t.Errorf("%s: the fast path answered from the cache a question local data answers", what)
+				}
+			}
+			if qtype == dns.TypeA && name == "foo." {
+				general := new(dns.Msg)
+				if err := general.Unpack(generalReplyFrom(h, pkt, diffClients[0].addr)); err != nil {
+					t.Fatal(err)
+				}
+				if general.Rcode != dns.RcodeNameError {
+					t.Errorf("foo. A after the reload: %s, want NXDOMAIN from domain_needed over the cached answer", dns.RcodeToString[general.Rcode])
+				}
+			}
+		}
+	}
+	if local < 5 {
+		t.Errorf("only %d questions answered locally: the test checks nothing", local)
 	}
 }

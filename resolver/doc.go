@@ -7,16 +7,20 @@
 //
 // A query reaches an answer by one of five routes:
 //
-//  1. Fast hit (udp.go → fastpath.go answerPacket): a UDP socket bound to
-//     one address; a plain query whose answer is fresh in the cache is
-//     answered by the socket's reader from the packet's bytes into a reused
-//     buffer, with no allocation.
-//  2. Fast reject (fastpath.go rejectPacket): the same reader, a miss while
+//  1. Fast hit (fastpath.go answerPacket): a plain query whose answer is
+//     fresh in the cache is answered from the packet's bytes into a reused
+//     buffer, with no allocation, by the reader of a UDP socket bound to
+//     one address (udp.go) or by a TCP connection's loop (tcp.go).
+//  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss while
 //     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
 //  3. UDP general (udp.go servePacket → ServeDNS): everything the fast
 //     path declines on such a socket, on a goroutine of its own (a
 //     reused one: workers.go).
-//  4. TCP via dns.Server (server.go AddListener → ServeDNS).
+//  4. TCP general (tcp.go serveConn → servePacket → ServeDNS): everything
+//     the fast path declines on a TCP connection, on the connection's
+//     goroutine. The TCP loop (issue 13) caps connections across listeners
+//     (tcpbudget.go), reads a query only after its length is at most
+//     MaxTCPQuerySize, and puts deadlines on idling, reading and writing.
 //  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
 //     to 0.0.0.0 or ::, which must answer from the address each query was
 //     sent to) → ServeDNS.
@@ -25,7 +29,7 @@
 //
 //   - Header rules (QR dropped, opcode → NOTIMP, QDCOUNT → FORMERR):
 //     acceptHeader, run on the header before parsing by AcceptRequest
-//     (dns.Server, routes 4 and 5), servePacket (route 3) and the fast
+//     (dns.Server, route 5), servePacket (routes 3 and 4) and the fast
 //     parser (routes 1 and 2).
 //   - Admission (header rules again, allow-list → REFUSED, two OPT records →
 //     FORMERR, EDNS version → BADVERS, class and AXFR/IXFR → REFUSED): admit,
@@ -35,10 +39,12 @@
 //   - Reply framing (QR, RA, RD and CD from the request, RFC 6840 AD, OPT
 //     with the client's DO, EDE 3 on stale and 22 on SERVFAIL, the size
 //     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
-//     64 KiB over TCP): replyShape, written as bytes by the fast path and
+//     64 KiB over TCP, the fast path's included): replyShape, written as bytes by the fast path and
 //     on a dns.Msg by replyShape.apply.
-//   - Records before the cache: ServeDNS asks RecordSource.Lookup; the fast
-//     path declines every name RecordSource.Covers.
+//   - Records before the cache: ServeDNS asks RecordSource.Lookup (the
+//     daemon's is a Chain: local data, resolver/local, then the Consul
+//     watch; the first that answers wins and names the source); the fast
+//     path declines every name RecordSource.Covers, the union of a Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry.
@@ -49,6 +55,6 @@
 // compile-time checks (contracts.go): RecordSource, HealthReporter, the
 // fast path's packetAnswerer. TestFastPathMatchesServeDNS*,
 // TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
-// ServeDNS's answers byte for byte, across client prefixes, query types and
-// Records sources.
+// ServeDNS's answers byte for byte, over UDP and TCP, across client
+// prefixes, query types and Records sources.
 package resolver

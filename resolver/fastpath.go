@@ -184,18 +184,21 @@ func appendOPT(dst []byte, do bool, ede uint16) []byte {
 	return dst
 }
 
-// answerPacket answers the UDP query in pkt from a client at from, if it is a
+// answerPacket answers the query in pkt from a client at from, if it is a
 // plain query whose answer is fresh in the cache, by appending the reply to
-// dst. It reports false, having written nothing and counted nothing, for
-// every other packet: the caller then unpacks it and calls ServeDNS.
-// q is the caller's scratch space, reused from packet to packet.
-func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, bool) {
+// dst. tcp says the query came over TCP (its message without the length
+// prefix): the reply then has TCP's size limit. It reports false, having
+// written nothing and counted nothing, for every other packet: the caller
+// then unpacks it and calls ServeDNS. q is the caller's scratch space,
+// reused from packet to packet.
+func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
 	if !q.parse(pkt) {
 		return dst, false
 	}
 	q.client = from.Addr()
+	q.tcp = tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen) // for the query log; copied only if it logs
 	if _, ok := admit(s, &q.request); !ok {
 		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it

@@ -105,7 +105,15 @@ func generalReply(h *Handler, pkt []byte) []byte {
 
 // generalReplyFrom is generalReply to a client at from.
 func generalReplyFrom(h *Handler, pkt []byte, from netip.AddrPort) []byte {
-	w := &memWriter{remote: net.UDPAddrFromAddrPort(from)}
+	return generalReplyOver(h, pkt, from, false)
+}
+
+// generalReplyOver is generalReplyFrom over UDP or TCP.
+func generalReplyOver(h *Handler, pkt []byte, from netip.AddrPort, tcp bool) []byte {
+	w := &memWriter{tcp: tcp, remote: net.UDPAddrFromAddrPort(from)}
+	if tcp {
+		w.remote = net.TCPAddrFromAddrPort(from)
+	}
 	servePacket(h, pkt, w, func(error) {})
 	return w.reply
 }
@@ -192,13 +200,13 @@ func TestFastPathMatchesServeDNS(t *testing.T) {
 	for _, v := range variants() {
 		pkt := v.pack(t)
 		k := cache.NewKey(v.name, v.qtype, dns.ClassINET, v.do, v.cd)
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok && !seen[k] {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok && !seen[k] {
 			t.Fatalf("%+v: cold cache answered by the fast path", v)
 		}
 		seen[k] = true
 		generalReply(h, pkt)                  // warm this key
 		clock.Advance(100 * time.Millisecond) // 210 variants: 21 s, inside every TTL
-		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		reply, ok := h.answerPacket(nil, pkt, from, false, &q)
 		if ok != v.fastHit {
 			t.Errorf("%+v: fast path answered %v, want %v", v, ok, v.fastHit)
 			continue
@@ -209,6 +217,17 @@ func TestFastPathMatchesServeDNS(t *testing.T) {
 		fast++
 		if diff, same := sameReply(reply, generalReply(h, pkt)); !same {
 			t.Errorf("%+v: %s", v, diff)
+		}
+		// Over TCP (issue 13: TCP has its own loop and fast path): what
+		// the fast path answers over UDP it answers over TCP, as ServeDNS
+		// does over TCP (no UDP size limit).
+		reply, ok = h.answerPacket(nil, pkt, from, true, &q)
+		if !ok {
+			t.Errorf("%+v: answered by the fast path over UDP, not over TCP", v)
+			continue
+		}
+		if diff, same := sameReply(reply, generalReplyOver(h, pkt, from, true)); !same {
+			t.Errorf("%+v over TCP: %s", v, diff)
 		}
 	}
 	if fast < 100 {
@@ -252,17 +271,17 @@ func TestFastPathDeclines(t *testing.T) {
 		}),
 	}
 	for name, pkt := range cases {
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok {
 			t.Errorf("%s: answered by the fast path", name)
 		}
 	}
-	if _, ok := h.answerPacket(nil, warm, netip.MustParseAddrPort("192.0.2.99:53000"), &q); ok {
+	if _, ok := h.answerPacket(nil, warm, netip.MustParseAddrPort("192.0.2.99:53000"), false, &q); ok {
 		t.Error("a client outside the allow-list answered by the fast path")
 	}
 	if got := h.cache.Stats(); got != before {
 		t.Errorf("declined packets changed the cache counters: %+v, before %+v", got, before)
 	}
-	if _, ok := h.answerPacket(nil, warm, from, &q); !ok {
+	if _, ok := h.answerPacket(nil, warm, from, false, &q); !ok {
 		t.Error("the warm query itself was declined")
 	}
 }
@@ -284,14 +303,14 @@ func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 	for name, want := range map[string]bool{"web.service.consul.": false, "www.example.": true} {
 		pkt := variant{name: name, qtype: dns.TypeA}.pack(t)
 		generalReply(h, pkt)
-		if _, ok := h.answerPacket(nil, pkt, from, &q); ok != want {
+		if _, ok := h.answerPacket(nil, pkt, from, false, &q); ok != want {
 			t.Errorf("%s: fast path answered %v, want %v", name, ok, want)
 		}
 	}
 }
 
-// FuzzFastPath: for any packet the fast path answers, ServeDNS gives the
-// same reply, from every client of diffClients (allowed and refused
+// FuzzFastPath: for any packet the fast path answers, over UDP or TCP,
+// ServeDNS gives the same reply over the same transport, from every client of diffClients (allowed and refused
 // prefixes), with and without a Records source; the seeds and the warm
 // cache cover query types beyond A and AAAA and names the source covers.
 func FuzzFastPath(f *testing.F) {
@@ -323,15 +342,17 @@ func FuzzFastPath(f *testing.F) {
 		var q plainQuery
 		for _, h := range hs {
 			for _, c := range diffClients {
-				reply, ok := h.answerPacket(nil, pkt, c.addr, &q)
-				if !ok {
-					continue
-				}
-				if !c.allowed {
-					t.Fatalf("client %s outside the allow-list answered by the fast path", c.addr)
-				}
-				if diff, same := sameReply(reply, generalReplyFrom(h, pkt, c.addr)); !same {
-					t.Fatal(diff)
+				for _, tcp := range []bool{false, true} {
+					reply, ok := h.answerPacket(nil, pkt, c.addr, tcp, &q)
+					if !ok {
+						continue
+					}
+					if !c.allowed {
+						t.Fatalf("client %s outside the allow-list answered by the fast path (tcp %v)", c.addr, tcp)
+					}
+					if diff, same := sameReply(reply, generalReplyOver(h, pkt, c.addr, tcp)); !same {
+						t.Fatalf("tcp %v: %s", tcp, diff)
+					}
 				}
 			}
 		}
@@ -353,7 +374,7 @@ func BenchmarkAnswerPacketHit(b *testing.B) {
 	out := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, &q); !ok {
+		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
 			b.Fatal("declined")
 		}
 	}
@@ -388,7 +409,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	} {
 		pkt := v.pack(t)
 		cacheBefore, rejectedBefore := h.cache.Stats(), h.InflightRejections()
-		reply, ok := h.answerPacket(nil, pkt, from, &q)
+		reply, ok := h.answerPacket(nil, pkt, from, false, &q)
 		if !ok {
 			t.Errorf("%+v: not rejected by the fast path with the cap full", v)
 			continue
@@ -406,7 +427,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 		}
 	}
 	for _, v := range []variant{{name: "busy.example.", qtype: dns.TypeA}, stale} {
-		if _, ok := h.answerPacket(nil, v.pack(t), from, &q); ok {
+		if _, ok := h.answerPacket(nil, v.pack(t), from, false, &q); ok {
 			t.Errorf("%s: answered by the fast path, ServeDNS joins the resolution or serves stale", v.name)
 		}
 	}

@@ -42,7 +42,10 @@ func FuzzServeDNS(f *testing.F) {
 		f.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones:              []Zone{{Name: ".", Upstream: memUpstream{}}, {Name: "consul.", Upstream: memUpstream{}}},
+		Zones: []Zone{{Name: ".", Upstream: memUpstream{}}, {Name: "consul.", Upstream: memUpstream{}}},
+		// Local data and a pushed source, chained as the daemon does:
+		// every name a client sends reaches their Lookup.
+		Records:            Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}},
 		ServeStale:         true,
 		Prefetch:           true,
 		StaleClientTimeout: time.Second,
@@ -62,10 +65,10 @@ func FuzzServeDNS(f *testing.F) {
 		var panicked any
 		guarded := recoverer{next: h, onPanic: func(v any, stack []byte) { panicked = fmt.Sprintf("%v\n%s", v, stack) }}
 		w := &memWriter{tcp: tcp}
-		// As the listeners run it: over UDP the fast path first, then the
-		// general path for what it declines.
+		// As the listeners run it: the fast path first (over UDP and TCP),
+		// then the general path for what it declines.
 		var q plainQuery
-		if reply, ok := h.answerPacket(nil, packet, fuzzClientUDP.AddrPort(), &q); ok && !tcp {
+		if reply, ok := h.answerPacket(nil, packet, fuzzClientUDP.AddrPort(), tcp, &q); ok {
 			w.Write(reply)
 		} else {
 			servePacket(guarded, packet, w, func(error) {})

@@ -17,7 +17,7 @@ const (
 	SourceCache    = "cache"    // fresh cache hit
 	SourceStale    = "stale"    // expired entry served because refreshing failed
 	SourceUpstream = "upstream" // the upstream's reply (or SERVFAIL after it failed)
-	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS
+	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS, local data (Chain)
 	SourceRecords  = "consul"   // pushed records (Config.Records), fresh
 )
 
@@ -121,18 +121,16 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		h.observe(s, &r, zone.Name, source, rcode, start, prefetch)
 	}
 
-	if s.Records != nil {
-		if body, stale, ok := s.Records.Lookup(q); ok {
-			source := SourceRecords
-			if stale {
-				source = SourceStale
-			}
-			// Pushed records carry their own TTLs; a stale source keeps them
-			// (they are the last known truth) but the answer is marked stale.
-			record(source, body.Rcode, false)
-			a.records(body, stale)
-			return
+	if body, stale, source, ok := lookupRecords(s.Records, q); ok {
+		if stale {
+			source = SourceStale
 		}
+		// Pushed and local records carry their own TTLs; a stale source
+		// keeps them (they are the last known truth) but the answer is
+		// marked stale. They never enter the cache.
+		record(source, body.Rcode, false)
+		a.records(body, stale)
+		return
 	}
 
 	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, r.do, r.cd())

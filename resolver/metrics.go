@@ -173,11 +173,46 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "towerd_invalid_packets_total",
 			Help: "Packets dropped or answered FORMERR because they could not be parsed.",
-		}, func() float64 { return float64(srv.Invalid()) }))
+		}, func() float64 { return float64(srv.Invalid()) }), tcpCollector{srv})
 	}
 	var errs []error
 	for _, c := range cs {
 		errs = append(errs, m.reg.Register(c))
 	}
 	return errors.Join(errs...)
+}
+
+// tcpCollector exposes Server.TCPStats at scrape time (issue 13).
+type tcpCollector struct{ srv *Server }
+
+var (
+	tcpConnectionsDesc = prometheus.NewDesc("towerd_tcp_connections",
+		"TCP connections open now.", nil, nil)
+	tcpConnectionsLimitDesc = prometheus.NewDesc("towerd_tcp_connections_limit",
+		"The cap on TCP connections: tcp.max_connections, lowered to keep file descriptors in reserve for upstreams and the admin server.", nil, nil)
+	tcpClosedDesc = prometheus.NewDesc("towerd_tcp_connections_closed_total",
+		"TCP connections closed, by reason: idle, cap (closed for a newer one or refused at the cap), oversize (query over 4 KiB announced), stalled (a query stopped arriving), write_timeout (the client did not read), error, client (closed by the client), shutdown.",
+		[]string{"reason"}, nil)
+	tcpAcceptErrorsDesc = prometheus.NewDesc("towerd_tcp_accept_errors_total",
+		"Failed TCP accepts, by kind: emfile (the process is out of file descriptors), enfile (the system is), other; each one backs off.",
+		[]string{"kind"}, nil)
+)
+
+func (c tcpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tcpConnectionsDesc
+	ch <- tcpConnectionsLimitDesc
+	ch <- tcpClosedDesc
+	ch <- tcpAcceptErrorsDesc
+}
+
+func (c tcpCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.srv.TCPStats()
+	ch <- prometheus.MustNewConstMetric(tcpConnectionsDesc, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(tcpConnectionsLimitDesc, prometheus.GaugeValue, float64(st.Limit))
+	for reason, n := range st.Closed {
+		ch <- prometheus.MustNewConstMetric(tcpClosedDesc, prometheus.CounterValue, float64(n), reason)
+	}
+	for kind, n := range st.AcceptErrors {
+		ch <- prometheus.MustNewConstMetric(tcpAcceptErrorsDesc, prometheus.CounterValue, float64(n), kind)
+	}
 }

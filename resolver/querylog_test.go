@@ -148,7 +148,7 @@ func BenchmarkAnswerPacketHitQueryLog(b *testing.B) {
 	out := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, &q); !ok {
+		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
 			b.Fatal("declined")
 		}
 	}

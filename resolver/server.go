@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,18 @@ type Server struct {
 	// TCPIdleTimeout closes TCP connections idle this long; zero means
 	// DefaultTCPIdleTimeout.
 	TCPIdleTimeout time.Duration
+	// TCPMaxConnections caps concurrent TCP connections over all TCP
+	// listeners; to admit one more, the connection idle longest is closed
+	// (issue 13). Zero means DefaultTCPMaxConnections. The daemon lowers it
+	// so that file descriptors stay in reserve for upstream sockets and the
+	// admin server.
+	TCPMaxConnections int
+	// TCPReadTimeout bounds how long a TCP query may take to arrive once its
+	// first byte did; zero means DefaultTCPReadTimeout.
+	TCPReadTimeout time.Duration
+	// TCPWriteTimeout bounds writing one TCP reply: a client that does not
+	// read loses its connection. Zero means DefaultTCPWriteTimeout.
+	TCPWriteTimeout time.Duration
 	// OnInvalid, if set, is called for every packet dropped or answered
 	// FORMERR because it could not be parsed.
 	OnInvalid func(err error)
@@ -44,10 +57,11 @@ type Server struct {
 	// DNS down (miekg/dns does not recover handler panics).
 	OnPanic func(v any, stack []byte)
 
-	mu      sync.Mutex
-	servers []listener
-	addrs   []string
-	dropped atomic.Uint64
+	mu        sync.Mutex
+	servers   []listener
+	addrs     []string
+	tcpBudget *tcpBudget // made by the first AddListener
+	dropped   atomic.Uint64
 }
 
 // listener is one served socket: a dns.Server, or a udpServer for UDP
@@ -147,21 +161,67 @@ func (s *Server) invalid(err error) {
 	}
 }
 
-// AddListener serves TCP on an already bound listener.
+// AddListener serves TCP on an already bound listener (its own or one
+// systemd passed) with towerd's TCP loop (tcp.go).
 func (s *Server) AddListener(l net.Listener) {
-	s.add(&dns.Server{Listener: l, Net: "tcp"}, "tcp/"+l.Addr().String())
+	fast, _ := s.Handler.(packetAnswerer)
+	limits := tcpLimits{
+		idle:  cmp.Or(s.TCPIdleTimeout, DefaultTCPIdleTimeout),
+		read:  cmp.Or(s.TCPReadTimeout, DefaultTCPReadTimeout),
+		write: cmp.Or(s.TCPWriteTimeout, DefaultTCPWriteTimeout),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tcpBudget == nil {
+		s.tcpBudget = newTCPBudget(cmp.Or(s.TCPMaxConnections, DefaultTCPMaxConnections))
+	}
+	t := newTCPServer(l, s.tcpBudget, recoverer{next: s.Handler, onPanic: s.OnPanic}, fast, limits, s.OnPanic, s.invalid)
+	s.servers = append(s.servers, t)
+	s.addrs = append(s.addrs, "tcp/"+l.Addr().String())
 }
 
-func (s *Server) add(srv *dns.Server, addr string) {
-	idle := s.TCPIdleTimeout
-	if idle == 0 {
-		idle = DefaultTCPIdleTimeout
+// TCPStats are the TCP listeners' counts for metrics.
+type TCPStats struct {
+	// Connections counts open connections; Limit is the cap on them.
+	Connections, Limit int
+	// Closed counts closed connections by reason: idle, cap, oversize,
+	// stalled, write_timeout, error, client, shutdown.
+	Closed map[string]uint64
+	// AcceptErrors counts failed accepts by kind: emfile, enfile, other.
+	AcceptErrors map[string]uint64
+}
+
+// TCPStats returns the TCP counts; all zero before a TCP listener is added.
+func (s *Server) TCPStats() TCPStats {
+	st := TCPStats{Closed: map[string]uint64{}, AcceptErrors: map[string]uint64{}}
+	s.mu.Lock()
+	b := s.tcpBudget
+	s.mu.Unlock()
+	for i, l := range tcpClosedLabels {
+		if b != nil {
+			st.Closed[l] = b.closed[i].Load()
+		} else {
+			st.Closed[l] = 0
+		}
 	}
+	for i, l := range acceptErrorLabels {
+		if b != nil {
+			st.AcceptErrors[l] = b.acceptErrs[i].Load()
+		} else {
+			st.AcceptErrors[l] = 0
+		}
+	}
+	if b != nil {
+		st.Connections, st.Limit = b.connections(), b.limit
+	}
+	return st
+}
+
+// add serves a wildcard-bound UDP socket with dns.Server.
+func (s *Server) add(srv *dns.Server, addr string) {
 	srv.Handler = recoverer{next: s.Handler, onPanic: s.OnPanic}
 	srv.MsgAcceptFunc = AcceptRequest
 	srv.MsgInvalidFunc = func(_ []byte, err error) { s.invalid(err) }
-	srv.IdleTimeout = func() time.Duration { return idle }
-	srv.MaxTCPQueries = -1 // as many queries per connection as the client sends
 	s.mu.Lock()
 	s.servers = append(s.servers, miekgServer{srv})
 	s.addrs = append(s.addrs, addr)

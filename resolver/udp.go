@@ -130,7 +130,7 @@ func (u *udpServer) answerFast(out, pkt []byte, from netip.AddrPort, q *plainQue
 			reply, ok = nil, false
 		}
 	}()
-	return u.fast.answerPacket(out, pkt, from, q)
+	return u.fast.answerPacket(out, pkt, from, false, q)
 }
 
 // serveGeneral answers one packet that the fast path declined.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -19,7 +20,9 @@ import (
 type InstallOptions struct {
 	// Root is the directory that stands for "/"; "" or "/" is this machine.
 	Root string
-	// Binary is the towerd executable copied to /usr/local/bin/towerd.
+	// Binary is the towerd executable copied to /usr/local/bin/towerd,
+	// unless the root has towerd's Debian package, whose program and units
+	// are then used as they are.
 	Binary string
 	// Upstreams, when set, become zone "."'s servers (pinned) instead of
 	// zone "." following the file the node's DHCP client maintains.
@@ -74,10 +77,15 @@ type InstallConfig struct {
 	Servers []string
 	// Source names where Servers came from: a file, or "--upstream".
 	Source string
+	// DropIn: the file goes to ConfigDropIn, over a towerd.toml that sets
+	// nothing (the package's sample), not to towerd.toml itself.
+	DropIn bool
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
-// binary, writes towerd.socket and towerd.service, writes a config whose
+// binary, writes towerd.socket and towerd.service (unless towerd's Debian
+// package provides them: packaged.go), writes a config (towerd.toml, or its
+// drop-in over the package's sample) whose
 // zone "." follows the file the node's DHCP client or network manager
 // keeps current (or forwards to the servers of a static resolv.conf, or to
 // --upstream), keeps that manager from taking /etc/resolv.conf back (its
@@ -121,8 +129,14 @@ type nodePlan struct {
 	dnsmasq  DnsmasqState
 	token    PlannedFile
 	hasToken bool
-	// keepConfig: a towerd.toml that is not install's own (or changed
-	// since) is there, and wins.
+	// packaged: the root has towerd's Debian package (packagedUnits), whose
+	// binary and units install uses instead of copying its own.
+	packaged bool
+	// configPath is where install's configuration goes: towerd.toml, or
+	// ConfigDropIn over the package's sample (configTarget).
+	configPath string
+	// keepConfig: a config at configPath that is not install's own (or
+	// changed since) is there, and wins.
 	keepConfig bool
 	found      discovered
 }
@@ -139,13 +153,15 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	if opts.RenderConfig == nil {
 		return in.r, errors.New("InstallOptions.RenderConfig is not set")
 	}
-	binary, err := os.ReadFile(opts.Binary)
-	if err != nil {
-		return in.r, fmt.Errorf("reading the towerd binary to install: %w", err)
-	}
 	p, err := in.detect(opts)
 	if err != nil {
 		return in.r, err
+	}
+	var binary []byte
+	if !p.packaged {
+		if binary, err = os.ReadFile(opts.Binary); err != nil {
+			return in.r, fmt.Errorf("reading the towerd binary to install: %w", err)
+		}
 	}
 	var act *activator
 	if opts.Activate != nil && !opts.DryRun {
@@ -167,13 +183,8 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 		return in.r, err
 	}
 
-	if err := in.writeOwned(DefaultBinaryPath, binary, 0o755, "copy of "+opts.Binary); err != nil {
+	if err := in.writeProgram(opts, p, binary, units); err != nil {
 		return in.r, err
-	}
-	for _, u := range units {
-		if err := in.writeOwned(path.Join(UnitDir, u.Name), []byte(u.Content), 0o644, ""); err != nil {
-			return in.r, err
-		}
 	}
 	if p.hasToken {
 		if err := in.writePlanned(p.token); err != nil {
@@ -292,15 +303,19 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 	}
 	p.dnsmasq = DetectDnsmasq(view)
 	p.token, p.hasToken = PlanConsulToken(view)
+	p.packaged = packagedUnits(in.fsys)
 
-	cur, err := look(in.fsys, ConfigPath)
+	if p.configPath, err = in.configTarget(p.packaged); err != nil {
+		return p, err
+	}
+	cur, err := look(in.fsys, p.configPath)
 	if err != nil {
 		return p, err
 	}
-	rec := in.m.file(ConfigPath)
+	rec := in.m.file(p.configPath)
 	p.keepConfig = cur.exists && (rec == nil || (cur.sum() != rec.Sum && !rec.Pending))
 	if p.keepConfig {
-		why := ConfigPath + " exists and install keeps it (it is not the one install wrote, or it changed since)"
+		why := p.configPath + " exists and install keeps it (it is not the one install wrote, or it changed since)"
 		switch {
 		case len(opts.Upstreams) > 0:
 			return p, errors.New("--upstream cannot take effect: " + why + "; set zone \".\"'s servers there, or move it away to have install write one")
@@ -386,7 +401,7 @@ func (in *installer) writeResolvConf() error {
 func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 	if p.keepConfig {
 		msg := "an existing config wins"
-		if rec := in.m.file(ConfigPath); rec != nil {
+		if rec := in.m.file(p.configPath); rec != nil {
 			msg = "changed since towerd install wrote it"
 		}
 		switch {
@@ -395,12 +410,13 @@ func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 		}
 		if opts.Docker {
 			msg += "; add " + p.docker.Allow + " to allow there for Docker's containers"
-			in.r.warn("%s is kept: add %q to its allow list (with the loopback networks), or towerd refuses Docker's containers", ConfigPath, p.docker.Allow)
+			in.r.warn("%s is kept: add %q to its allow list (with the loopback networks), or towerd refuses Docker's containers", p.configPath, p.docker.Allow)
 		}
-		in.r.same("kept", ConfigPath, msg)
+		in.r.same("kept", p.configPath, msg)
 		return nil
 	}
-	c := InstallConfig{Listen: towerdListenAddress + ":53", Servers: p.found.servers, Source: p.found.source, ResolvConf: p.found.follow}
+	c := InstallConfig{Listen: towerdListenAddress + ":53", Servers: p.found.servers, Source: p.found.source, ResolvConf: p.found.follow,
+		DropIn: p.configPath == ConfigDropIn}
 	var detail string
 	switch {
 	case opts.Imported != nil:
@@ -422,7 +438,53 @@ func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 		c.Allow = []string{"127.0.0.0/8", "::1/128", p.docker.Allow}
 		detail += "; listen adds " + p.docker.Listen + ", allow adds " + p.docker.Allow
 	}
-	return in.write(ConfigPath, opts.RenderConfig(c), 0o644, detail, "", nil)
+	if c.DropIn {
+		detail += "; over " + ConfigPath + ", which sets nothing (the package's sample) and stays dpkg's"
+		for _, o := range operatorDropIns(in.fsys) {
+			in.r.same("found", o, "read after "+ConfigDropIn+": what it sets wins")
+		}
+	}
+	return in.write(p.configPath, opts.RenderConfig(c), 0o644, detail, "", nil)
+}
+
+// writeProgram copies the binary and writes the units, unless towerd's
+// Debian package provides them: then copies from an earlier install, which
+// would override the package's units and drift from them at its next
+// upgrade, are undone instead.
+func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte, units []Unit) error {
+	if !p.packaged {
+		if err := in.writeOwned(DefaultBinaryPath, binary, 0o755, "copy of "+opts.Binary); err != nil {
+			return err
+		}
+		for _, u := range units {
+			if err := in.writeOwned(path.Join(UnitDir, u.Name), []byte(u.Content), 0o644, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	detail := "towerd's Debian package: its program and its units in " + PackagedUnitDir + " are used as they are, nothing is copied"
+	root := opts.Root
+	if root == "" {
+		root = "/"
+	}
+	if filepath.Join(root, PackagedBinaryPath) != opts.Binary {
+		detail += " (the units run " + PackagedBinaryPath + ", not this program, " + opts.Binary + ")"
+	}
+	in.r.same("found", PackagedBinaryPath, detail)
+	for _, name := range []string{DefaultBinaryPath, path.Join(UnitDir, SocketUnitName), path.Join(UnitDir, ServiceUnitName)} {
+		if in.m.file(name) == nil {
+			if _, err := in.fsys.Lstat(name); err == nil && name != DefaultBinaryPath {
+				in.r.warn("%s is not towerd install's and overrides the package's unit in %s: remove it (systemctl daemon-reload after) unless you mean it to",
+					name, PackagedUnitDir)
+			}
+			continue
+		}
+		if err := in.retire(name, "an earlier install's copy, which would override the package's"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writePlanned writes a file a detector planned (a manager's drop-in or

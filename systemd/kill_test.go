@@ -105,6 +105,9 @@ var killFixtures = map[string]killFixture{
 		root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
 		return root
 	}},
+	// The package's program, units and sample config: install writes
+	// its drop-in in a directory of its own under /etc/towerd.
+	"packaged dhclient": {build: packagedDhclientNode},
 }
 
 // TestInstallKilledAtEveryStep: issue 13 item 3. For every n, an install

@@ -234,6 +234,9 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 		{"the hook directory", dhclient, "etc/dhcp/dhclient-enter-hooks.d", "dir", "leads out of the root", false},
 		{"the followed file's directory", dhclient, "run/towerd-dhclient", "dir", "leads out of the root", false},
 		{"the followed file", dhclient, "run/towerd-dhclient/resolv.conf", "victim", "", false},
+		{"the config drop-in directory", packagedDhclientNode, "etc/towerd/towerd.d", "dir", "leads out of the root", false},
+		{"the config drop-in", packagedDhclientNode, "etc/towerd/towerd.d/00-install.toml", "victim", "", false},
+		{"the package's sample", packagedDhclientNode, "etc/towerd/towerd.toml", "victim", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

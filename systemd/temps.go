@@ -42,6 +42,8 @@ var sweepDirs = []string{
 	// Issue 14's files; nsswitch.conf shares /etc with resolv.conf.
 	path.Dir(NMDropIn), path.Dir(DhclientHook), path.Dir(DhclientResolvConf), path.Dir(DockerDaemonJSON),
 	path.Dir(DockerSocketDropIn), path.Dir(ConsulTokenDropIn),
+	// Over the package's sample towerd.toml (packaged.go).
+	ConfigDropInDir,
 }
 
 // sweepTemps removes what an install or uninstall killed midway left behind

@@ -133,7 +133,7 @@ func TestCLICompletion(t *testing.T) {
 			t.Errorf("zsh -n: %v\n%s", err, out)
 		}
 	}
-	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load", `("flush") flags=(-admin -all -config -zone)`)
+	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load", "('flush')\n\t\t_arguments -s \\\n\t\t\t'-admin[", "'-zone[forget every name at or below ZONE]:string: '")
 	for _, tc := range []struct {
 		words string
 		want  string
@@ -144,6 +144,10 @@ func TestCLICompletion(t *testing.T) {
 		{"towerd cache list -s", "-stale"},
 		{"towerd log-queries o", "off on"},
 		{"towerd lookup www.example. AA", "AAAA"},
+		{"towerd lookup -admin 127.0.0.1:1 www.example. AA", "AAAA"},
+		{"towerd lookup -admin 127.0.0.1:1 AA", ""},
+		{"towerd -con", "-config -consul-dns -consul-http"},
+		{"towerd drill -clients ''", ""},
 		{"towerd completion z", "zsh"},
 	} {
 		script := fmt.Sprintf("source %s\nCOMP_WORDS=(%s)\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n_towerd\nprintf '%%s\\n' \"${COMPREPLY[@]}\" | sort | tr '\\n' ' '", bashFile, tc.words)

@@ -198,9 +198,22 @@ func TestConsulFleetScale(t *testing.T) {
 	waitLog(t, all, regexp.MustCompile(`msg="consul watch: the catalog has more services than consul.max_watches`), time.Second)
 	// Each of the 150 watches holds its connection while it blocks; the
 	// transport allows 2 more, never the 200 that make the agent refuse.
-	n = connsTo(t, all, agentB.HTTPAddr)
+	// The watches start one after another: wait until all 150 run, then
+	// until each holds its connection; no sample may ever pass the bound.
+	waitMetric(t, all, "towerd_consul_watch_watched_services", 150, 15*time.Second)
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		n = connsTo(t, all, agentB.HTTPAddr)
+		if n > 152 {
+			t.Fatalf(`services = ["*"], max_watches 150: %d connections to the agent, more than 152`, n)
+		}
+		if n >= 150 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
+	}
 	t.Logf(`services = ["*"] on %d services, max_watches 150: %d connections to the agent`, fleetCatalog, n)
-	if n < 150 || n > 152 {
+	if n < 150 {
 		t.Errorf(`services = ["*"], max_watches 150: %d connections to the agent, want 150 to 152`, n)
 	}
 	for series, want := range map[string]float64{"towerd_consul_watch_catalog_capped": 1,

@@ -193,6 +193,7 @@ func TestDebPackage(t *testing.T) {
 	})
 
 	t.Run("dpkg --root", func(t *testing.T) { dpkgLifecycle(t, deb, debVersion) })
+	t.Run("towerd install on a packaged node", func(t *testing.T) { debInstallOnANode(t, deb) })
 
 	help := output(t, "", nil, "sh", "-c", `"$0" help 2>&1`, bin)
 	commands := append([]string(nil), packagedCommands...)

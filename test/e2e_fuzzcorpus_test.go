@@ -2,6 +2,8 @@ package test
 
 import (
 	"bufio"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,4 +106,82 @@ func corpusPacket(t *testing.T, path string) ([]byte, bool) {
 		return []byte(s), true
 	}
 	return nil, false
+}
+
+// maxTCPQuery is towerd's limit on a TCP query (resolver.MaxTCPQuerySize):
+// a longer length prefix closes the connection.
+const maxTCPQuery = 4096
+
+// TestFuzzCorpusOverTCP sends the same corpus over TCP (issue 13: TCP has
+// towerd's own loop): every packet up to 4 KiB pipelined on one connection,
+// then a normal query, whose answer must come last and right; every reply
+// before it is a response to one of the packets. A longer packet gets a
+// connection of its own, which towerd must close unanswered.
+func TestFuzzCorpusOverTCP(t *testing.T) {
+	t.Parallel()
+	packets := readFuzzCorpus(t)
+	up := newTestUpstream(t)
+	up.Add(t, "alive.example. 300 IN A 192.0.2.70", "big.example. 300 IN A 192.0.2.71",
+		"www.example.com. 300 IN A 192.0.2.72")
+	d := startTowerd(t, "-config", "", "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
+
+	c, err := dns.Dial("tcp", d.TCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ids := map[uint16]bool{}
+	var stream []byte
+	for name, p := range packets {
+		if len(p) > maxTCPQuery {
+			oversize, err := net.Dial("tcp", d.TCP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oversize.Write(append([]byte{byte(len(p) >> 8), byte(len(p))}, p...))
+			oversize.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if n, err := oversize.Read(make([]byte, 2)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("%s (%d bytes): read %d bytes, %v; want towerd to close the connection", name, len(p), n, err)
+			}
+			oversize.Close()
+			continue
+		}
+		if len(p) >= 2 {
+			ids[uint16(p[0])<<8|uint16(p[1])] = true
+		}
+		stream = append(stream, byte(len(p)>>8), byte(len(p)))
+		stream = append(stream, p...)
+	}
+	alive := query("alive.example.", dns.TypeA, true)
+	alive.Id = 0xA11E
+	for ids[alive.Id] {
+		alive.Id++
+	}
+	wire, _ := alive.Pack()
+	stream = append(append(stream, byte(len(wire)>>8), byte(len(wire))), wire...)
+	if _, err := c.Conn.Write(stream); err != nil { // raw: dns.Conn.Write would frame it again
+		t.Fatal(err)
+	}
+	replies := 0
+	for {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		r, err := c.ReadMsg()
+		if err != nil {
+			t.Fatalf("after %d replies: %v", replies, err)
+		}
+		if r.Id == alive.Id {
+			if r.Rcode != dns.RcodeSuccess || !slices.Equal(addresses(r.Answer), []string{"192.0.2.70"}) {
+				t.Fatalf("the query after the corpus: rcode %s, answer %v; want 192.0.2.70", dns.RcodeToString[r.Rcode], r.Answer)
+			}
+			break
+		}
+		replies++
+		if !r.Response || !ids[r.Id] {
+			t.Errorf("reply QR %v, ID %d: not a response to a packet sent", r.Response, r.Id)
+		}
+	}
+	t.Logf("%d corpus packets pipelined on one TCP connection, %d answered before the last query", len(packets), replies)
+	if strings.Contains(d.stderr.String(), "BUG: panic") {
+		t.Errorf("a corpus packet made the handler panic:\n%s", d.stderr)
+	}
 }

@@ -241,14 +241,23 @@ var (
 // and must then exit 0 without a data race report.
 func startTowerd(t *testing.T, args ...string) *towerd {
 	t.Helper()
+	return startTowerdVia(t, nil, args...)
+}
+
+// startTowerdVia is startTowerd with the binary started through wrapper, a
+// command that execs its last argument (e.g. prlimit), so the PID is
+// towerd's own.
+func startTowerdVia(t *testing.T, wrapper []string, args ...string) *towerd {
+	t.Helper()
 	mustNotUseSystemResolvers(t, args)
 	// The admin server's default port is fixed; parallel daemons each take
 	// a free one instead. The Consul watch is off unless a test names the
 	// agent it started (-consul-http): no test talks to an agent it does
 	// not own. The cache is not saved unless a test names its own
 	// -state-dir: parallel daemons must not load each other's answers.
-	cmd := exec.Command(towerdBin, append([]string{"-log-level", "debug", "-admin", "127.0.0.1:0",
+	argv := append(append(append([]string(nil), wrapper...), towerdBin), append([]string{"-log-level", "debug", "-admin", "127.0.0.1:0",
 		"-consul-http", "off", "-state-dir", ""}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	p := startProcess(t, cmd)
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })

@@ -50,8 +50,10 @@ type hold struct {
 }
 
 // testSOA is the SOA of NXDOMAIN and NODATA replies: RFC 2308 negative TTL
-// min(60, 60) = 60 s.
-const testSOA = "test. 60 IN SOA ns.test. hostmaster.test. 1 3600 600 86400 60"
+// min(60, 60) = 60 s. Its owner is the root, which encloses every name the
+// tests ask: the scrubber keeps only the SOA of a zone enclosing the
+// question (issue 11).
+const testSOA = ". 60 IN SOA ns.test. hostmaster.test. 1 3600 600 86400 60"
 
 // newTestUpstream starts a server and stops it when the test ends.
 func newTestUpstream(t *testing.T) *testUpstream {

@@ -8,8 +8,8 @@ import (
 
 // command is one subcommand: how it is called and what it does. The
 // table below is the one list of subcommands: dispatch, `towerd help`,
-// the completion scripts and the packaging branch's man pages (which read
-// `towerd help`) all come from it.
+// the completion scripts and the package's man page (cmd/towerd/dist
+// reads `towerd help -json`) all come from it.
 type command struct {
 	name     string // "stats", or two words for a group: "cache list"
 	synopsis string // arguments and flags after the name, for the usage line
@@ -39,7 +39,7 @@ func init() {
 		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did",
 			func(a []string, o, e io.Writer) int { return installCommand(a, o, e, true) }},
 		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", importDnsmasqCommand},
-		{"drill", "[flags]", "rehearse a bad upstream day in-process", drillCommand},
+		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drillCommand},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},
 		{"help", "[SUBCOMMAND]", "list the subcommands, or show one's usage and flags", helpCommand},
@@ -107,10 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--help" }
 
 // usage lists every subcommand, one per line: "  NAME SYNOPSIS" padded to
-// a column, then the summary. The packaging branch's man page generator
-// (cmd/towerd/dist) reads these lines, so their shape stays: two spaces,
-// "towerd", the name (one or two lower-case words), the synopsis, two or
-// more spaces, the summary.
+// a column, then the summary.
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: towerd [SUBCOMMAND] [flags] [args]")
 	fmt.Fprintln(w)
@@ -162,10 +159,19 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// helpCommand is `towerd help [SUBCOMMAND]`.
+// helpCommand is `towerd help [SUBCOMMAND]`. `towerd help -json`, not
+// listed, prints the table with each subcommand's flags for
+// cmd/towerd/dist, which writes the man page from it.
 func helpCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stdout)
+		return exitOK
+	}
+	if len(args) == 1 && args[0] == "-json" {
+		if err := helpDocs(stdout); err != nil {
+			fmt.Fprintln(stderr, "towerd help:", err)
+			return exitFail
+		}
 		return exitOK
 	}
 	if len(args) == 1 && isGroup(args[0]) {

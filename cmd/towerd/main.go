@@ -221,10 +221,12 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		if source != "" {
 			fmt.Fprintf(stdout, "  (zone \".\" servers from %s, followed while towerd runs)\n", source)
 		}
+		printDropIns(stdout, o.configPath)
 		if note := cfg.Consul.CredentialsNote(); note != "" {
 			fmt.Fprintf(stdout, "  (%s)\n", note)
 		}
 		warnNoRootServers(stderr, zones, source)
+		warnOwnResolvConf(stderr, cfg, source)
 		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -182,7 +183,9 @@ func copyrightFile(binary, ownLicense string) (string, error) {
 		case "Apache-2.0", "MPL-2.0":
 			// The full texts are in /usr/share/common-licenses.
 			fmt.Fprintf(&b, "License: %s\n", name)
-			common = appendNew(common, name)
+			if !slices.Contains(common, name) {
+				common = append(common, name)
+			}
 			if notice != "" {
 				b.WriteString("Comment: its NOTICE file:\n" + indent(notice))
 			}

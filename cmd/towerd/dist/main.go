@@ -1,8 +1,9 @@
 // Command dist lays out the file tree of towerd's Debian package from a
 // built towerd binary: the binary, the systemd units rendered by the same
 // code `towerd install` uses (so ExecStart names the packaged binary), the
-// sample configuration as a conffile, man pages and shell completions
-// written from the binary's own help, the copyright file of everything
+// sample configuration as a conffile, the man page written from the
+// binary's subcommand table (`towerd help -json`), the binary's own shell
+// completions (`towerd completion bash|zsh`), the copyright file of everything
 // linked into it, and the DEBIAN control files. `make deb` runs it and packs
 // the tree with dpkg-deb; no debhelper is needed.
 //
@@ -90,15 +91,25 @@ func build(o options) error {
 	}
 	t.add(configPath, sample, 0o644)
 
-	_, cmds, err := readCLI(o.binary)
+	cmds, err := readCLI(o.binary)
 	if err != nil {
 		return err
 	}
 	date := stamp.Format("2006-01-02")
 	t.add("/usr/share/man/man8/towerd.8.gz", gz([]byte(towerdManPage(cmds, date, o.version))), 0o644)
 	t.add("/usr/share/man/man5/towerd.toml.5.gz", gz([]byte(configManPage(string(sample), date, o.version))), 0o644)
-	t.add("/usr/share/bash-completion/completions/towerd", []byte(bashCompletion(cmds)), 0o644)
-	t.add("/usr/share/zsh/vendor-completions/_towerd", []byte(zshCompletion(cmds)), 0o644)
+	// The completions are the binary's own `towerd completion`, as a user
+	// would install them by hand.
+	for _, c := range [][2]string{
+		{"bash", "/usr/share/bash-completion/completions/towerd"},
+		{"zsh", "/usr/share/zsh/vendor-completions/_towerd"},
+	} {
+		script, err := runBinary(o.binary, "completion", c[0])
+		if err != nil {
+			return err
+		}
+		t.add(c[1], script, 0o644)
+	}
 
 	readme, err := os.ReadFile(o.readme)
 	if err != nil {

@@ -50,7 +50,9 @@ type Config struct {
 	Cache      CacheConfig      `toml:"cache"`
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
+	TCP        TCPConfig        `toml:"tcp"`
 	Zones      []ZoneConfig     `toml:"zone"`
+	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
 	Consul     ConsulConfig     `toml:"consul"` // consul.go
 }
@@ -95,6 +97,24 @@ type UpstreamConfig struct {
 	// server's measured round-trip; below it a fast server's hiccup would
 	// already cost a retry.
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
+}
+
+// TCPConfig is the [tcp] table: limits on DNS over TCP (issue 13), which any
+// local process can open connections to.
+type TCPConfig struct {
+	// MaxConnections: concurrent TCP connections; to admit one more, the
+	// connection idle longest is closed. Lowered at start when the file
+	// descriptor limit would not leave the reserve for upstream sockets
+	// and the admin server.
+	MaxConnections int `toml:"max_connections"`
+	// IdleTimeout: a connection without a query this long is closed.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// ReadTimeout: once a query's first byte arrived, the rest must
+	// arrive within this, or the connection is closed.
+	ReadTimeout Duration `toml:"read_timeout"`
+	// WriteTimeout: a reply not taken by the client within this closes
+	// the connection.
+	WriteTimeout Duration `toml:"write_timeout"`
 }
 
 // ZoneConfig is one [[zone]] entry.
@@ -163,6 +183,13 @@ func DefaultConfig() Config {
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
 		},
+		TCP: TCPConfig{
+			MaxConnections: 256,
+			IdleTimeout:    Dur(10 * time.Second), // RFC 7766 §6.2.3: seconds, not minutes
+			ReadTimeout:    Dur(2 * time.Second),
+			WriteTimeout:   Dur(2 * time.Second),
+		},
+		Local:  defaultLocalConfig(),
 		Admin:  AdminConfig{Listen: DefaultAdminListen},
 		Consul: defaultConsulConfig(),
 	}

@@ -34,6 +34,11 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"bad level", "log_level = \"loud\"\n", `towerd.toml:1: key "log_level"`},
 		{"negative save interval", "state_dir = \"\"\nstate_save_interval = \"-1m\"\n", `towerd.toml:2: key "state_save_interval": cannot be negative`},
 		{"attempt floor over budget", "[upstream]\ntimeout = \"1s\"\nmin_attempt_timeout = \"2s\"\n", `towerd.toml:3: key "upstream.min_attempt_timeout"`},
+		{"udp size too small", "max_udp_size = 100\n", `towerd.toml:1: key "max_udp_size": must be between 512 and 65535`},
+		{"udp size too large", "\nmax_udp_size = 70000\n", `towerd.toml:2: key "max_udp_size"`},
+		{"no tcp connections", "[tcp]\nmax_connections = 0\n", `towerd.toml:2: key "tcp.max_connections": must be at least 1`},
+		{"zero tcp write timeout", "[tcp]\nidle_timeout = \"5s\"\nwrite_timeout = \"0s\"\n", `towerd.toml:3: key "tcp.write_timeout": must be positive`},
+		{"unknown tcp key", "[tcp]\nmax_conns = 5\n", `towerd.toml:2: key "tcp.max_conns": unknown key`},
 		{"syntax", "[cache\n", `towerd.toml:1:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,6 +252,25 @@ func TestAdminErrorNamesLineInTable(t *testing.T) {
 	_, err := Load(path, false)
 	if err == nil || !strings.Contains(err.Error(), `towerd.toml:7: key "admin.listen"`) {
 		t.Fatalf("error %v, want it at towerd.toml:7", err)
+	}
+}
+
+// max_udp_size and [tcp] are read from the file (issue 13); before, a file
+// setting max_udp_size failed as an unknown key.
+func TestLoadSizeAndTCPKeys(t *testing.T) {
+	def := DefaultConfig()
+	if def.MaxUDPSize != 1232 || def.TCP.MaxConnections != 256 || def.TCP.IdleTimeout.Duration != 10*time.Second ||
+		def.TCP.ReadTimeout.Duration != 2*time.Second || def.TCP.WriteTimeout.Duration != 2*time.Second {
+		t.Fatalf("defaults: max_udp_size %d, tcp %+v", def.MaxUDPSize, def.TCP)
+	}
+	path := writeFile(t, "towerd.toml", "max_udp_size = 4096\n[tcp]\nmax_connections = 32\nidle_timeout = \"3s\"\nread_timeout = \"500ms\"\nwrite_timeout = \"1s\"\n")
+	cfg, err := Load(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TCPConfig{MaxConnections: 32, IdleTimeout: Dur(3 * time.Second), ReadTimeout: Dur(500 * time.Millisecond), WriteTimeout: Dur(time.Second)}
+	if cfg.MaxUDPSize != 4096 || cfg.TCP != want {
+		t.Fatalf("loaded max_udp_size %d, tcp %+v; want 4096, %+v", cfg.MaxUDPSize, cfg.TCP, want)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,25 +44,42 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Load reads path over the defaults. A missing file is fine when
-// optional (the default path): towerd then runs on built-in defaults.
+// Load reads path over the defaults, then its drop-ins (DropIns) over
+// it. A missing file is fine when optional (the default path): towerd then
+// runs on built-in defaults and the drop-ins.
 func Load(path string, optional bool) (Config, error) {
 	cfg := DefaultConfig()
 	if path == "" {
 		return cfg, nil
 	}
 	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) && optional {
-		return cfg, nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
+	switch {
+	case errors.Is(err, os.ErrNotExist) && optional:
+		data = nil
+	case errors.Is(err, os.ErrNotExist):
 		return cfg, fmt.Errorf("config file %s does not exist (a file named with -config must exist; without -config towerd reads %s if it is there, else uses built-in defaults)", path, DefaultPath)
-	}
-	if err != nil {
+	case err != nil:
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
-	if err := Decode(data, path, &cfg); err != nil {
+	files := []loadedFile{{path, data}}
+	if data == nil {
+		files = nil
+	}
+	dropIns, err := DropIns(path)
+	if err != nil {
 		return cfg, err
+	}
+	for _, p := range dropIns {
+		d, err := os.ReadFile(p)
+		if err != nil {
+			return cfg, fmt.Errorf("reading config: %w", err)
+		}
+		files = append(files, loadedFile{p, d})
+	}
+	for _, f := range files {
+		if err := decodeOver(f, &cfg); err != nil {
+			return cfg, err
+		}
 	}
 	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
 		cfg.Consul.TokenFile = p
@@ -68,12 +87,74 @@ func Load(path string, optional bool) (Config, error) {
 	if err := cfg.Validate(); err != nil {
 		var ce *Error
 		if errors.As(err, &ce) {
-			ce.File = path
-			ce.Line = lineOfKey(data, ce.Key)
+			// The last file that names the key set it.
+			for _, f := range slices.Backward(files) {
+				if line := lineOfKey(f.data, ce.Key); line > 0 || f.path == path {
+					ce.File, ce.Line = f.path, line
+					break
+				}
+			}
 		}
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// loadedFile is one file Load read: towerd.toml or a drop-in.
+type loadedFile struct {
+	path string
+	data []byte
+}
+
+// DropInDirName is the directory of drop-ins beside the config file:
+// /etc/towerd/towerd.d for /etc/towerd/towerd.toml.
+const DropInDirName = "towerd.d"
+
+// DropIns lists the drop-ins of the config file at path: the *.toml files
+// of towerd.d beside it, in name order (as systemd and sshd order theirs),
+// each read over the file and the ones before it. `towerd install` puts
+// what it decided for the node in towerd.d/00-install.toml when towerd.toml
+// is the package's sample, so the conffile stays dpkg's. A missing
+// directory has none.
+func DropIns(path string) ([]string, error) {
+	dir := filepath.Join(filepath.Dir(path), DropInDirName)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading config drop-ins: %w", err)
+	}
+	var out []string
+	for _, e := range entries { // ReadDir sorts by name
+		if strings.HasSuffix(e.Name(), ".toml") && !strings.HasPrefix(e.Name(), ".") && !e.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// decodeOver reads one file over cfg. A key it sets replaces the value so
+// far; its zones merge by name, as they merge over the defaults: a zone it
+// names replaces that zone, the others stay.
+func decodeOver(f loadedFile, cfg *Config) error {
+	zones := cfg.Zones
+	cfg.Zones = nil
+	if err := Decode(f.data, f.path, cfg); err != nil {
+		return err
+	}
+	// A zone named twice in one file stays twice, for Validate to refuse.
+	merged, replaced := slices.Clone(zones), map[int]bool{}
+	for _, z := range cfg.Zones {
+		i := slices.IndexFunc(zones, func(m ZoneConfig) bool { return dns.CanonicalName(m.Name) == dns.CanonicalName(z.Name) })
+		if i >= 0 && !replaced[i] {
+			merged[i], replaced[i] = z, true
+		} else {
+			merged = append(merged, z)
+		}
+	}
+	cfg.Zones = merged
+	return nil
 }
 
 // Decode reads TOML data over cfg, rejecting unknown keys; path only names
@@ -120,10 +201,13 @@ func lineOfKey(data []byte, key string) int {
 	if i := strings.Index(leaf, `\[`); i >= 0 {
 		leaf = leaf[:i]
 	}
-	table := ""
-	if len(parts) > 1 {
-		table, _, _ = strings.Cut(parts[0], "[")
+	// The key's table: "local.address[0].name" is in [[local.address]].
+	var tables []string
+	for _, p := range parts[:len(parts)-1] {
+		p, _, _ = strings.Cut(p, "[")
+		tables = append(tables, p)
 	}
+	table := strings.Join(tables, ".")
 	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
 	current := ""
 	for i, line := range strings.Split(string(data), "\n") {
@@ -139,7 +223,7 @@ func lineOfKey(data []byte, key string) int {
 }
 
 // tableHeader matches "[cache]" and "[[zone]]" lines.
-var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_-]+)\s*\]\]?`)
+var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?`)
 
 func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
@@ -218,10 +302,16 @@ func (c *Config) Validate() error {
 	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
 		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
 	}
+	if err := c.TCP.validate(); err != nil {
+		return err
+	}
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
 	if err := c.Consul.validate(); err != nil {
+		return err
+	}
+	if err := c.Local.validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -310,7 +400,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 // readResolvConf reads the file named by the resolv_conf key, or the system's.
 func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	if path == "" {
-		return resolvconf.ReadSystem(root)
+		return readSystemResolvConf(root) // systemresolv.go
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -319,6 +409,21 @@ func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	defer f.Close()
 	rc, err := resolvconf.Parse(f)
 	return rc, path, err
+}
+
+func (t TCPConfig) validate() error {
+	if t.MaxConnections < 1 {
+		return keyErr("tcp.max_connections", "must be at least 1 (got %d)", t.MaxConnections)
+	}
+	for _, k := range []struct {
+		key string
+		d   Duration
+	}{{"tcp.idle_timeout", t.IdleTimeout}, {"tcp.read_timeout", t.ReadTimeout}, {"tcp.write_timeout", t.WriteTimeout}} {
+		if k.d.Duration <= 0 {
+			return keyErr(k.key, "must be positive (got %v)", k.d)
+		}
+	}
+	return nil
 }
 
 func (a AdminConfig) validate() error {

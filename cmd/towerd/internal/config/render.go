@@ -22,6 +22,16 @@ type File struct {
 	Keys []Key
 	// Zones become [[zone]] tables after the keys.
 	Zones []Zone
+	// Addresses become [[local.address]] tables after the zones.
+	Addresses []Address
+}
+
+// Address is one [[local.address]] table.
+type Address struct {
+	Name      string
+	Addresses []string
+	// Comment, when set, follows "[[local.address]]" on its line.
+	Comment string
 }
 
 // Key is one "name = value" line.
@@ -50,7 +60,7 @@ type Zone struct {
 
 // tableOrder is the order tables appear in, that of Config's fields, so a
 // rendered file reads like the README's configuration table.
-var tableOrder = []string{"", "cache", "serve_stale", "upstream", "admin", "consul"}
+var tableOrder = []string{"", "cache", "serve_stale", "upstream", "tcp", "local", "admin", "consul"}
 
 // Render writes f as TOML that Load reads back. It panics on a value of a
 // type it cannot write: that is a programming error, not input.
@@ -99,6 +109,13 @@ func (f File) Render() []byte {
 			b.WriteString("  # " + z.Comment)
 		}
 		fmt.Fprintf(&b, "\nname    = %s\nservers = %s\n", tomlString(z.Name), tomlValue(z.Servers))
+	}
+	for _, a := range f.Addresses {
+		b.WriteString("\n[[local.address]]")
+		if a.Comment != "" {
+			b.WriteString("  # " + a.Comment)
+		}
+		fmt.Fprintf(&b, "\nname      = %s\naddresses = %s\n", tomlString(a.Name), tomlValue(a.Addresses))
 	}
 	return []byte(b.String())
 }
@@ -176,6 +193,9 @@ type InstallSettings struct {
 	// Servers: zone "."'s servers, copied or pinned; Source says from where.
 	Servers []string
 	Source  string
+	// DropIn: the file is towerd.d/00-install.toml, read over a
+	// towerd.toml that sets nothing (the package's sample).
+	DropIn bool
 }
 
 // File renders the settings as install's towerd.toml.
@@ -188,6 +208,17 @@ func (s InstallSettings) File() File {
 			"Under towerd.socket the sockets come from systemd; listen still tells",
 			"towerd which addresses are its own, so it never forwards to itself.",
 		},
+	}
+	if s.DropIn {
+		f.Header = []string{
+			"Written by `towerd install`: what it found on this node. It is read over",
+			DefaultPath + ", the package's sample, which sets nothing and",
+			"stays dpkg's (no question at upgrades). Edit freely, or override a key in a",
+			"later file of this directory; `towerd uninstall` removes this file only",
+			"while it is unchanged. Every key and its default: towerd.toml(5).",
+			"Under towerd.socket the sockets come from systemd; listen still tells",
+			"towerd which addresses are its own, so it never forwards to itself.",
+		}
 	}
 	f.Keys, f.Zones = s.keysAndZones()
 	return f

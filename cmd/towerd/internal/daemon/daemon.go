@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
 	"github.com/towerd/towerd/upstream/consul"
 	"github.com/towerd/towerd/upstream/resolvconf"
@@ -97,6 +99,13 @@ type Daemon struct {
 	resolvChanges prometheus.Counter
 	followEvent   func(what string, servers []string)
 
+	// Local data (local.go): the source the handler runs with, the one
+	// resolverConfig built last (running once the handler takes it), and
+	// the poll of its hosts files.
+	local         atomic.Pointer[local.Source]
+	localNext     *local.Source
+	stopLocalPoll func()
+
 	reloads  chan chan reloadOutcome
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -141,9 +150,14 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
 	h.SetLogQueries(cfg.LogQueries)
+	d.local.Store(d.localNext)
 
 	d.server = &resolver.Server{
-		Handler: h,
+		Handler:           h,
+		TCPMaxConnections: tcpConnectionCap(cfg, d.log), // fds.go
+		TCPIdleTimeout:    cfg.TCP.IdleTimeout.Duration,
+		TCPReadTimeout:    cfg.TCP.ReadTimeout.Duration,
+		TCPWriteTimeout:   cfg.TCP.WriteTimeout.Duration,
 		OnInvalid: func(err error) {
 			d.log.Debug("dropped unparsable packet", "err", err)
 		},
@@ -166,7 +180,12 @@ func New(opts Options) (*Daemon, error) {
 // gets an upstream that fails at once (resolvwatch.go).
 func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (resolver.Config, []*upstream.Group, error) {
 	var groups []*upstream.Group
-	rcfg := d.handlerConfig(cfg)
+	src, err := d.newLocal(cfg, zones)
+	if err != nil {
+		return resolver.Config{}, nil, err
+	}
+	d.localNext = src
+	rcfg := d.handlerConfig(cfg, d.records(src))
 	for _, z := range zones {
 		if len(z.Servers) == 0 && z.Name == "." {
 			rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: noServers{}})
@@ -183,8 +202,9 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 	return rcfg, groups, nil
 }
 
-// handlerConfig is the handler's configuration without its zones.
-func (d *Daemon) handlerConfig(cfg config.Config) resolver.Config {
+// handlerConfig is the handler's configuration without its zones, answering
+// from records first (local data, then the Consul watch).
+func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource) resolver.Config {
 	rcfg := resolver.Config{
 		QueryTimeout:       cfg.QueryTimeout.Duration,
 		MaxUDPSize:         cfg.MaxUDPSize,
@@ -196,9 +216,7 @@ func (d *Daemon) handlerConfig(cfg config.Config) resolver.Config {
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
 	}
-	if d.consul != nil {
-		rcfg.Records = d.consul // a nil *Watcher must not become a non-nil interface
-	}
+	rcfg.Records = records
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}

@@ -57,7 +57,8 @@ func followPaths(cfg config.Config) []string {
 	if cfg.ResolvConf != "" {
 		return []string{cfg.ResolvConf}
 	}
-	return resolvconf.SystemPaths("/")
+	paths, _ := config.SystemResolvConfs("/")
+	return paths
 }
 
 // initFollow creates what outlives one watch: the wake-up channel and the
@@ -96,6 +97,11 @@ func (d *Daemon) startFollow(cfg config.Config) {
 	}
 	d.follow = f
 	d.log.Info("zone \".\" follows its resolv.conf", "files", strings.Join(paths, " "))
+	if cfg.ResolvConf == "" {
+		if _, note := config.SystemResolvConfs("/"); note != "" {
+			d.log.Warn(note)
+		}
+	}
 	d.followResolvConf()
 }
 
@@ -234,7 +240,8 @@ func (d *Daemon) setRootServers(servers []string) error {
 	if err != nil {
 		return err
 	}
-	rcfg := d.handlerConfig(d.cfg)
+	// Only zone "."'s servers change: the local data in force stays.
+	rcfg := d.handlerConfig(d.cfg, d.records(d.local.Load()))
 	groups := slices.Clone(d.groups)
 	var old *upstream.Group
 	if i := slices.IndexFunc(groups, func(g *upstream.Group) bool { return g.Address() == "." }); i >= 0 {

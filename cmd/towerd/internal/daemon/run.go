@@ -28,6 +28,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.stopped)
 	d.startAdmin()
 	d.runConsul()
+	d.runLocal()
 	d.saver = d.startCacheSaver(d.cache, d.cfg) // state.go
 	for _, z := range d.zones {
 		d.log.Info("zone", "name", z.Name, "servers", strings.Join(z.Servers, ","))
@@ -58,6 +59,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.saver.stop()
 			d.handler.Close()
 			d.stopConsul()
+			d.stopLocal()
 			closeGroups(d.groups)
 			return fmt.Errorf("serving stopped: %w", err)
 		case <-ready:
@@ -149,6 +151,7 @@ func (d *Daemon) shutdown(why string) {
 	d.saver.stop()
 	d.saveCache(d.cache, d.cfg) // state.go
 	d.stopConsul()
+	d.stopLocal()
 	closeGroups(d.groups)
 	if err != nil {
 		d.log.Warn("queries still running at shutdown were dropped", "err", err)
@@ -185,15 +188,16 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 
 // reloadResult sorts the keys that differ between the running
 // configuration and the new one into those a reload applies and those
-// that wait for a restart: the sockets (listen), the cache's size, the
-// admin server, and the Consul watch, which also keeps the stale age it
+// that wait for a restart: the sockets (listen) and their [tcp] limits, the
+// cache's size, the admin server, and the Consul watch, which also keeps the stale age it
 // started with.
 func reloadResult(old, cfg config.Config, adminCfg config.AdminConfig) admin.ReloadResult {
 	old.Admin = adminCfg // compare with the admin server that runs
 	res := admin.ReloadResult{Applied: []string{}, RestartNeeded: []string{}}
 	for _, key := range config.Changed(old, cfg) {
 		switch {
-		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "consul."):
+		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "consul."),
+			strings.HasPrefix(key, "tcp."): // the TCP listeners' limits are set when they start
 			res.RestartNeeded = append(res.RestartNeeded, key)
 		case (key == "serve_stale.max_age" || key == "serve_stale.enabled") && cfg.Consul.Enabled:
 			// The cache follows at once; the watch's records only on restart.
@@ -239,11 +243,12 @@ func sameZone(a, b config.ZoneConfig) bool {
 func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	old := d.groups
 	d.groups = groups
+	d.local.Store(d.localNext) // the handler answers from it already
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
-	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size {
-		d.log.Warn("listen addresses and cache.size change only on restart")
+	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size || cfg.TCP != d.cfg.TCP {
+		d.log.Warn("listen addresses, cache.size and [tcp] change only on restart")
 	}
 	if consulChanged(d.cfg, cfg) {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")

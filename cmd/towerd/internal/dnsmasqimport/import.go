@@ -33,6 +33,8 @@ type importer struct {
 	portAt     string
 	noResolv   bool
 	resolvSet  bool
+
+	local localImport // local.go
 }
 
 // importedKey is one towerd key and the dnsmasq line it came from.
@@ -53,7 +55,14 @@ type importedZone struct {
 type Note struct {
 	where, directive, why string
 	partly                bool
+	changes               bool // towerd answers some question differently
 }
+
+// ChangesAnswers reports whether what was dropped makes towerd answer some
+// question differently from dnsmasq (an rcode, a record, who gets an
+// answer), as opposed to caching, logging or process settings.
+// `towerd import-dnsmasq` exits 1 when any note does.
+func (n Note) ChangesAnswers() bool { return n.changes }
 
 // String is the note as printed: "file:line: directive: verdict: why".
 func (n Note) String() string {
@@ -67,32 +76,56 @@ func (n Note) String() string {
 // unsupported explains the common directives towerd has no
 // equivalent for; any other unknown directive is reported too, without why.
 var unsupported = map[string]string{
-	"address":          "towerd serves no static answers",
 	"interface":        "towerd listens on addresses (listen), not interfaces",
 	"except-interface": "towerd listens on addresses (listen), not interfaces",
 	"bind-interfaces":  "towerd binds exactly the listen addresses anyway",
 	"bind-dynamic":     "towerd binds exactly the listen addresses anyway",
-	"domain-needed":    "towerd forwards names without dots too",
-	"bogus-priv":       "towerd forwards private reverse lookups like any other name",
 	"log-queries":      "towerd logs to stderr by log_level; there is no query log",
 	"user":             "towerd.service runs towerd as its own unprivileged user",
 	"group":            "towerd.service runs towerd as its own unprivileged user",
 	"pid-file":         "systemd tracks towerd's process",
-	"no-hosts":         "towerd does not answer from /etc/hosts (glibc reads it first anyway)",
-	"addn-hosts":       "towerd does not answer from hosts files",
-	"expand-hosts":     "towerd does not answer from hosts files",
+	"expand-hosts":     "towerd answers hosts files' names as written, without adding the domain",
 	"domain":           "towerd serves no local domain",
 	"cname":            "towerd serves no records of its own",
 	"srv-host":         "towerd serves no records of its own",
 	"txt-record":       "towerd serves no records of its own",
 	"ptr-record":       "towerd serves no records of its own",
 	"host-record":      "towerd serves no records of its own",
-	"local-ttl":        "towerd serves no records of its own",
 	"dnssec":           "towerd does not validate DNSSEC (it passes the DO and CD bits on)",
 	"clear-on-reload":  "towerd keeps its cache across reloads",
-	"rev-server":       "write the reverse zone as server=/x.in-addr.arpa/ADDR",
 	"all-servers":      "towerd asks one server at a time, the next after a timeout taken from the round-trip time; it never races them",
 	"neg-ttl":          "towerd never caches NXDOMAIN and caches NODATA for its SOA's TTL (RFC 2308); a reply without SOA is not cached",
+}
+
+// harmless are the directives whose loss changes no answer: where towerd
+// listens and runs, what it logs, how it caches. Any other directive not
+// carried over changes answers, unknown ones included.
+var harmless = map[string]bool{
+	"interface": true, "except-interface": true, "bind-interfaces": true, "bind-dynamic": true,
+	"log-queries": true, "log-facility": true, "log-async": true, "log-dhcp": true, "log-debug": true,
+	"user": true, "group": true, "pid-file": true, "keep-in-foreground": true, "no-daemon": true,
+	"clear-on-reload": true, "all-servers": true, "neg-ttl": true, "no-negcache": true,
+	"cache-size": true, "min-cache-ttl": true, "max-cache-ttl": true, "use-stale-cache": true,
+	"dns-forward-max": true, "local-service": true, "edns-packet-max": true, "query-port": true,
+	"min-port": true, "max-port": true, "no-round-robin": true, "fast-dns-retry": true,
+	"dns-loop-detect": true, "ipset": true, "nftset": true, "conntrack": true, "enable-ra": true,
+	"no-ping": true, "enable-tftp": true,
+	// domain= names the DHCP domain; it changes DNS answers only with
+	// expand-hosts, which is noted on its own.
+	"domain": true,
+}
+
+// isHarmless is harmless with the families of DHCP, TFTP and quiet-*
+// options; dhcp-range and dhcp-host are not: dnsmasq answers its DHCP
+// clients' names, and towerd does not.
+func isHarmless(name string) bool {
+	switch {
+	case name == "dhcp-range" || name == "dhcp-host":
+		return false
+	case strings.HasPrefix(name, "dhcp") || strings.HasPrefix(name, "tftp") || strings.HasPrefix(name, "quiet-"):
+		return true
+	}
+	return harmless[name]
 }
 
 // Result is an imported configuration: the towerd.toml to write and what
@@ -147,6 +180,7 @@ func (im *importer) file() config.File {
 		}
 		f.Zones = append(f.Zones, config.Zone{Name: z.name, Servers: dedupe(z.servers), Comment: strings.Join(z.from, " ")})
 	}
+	f.Addresses = im.localAddresses()
 	return f
 }
 
@@ -161,7 +195,11 @@ func (im *importer) set(d Directive, table, key string, value any) {
 }
 
 func (im *importer) note(d Directive, partly bool, why string) {
-	im.notes = append(im.notes, Note{where: d.where(), directive: d.String(), why: why, partly: partly})
+	im.noteAs(d, partly, !isHarmless(d.Name), why)
+}
+
+func (im *importer) noteAs(d Directive, partly, changes bool, why string) {
+	im.notes = append(im.notes, Note{where: d.where(), directive: d.String(), why: why, partly: partly, changes: changes})
 }
 
 func (im *importer) comment(d Directive, what string) {
@@ -179,6 +217,9 @@ func (im *importer) number(d Directive) (int, bool) {
 }
 
 func (im *importer) apply(d Directive) {
+	if im.localDirective(d) {
+		return
+	}
 	switch d.Name {
 	case "conf-file", "conf-dir", "servers-file":
 		// Already read in place by Read.
@@ -273,7 +314,14 @@ func (im *importer) server(d Directive) {
 		domains, addr = strings.Split(addr[1:i], "/"), addr[i+1:]
 	}
 	if addr == "" {
-		im.note(d, false, "answering a domain only locally (from hosts files or DHCP) is not supported")
+		// local=/d/ and server=/d/: answered from local data only.
+		for _, dom := range domains {
+			if dom == "" || dom == "#" || strings.Contains(dom, "*") {
+				im.note(d, false, "unqualified-name, catch-all and wildcard local domains have no towerd equivalent")
+				continue
+			}
+			im.localDomain(d, strings.ToLower(strings.TrimSuffix(dom, "."))+".")
+		}
 		return
 	}
 	var hostport string
@@ -289,7 +337,7 @@ func (im *importer) server(d Directive) {
 		}
 		hostport = net.JoinHostPort(ip, port)
 		if hasSource {
-			im.note(d, true, "the source address or interface @"+source+" is dropped: towerd lets the kernel choose")
+			im.noteAs(d, true, false, "the source address or interface @"+source+" is dropped: towerd lets the kernel choose")
 		}
 	}
 	for _, dom := range domains {
@@ -339,7 +387,7 @@ func (im *importer) finish(dirs []Directive) {
 	for _, a := range im.listen {
 		listen = append(listen, net.JoinHostPort(a, port))
 		if ip, err := netip.ParseAddr(a); err == nil && !ip.IsLoopback() {
-			im.notes = append(im.notes, Note{where: im.listenAt[0], directive: "listen-address=" + a, partly: true,
+			im.notes = append(im.notes, Note{where: im.listenAt[0], directive: "listen-address=" + a, partly: true, changes: true,
 				why: "towerd answers only clients in allow (loopback by default): add their networks there"})
 		}
 	}
@@ -347,6 +395,8 @@ func (im *importer) finish(dirs []Directive) {
 		im.keys = append(im.keys, importedKey{key: "listen", value: listen,
 			from: strings.Join(im.listenFrom, ", ")})
 	}
+
+	im.finishLocal() // local.go
 
 	var root *importedZone
 	for _, z := range im.zones {
@@ -360,6 +410,13 @@ func (im *importer) finish(dirs []Directive) {
 		}
 		if root != nil && len(root.servers) > 0 {
 			z.servers = append(z.servers, root.servers...)
+		} else if len(z.servers) > 0 {
+			// server=/d/# beside server=/d/ADDR: dnsmasq asks both, but
+			// the usual servers come from resolv.conf, which a zone's
+			// servers cannot name.
+			im.notes = append(im.notes, Note{where: z.from[0], directive: "server=/" + strings.TrimSuffix(z.name, ".") + "/#",
+				partly: true, changes: true,
+				why: "the usual servers come from resolv.conf here; zone \"" + z.name + "\" keeps only its own servers"})
 		} else {
 			im.notes = append(im.notes, Note{where: z.from[0], directive: "server=/" + strings.TrimSuffix(z.name, ".") + "/#",
 				why: "the usual servers come from resolv.conf here; the domain follows zone \".\" without a zone of its own"})
@@ -375,7 +432,7 @@ func (im *importer) finish(dirs []Directive) {
 	}
 	switch {
 	case root != nil && len(root.servers) > 0 && !im.noResolv:
-		im.note(first("server"), true, "without no-resolv dnsmasq also asked resolv.conf's servers; towerd asks only those listed with server=")
+		im.noteAs(first("server"), true, false, "without no-resolv dnsmasq also asked resolv.conf's servers; towerd asks only those listed with server=")
 	case (root == nil || len(root.servers) == 0) && im.noResolv:
 		im.note(first("no-resolv"), true, "no server= for every name: dnsmasq had no upstream for them; towerd will ask resolv.conf's servers")
 	}

@@ -131,6 +131,9 @@ conf-file=`+filepath.Join(dir, "extra.conf")+`
 	if _, ok := got["local.lan."]; ok {
 		t.Errorf("a local-only domain became a zone")
 	}
+	if l := cfg.Local; strings.Join(l.Domains, " ") != "local.lan." || !l.DomainNeeded || l.BogusPriv {
+		t.Errorf("local = %+v; want local.lan. local, domain_needed on, bogus_priv off (dnsmasq's default)", l)
+	}
 	if strings.Join(cfg.Listen, " ") != "127.0.0.1:5353 [::1]:5353" {
 		t.Errorf("listen = %q", cfg.Listen)
 	}
@@ -151,11 +154,9 @@ conf-file=`+filepath.Join(dir, "extra.conf")+`
 	}
 	for _, want := range []string{
 		main + ":10: server=/10.in-addr.arpa/192.0.2.53@eth0: carried over partly",
-		main + ":11: server=/local.lan/: not carried over",
 		main + ":15: neg-ttl=60: not carried over",
 		main + ":16: no-negcache: carried over partly",
 		main + ":19: all-servers: not carried over",
-		main + ":20: domain-needed: not carried over",
 		main + ":21: dhcp-range=192.0.2.100,192.0.2.200: not carried over: towerd does not serve DHCP",
 	} {
 		if !strings.Contains(notes.String(), want) {
@@ -201,5 +202,63 @@ func TestImportDnsmasqIncludeLoop(t *testing.T) {
 	}
 	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "includes itself") {
 		t.Fatalf("readDnsmasq = %v, want an include loop error", err)
+	}
+}
+
+// Several lines for one domain, in every form dnsmasq accepts, add servers
+// to one zone: none is lost in the merge.
+func TestImportDnsmasqKeepsEveryServerOfAZone(t *testing.T) {
+	for _, tt := range []struct {
+		lines []string
+		zone  string
+		want  string
+	}{
+		{[]string{"server=/corp.example/192.0.2.1", "server=/corp.example/192.0.2.2"}, "corp.example.", "192.0.2.1:53 192.0.2.2:53"},
+		{[]string{"server=/a.example/corp.example/192.0.2.1", "server=/Corp.Example./192.0.2.2#5353"}, "corp.example.", "192.0.2.1:53 192.0.2.2:5353"},
+		{[]string{"server=/consul/127.0.0.1#8600", "server=/consul/127.0.0.2#8600"}, "consul.", "127.0.0.1:8600 127.0.0.2:8600"},
+		{[]string{"server=192.0.2.1", "server=192.0.2.2", "no-resolv"}, ".", "192.0.2.1:53 192.0.2.2:53"},
+		{[]string{"server=/10.in-addr.arpa/192.0.2.1", "rev-server=10.0.0.0/8,192.0.2.2"}, "10.in-addr.arpa.", "192.0.2.1:53 192.0.2.2:53"},
+		{[]string{"server=/x.example/192.0.2.3", "server=/x.example/#", "server=192.0.2.1", "no-resolv"}, "x.example.", "192.0.2.3:53 192.0.2.1:53"},
+	} {
+		var dirs []Directive
+		for i, line := range tt.lines {
+			d, _ := parseLine(line)
+			d.File, d.Line = "f", i+1
+			dirs = append(dirs, d)
+		}
+		res := Import("f", dirs)
+		cfg := config.DefaultConfig()
+		if err := config.Decode(res.File.Render(), "imported", &cfg); err != nil {
+			t.Fatal(err)
+		}
+		root := t.TempDir() // resolv.conf for zone "." when no line names its servers
+		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), []byte("nameserver 192.0.2.99\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		zones, _, err := cfg.ForwardZones(root)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.lines, err)
+		}
+		got := ""
+		for _, z := range zones {
+			if z.Name == tt.zone {
+				got = strings.Join(z.Servers, " ")
+			}
+		}
+		if got != tt.want {
+			t.Errorf("%q: zone %s has %q, want %q\n%s", tt.lines, tt.zone, got, tt.want, res.File.Render())
+		}
+	}
+	// server=/d/# beside server=/d/ADDR without servers for every name:
+	// the resolv.conf part cannot be written, and that is said.
+	res := Import("f", []Directive{
+		{File: "f", Line: 1, Name: "server", Value: "/x.example/192.0.2.3", Has: true},
+		{File: "f", Line: 2, Name: "server", Value: "/x.example/#", Has: true},
+	})
+	if len(res.Notes) != 1 || !res.Notes[0].ChangesAnswers() || !strings.Contains(res.Notes[0].String(), "keeps only its own servers") {
+		t.Errorf("notes %v", res.Notes)
 	}
 }

@@ -1,274 +1,209 @@
-// Package drill is `towerd drill`: a loopback upstream behind the fault
-// proxy, a towerd started in this process through daemon.New (the same
-// wiring as `towerd serve`), and simulated clients that ask the proxy
-// directly and then through towerd, so an operator sees what a bad
-// upstream day does to the node's clients with and without towerd.
+// Package drill is `towerd drill`: it answers "will my node survive a bad
+// upstream day" by rehearsing one in this process, against the node's own
+// configuration. Each of the node's zones gets a loopback copy (a server of
+// generated names behind the fault proxy, one proxy per server the node
+// forwards to), a towerd is started through daemon.New (the same wiring as
+// `towerd serve`) with the node's settings on loopback, and simulated
+// clients ask it through three phases: jitter and loss, the upstream
+// black-holed once the cache is warm, and the upstream back. Every target
+// is printed beside its figure with PASS or FAIL.
 package drill
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
 // Bounds on a drill, so a typo cannot turn it into a flood or a day-long run.
 const (
-	maxDuration = 10 * time.Minute
-	maxQueries  = 1_000_000 // per path
-	maxNames    = 100_000
-	zone        = "drill.test."
-	// warmupTries bounds the warm-up's attempts per name.
-	warmupTries = 5
+	maxDuration = 10 * time.Minute // per phase
+	maxQueries  = 1_000_000        // per phase and path
+	maxNames    = 100_000          // over every zone
 )
 
-// Options say how hard a drill pushes; `towerd drill`'s flags fill them.
+// Options say how hard a drill pushes and what it holds the node to;
+// `towerd drill`'s flags fill them. A zero duration or target marked
+// "0 = derived" is computed from the node's configuration (plan).
 type Options struct {
-	// Faults are what the fault proxy does to the upstream's traffic.
+	// Node is the configuration rehearsed (LoadNode).
+	Node Node
+	// Faults are what the fault proxies do to the upstreams' traffic in
+	// phases 1 and 3; phase 2 drops everything.
 	Faults faultproxy.Faults
-	// Clients simulated, each asking Rate queries per second for Duration
-	// on each path and waiting at most Timeout for a reply (no retries).
-	Clients  int
-	Rate     int
-	Duration time.Duration
-	Timeout  time.Duration
-	// Names in the generated zone, asked round-robin; TTL of its records.
+	// Clients simulated, each asking Rate queries per second and waiting at
+	// most Timeout for a reply (no retries).
+	Clients int
+	Rate    int
+	Timeout time.Duration
+	// Names generated, shared out over the zones and asked round-robin;
+	// TTL of their records.
 	Names int
 	TTL   time.Duration
-	// Seed of the fault proxy's random choices; 0 = from the clock.
+	// Seed of the fault proxies' random choices; 0 = from the clock.
 	Seed uint64
-	// Threshold is the minimum success rate through towerd, in percent.
-	Threshold float64
+
+	// Warmup is the longest the warm-up asks; Duration is phase 1's
+	// length; Blackhole phase 2's (0 = derived); Recovery the longest
+	// phase 3 runs (0 = derived): it ends once the node has recovered.
+	Warmup, Duration, Blackhole, Recovery time.Duration
+
+	// Threshold is the minimum success rate through towerd in each phase,
+	// in percent; P99 the bound on the cached names' p99 through towerd in
+	// phase 1; StaleWithin the bound on the time from the black-hole to
+	// the first stale answer (0 = derived); RecoverWithin the bound on the
+	// time from the upstream's return to the last answer that is not fresh
+	// (0 = derived).
+	Threshold                       float64
+	P99, StaleWithin, RecoverWithin time.Duration
+
 	// Log receives the in-process towerd's lines.
 	Log *slog.Logger
 }
 
-// Check rejects options outside the drill's bounds, naming the flag.
+// plan is a drill's phases and targets with the derived values filled in,
+// and how each derived one was reached.
+type plan struct {
+	warmup, faults, blackhole, recoveryMax time.Duration
+	staleWithin, recoverWithin             time.Duration
+	staleWhy, recoverWhy                   string
+	ttl                                    time.Duration // the records' TTL once the node's cache clamps it
+}
+
+// plan derives what o leaves at zero from the node's configuration. The
+// first stale answer is due once a name's entry has expired (its TTL as
+// the node's cache clamps it) and a client has waited out
+// serve_stale.client_timeout; the last stale answer once
+// serve_stale.failure_recheck has passed after the last failed refresh
+// (RFC 8767: no refresh is tried during it). The black-hole lasts long
+// enough to judge the first, phase 3 long enough to judge the second.
+func (o *Options) plan() plan {
+	cfg := o.Node.Config
+	p := plan{warmup: o.Warmup, faults: o.Duration, blackhole: o.Blackhole, recoveryMax: o.Recovery,
+		staleWithin: o.StaleWithin, recoverWithin: o.RecoverWithin, ttl: o.TTL.Truncate(time.Second)}
+	if floor := cfg.Cache.MinTTL.Duration; floor > 0 && p.ttl < floor {
+		p.ttl = floor
+	}
+	if ceiling := cfg.Cache.MaxTTL.Duration; ceiling > 0 && p.ttl > ceiling {
+		p.ttl = ceiling
+	}
+	stale := cfg.ServeStale
+	if p.staleWithin == 0 && stale.Enabled {
+		p.staleWithin = p.ttl + stale.ClientTimeout.Duration + 2*time.Second
+		p.staleWhy = fmt.Sprintf(" (TTL %v + client_timeout %v + 2s)", p.ttl, stale.ClientTimeout)
+	}
+	if p.staleWithin == 0 {
+		p.staleWithin = p.ttl + 2*time.Second
+		p.staleWhy = fmt.Sprintf(" (TTL %v + 2s; serve_stale is off in this config)", p.ttl)
+	}
+	if p.recoverWithin == 0 && stale.Enabled {
+		p.recoverWithin = stale.FailureRecheck.Duration + 5*time.Second
+		p.recoverWhy = fmt.Sprintf(" (failure_recheck %v + 5s)", stale.FailureRecheck)
+	}
+	if p.recoverWithin == 0 {
+		p.recoverWithin = 5 * time.Second
+		p.recoverWhy = " (5s; serve_stale is off in this config)"
+	}
+	if p.blackhole == 0 {
+		p.blackhole = p.staleWithin + time.Second
+	}
+	if p.recoveryMax == 0 {
+		p.recoveryMax = p.recoverWithin + 5*time.Second
+	}
+	return p
+}
+
+// Check rejects options outside the drill's bounds, naming the flag; it
+// needs o.Node, since the names and the derived phases depend on it.
 func (o *Options) Check() error {
 	switch {
-	case o.Duration <= 0 || o.Duration > maxDuration:
-		return fmt.Errorf("-duration %v: want above 0 and at most %v", o.Duration, maxDuration)
-	case o.Clients < 1 || o.Rate < 1 || o.Names < 1 || o.Names > maxNames:
-		return errors.New("-clients, -rate and -names must be at least 1 (and -names at most 100000)")
-	case int64(o.Clients)*int64(o.Rate)*int64(o.Duration/time.Second+1) > maxQueries:
-		return fmt.Errorf("-clients × -rate × -duration asks more than %d queries per path", maxQueries)
+	case o.Clients < 1 || o.Rate < 1 || o.Names < 1:
+		return errors.New("-clients, -rate and -names must be at least 1")
+	case o.Names > maxNames:
+		return fmt.Errorf("-names %d: at most %d", o.Names, maxNames)
 	case o.Timeout <= 0 || o.TTL < time.Second || o.TTL > 24*time.Hour:
 		return errors.New("-timeout must be above 0 and -ttl between 1s and 24h")
 	case o.Faults.Loss < 0 || o.Faults.Loss > 1 || o.Faults.ServFail < 0 || o.Faults.ServFail > 1:
 		return errors.New("-loss and -servfail are probabilities between 0 and 1")
-	case o.Faults.Delay < 0 || o.Faults.Jitter < 0 || o.Threshold < 0 || o.Threshold > 100:
-		return errors.New("-delay and -jitter must not be negative, -threshold is a percentage")
+	case o.Faults.Delay < 0 || o.Faults.Jitter < 0:
+		return errors.New("-delay and -jitter must not be negative")
+	case o.Threshold < 0 || o.Threshold > 100:
+		return errors.New("-threshold is a percentage")
+	case o.P99 <= 0 || o.StaleWithin < 0 || o.RecoverWithin < 0:
+		return errors.New("-p99 must be above 0, -stale-within and -recover-within not negative")
+	case o.Warmup <= 0 || o.Warmup > maxDuration:
+		return fmt.Errorf("-warmup %v: want above 0 and at most %v", o.Warmup, maxDuration)
+	case o.Blackhole < 0 || o.Recovery < 0:
+		return errors.New("-blackhole and -recovery must not be negative")
+	}
+	if int64(o.Names) > int64(o.Clients)*int64(o.Duration/(time.Second/time.Duration(o.Rate))) {
+		// Phase 1's p99 is the cached names' figure and phase 3 waits for
+		// a fresh answer to every name: each must be asked again and again.
+		return fmt.Errorf("-names %d: the clients ask fewer queries than that in -duration %v; raise -clients or -rate, or lower -names", o.Names, o.Duration)
+	}
+	p := o.plan()
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"-duration", p.faults}, {"-blackhole", p.blackhole}, {"-recovery", p.recoveryMax}} {
+		if d.v > maxDuration {
+			return fmt.Errorf("%s %v: at most %v (set it, or the target it is derived from)", d.flag, d.v, maxDuration)
+		}
+		if d.v < time.Second/time.Duration(o.Rate) {
+			return fmt.Errorf("%s %v is shorter than one query of each client at -rate %d", d.flag, d.v, o.Rate)
+		}
+		if int64(o.Clients)*int64(o.Rate)*int64(d.v/time.Second+1) > maxQueries {
+			return fmt.Errorf("-clients × -rate × %s asks more than %d queries", d.flag, maxQueries)
+		}
 	}
 	return nil
 }
 
-// load builds the clients' side from o: the names and their addresses.
-func (o *Options) load() load {
-	l := load{clients: o.Clients, rate: o.Rate, duration: o.Duration, timeout: o.Timeout, want: map[string]string{}}
-	for i := range o.Names {
-		name := fmt.Sprintf("n%05d.%s", i, zone)
-		l.names = append(l.names, name)
-		// 10.0.0.0/8 addresses, one per name, so a wrong answer shows.
-		l.want[name] = fmt.Sprintf("10.%d.%d.%d", (i>>16)&255, (i>>8)&255, i&255)
-	}
-	return l
-}
-
 // Run runs a checked drill and prints its report to stdout. passed says
-// whether towerd's success rate reached the threshold; err that the drill
-// could not run.
+// whether every target was met; err that the drill could not run.
 func Run(o Options, stdout io.Writer) (passed bool, err error) {
+	began := time.Now()
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
-	l := o.load()
-	up, err := startUpstream(l.want, o.TTL)
-	if err != nil {
-		return false, fmt.Errorf("upstream: %w", err)
-	}
-	defer up.close()
-	proxy, err := faultproxy.New(faultproxy.Options{Target: up.addr, Faults: o.Faults, Seed: o.Seed})
+	p := o.plan()
+	l := load{clients: o.Clients, rate: o.Rate, timeout: o.Timeout, want: map[string]string{}}
+	stands, err := startStandIns(o.Node.Zones, o.Names, o.TTL, o.Faults, o.Seed, l.want)
 	if err != nil {
 		return false, err
 	}
-	defer proxy.Close()
-	tw, err := startTowerd(proxy.Addr(), o.Log)
+	defer stands.close()
+	var direct []string // each name's zone's first proxy: the clients' direct path
+	for _, s := range stands {
+		for _, name := range s.names {
+			l.names = append(l.names, name)
+			direct = append(direct, s.proxies[0].Addr())
+		}
+	}
+	cfg, replaced := o.Node.loopbackCopy()
+	tw, err := startTowerd(cfg, stands.forwardZones(), o.Log)
 	if err != nil {
 		return false, fmt.Errorf("towerd: %w", err)
 	}
 	defer tw.stop()
+	replaced = append([]string{fmt.Sprintf("listen %s → %s", strings.Join(o.Node.Config.Listen, ", "), tw.addr)}, replaced...)
+	printHeader(stdout, o, p, stands, replaced)
 
-	fmt.Fprintf(stdout, "towerd drill  seed %d\n", o.Seed)
-	fmt.Fprintf(stdout, "upstream  %s, %d names with TTL %v, behind the fault proxy %s: delay %v ± %v, loss %.2f%% each way, SERVFAIL %.2f%%\n",
-		up.addr, len(l.names), o.TTL, proxy.Addr(), o.Faults.Delay, o.Faults.Jitter, 100*o.Faults.Loss, 100*o.Faults.ServFail)
-	fmt.Fprintf(stdout, "clients   %d × %d queries/s for %v on each path, timeout %v, no retries\n\n",
-		l.clients, l.rate, l.duration, l.timeout)
+	warmed := l.warm(tw.addr, p.warmup)
+	r := runPhases(l, p, stands, direct, tw.addr)
 
-	direct := summarizePath("direct", l.run(proxy.Addr()))
-	if err := tw.warm(l); err != nil {
-		return false, fmt.Errorf("warming towerd's cache: %w", err)
-	}
-	through := summarizePath("through towerd", l.run(tw.addr))
-	printTable(stdout, direct, through)
+	fmt.Fprintln(stdout)
+	printTable(stdout, []pathSummary{r.faultsDirect, r.faultsThrough, r.blackhole, r.back})
+	st := stands.stats()
+	fmt.Fprintf(stdout, "\nfault proxies: %d queries, %d forwarded, %d lost queries, %d lost replies, %d SERVFAIL, %d black-holed\n\n",
+		st.Queries, st.Forwarded, st.LostQueries, st.LostReplies, st.ServFails, st.Blackholed)
 
-	st := proxy.Stats()
-	fmt.Fprintf(stdout, "\ncached names: p99 %s through towerd (target under 5ms), %s direct\n",
-		formatLatency(through.p99), formatLatency(direct.p99))
-	fmt.Fprintf(stdout, "fault proxy: %d queries, %d forwarded, %d lost queries, %d lost replies, %d SERVFAIL\n",
-		st.Queries, st.Forwarded, st.LostQueries, st.LostReplies, st.ServFails)
-	if through.successPercent < o.Threshold {
-		fmt.Fprintf(stdout, "FAIL: success through towerd %.3f%% is below the threshold %.3f%%\n", through.successPercent, o.Threshold)
-		return false, nil
-	}
-	fmt.Fprintf(stdout, "PASS: success through towerd %.3f%% reaches the threshold %.3f%%\n", through.successPercent, o.Threshold)
-	return true, nil
-}
-
-// towerd is the drill's towerd: the daemon's own New and Run over the
-// built-in defaults, with zone "." pointing at the fault proxy and nothing
-// that reaches outside the drill (no admin server, Consul watch, saved
-// cache, systemd sockets or signals).
-type towerd struct {
-	addr string
-	d    *daemon.Daemon
-	done chan error
-}
-
-func startTowerd(upstreamAddr string, log *slog.Logger) (*towerd, error) {
-	cfg := config.DefaultConfig()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	cfg.Admin.Listen = ""
-	cfg.Consul.Enabled = false
-	cfg.StateDir = ""
-	cfg.Zones = []config.ZoneConfig{{Name: ".", Servers: []string{upstreamAddr}}}
-	d, err := daemon.New(daemon.Options{
-		Config: cfg,
-		Zones:  []config.ZoneConfig{{Name: ".", Servers: []string{upstreamAddr}}},
-		Log:    log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	t := &towerd{d: d, done: make(chan error, 1)}
-	go func() { t.done <- d.Run(context.Background()) }()
-	select {
-	case <-d.Ready():
-	case err := <-t.done:
-		return nil, err
-	}
-	for _, a := range d.Addrs() {
-		if udp, ok := strings.CutPrefix(a, "udp/"); ok {
-			t.addr = udp
-		}
-	}
-	return t, nil
-}
-
-// stop drains the listeners, then the upstream work, as the daemon does
-// on SIGTERM.
-func (t *towerd) stop() {
-	t.d.Shutdown()
-	<-t.done
-}
-
-// upstream is the loopback authoritative server of the generated zone.
-type upstream struct {
-	addr    string
-	servers []*dns.Server
-}
-
-func startUpstream(want map[string]string, ttl time.Duration) (*upstream, error) {
-	pc, ln, err := listenLoopbackPair()
-	if err != nil {
-		return nil, err
-	}
-	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		if len(r.Question) != 1 {
-			m.Rcode = dns.RcodeFormatError
-		} else if addr, ok := want[dns.CanonicalName(r.Question[0].Name)]; !ok {
-			m.Rcode = dns.RcodeNameError
-		} else if r.Question[0].Qtype == dns.TypeA {
-			m.Answer = []dns.RR{&dns.A{
-				Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: uint32(ttl / time.Second)},
-				A:   net.ParseIP(addr),
-			}}
-		}
-		_ = w.WriteMsg(m)
-	})
-	u := &upstream{addr: pc.LocalAddr().String()}
-	u.servers = []*dns.Server{
-		{PacketConn: pc, Handler: handler},
-		{Listener: ln, Handler: handler},
-	}
-	var started sync.WaitGroup
-	for _, s := range u.servers {
-		started.Add(1)
-		s.NotifyStartedFunc = started.Done
-		go func() { _ = s.ActivateAndServe() }()
-	}
-	started.Wait()
-	return u, nil
-}
-
-func (u *upstream) close() {
-	for _, s := range u.servers {
-		_ = s.Shutdown()
-	}
-}
-
-// listenLoopbackPair binds UDP on a free loopback port and TCP on the same
-// port, trying again when another process holds the TCP twin.
-func listenLoopbackPair() (net.PacketConn, net.Listener, error) {
-	var lastErr error
-	for range 10 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, nil, err
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, ln, nil
-		}
-		pc.Close()
-		lastErr = err
-	}
-	return nil, nil, lastErr
-}
-
-// warm asks every name through towerd until it answers, so the measured run
-// shows what a node's clients see once their names are cached.
-func (t *towerd) warm(l load) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(l.names))
-	limit := make(chan struct{}, 64)
-	for _, name := range l.names {
-		wg.Add(1)
-		limit <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-limit }()
-			for range warmupTries {
-				if l.ask(t.addr, name).ok {
-					return
-				}
-			}
-			errs <- fmt.Errorf("%s unanswered after %d tries", name, warmupTries)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	passed = printTargets(stdout, r.targets(o, p, warmed))
+	fmt.Fprintf(stdout, "drill took %v\n", time.Since(began).Round(100*time.Millisecond))
+	return passed, nil
 }

@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
+)
+
+// The daemon answers from [local] before its upstreams, with the rules on
+// by default, and a reload swaps local data only when the new
+// configuration is taken.
+func TestLocalDataFollowsReload(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("192.168.1.10 nas.lan nas\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultConfig()
+	cfg.Listen = []string{"127.0.0.1:0"}
+	cfg.Admin.Listen = ""
+	cfg.Consul.Enabled = false
+	cfg.StateDir = ""
+	cfg.Local.HostsFiles = []string{hosts}
+	cfg.Local.TTL = config.Dur(60e9)
+	cfg.Local.Records = []string{"old.lan. A 192.168.1.9"}
+	// Port 9 (discard): a forwarded question would time out, which the
+	// test would see as SERVFAIL.
+	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
+	next := cfg
+	var loadErr error
+	d, err := New(Options{Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler),
+		Load: func() (config.Config, error) { return next, loadErr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	<-d.Ready()
+	t.Cleanup(func() { d.Shutdown(); <-done })
+	udp := strings.TrimPrefix(d.Addrs()[0], "udp/")
+	ask := func(name string, qtype uint16) string {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		r, err := dns.Exchange(m, udp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := dns.RcodeToString[r.Rcode]
+		for _, rr := range r.Answer {
+			out += " " + strings.ReplaceAll(rr.String(), "\t", " ")
+		}
+		return out
+	}
+	if got := ask("nas.lan.", dns.TypeA); got != "NOERROR nas.lan. 60 IN A 192.168.1.10" {
+		t.Errorf("nas.lan. A = %s", got)
+	}
+	if got := ask("foo.", dns.TypeA); got != "NXDOMAIN" {
+		t.Errorf("foo. A = %s, want NXDOMAIN (domain_needed by default)", got)
+	}
+	if got := ask("9.9.168.192.in-addr.arpa.", dns.TypePTR); got != "NXDOMAIN" {
+		t.Errorf("a private PTR = %s, want NXDOMAIN (bogus_priv by default)", got)
+	}
+
+	// A failed reload keeps the running local data; a good one re-reads
+	// the hosts files and takes the new [local] table.
+	next.Local.Records = []string{"new.lan. A 192.168.1.11"}
+	next.Local.Domains = []string{"lan."}
+	// zone "." named, so the reload never reads the machine's resolv.conf.
+	next.Zones = zones
+	loadErr = errors.New("broken file")
+	if err := d.Reload(); err == nil {
+		t.Fatal("reload with a load error succeeded")
+	}
+	if got := ask("old.lan.", dns.TypeA); got != "NOERROR old.lan. 60 IN A 192.168.1.9" {
+		t.Errorf("after a failed reload, old.lan. A = %s, want the running record", got)
+	}
+	loadErr = nil
+	if err := os.WriteFile(hosts, []byte("192.168.1.12 nas.lan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Reload(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if got := ask("new.lan.", dns.TypeA); got != "NOERROR new.lan. 60 IN A 192.168.1.11" {
+		t.Errorf("after the reload, new.lan. A = %s", got)
+	}
+	if got := ask("nas.lan.", dns.TypeA); got != "NOERROR nas.lan. 60 IN A 192.168.1.12" {
+		t.Errorf("after the reload, nas.lan. A = %s: the hosts file is re-read on reload", got)
+	}
+	if got := ask("old.lan.", dns.TypeA); got != "NXDOMAIN" {
+		t.Errorf("old.lan. A = %s, want NXDOMAIN from the local domain", got)
+	}
+	if d.local.Load() != d.localNext {
+		t.Error("the polled source is not the one the handler answers from")
+	}
+}

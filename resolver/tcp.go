@@ -1,0 +1,343 @@
+package resolver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// tcpServer serves one TCP listener with towerd's own loop (issue 13), as
+// udpServer does for UDP, instead of dns.Server, which allocates the length
+// a client announces (up to 64 KiB) before reading it, sets no write
+// deadline, has no connection cap and spins on EMFILE. Here:
+//
+//   - the connections of all of a Server's listeners share one cap
+//     (tcpBudget); to admit a new one the connection idle longest is closed,
+//     and with none idle the new one is closed at once;
+//   - a connection waits idleTimeout for a query's first byte, then the rest
+//     of the query must arrive within readTimeout (a stalled read closes it);
+//   - a query announced longer than MaxTCPQuerySize closes the connection
+//     before anything is allocated for it; the buffer is MaxTCPQuerySize;
+//   - every reply is written within writeTimeout, so a client that never
+//     reads holds a connection for that long at most;
+//   - accept errors back off (EMFILE and ENFILE above all) instead of
+//     spinning.
+//
+// Queries on one connection are answered in order, one at a time, each by
+// the fast path (from the packet's bytes, as over UDP) or else the general
+// path (servePacket, ServeDNS) on the connection's own goroutine.
+type tcpServer struct {
+	ln       net.Listener
+	budget   *tcpBudget
+	fast     packetAnswerer // nil: no fast path (a handler other than ours)
+	handler  dns.Handler    // the general path, panics already recovered
+	onPanic  func(v any, stack []byte)
+	onBadPkt func(err error)
+	limits   tcpLimits
+
+	stop     chan struct{} // closed by shutdown: the accept loop returns
+	stopOnce sync.Once
+	conns    sync.WaitGroup // this listener's connection goroutines
+}
+
+// tcpLimits are a TCP listener's timeouts, defaults filled in.
+type tcpLimits struct {
+	idle, read, write time.Duration
+}
+
+// TCP defaults (issue 13; unbound's incoming-num-tcp and dnsmasq's cap on
+// TCP children are the anchors for the cap, RFC 7766 §6.2.3 for the idle
+// timeout).
+const (
+	// DefaultTCPMaxConnections caps concurrent TCP connections when
+	// Server.TCPMaxConnections is 0. A node's own clients rarely hold more
+	// than a handful; TCP is the fallback after TC.
+	DefaultTCPMaxConnections = 256
+	// DefaultTCPReadTimeout bounds how long the rest of a query may take once
+	// its first byte arrived.
+	DefaultTCPReadTimeout = 2 * time.Second
+	// DefaultTCPWriteTimeout bounds writing one reply.
+	DefaultTCPWriteTimeout = 2 * time.Second
+	// MaxTCPQuerySize is the longest query towerd reads over TCP: one
+	// question with an OPT record and its options fits many times over. A
+	// longer length prefix closes the connection without reading on.
+	MaxTCPQuerySize = 4096
+)
+
+// Why a TCP connection was closed: the reason label of
+// towerd_tcp_connections_closed_total.
+const (
+	tcpClosedIdle         = iota // idle past the idle timeout
+	tcpClosedCap                 // closed to admit a newer one, or refused: the cap was full
+	tcpClosedOversize            // announced a query over MaxTCPQuerySize
+	tcpClosedStalled             // a query's bytes stopped coming
+	tcpClosedWriteTimeout        // the client did not take a reply in time
+	tcpClosedError               // a read or write failed, or the client left mid-query
+	tcpClosedClient              // the client closed it between queries
+	tcpClosedShutdown            // towerd stopped
+	tcpClosedReasons
+)
+
+var tcpClosedLabels = [tcpClosedReasons]string{
+	"idle", "cap", "oversize", "stalled", "write_timeout", "error", "client", "shutdown",
+}
+
+// Kinds of accept errors: the kind label of towerd_tcp_accept_errors_total.
+const (
+	acceptEMFILE = iota // the process is out of file descriptors
+	acceptENFILE        // the system is
+	acceptOther
+	acceptErrorKinds
+)
+
+var acceptErrorLabels = [acceptErrorKinds]string{"emfile", "enfile", "other"}
+
+// Accept back-off after an error: doubled each time, reset by a success
+// (net/http's Server does the same).
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+func newTCPServer(ln net.Listener, budget *tcpBudget, handler dns.Handler, fast packetAnswerer,
+	limits tcpLimits, onPanic func(any, []byte), onBadPkt func(error)) *tcpServer {
+	return &tcpServer{ln: ln, budget: budget, fast: fast, handler: handler, limits: limits,
+		onPanic: onPanic, onBadPkt: onBadPkt, stop: make(chan struct{})}
+}
+
+// serve accepts until shutdown; started is called once the loop runs.
+func (t *tcpServer) serve(started func()) error {
+	if started != nil {
+		started()
+	}
+	var backoff time.Duration
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			select {
+			case <-t.stop:
+				return nil
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of descriptors (or any other failure): wait before trying
+			// again; the connection waits in the backlog meanwhile. The fds
+			// kept in reserve for upstreams and the admin server are not
+			// this loop's to take.
+			t.budget.acceptErrs[acceptErrorKind(err)].Add(1)
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			timer := time.NewTimer(backoff)
+			select {
+			case <-timer.C:
+			case <-t.stop:
+				timer.Stop()
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		tc := t.budget.admit(t, c)
+		if tc == nil {
+			continue
+		}
+		go t.serveConn(tc)
+	}
+}
+
+func acceptErrorKind(err error) int {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return acceptEMFILE
+	case errors.Is(err, syscall.ENFILE):
+		return acceptENFILE
+	}
+	return acceptOther
+}
+
+// serveConn answers the queries of one connection until it is closed.
+func (t *tcpServer) serveConn(tc *tcpConn) {
+	reason := tcpClosedError
+	defer func() { t.budget.release(tc, reason) }()
+	c := tc.conn
+	var from netip.AddrPort
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		from = a.AddrPort()
+	}
+	var prefix [2]byte
+	var query []byte // MaxTCPQuerySize, allocated with the first query
+	var out []byte
+	var q plainQuery
+	for {
+		// Idle: only now may the cap close this connection for a newer one.
+		if !t.budget.setIdle(tc) {
+			reason = tcpClosedShutdown
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(t.limits.idle))
+		if _, err := io.ReadFull(c, prefix[:1]); err != nil {
+			switch {
+			case isTimeout(err):
+				reason = tcpClosedIdle
+			case errors.Is(err, io.EOF):
+				reason = tcpClosedClient
+			}
+			return
+		}
+		if !t.budget.setBusy(tc) {
+			return // closed for a newer connection or by shutdown meanwhile
+		}
+		_ = c.SetReadDeadline(time.Now().Add(t.limits.read))
+		if _, err := io.ReadFull(c, prefix[1:]); err != nil {
+			reason = readFailure(err)
+			return
+		}
+		n := int(binary.BigEndian.Uint16(prefix[:]))
+		if n > MaxTCPQuerySize {
+			reason = tcpClosedOversize
+			return
+		}
+		if query == nil {
+			query = make([]byte, MaxTCPQuerySize)
+		}
+		if _, err := io.ReadFull(c, query[:n]); err != nil {
+			reason = readFailure(err)
+			return
+		}
+		var werr error
+		out, werr = t.answer(c, out, query[:n], from, &q)
+		if werr != nil {
+			reason = tcpClosedError
+			if isTimeout(werr) {
+				reason = tcpClosedWriteTimeout
+			}
+			return
+		}
+		if cap(out) > MaxTCPQuerySize {
+			out = nil // a large answer's buffer is not kept for every connection
+		}
+	}
+}
+
+// readFailure is why a read inside a query failed.
+func readFailure(err error) int {
+	if isTimeout(err) {
+		return tcpClosedStalled
+	}
+	return tcpClosedError
+}
+
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// answer answers one query, by the fast path when it can, and writes the
+// reply within the write timeout. It returns the reply buffer for reuse.
+func (t *tcpServer) answer(c net.Conn, out, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, error) {
+	if t.fast != nil {
+		if reply, ok := t.answerFast(append(out[:0], 0, 0), pkt, from, q); ok {
+			binary.BigEndian.PutUint16(reply, uint16(len(reply)-2))
+			_ = c.SetWriteDeadline(time.Now().Add(t.limits.write))
+			_, err := c.Write(reply)
+			return reply[:0], err
+		}
+	}
+	w := &tcpWriter{conn: c, timeout: t.limits.write, buf: out[:0]}
+	servePacket(t.handler, pkt, w, t.badPacket)
+	return w.buf[:0], w.err
+}
+
+// answerFast runs the fast path; a panic in it is reported and the query
+// goes the general way, which answers SERVFAIL if it panics too.
+func (t *tcpServer) answerFast(out, pkt []byte, from netip.AddrPort, q *plainQuery) (reply []byte, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if t.onPanic != nil {
+				t.onPanic(v, debug.Stack())
+			}
+			reply, ok = nil, false
+		}
+	}()
+	return t.fast.answerPacket(out, pkt, from, true, q)
+}
+
+func (t *tcpServer) badPacket(err error) {
+	if t.onBadPkt != nil {
+		t.onBadPkt(err)
+	}
+}
+
+// shutdown stops accepting, closes the connections that wait for a query,
+// lets the ones answering one finish it, and waits for them up to ctx;
+// then it closes the rest.
+func (t *tcpServer) shutdown(ctx context.Context) error {
+	t.stopOnce.Do(func() { close(t.stop) })
+	t.ln.Close()
+	t.budget.closeOwned(t, false)
+	done := make(chan struct{})
+	go func() { t.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		t.budget.closeOwned(t, true)
+		<-done
+		return ctx.Err()
+	}
+}
+
+// tcpWriter is the dns.ResponseWriter of a general-path TCP query: one
+// write of the length prefix and the message, within the write timeout.
+type tcpWriter struct {
+	conn    net.Conn
+	timeout time.Duration
+	buf     []byte
+	err     error // the first write's failure: the connection is closed
+}
+
+var _ dns.ResponseWriter = (*tcpWriter)(nil)
+
+func (w *tcpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
+func (w *tcpWriter) RemoteAddr() net.Addr { return w.conn.RemoteAddr() }
+
+func (w *tcpWriter) WriteMsg(m *dns.Msg) error {
+	b, err := m.PackBuffer(w.buf[:cap(w.buf)])
+	if err != nil {
+		return err
+	}
+	w.buf = b
+	_, err = w.Write(b)
+	return err
+}
+
+func (w *tcpWriter) Write(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(b) > dns.MaxMsgSize {
+		return 0, dns.ErrBuf
+	}
+	var prefix [2]byte
+	binary.BigEndian.PutUint16(prefix[:], uint16(len(b)))
+	bufs := net.Buffers{prefix[:], b} // one writev
+	_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	if _, err := bufs.WriteTo(w.conn); err != nil {
+		w.err = err
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func (w *tcpWriter) Close() error        { return w.conn.Close() }
+func (w *tcpWriter) TsigStatus() error   { return nil }
+func (w *tcpWriter) TsigTimersOnly(bool) {}
+func (w *tcpWriter) Hijack()             {}
