@@ -222,8 +222,22 @@ var _ dns.ResponseWriter = (*udpWriter)(nil)
 func (w *udpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
 func (w *udpWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.to) }
 
+// replyBufs recycles the buffers general-path replies are packed into: the
+// socket copies the bytes, so none outlives its WriteMsg (one allocation
+// less per answer, issue 17).
+var replyBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxUDPReplyBuf)
+	return &b
+}}
+
+// maxUDPReplyBuf is the size of a pooled reply buffer; a larger reply gets
+// a buffer of its own, which is not kept.
+const maxUDPReplyBuf = 4096
+
 func (w *udpWriter) WriteMsg(m *dns.Msg) error {
-	b, err := m.Pack()
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	b, err := m.PackBuffer((*bp)[:cap(*bp)])
 	if err != nil {
 		return err
 	}

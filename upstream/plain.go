@@ -106,7 +106,7 @@ func (p *Plain) finish(m, reply *dns.Msg) (*dns.Msg, error) {
 func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	bufp := packPool.Get().(*[]byte)
 	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer(*bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}

@@ -114,7 +114,7 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 	order := g.usable()
 	bufp := packPool.Get().(*[]byte)
 	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer(*bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
 	if err != nil {
 		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
 	}
