@@ -115,7 +115,7 @@ func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
-	binary.BigEndian.PutUint16(packed, dns.Id())
+	binary.BigEndian.PutUint16(packed, randomID())
 	out := make(chan datagram, 1)
 	sock, err := p.openUDP(packed, qend, out)
 	if err != nil {

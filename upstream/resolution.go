@@ -164,7 +164,7 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		s.queries.Add(1)
 		// The RTO runs from the decision to send, as a.sent says.
 		rtoTimer.Reset(rto)
-		binary.BigEndian.PutUint16(packed, dns.Id())
+		binary.BigEndian.PutUint16(packed, randomID())
 		sock, err := s.plain.openUDP(packed, qend, datagrams)
 		if err != nil {
 			failed = append(failed, attemptResult{attempt: a,

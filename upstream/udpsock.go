@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"net/netip"
@@ -137,4 +138,13 @@ func parseServer(addr string) (netip.AddrPort, error) {
 		return ap, err
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// randomID is a query ID from the kernel's random source (RFC 5452 section
+// 9.2), as dns.Id, without its allocations (binary.Read through an
+// io.Reader).
+func randomID() uint16 {
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return binary.BigEndian.Uint16(b[:])
 }
