@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,13 +26,6 @@ const plainFallbackTimeout = 2 * time.Second
 // longAgo is a deadline already in the past: setting it wakes a blocked read
 // at once, which is how a cancelled context aborts an exchange.
 var longAgo = time.Unix(1, 0)
-
-// bufferPool recycles UDP read buffers; at 64 KiB each, allocating one per
-// query would dominate the garbage a busy resolver makes.
-var bufferPool = sync.Pool{New: func() any {
-	buf := make([]byte, maxMessageSize)
-	return &buf
-}}
 
 // Plain is classic DNS to one server: UDP first, TCP when the reply is
 // truncated (RFC 7766 section 5). It keeps no sockets between exchanges, so
@@ -83,7 +75,7 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	}
 	reply, err := p.exchangeUDP(ctx, m)
 	if err == nil && reply.Truncated {
-		reply, err = p.exchange(ctx, "tcp", m)
+		reply, err = p.exchangeTCP(ctx, m)
 	}
 	if err != nil {
 		return nil, err
@@ -137,50 +129,43 @@ func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	}
 }
 
-// exchange performs one query/response over a new connection: TCP, or UDP
-// through net's sockets (kept for the tests that compare the two).
-func (p *Plain) exchange(ctx context.Context, network string, m *dns.Msg) (*dns.Msg, error) {
+// exchangeTCP performs one query/response over a new TCP connection
+// (RFC 7766 section 5: the retry of a truncated UDP reply), with a fresh
+// random ID. RFC 1035 section 4.2.2: a two-byte length prefix frames each
+// message.
+func (p *Plain) exchangeTCP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	query := m.Copy()
-	query.Id = dns.Id()
+	query.Id = randomID()
 	packed, err := query.Pack()
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
 
-	conn, err := p.dial(ctx, network)
+	conn, err := p.dial(ctx, "tcp")
 	if err != nil {
-		return nil, fmt.Errorf("dialing %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("dialing %s over tcp: %w", p.addr, classify(ctx, err))
 	}
 	defer conn.Close()
 	deadline, _ := ctx.Deadline()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("setting deadline for %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("setting deadline for %s over tcp: %w", p.addr, classify(ctx, err))
 	}
 	// The deadline covers expiry; cancellation has no deadline, so wake the
 	// blocked read by moving the deadline into the past.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(longAgo) })
 	defer stop()
 
-	if network == "tcp" {
-		// RFC 1035 section 4.2.2: a two-byte length prefix frames each message.
-		packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
-	}
+	packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
 	if _, err := conn.Write(packed); err != nil {
-		return nil, fmt.Errorf("writing to %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("writing to %s over tcp: %w", p.addr, classify(ctx, err))
 	}
-
-	bufp := bufferPool.Get().(*[]byte)
-	defer bufferPool.Put(bufp)
 	for {
-		raw, err := readMessage(conn, network, *bufp)
+		raw, err := readTCPMessage(conn)
 		if err != nil {
-			return nil, fmt.Errorf("reading from %s over %s: %w", p.addr, network, classify(ctx, err))
+			return nil, fmt.Errorf("reading from %s over tcp: %w", p.addr, classify(ctx, err))
 		}
 		reply := new(dns.Msg)
 		if reply.Unpack(raw) != nil || !matches(query, reply) {
-			// Keep waiting: the genuine reply may still be on its way, and
-			// giving up on the first forgery would let anyone who can send
-			// us a datagram deny service.
 			p.mismatches.Add(1)
 			continue
 		}
@@ -194,9 +179,9 @@ const maxSelfConnects = 3
 
 // dial connects to the server. When the server is on this host and its port
 // lies in the ephemeral range, the kernel can pick that very port as the
-// source of a UDP socket, which then talks to itself: it would read its own
-// query back and wait out the deadline instead of seeing "connection
-// refused". Such a socket is discarded and the dial repeated.
+// source, and a socket would talk to itself (TCP's simultaneous open makes
+// that possible too). Such a socket is discarded and the dial repeated; the
+// UDP attempts check the same in openUDP.
 func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
 	for range maxSelfConnects {
 		conn, err := p.dialer.DialContext(ctx, network, p.addr)
@@ -211,16 +196,9 @@ func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
 	return nil, errSelfConnect
 }
 
-// readMessage reads one DNS message from conn into buf (UDP) or a new slice
-// (TCP, whose length prefix says how much to read).
-func readMessage(conn net.Conn, network string, buf []byte) ([]byte, error) {
-	if network != "tcp" {
-		n, err := conn.Read(buf)
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
+// readTCPMessage reads one DNS message from conn, whose length prefix says
+// how much to read.
+func readTCPMessage(conn net.Conn) ([]byte, error) {
 	var prefix [2]byte
 	if _, err := io.ReadFull(conn, prefix[:]); err != nil {
 		return nil, err

@@ -291,7 +291,7 @@ loop:
 // exchangeTCP asks a's server again over TCP and hands the result to out.
 func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out chan<- attemptResult) {
 	p := a.server.plain
-	reply, err := p.exchange(ctx, "tcp", m)
+	reply, err := p.exchangeTCP(ctx, m)
 	if err == nil {
 		reply, err = p.finish(m, reply)
 	}
