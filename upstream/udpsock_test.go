@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"context"
 	"encoding/binary"
+	"net"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -114,4 +116,45 @@ func compressedQuestion(raw []byte) bool {
 		off += 1 + l
 	}
 	return false
+}
+
+// The raw socket path builds IPv6 socket addresses itself: an exchange with
+// a server on ::1 must work as one on 127.0.0.1 does.
+func TestPlainIPv6(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil {
+				continue
+			}
+			if out, err := replyTo(q, dns.RcodeSuccess, "192.0.2.6").Pack(); err == nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	p := newPlain(t, pc.LocalAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	reply, err := p.Exchange(ctx, testQuery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := firstA(reply); got != "192.0.2.6" {
+		t.Errorf("answer %q, want 192.0.2.6", got)
+	}
 }
