@@ -98,16 +98,7 @@ func compareBool(a, b bool) int {
 // class, DO or CD bit, and returns how many it removed. Operators use it to
 // forget one name without flushing the whole cache.
 func (c *Cache) RemoveName(name string) int {
-	keys := c.keysOf(canonicalName(name))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	removed := 0
-	for _, k := range keys {
-		if c.lru.Remove(k) {
-			removed++
-		}
-	}
-	return removed
+	return c.removeKeys(c.keysOf(canonicalName(name)))
 }
 
 // Inspect describes every entry stored under name (any type, class, DO or CD
@@ -183,7 +174,12 @@ func inZone(name, zone string) bool {
 // many it removed.
 func (c *Cache) RemoveZone(zone string) int {
 	zone = canonicalName(zone)
-	keys := c.keysWhere(func(n string) bool { return inZone(n, zone) })
+	return c.removeKeys(c.keysWhere(func(n string) bool { return inZone(n, zone) }))
+}
+
+// removeKeys removes the entries of keys still cached and returns how many
+// it removed.
+func (c *Cache) removeKeys(keys []Key) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	removed := 0

@@ -112,11 +112,11 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	stored.Id = 0
 	stored.Extra = withoutTransportRRs(m.Extra)
 
-	kind, ttl := Positive, smallestTTL(stored.Answer, stored.Ns, stored.Extra)
+	kind := Positive
 	if len(stored.Answer) == 0 {
-		kind, ttl = NoData, noDataTTL(stored.Ns)
+		kind = NoData
 	}
-	ttl = bounds.clamp(ttl)
+	ttl := bounds.clamp(replyTTL(&stored))
 
 	// Packed with compression, as the resolver sends it, so the size check
 	// is the real one and a reply that could never be written back is
@@ -183,6 +183,44 @@ func smallestTTL(sections ...[]dns.RR) time.Duration {
 		}
 	}
 	return smallest
+}
+
+// replyTTL is how long a reply may be kept, before the clamps: the
+// smallest TTL of its records, and for a negative answer (an SOA in the
+// authority section, NODATA or NXDOMAIN, with or without a CNAME chain
+// before it) at most the SOA's MINIMUM (RFC 2308 §5). A reply without
+// answer records and without an SOA gets 0 (noDataTTL). OPT and TSIG must
+// be gone already.
+func replyTTL(m *dns.Msg) time.Duration {
+	if len(m.Answer) == 0 {
+		return noDataTTL(m.Ns)
+	}
+	ttl := smallestTTL(m.Answer, m.Ns, m.Extra)
+	for _, rr := range m.Ns {
+		if soa, ok := rr.(*dns.SOA); ok {
+			ttl = min(ttl, rrTTL(soa.Minttl))
+			break
+		}
+	}
+	return ttl
+}
+
+// Shape returns a copy of m as a cache hit would show it had m just been
+// stored: without OPT and TSIG, every TTL the entry's (replyTTL, clamped
+// by MinTTL and MaxTTL, in whole seconds rounded up). The resolver sends
+// an upstream's reply to the clients waiting for it through Shape, stored
+// or not (NXDOMAIN, a TTL-0 answer), so the first answer and every later
+// hit look alike (issue 11: one reply shape). m is not modified.
+func (c *Cache) Shape(m *dns.Msg) *dns.Msg {
+	return shape(m, c.policy.Load().bounds)
+}
+
+func shape(m *dns.Msg, bounds ttlBounds) *dns.Msg {
+	out := m.Copy()
+	out.Extra = withoutTransportRRs(out.Extra)
+	ttl := bounds.clamp(replyTTL(out))
+	setTTLs(shownTTL(ttl, 0), out.Answer, out.Ns, out.Extra)
+	return out
 }
 
 // noDataTTL is how long a NODATA reply may be cached: RFC 2308 §5 says the

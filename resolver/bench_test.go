@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The benchmarks of issue 6: what one query costs the handler, in memory (no
@@ -46,9 +47,7 @@ func (w *benchWriter) TsigTimersOnly(bool)         {}
 func (w *benchWriter) Hijack()                     {}
 
 // benchUpstream answers every A question at once with one record, TTL 3600.
-type benchUpstream struct{}
-
-func (benchUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+var benchUpstream = dnstest.ExchangeFunc(func(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	name := q.Question[0].Name
@@ -57,9 +56,7 @@ func (benchUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 		A:   net.IPv4(192, 0, 2, byte(len(name))),
 	}}
 	return m, nil
-}
-func (benchUpstream) Address() string { return "bench" }
-func (benchUpstream) Close() error    { return nil }
+})
 
 // benchHandler is the daemon's handler set-up (serve-stale, prefetch) over
 // an in-memory upstream and a cache of capacity entries.
@@ -70,7 +67,7 @@ func benchHandler(b *testing.B, capacity int) *Handler {
 		b.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones:              []Zone{{Name: ".", Upstream: benchUpstream{}}},
+		Zones:              []Zone{{Name: ".", Upstream: benchUpstream}},
 		ServeStale:         true,
 		Prefetch:           true,
 		StaleClientTimeout: 1800 * time.Millisecond,

@@ -51,10 +51,20 @@ type ServerNamer interface {
 	ExchangeFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, err error)
 }
 
+// scrubbingExchanger is an upstream that scrubs its replies, says where a
+// question's CNAME chain left its zone and which server replied
+// (upstream.Group, issue 11): the resolver then chases the target through
+// the zone that owns it (chase.go). An upstream without it is taken at its
+// word.
+type scrubbingExchanger interface {
+	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
+}
+
 var (
-	_ upstream.Upstream = (*upstream.Group)(nil)
-	_ HealthReporter    = (*upstream.Group)(nil)
-	_ ServerNamer       = (*upstream.Group)(nil)
+	_ upstream.Upstream  = (*upstream.Group)(nil)
+	_ HealthReporter     = (*upstream.Group)(nil)
+	_ ServerNamer        = (*upstream.Group)(nil)
+	_ scrubbingExchanger = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers queries from their

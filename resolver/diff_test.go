@@ -238,7 +238,7 @@ func TestFastPathDeclinesNamesLocalDataGained(t *testing.T) {
 	}
 	clock.Advance(10 * time.Millisecond)
 	chain := Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
-	if err := h.Reconfigure(Config{Zones: []Zone{{Name: ".", Upstream: diffUpstream{}}}, Allow: diffAllow,
+	if err := h.Reconfigure(Config{Zones: []Zone{{Name: ".", Upstream: diffUpstream}}, Allow: diffAllow,
 		Records: chain, ServeStale: true, StaleClientTimeout: time.Second, StaleAnswerTTL: 30 * time.Second,
 		FailureRecheck: 30 * time.Second, Now: clock.Now}); err != nil {
 		t.Fatal(err)

@@ -48,12 +48,27 @@
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry.
-//   - Prefetch: Handler.prefetch, counted when a refresh starts.
+//   - Stale at once for an entry that only just expired (its refresh runs
+//     behind the answer): settings.staleAtOnce, in ServeDNS after the miss
+//     decision (the fast path answers fresh entries only); otherwise the
+//     client response timer, counted from the refresh's start
+//     (flight.started).
+//   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
+//     is settings.wantsPrefetch.
+//   - Upstream exchange (resolutions only, whichever route started them):
+//     Handler.exchange (chase.go) scrubs through the zone's upstream and
+//     chases a CNAME chain that leaves the zone through the zone that owns
+//     the target, joining the answers; AD is set on every upstream query
+//     (upstreamQuery).
+//   - First answer: the clients waiting for a resolution get the reply as
+//     cache.Shape makes it, the TTLs and records of a hit right after
+//     storing; compression is the reply core's, on every route.
 //   - Observation: Handler.observe, once per answer, before it is written.
 //
 // The contracts the resolver relies on are named interfaces with
 // compile-time checks (contracts.go): RecordSource, HealthReporter, the
-// fast path's packetAnswerer. TestFastPathMatchesServeDNS*,
+// fast path's packetAnswerer, the query log's ServerNamer and the chase's
+// scrubbingExchanger. TestFastPathMatchesServeDNS*,
 // TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
 // ServeDNS's answers byte for byte, over UDP and TCP, across client
 // prefixes, query types and Records sources.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The fast path must give the answer ServeDNS gives, or none: these tests
@@ -21,9 +22,7 @@ import (
 
 // diffUpstream answers with the shapes that test the wire handling: a CNAME
 // chain, glue, AD, NODATA with an SOA, and an answer too big for 512 bytes.
-type diffUpstream struct{}
-
-func (diffUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+var diffUpstream = dnstest.ExchangeFunc(func(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	name, qtype := strings.ToLower(q.Question[0].Name), q.Question[0].Qtype
@@ -60,9 +59,7 @@ func (diffUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 		m.AuthenticatedData = strings.HasPrefix(name, "ad.")
 	}
 	return m, nil
-}
-func (diffUpstream) Address() string { return "diff" }
-func (diffUpstream) Close() error    { return nil }
+})
 
 func diffHandler(tb testing.TB, obs Observer) (*Handler, *fakeClock) {
 	tb.Helper()
@@ -78,7 +75,7 @@ func diffHandlerWith(tb testing.TB, obs Observer, tweak func(*Config)) (*Handler
 		tb.Fatal(err)
 	}
 	cfg := Config{
-		Zones:              []Zone{{Name: ".", Upstream: diffUpstream{}}},
+		Zones:              []Zone{{Name: ".", Upstream: diffUpstream}},
 		ServeStale:         true,
 		StaleClientTimeout: time.Second,
 		StaleAnswerTTL:     30 * time.Second,

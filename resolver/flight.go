@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -17,6 +18,10 @@ type flight struct {
 	msg    *dns.Msg      // the upstream's reply; shared, so read-only for waiters
 	server string        // host:port that sent msg, when the upstream says (ServerNamer)
 	err    error
+	// started is when the resolution began, by the real clock (the one
+	// the client timers run on): a client joining it late waits only for
+	// what is left of the client response timer (Handler.ServeDNS).
+	started time.Time
 }
 
 // flights coalesces identical misses and caps how many resolutions run at
@@ -63,7 +68,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 		return nil, false, false
 	}
 	f.inflight.Add(1)
-	fl = &flight{done: make(chan struct{})}
+	fl = &flight{done: make(chan struct{}), started: time.Now()}
 	f.running[key] = fl
 	f.wg.Add(1)
 	f.workers.do(func() {

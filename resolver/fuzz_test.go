@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // FuzzServeDNS sends raw packets down the request path: the header check
@@ -42,7 +43,7 @@ func FuzzServeDNS(f *testing.F) {
 		f.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones: []Zone{{Name: ".", Upstream: memUpstream{}}, {Name: "consul.", Upstream: memUpstream{}}},
+		Zones: []Zone{{Name: ".", Upstream: memUpstream}, {Name: "consul.", Upstream: memUpstream}},
 		// Local data and a pushed source, chained as the daemon does:
 		// every name a client sends reaches their Lookup.
 		Records:            Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}},
@@ -175,9 +176,7 @@ func (w *memWriter) Hijack()             {}
 // "fail" an error (serve-stale), with "big" more TXT records than 512 bytes
 // hold (truncation); A questions get an address whose TTL depends on the
 // name's length (0, 30 or 60 s); other types get NODATA with an SOA.
-type memUpstream struct{}
-
-func (memUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+var memUpstream = dnstest.ExchangeFunc(func(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 	name := strings.ToLower(q.Question[0].Name)
 	if strings.Contains(name, "fail") {
 		return nil, errors.New("memUpstream: failing on purpose")
@@ -204,10 +203,7 @@ func (memUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 		m.Ns = []dns.RR{soa}
 	}
 	return m, nil
-}
-
-func (memUpstream) Address() string { return "mem" }
-func (memUpstream) Close() error    { return nil }
+})
 
 // corpusDir is FuzzServeDNS's committed seed corpus. The end-to-end test
 // TestFuzzCorpusAgainstDaemon sends every packet in it to the real binary.

@@ -155,7 +155,15 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	wait := s.QueryTimeout
 	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
-		wait = min(wait, s.StaleClientTimeout)
+		// The client response timer runs from the refresh's start, not
+		// this client's arrival: a refresh that has not answered within it
+		// will not be waited for again by every client that joins it (a
+		// black-holed upstream keeps one open until upstream.timeout). RFC
+		// 8767 §5 lets the timer be shorter, down to 0.
+		wait = min(wait, max(0, s.StaleClientTimeout-time.Since(fl.started)))
+		if s.staleAtOnce(res.TTL, res.Expired) {
+			wait = 0 // just expired: the refresh runs behind the stale answer
+		}
 		if hr, ok := zone.Upstream.(HealthReporter); ok {
 			zoneDown = hr.AllDownSignal()
 			if hr.AllDown() {
@@ -269,29 +277,23 @@ func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
 	return func(ctx context.Context) (*dns.Msg, string, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
 		defer cancel()
-		var (
-			reply  *dns.Msg
-			server string
-			err    error
-		)
-		if sn, ok := zone.Upstream.(ServerNamer); ok {
-			reply, server, err = sn.ExchangeFrom(ctx, upstreamQuery(key))
-		} else {
-			reply, err = zone.Upstream.Exchange(ctx, upstreamQuery(key))
-		}
+		reply, server, err := h.exchange(ctx, s, zone, key)
 		if err == nil {
+			// The clients waiting get the reply shaped as a later hit will
+			// show it (TTLs clamped, RFC 2308's negative TTL), stored or
+			// not: one reply shape (issue 11).
 			switch reply.Rcode {
 			case dns.RcodeSuccess:
 				if stored, reason := h.cache.Set(key, reply); !stored {
 					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
 				}
-				return reply, server, nil
+				return h.cache.Shape(reply), server, nil
 			case dns.RcodeNameError:
 				// NXDOMAIN is an answer, not a failure: it is passed on and
 				// never cached, and an old entry for the name must not come
 				// back later as stale (the name is gone).
 				h.cache.Remove(key)
-				return reply, server, nil
+				return h.cache.Shape(reply), server, nil
 			default:
 				err = errUpstreamRcode{reply.Rcode}
 			}
@@ -312,12 +314,20 @@ func (e errUpstreamRcode) Error() string {
 }
 
 // upstreamQuery builds the question towerd sends for key: recursion desired,
-// the client's DO and CD bits, and an EDNS buffer of 1232 bytes (the DNS flag
-// day 2020 value, which avoids IP fragmentation).
+// AD, the client's DO and CD bits, and an EDNS buffer of 1232 bytes (the DNS
+// flag day 2020 value, which avoids IP fragmentation).
+//
+// AD is always set (RFC 6840 §5.7: AD in a query asks for AD in the reply
+// without the DNSSEC records of DO), so a validating upstream's AD reaches
+// the clients that ask for it, glibc's `options trust-ad` among them. The
+// cache key has no AD bit: which client filled an entry must not decide
+// what the next one sees; whether a client gets AD is the reply core's rule
+// (replyShape.adOK).
 func upstreamQuery(key cache.Key) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(key.Name, key.Type)
 	m.Question[0].Qclass = key.Class
+	m.AuthenticatedData = true
 	m.CheckingDisabled = key.CD
 	m.SetEdns0(advertisedUDPSize, key.DO)
 	return m

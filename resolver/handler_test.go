@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -52,7 +53,9 @@ func TestFailureRecheck(t *testing.T) {
 	e := newEnv(t, nil)
 	e.query("recheck.example.")
 	e.up.mode.Store("servfail")
-	e.clock.Advance(301 * time.Second)
+	// Past the client response timer, so the first client waits for the
+	// failing refresh instead of getting stale at once (staleAtOnce).
+	e.clock.Advance(302 * time.Second)
 
 	for i, want := range []int64{2, 2, 2} { // one refresh attempt, then none
 		r := e.query("recheck.example.")
@@ -74,7 +77,9 @@ func TestNXDOMAINReplacesStaleAndIsNotCached(t *testing.T) {
 	e := newEnv(t, nil)
 	e.query("gone.example.")
 	e.up.mode.Store("nxdomain")
-	e.clock.Advance(301 * time.Second)
+	// Past the client response timer: an entry that only just expired would
+	// be answered stale at once (staleAtOnce) while the refresh runs.
+	e.clock.Advance(302 * time.Second)
 	for i := range 2 {
 		if r := e.query("gone.example."); r.Rcode != dns.RcodeNameError {
 			t.Fatalf("query %d: rcode %s, want NXDOMAIN", i, dns.RcodeToString[r.Rcode])
@@ -102,6 +107,54 @@ func TestStaleImmediateMode(t *testing.T) {
 		t.Fatalf("TTL %d, want stale 30 while the refresh is held", got)
 	}
 	<-e.up.arrived // the background refresh did reach the upstream
+}
+
+// An entry that only just expired is answered stale at once, and the
+// refresh behind it fills the cache. The client response timer is an hour
+// here, so a client made to wait for the held refresh would time out.
+func TestStaleAtOnceJustExpired(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = time.Hour })
+	e.query("just.example.")
+	<-e.up.arrived
+	e.up.mode.Store("hold")
+	e.clock.Advance(301 * time.Second) // expired 1 s ago, TTL 300 s
+
+	if got := ttlOf(t, e.query("just.example.")); got != 30 {
+		t.Fatalf("TTL %d, want the stale answer's 30 at once", got)
+	}
+	<-e.up.arrived // the refresh reached the upstream
+	e.up.mode.Store("answer")
+	close(e.up.release) // it answers now
+	for e.h.Inflight() != 0 {
+		runtime.Gosched()
+	}
+	if got := ttlOf(t, e.query("just.example.")); got != 300 {
+		t.Fatalf("TTL %d after the refresh, want the fresh 300", got)
+	}
+}
+
+// The client response timer runs from the refresh's start: a client that
+// joins a refresh older than the timer gets the stale answer at once
+// instead of a whole timer of its own (here an hour: made to wait, the
+// client would time out).
+func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = time.Hour })
+	e.query("joined.example.")
+	e.clock.Advance(3 * time.Hour) // expired long ago: no stale at once
+	release := make(chan struct{})
+	defer close(release)
+	key := cache.NewKey("joined.example.", dns.TypeA, dns.ClassINET, false, false)
+	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) (*dns.Msg, string, error) {
+		<-release
+		return nil, "", context.Canceled
+	})
+	e.h.flights.mu.Lock()                       // the handler reads it after its own join
+	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer
+	e.h.flights.mu.Unlock()
+
+	if got := ttlOf(t, e.query("joined.example.")); got != 30 {
+		t.Fatalf("TTL %d, want the stale answer's 30 at once", got)
+	}
 }
 
 // The client response timer: a held upstream does not keep a client with a
@@ -165,6 +218,30 @@ func TestWantsPrefetch(t *testing.T) {
 	off := &settings{Config: Config{Prefetch: false}}
 	if off.wantsPrefetch(300*s, s) {
 		t.Error("prefetch with Prefetch off")
+	}
+}
+
+// An entry just expired is answered stale at once while it is refreshed;
+// one expired longer than the client response timer ago, or stored with
+// TTL 0, waits for the timer (RFC 8767 §5).
+func TestStaleAtOnce(t *testing.T) {
+	const s, ms = time.Second, time.Millisecond
+	st := &settings{Config: Config{StaleClientTimeout: 1800 * ms}}
+	for _, tt := range []struct {
+		ttl, expired time.Duration
+		want         bool
+	}{
+		{2 * s, 0, true},
+		{2 * s, 1799 * ms, true},
+		{2 * s, 1800 * ms, false},
+		{300 * s, 1 * s, true},
+		{300 * s, 10 * s, false},
+		{1 * s, 1500 * ms, true}, // a short TTL: the timer still bounds it
+		{0, 0, false},            // TTL 0: never at once
+	} {
+		if got := st.staleAtOnce(tt.ttl, tt.expired); got != tt.want {
+			t.Errorf("staleAtOnce(ttl %v, expired %v) = %v, want %v", tt.ttl, tt.expired, got, tt.want)
+		}
 	}
 }
 

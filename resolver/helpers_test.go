@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,42 +11,27 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
 
-// fakeClock is the clock of the handler and the cache; tests move it instead
-// of sleeping.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// fakeClock is the clock of the handler and the cache: the kit's; tests
+// move it instead of sleeping.
+type fakeClock = dnstest.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
+func newFakeClock() *fakeClock { return dnstest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// testUpstream is a real DNS server on 127.0.0.1 whose behaviour the test
-// switches; it counts the queries it receives.
+// testUpstream is the kit's upstream on 127.0.0.1 (UDP only) with one
+// Script whose behaviour the test switches; it counts the queries it
+// receives.
 type testUpstream struct {
+	*dnstest.Upstream
 	addr    string
 	queries atomic.Int64
 	mode    atomic.Value // string: "answer", "servfail", "nxdomain", "hold"
 	ttl     atomic.Uint32
 	release chan struct{}
 	arrived chan struct{} // one value per query received, if buffered room
-	srv     *dns.Server
 }
 
 func startUpstream(t *testing.T) *testUpstream {
@@ -56,27 +40,21 @@ func startUpstream(t *testing.T) *testUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &testUpstream{addr: pc.LocalAddr().String(), release: make(chan struct{}), arrived: make(chan struct{}, 100)}
+	u := &testUpstream{release: make(chan struct{}), arrived: make(chan struct{}, 100)}
 	u.mode.Store("answer")
 	u.ttl.Store(300)
-	started := make(chan struct{})
-	u.srv = &dns.Server{PacketConn: pc, Handler: u, NotifyStartedFunc: func() { close(started) }}
-	go u.srv.ActivateAndServe()
-	<-started
-	t.Cleanup(u.stop)
+	u.Upstream = dnstest.NewUpstreamOn(t, pc, nil)
+	u.addr = u.Addr
+	u.SetScript(u.answer)
 	return u
 }
 
-var stopOnce sync.Map
-
 // stop closes the server: its port then answers with ICMP unreachable.
-func (u *testUpstream) stop() {
-	if _, done := stopOnce.LoadOrStore(u, true); !done {
-		u.srv.Shutdown()
-	}
-}
+func (u *testUpstream) stop() { u.Stop() }
 
-func (u *testUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+// answer is the Script: the mode decides, an A question gets 192.0.2.1
+// with the current TTL.
+func (u *testUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	u.queries.Add(1)
 	select {
 	case u.arrived <- struct{}{}:
@@ -86,15 +64,17 @@ func (u *testUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	m.SetReply(r)
 	switch u.mode.Load().(string) {
 	case "hold":
-		<-u.release
+		select {
+		case <-u.release:
+		case <-u.Stopped():
+			return nil
+		}
 	case "servfail":
 		m.Rcode = dns.RcodeServerFailure
-		w.WriteMsg(m)
-		return
+		return m
 	case "nxdomain":
 		m.Rcode = dns.RcodeNameError
-		w.WriteMsg(m)
-		return
+		return m
 	}
 	q := r.Question[0]
 	if q.Qtype == dns.TypeA {
@@ -102,7 +82,7 @@ func (u *testUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		rr.Header().Ttl = u.ttl.Load()
 		m.Answer = append(m.Answer, rr)
 	}
-	w.WriteMsg(m)
+	return m
 }
 
 type env struct {

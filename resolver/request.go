@@ -250,9 +250,6 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 	out.RecursionDesired = f&flagRD != 0
 	out.CheckingDisabled = f&flagCD != 0
 	out.AuthenticatedData = f&flagAD != 0
-	// Compressed, like the fast path's replies (cached entries are packed
-	// that way): the same answer fits the same client buffer either way.
-	out.Compress = true
 	if sh.opt {
 		out.SetEdns0(advertisedUDPSize, sh.do)
 		if code := sh.ede(out.Rcode, stale); code != 0 {
@@ -263,6 +260,12 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 	// Truncate drops whole RRs and sets TC when the answer does not fit;
 	// the client then retries over TCP, where there is no such limit.
 	out.Truncate(sh.limit)
+	// Compressed on every route, like the fast path's replies (cached
+	// entries are packed that way), so an answer has one size whichever
+	// way it goes (issue 11). After Truncate, which turns compression off
+	// whenever the uncompressed reply fits (over TCP, always); compressed,
+	// it fits all the more.
+	out.Compress = true
 }
 
 // observe is the one Observer call of every route, made just before the

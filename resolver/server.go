@@ -4,15 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/dnslisten"
 )
 
 // DefaultTCPIdleTimeout is how long a TCP connection may sit idle between
@@ -94,7 +94,7 @@ func (s *Server) Listen(addrs []string) error {
 		}
 	}
 	for _, addr := range addrs {
-		pc, l, err := listenPair(addr)
+		pc, l, err := dnslisten.Pair(addr)
 		if err != nil {
 			closeAll()
 			return err
@@ -108,31 +108,6 @@ func (s *Server) Listen(addrs []string) error {
 		s.AddListener(l)
 	}
 	return nil
-}
-
-// portZeroTries bounds the search for a port free over both UDP and TCP
-// when an address asks for any port (port 0).
-const portZeroTries = 10
-
-// listenPair binds UDP on addr and TCP on the address UDP got, so port 0
-// gives the same port to both. The kernel picks the UDP port without
-// looking at TCP, so with port 0 a taken TCP twin means another pick.
-func listenPair(addr string) (net.PacketConn, net.Listener, error) {
-	_, port, _ := net.SplitHostPort(addr)
-	for try := 1; ; try++ {
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("listening on %s over udp: %w", addr, err)
-		}
-		l, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, l, nil
-		}
-		pc.Close()
-		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || try == portZeroTries {
-			return nil, nil, fmt.Errorf("listening on %s over tcp: %w", addr, err)
-		}
-	}
 }
 
 // AddPacketConn serves UDP on an already bound socket.

@@ -10,13 +10,12 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // manyUpstream answers every A question with 100 addresses: about 1,650
 // bytes compressed, more than 1232.
-type manyUpstream struct{}
-
-func (manyUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+var manyUpstream = dnstest.ExchangeFunc(func(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	for i := range 100 {
@@ -26,9 +25,7 @@ func (manyUpstream) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
 		})
 	}
 	return m, nil
-}
-func (manyUpstream) Address() string { return "many" }
-func (manyUpstream) Close() error    { return nil }
+})
 
 // sizeServer serves a handler over manyUpstream on loopback UDP and TCP.
 func sizeServer(t *testing.T, maxUDP int) map[string]string {
@@ -37,7 +34,7 @@ func sizeServer(t *testing.T, maxUDP int) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream{}}}, MaxUDPSize: maxUDP}, c, nil, nil)
+	h, err := NewHandler(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream}}, MaxUDPSize: maxUDP}, c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +116,7 @@ func TestMaxUDPSize(t *testing.T) {
 		}
 	}
 	for _, bad := range []int{511, 65536, -1} {
-		if _, err := newSettings(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream{}}}, MaxUDPSize: bad}); err == nil {
+		if _, err := newSettings(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream}}, MaxUDPSize: bad}); err == nil {
 			t.Errorf("MaxUDPSize %d accepted", bad)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestCachedAnswerCountsDown asks the same question twice with dig: the
@@ -64,8 +66,8 @@ func TestNegativeAnswers(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	s.def.Add(t, "v4only.example. 300 IN A 192.0.2.12", "forced.example. 300 IN A 192.0.2.13")
-	s.def.SetNXDOMAIN("gone.example.")
-	s.def.SetNODATA("forced.example.")
+	s.def.SetFault("gone.example.", dnstest.Fault{NXDOMAIN: true})
+	s.def.SetFault("forced.example.", dnstest.Fault{NODATA: true})
 
 	tests := []struct {
 		name          string

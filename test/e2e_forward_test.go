@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestSplitForwarding: each name reaches only the upstream of its longest
@@ -89,7 +91,7 @@ func TestTruncation(t *testing.T) {
 	s := startStack(t)
 
 	s.def.Add(t, "tc.example. 300 IN A 192.0.2.21", "tc.example. 300 IN A 192.0.2.22", "tc.example. 300 IN A 192.0.2.23")
-	s.def.TruncateUDP("tc.example.")
+	s.def.SetFault("tc.example.", dnstest.Fault{TruncateUDP: true})
 	t.Run("upstream truncates over UDP", func(t *testing.T) {
 		reply := mustExchange(t, s.d.UDP, "udp", query("tc.example.", dns.TypeA, true))
 		if reply.Rcode != dns.RcodeSuccess || reply.Truncated {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // exitTimeout bounds a run of towerd that must end by itself (check, or a
@@ -185,7 +187,7 @@ func TestMakeRun(t *testing.T) {
 // time of the call, for programs that cannot be told to use port 0.
 func freePort(t *testing.T) int {
 	t.Helper()
-	pc, l := listenSamePort(t)
+	pc, l := dnstest.ListenPair(t)
 	port := pc.LocalAddr().(*net.UDPAddr).Port
 	pc.Close()
 	l.Close()

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/dnslisten"
 )
 
 // resolvFollowTimeout is issue 14's bound: a change of the followed resolv.conf
@@ -145,15 +147,8 @@ func newPort53Upstream(t *testing.T) *testUpstream {
 	}
 	var lastErr error
 	for i := 1; i < 255; i++ {
-		addr := fmt.Sprintf("127.53.14.%d:53", i)
-		pc, err := net.ListenPacket("udp", addr)
+		pc, l, err := dnslisten.Pair(fmt.Sprintf("127.53.14.%d:53", i))
 		if err != nil {
-			lastErr = err
-			continue
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			pc.Close()
 			lastErr = err
 			continue
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // Serve-stale defaults (RFC 8767) that the answers below must show.
@@ -31,12 +33,12 @@ func TestServeStale(t *testing.T) {
 			newBlackhole(t, s.def.Addr)
 		}},
 		{"SERVFAIL", func(t *testing.T, s stack) {
-			s.def.SetRcode(name, dns.RcodeServerFailure)
-			s.def.SetRcode(never, dns.RcodeServerFailure)
+			s.def.SetFault(name, dnstest.Fault{Rcode: dns.RcodeServerFailure})
+			s.def.SetFault(never, dnstest.Fault{Rcode: dns.RcodeServerFailure})
 		}},
 		{"REFUSED", func(t *testing.T, s stack) {
-			s.def.SetRcode(name, dns.RcodeRefused)
-			s.def.SetRcode(never, dns.RcodeRefused)
+			s.def.SetFault(name, dnstest.Fault{Rcode: dns.RcodeRefused})
+			s.def.SetFault(never, dnstest.Fault{Rcode: dns.RcodeRefused})
 		}},
 	}
 	for _, tc := range tests {
@@ -123,7 +125,7 @@ func TestServeStale(t *testing.T) {
 		if r := dig(t, s.d.UDP, gone, "A"); r.Status != "NOERROR" || len(r.Answer) != 1 {
 			t.Fatalf("warm-up: status %s, answer %v; want NOERROR 192.0.2.31", r.Status, r.Answer)
 		}
-		s.def.SetNXDOMAIN(gone)
+		s.def.SetFault(gone, dnstest.Fault{NXDOMAIN: true})
 		for i := 2; i <= 3; i++ {
 			r := dig(t, s.d.UDP, gone, "A")
 			if r.Status != "NXDOMAIN" || len(r.Answer) != 0 {

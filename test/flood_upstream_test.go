@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // floodUpstream answers every A question on UDP: the flood's names with a
@@ -24,37 +25,26 @@ type floodUpstream struct {
 	concurrent    atomic.Int64
 	maxConcurrent atomic.Int64
 	queries       atomic.Int64
-	srv           *dns.Server
 }
 
+// newFloodUpstream is the kit's upstream on UDP only, answering with the
+// flood's Script.
 func newFloodUpstream(t *testing.T) *floodUpstream {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &floodUpstream{addr: pc.LocalAddr().String()}
-	started := make(chan struct{})
-	served := make(chan error, 1)
-	u.srv = &dns.Server{PacketConn: pc, Net: "udp", Handler: u, NotifyStartedFunc: func() { close(started) }}
-	go func() { served <- u.srv.ActivateAndServe() }()
-	select {
-	case <-started:
-	case err := <-served:
-		t.Fatalf("flood upstream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = u.srv.ShutdownContext(ctx)
-		<-served
-	})
+	u := &floodUpstream{}
+	srv := dnstest.NewUpstreamOn(t, pc, nil)
+	srv.SetScript(u.answer)
+	u.addr = srv.Addr
 	return u
 }
 
-// ServeDNS implements dns.Handler. miekg/dns runs it on its own goroutine
-// per packet, so a slow answer holds only its own query.
-func (u *floodUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+// answer is the flood's Script. The kit runs it on miekg/dns's goroutine
+// for the packet, so a slow answer holds only its own query.
+func (u *floodUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	now := u.concurrent.Add(1)
 	defer u.concurrent.Add(-1)
 	for {
@@ -66,9 +56,8 @@ func (u *floodUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	u.queries.Add(1)
 	m := new(dns.Msg)
 	m.SetReply(r)
-	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeA {
-		_ = w.WriteMsg(m) // NODATA without SOA: not what the flood asks
-		return
+	if r.Question[0].Qtype != dns.TypeA {
+		return m // NODATA without SOA: not what the flood asks
 	}
 	name := r.Question[0].Name
 	var addr net.IP
@@ -92,7 +81,7 @@ func (u *floodUpstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			A:   addr,
 		}}
 	}
-	_ = w.WriteMsg(m)
+	return m
 }
 
 // metricValue reads one unlabelled gauge or counter from /metrics. Unlike

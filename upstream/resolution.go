@@ -78,6 +78,13 @@ func (g *Group) ExchangeFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string,
 	return reply, server, err
 }
 
+// ExchangeScrubbedFrom is ExchangeScrubbed that also names the server
+// whose reply it returns (ExchangeFrom): the resolver chases CNAMEs across
+// zones and logs which upstream answered (issues 11 and 15).
+func (g *Group) ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
+	return g.exchange(ctx, m)
+}
+
 // exchange is the one resolution behind Exchange, ExchangeScrubbed and
 // ExchangeFrom: the reply (scrubbed), the server that sent it, what the
 // scrubber dropped.

@@ -19,7 +19,7 @@ import (
 // with EDNS0, and gives up on a reply after 2 s, a stub resolver's timeout.
 //
 // Measured: the share of queries answered NOERROR within the 2 s, the
-// latency of the answers (p50, p99, max), the share of answers marked stale
+// latency of the answers (p50, p99, p99.9, max), the share of answers marked stale
 // (EDE 3: towerd and dnsmasq 2.90 mark stale answers so when the client sent
 // EDNS, unbound with ede and ede-serve-expired; isStale), and how many
 // queries the server sent the upstream (read by the fault proxy, so lost
@@ -72,12 +72,13 @@ func (b *bench) jitter(round int, s string) error {
 	r.add("jit.ok", ok)
 	r.add("jit.p50", ms(out.percentile(0.5)))
 	r.add("jit.p99", ms(out.percentile(0.99)))
+	r.add("jit.p999", ms(out.percentile(0.999)))
 	r.add("jit.max", ms(out.maxLatency()))
 	r.add("jit.stale", stale)
 	r.add("jit.up", float64(sent1-sent0))
-	fmt.Printf("  round %d %-8s jitter: %.2f %% of %d answered NOERROR within %v, p50 %.2f ms, p99 %.1f ms, max %.1f ms, "+
+	fmt.Printf("  round %d %-8s jitter: %.2f %% of %d answered NOERROR within %v, p50 %.2f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms, "+
 		"%.1f %% stale (%d), %d upstream queries, sender behind by %v at worst\n",
-		round, s, ok, out.sent, jitterTimeout, ms(out.percentile(0.5)), ms(out.percentile(0.99)), ms(out.maxLatency()),
+		round, s, ok, out.sent, jitterTimeout, ms(out.percentile(0.5)), ms(out.percentile(0.99)), ms(out.percentile(0.999)), ms(out.maxLatency()),
 		stale, out.stale, sent1-sent0, out.behind.Round(time.Microsecond))
 	return nil
 }

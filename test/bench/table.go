@@ -84,6 +84,7 @@ func (b *bench) rows() []row {
 			row{measure: "NOERROR within 2 s", key: "jit.ok", format: "%.2f %%"},
 			row{measure: "p50 ms", key: "jit.p50", format: "%.2f"},
 			row{measure: "p99 ms", key: "jit.p99", format: "%.1f"},
+			row{measure: "p99.9 ms", key: "jit.p999", format: "%.1f"},
 			row{measure: "max ms", key: "jit.max", format: "%.1f"},
 			row{measure: "stale answers (EDE 3)", key: "jit.stale", format: "%.1f %%"},
 			row{measure: "upstream queries sent", key: "jit.up", format: "%.0f"})
@@ -170,5 +171,6 @@ func (b *bench) table(w io.Writer) {
 	line("NXDOMAIN storm answers/s", "storm.qps", false)
 	line("NXDOMAIN storm CPU per answer", "storm.us", false)
 	line(fmt.Sprintf("bytes per cached entry (filled − %d-entry start)", smallCache), "mem.bpe0", false)
+	line("p99.9 latency under jitter", "jit.p999", true)
 	line("upstream queries under jitter", "jit.up", false)
 }

@@ -115,6 +115,22 @@ func TestUpstreamFaults(t *testing.T) {
 		}
 	}
 
+	// The shorthands add up, as the old setters did; SetFault replaces.
+	u.SetFault("a.example.", Fault{})
+	u.SetNODATA("a.example.")
+	u.TruncateUDP("a.example.")
+	if r := exchange(t, u, "udp", "a.example.", dns.TypeA); !r.Truncated {
+		t.Errorf("NODATA then TruncateUDP over udp: %v, want TC (both set, truncation first)", r)
+	}
+	if r := exchange(t, u, "tcp", "a.example.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || len(r.Ns) != 1 {
+		t.Errorf("NODATA then TruncateUDP over tcp: %v, want NODATA", r)
+	}
+	u.SetRcode("a.example.", dns.RcodeServerFailure)
+	u.SetNXDOMAIN("a.example.")
+	if r := exchange(t, u, "tcp", "a.example.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("SetRcode then SetNXDOMAIN: %v, want SERVFAIL (rcode first)", r)
+	}
+
 	u.SetFault("a.example.", Fault{Drop: true})
 	arrived := u.Arrived("a.example.", 1)
 	q := new(dns.Msg)
@@ -131,7 +147,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// A held name is answered once released; Arrived fires on the n-th query;
+// A held name is answered once released; Arrived fires on the n-th query,
+// Answered on the n-th reply written;
 // Stop lets held queries go and closes the port.
 func TestUpstreamHoldArrivedStop(t *testing.T) {
 	u := NewUpstream(t)
@@ -147,8 +164,14 @@ func TestUpstreamHoldArrivedStop(t *testing.T) {
 			done <- r
 		}()
 	}
+	answered := u.Answered("held.example.", 2)
 	<-arrived
 	<-second
+	select {
+	case <-answered:
+		t.Fatal("Answered fired while the answers were held")
+	default:
+	}
 	select {
 	case r := <-done:
 		t.Fatalf("answered while held: %v", r)
@@ -160,6 +183,7 @@ func TestUpstreamHoldArrivedStop(t *testing.T) {
 			t.Errorf("after release: %v, want the A record", r)
 		}
 	}
+	<-answered
 
 	arrived, _ = u.Hold("held.example.")
 	stuck := make(chan error, 1)

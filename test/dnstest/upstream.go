@@ -27,7 +27,8 @@ type Upstream struct {
 	faults  map[string]Fault // lower-case name → its fault
 	holds   map[string]*hold
 	counts  map[countKey]int
-	waits   []*wait
+	waits   []*wait // Arrived
+	answers []*wait // Answered
 
 	servers  []*dns.Server
 	served   chan error    // one value per server when it stops
@@ -201,7 +202,18 @@ func (u *Upstream) Hold(name string) (arrived <-chan struct{}, release func()) {
 
 // Arrived returns a channel that is closed once n more queries for name
 // (any type, either transport) have reached the server after the call.
-func (u *Upstream) Arrived(name string, n int) <-chan struct{} {
+func (u *Upstream) Arrived(name string, n int) <-chan struct{} { return u.await(&u.waits, name, n) }
+
+// Answered returns a channel that is closed once n more replies for name
+// have been written after the call: what a test waits on before it asks
+// something that depends on a late reply having been sent.
+func (u *Upstream) Answered(name string, n int) <-chan struct{} {
+	return u.await(&u.answers, name, n)
+}
+
+// await adds a wait for n more events of name to list (Arrived's or
+// Answered's).
+func (u *Upstream) await(list *[]*wait, name string, n int) <-chan struct{} {
 	w := &wait{name: canonical(name), left: n, ch: make(chan struct{})}
 	if n <= 0 {
 		close(w.ch)
@@ -209,7 +221,7 @@ func (u *Upstream) Arrived(name string, n int) <-chan struct{} {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.waits = append(u.waits, w)
+	*list = append(*list, w)
 	return w.ch
 }
 
@@ -291,10 +303,13 @@ func (u *Upstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	if reply != nil {
 		_ = w.WriteMsg(reply)
+		u.mu.Lock()
+		u.answers = arrive(u.answers, name)
+		u.mu.Unlock()
 	}
 }
 
-// arrive counts one query for name against every wait, closing and dropping
+// arrive counts one query (or reply) for name against every wait, closing and dropping
 // the ones it completes.
 func arrive(waits []*wait, name string) []*wait {
 	kept := waits[:0]

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/dnslisten"
 )
 
 // DefaultTargetTimeout bounds the wait for the target's reply to one query,
@@ -77,9 +78,9 @@ func New(o Options) (*Proxy, error) {
 	if o.TargetTimeout == 0 {
 		o.TargetTimeout = DefaultTargetTimeout
 	}
-	pc, ln, err := listenPair(o.Listen)
+	pc, ln, err := dnslisten.Pair(o.Listen)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
 	other, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -99,26 +100,6 @@ func New(o Options) (*Proxy, error) {
 	go p.serveUDP()
 	go p.serveTCP()
 	return p, nil
-}
-
-// listenPair binds UDP on addr and TCP on the port UDP got; with port 0 a
-// TCP twin already taken means another pick.
-func listenPair(addr string) (net.PacketConn, net.Listener, error) {
-	_, port, _ := net.SplitHostPort(addr)
-	for try := 1; ; try++ {
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("faultproxy: listening on %s over udp: %w", addr, err)
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, ln, nil
-		}
-		pc.Close()
-		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || try == 10 {
-			return nil, nil, fmt.Errorf("faultproxy: listening on %s over tcp: %w", addr, err)
-		}
-	}
 }
 
 // Addr is the proxy's ip:port, the same for UDP and TCP.

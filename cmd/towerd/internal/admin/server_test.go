@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -25,32 +25,14 @@ import (
 type testAdmin struct {
 	*Server
 	url   string
-	clock *adminClock
+	clock *dnstest.Clock
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// adminClock is the cache's clock; tests move it instead of sleeping.
-type adminClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *adminClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *adminClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func newTestAdmin(t *testing.T) *testAdmin {
 	t.Helper()
-	clock := &adminClock{now: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	clock := dnstest.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	c, err := cache.New(cache.Config{Capacity: 100, MaxStaleAge: 24 * time.Hour, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

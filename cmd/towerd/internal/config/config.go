@@ -124,6 +124,11 @@ type ZoneConfig struct {
 	// Servers: host or host:port (port 53 when left out). Empty for "." =
 	// the nameservers of ResolvConf.
 	Servers []string `toml:"servers"`
+	// ProbeName: the name a health probe asks (type NS) of a server marked
+	// down; "" = ".". Any reply counts as up, so this only matters for a
+	// server that drops queries outside its zones instead of refusing them:
+	// set it to a name the server answers, e.g. the zone itself (issue 11).
+	ProbeName string `toml:"probe_name"`
 }
 
 // Duration is a time.Duration written as a Go duration string in TOML.

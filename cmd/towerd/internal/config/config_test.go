@@ -31,6 +31,7 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"min over max", "[cache]\nmin_ttl = \"2h\"\nmax_ttl = \"1h\"\n", `key "cache.min_ttl"`},
 		{"zone without servers", "[[zone]]\nname = \"corp.example.\"\n", `key "zone[0].servers"`},
 		{"bad server", "[[zone]]\nname = \"corp.\"\nservers = [\"not an address\"]\n", `key "zone[0].servers[0]"`},
+		{"bad probe name", "[[zone]]\nname = \"corp.\"\nservers = [\"192.0.2.1\"]\nprobe_name = \"a..b\"\n", `towerd.toml:4: key "zone[0].probe_name"`},
 		{"bad level", "log_level = \"loud\"\n", `towerd.toml:1: key "log_level"`},
 		{"negative save interval", "state_dir = \"\"\nstate_save_interval = \"-1m\"\n", `towerd.toml:2: key "state_save_interval": cannot be negative`},
 		{"attempt floor over budget", "[upstream]\ntimeout = \"1s\"\nmin_attempt_timeout = \"2s\"\n", `towerd.toml:3: key "upstream.min_attempt_timeout"`},
@@ -84,14 +85,19 @@ func TestZonesMergeAndAvoidLoops(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
-	cfg.Zones = []ZoneConfig{{Name: "Corp.Example", Servers: []string{"192.0.2.10"}}}
+	cfg.Zones = []ZoneConfig{{Name: "Corp.Example", Servers: []string{"192.0.2.10"}, ProbeName: "corp.example."}}
 	zones, source, err := cfg.ForwardZones(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
+	probes := map[string]string{}
 	for _, z := range zones {
 		got[z.Name] = strings.Join(z.Servers, ",")
+		probes[z.Name] = z.ProbeName
+	}
+	if probes["corp.example."] != "corp.example." || probes["."] != "" {
+		t.Errorf("probe names = %v, want corp.example.'s kept and none for \".\"", probes)
 	}
 	want := map[string]string{
 		"consul.":       "127.0.0.1:8600",

@@ -328,6 +328,11 @@ func (c *Config) Validate() error {
 		if len(z.Servers) == 0 && name != "." {
 			return keyErr(fmt.Sprintf("zone[%d].servers", i), "zone %q needs at least one server", name)
 		}
+		if z.ProbeName != "" {
+			if _, ok := dns.IsDomainName(z.ProbeName); !ok {
+				return keyErr(fmt.Sprintf("zone[%d].probe_name", i), "%q is not a domain name", z.ProbeName)
+			}
+		}
 		for j, srv := range z.Servers {
 			if err := checkServer(srv); err != nil {
 				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
@@ -352,7 +357,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		if _, ok := byName[name]; !ok {
 			order = append(order, name)
 		}
-		byName[name] = ZoneConfig{Name: name, Servers: z.Servers}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
 	}
 	var source string
 	out := make([]ZoneConfig, 0, len(order))
@@ -392,7 +397,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 			}
 			return nil, "", keyErr("zone["+name+"].servers", "%s", msg)
 		}
-		out = append(out, ZoneConfig{Name: name, Servers: kept})
+		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName})
 	}
 	return out, source, nil
 }

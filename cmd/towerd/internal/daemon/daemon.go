@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/towerd/towerd/cache"
@@ -223,6 +224,17 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource)
 	return rcfg
 }
 
+// probeName is the [[zone]] probe_name configured for zone, "" (". NS")
+// when none is.
+func probeName(cfg config.Config, zone string) string {
+	for _, z := range cfg.Zones {
+		if dns.CanonicalName(z.Name) == dns.CanonicalName(zone) {
+			return z.ProbeName
+		}
+	}
+	return ""
+}
+
 // newGroup builds zone's upstream group over servers with cfg's [upstream]
 // settings, its metrics and its health logs.
 func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*upstream.Group, error) {
@@ -233,6 +245,7 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		MinAttemptTimeout:     cfg.Upstream.MinAttemptTimeout.Duration,
 		MaxAttemptTimeout:     max(cfg.Upstream.MinAttemptTimeout.Duration, 1500*time.Millisecond),
 		InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
+		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {

@@ -341,14 +341,9 @@ func (im *importer) server(d Directive) {
 		}
 	}
 	for _, dom := range domains {
-		switch {
-		case dom == "#":
-			dom = "."
-		case dom == "" || strings.Contains(dom, "*"):
-			im.note(d, false, "unqualified-name and wildcard domains have no towerd equivalent")
+		dom, ok := im.domain(d, dom)
+		if !ok {
 			continue
-		default:
-			dom = strings.ToLower(strings.TrimSuffix(dom, ".")) + "."
 		}
 		z := im.zone(dom)
 		z.from = append(z.from, d.where())
@@ -357,6 +352,22 @@ func (im *importer) server(d Directive) {
 		} else {
 			z.servers = append(z.servers, hostport)
 		}
+	}
+}
+
+// domain turns one /domain/ of a server= or address= line into a zone
+// name: "#" is every name ("."), the rest is lower-cased and fully
+// qualified. Unqualified-name ("//") and wildcard domains have no towerd
+// equivalent: they are noted and ok is false.
+func (im *importer) domain(d Directive, dom string) (name string, ok bool) {
+	switch {
+	case dom == "#":
+		return ".", true
+	case dom == "" || strings.Contains(dom, "*"):
+		im.note(d, false, "unqualified-name and wildcard domains have no towerd equivalent")
+		return "", false
+	default:
+		return strings.ToLower(strings.TrimSuffix(dom, ".")) + ".", true
 	}
 }
 

@@ -104,14 +104,9 @@ func (im *importer) address(d Directive) {
 		addrs = []string{a.Unmap().String()}
 	}
 	for _, dom := range domains {
-		switch {
-		case dom == "#":
-			dom = "."
-		case dom == "" || strings.Contains(dom, "*"):
-			im.note(d, false, "unqualified-name and wildcard domains have no towerd equivalent")
+		dom, ok := im.domain(d, dom)
+		if !ok {
 			continue
-		default:
-			dom = strings.ToLower(strings.TrimSuffix(dom, ".")) + "."
 		}
 		if len(addrs) == 0 {
 			if dom == "." {

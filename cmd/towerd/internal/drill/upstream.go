@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/upstream/dnslisten"
 	"github.com/towerd/towerd/upstream/faultproxy"
 )
 
@@ -137,7 +138,7 @@ type upstream struct {
 }
 
 func startUpstream(want map[string]string, ttl time.Duration) (*upstream, error) {
-	pc, ln, err := listenLoopbackPair()
+	pc, ln, err := dnslisten.Pair("127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -175,23 +176,4 @@ func (u *upstream) close() {
 	for _, s := range u.servers {
 		_ = s.Shutdown()
 	}
-}
-
-// listenLoopbackPair binds UDP on a free loopback port and TCP on the same
-// port, trying again when another process holds the TCP twin.
-func listenLoopbackPair() (net.PacketConn, net.Listener, error) {
-	var lastErr error
-	for range 10 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, nil, err
-		}
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			return pc, ln, nil
-		}
-		pc.Close()
-		lastErr = err
-	}
-	return nil, nil, lastErr
 }

@@ -1,0 +1,73 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// TestShapeMatchesHit: what Shape makes of an upstream reply is what Get
+// returns for it right after Set, record for record (issue 11: the first
+// answer looks like every later hit), and for replies that are not stored
+// it follows the same TTL rules.
+func TestShapeMatchesHit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rcode int
+		s     sections
+		want  uint32 // TTL of every record after shaping
+	}{
+		{"huge TTL clamped by max_ttl", dns.RcodeSuccess, sections{answer: []string{"www.example.com. 2147483647 IN A 192.0.2.1"}}, 86400},
+		{"TTL with the top bit set is 0 (RFC 2181 §8)", dns.RcodeSuccess, sections{answer: []string{"www.example.com. 4294967280 IN A 192.0.2.1"}}, 0},
+		{"smallest TTL of the reply", dns.RcodeSuccess, sections{
+			answer: []string{"www.example.com. 300 IN CNAME a.example.com.", "a.example.com. 40 IN A 192.0.2.1"},
+			extra:  []string{"a.example.com. 500 IN AAAA 2001:db8::1"}}, 40},
+		{"NODATA: min(SOA TTL, MINIMUM) (RFC 2308 §5)", dns.RcodeSuccess, sections{ns: []string{soa(3600, 30)}}, 30},
+		{"NODATA after a CNAME: MINIMUM bounds it", dns.RcodeSuccess, sections{
+			answer: []string{"www.example.com. 300 IN CNAME a.example.com."}, ns: []string{soa(3600, 20)}}, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newTestCache(t, Config{Capacity: 10, MaxTTL: 24 * time.Hour, MaxStaleAge: time.Hour})
+			m := reply(t, tc.rcode, tc.s)
+			m.SetEdns0(1232, false)
+			before := m.String()
+			shaped := c.Shape(m)
+			if m.String() != before {
+				t.Fatal("Shape modified its argument")
+			}
+			if shaped.IsEdns0() != nil {
+				t.Error("shaped reply kept the upstream's OPT")
+			}
+			for _, rr := range append(append(append([]dns.RR(nil), shaped.Answer...), shaped.Ns...), shaped.Extra...) {
+				if rr.Header().Ttl != tc.want {
+					t.Errorf("%v: TTL %d, want %d", rr, rr.Header().Ttl, tc.want)
+				}
+			}
+			k := keyA("www.example.com.")
+			mustSet(t, c, k, m)
+			hit, ok := c.Get(k)
+			if !ok {
+				t.Fatal("stored reply not found")
+			}
+			hit.Msg.Id, shaped.Id = 0, 0
+			if got, want := hit.Msg.String(), shaped.String(); got != want {
+				t.Errorf("hit after Set:\n%s\nShape:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestShapeNXDOMAIN: a reply that is never stored gets the negative TTL of
+// RFC 2308 §5 all the same.
+func TestShapeNXDOMAIN(t *testing.T) {
+	c, _ := newTestCache(t, Config{Capacity: 10, MinTTL: 5 * time.Second, MaxStaleAge: time.Hour})
+	shaped := c.Shape(reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 60)}}))
+	if len(shaped.Ns) != 1 || shaped.Ns[0].Header().Ttl != 60 {
+		t.Fatalf("NXDOMAIN authority %v, want the SOA at TTL 60", shaped.Ns)
+	}
+	shaped = c.Shape(reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 1)}}))
+	if shaped.Ns[0].Header().Ttl != 5 {
+		t.Fatalf("NXDOMAIN SOA TTL %d, want min_ttl 5", shaped.Ns[0].Header().Ttl)
+	}
+}
