@@ -89,7 +89,7 @@ BENCH_ARGS ?=
 
 bench: build
 	@test/bench/install-peers.sh
-	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver
+	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver ./upstream
 	$(GO) build -o bin/towerd-bench ./test/bench
 	./bin/towerd-bench -towerd $(BIN) $(BENCH_ARGS)
 

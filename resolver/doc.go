@@ -14,7 +14,8 @@
 //  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss while
 //     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
 //  3. UDP general (udp.go servePacket → ServeDNS): everything the fast
-//     path declines on such a socket, on its own goroutine.
+//     path declines on such a socket, on a goroutine of its own (a
+//     reused one: workers.go).
 //  4. TCP general (tcp.go serveConn → servePacket → ServeDNS): everything
 //     the fast path declines on a TCP connection, on the connection's
 //     goroutine. The TCP loop (issue 13) caps connections across listeners

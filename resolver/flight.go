@@ -36,14 +36,15 @@ type flights struct {
 	// a sustained rise means the upstreams are too slow for the load.
 	rejected atomic.Uint64
 
-	ctx    context.Context // cancelled by close: shutdown abandons resolutions
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context // cancelled by close: shutdown abandons resolutions
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	workers *workers // the resolutions' goroutines
 }
 
 func newFlights() *flights {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel}
+	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers()}
 }
 
 // resolveFunc performs one resolution; it must honour ctx. server names
@@ -70,7 +71,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 	fl = &flight{done: make(chan struct{}), started: time.Now()}
 	f.running[key] = fl
 	f.wg.Add(1)
-	go func() {
+	f.workers.do(func() {
 		defer f.wg.Done()
 		fl.msg, fl.server, fl.err = resolve(f.ctx)
 		f.mu.Lock()
@@ -78,7 +79,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *fligh
 		f.mu.Unlock()
 		f.inflight.Add(-1)
 		close(fl.done)
-	}()
+	})
 	return fl, true, true
 }
 
@@ -109,4 +110,5 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 func (f *flights) close() {
 	f.cancel()
 	f.wg.Wait()
+	f.workers.stop()
 }

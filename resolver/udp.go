@@ -37,6 +37,7 @@ type udpServer struct {
 	mu      sync.Mutex
 	closing atomic.Bool
 	slow    sync.WaitGroup // general-path queries being answered
+	workers *workers       // their goroutines
 }
 
 // One goroutine reads each socket and answers the hits itself. More readers
@@ -54,7 +55,7 @@ const ioBatch = 16
 const udpReadBuffer = 65535
 
 func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
-	return &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt}
+	return &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers()}
 }
 
 // serve reads until shutdown. started is called once the reader runs.
@@ -111,7 +112,8 @@ func (u *udpServer) read() error {
 			}
 			u.slow.Add(1)
 			u.mu.Unlock()
-			go u.serveGeneral(append([]byte(nil), pkt...), from)
+			general := append([]byte(nil), pkt...)
+			u.workers.do(func() { u.serveGeneral(general, from) })
 		}
 		_ = io.flush() // a client gone is not our error
 	}
@@ -204,6 +206,7 @@ func (u *udpServer) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	u.workers.stop()
 	u.conn.Close()
 	return err
 }
@@ -219,8 +222,22 @@ var _ dns.ResponseWriter = (*udpWriter)(nil)
 func (w *udpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
 func (w *udpWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.to) }
 
+// replyBufs recycles the buffers general-path replies are packed into: the
+// socket copies the bytes, so none outlives its WriteMsg (one allocation
+// less per answer, issue 17).
+var replyBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, maxUDPReplyBuf)
+	return &b
+}}
+
+// maxUDPReplyBuf is the size of a pooled reply buffer; a larger reply gets
+// a buffer of its own, which is not kept.
+const maxUDPReplyBuf = 4096
+
 func (w *udpWriter) WriteMsg(m *dns.Msg) error {
-	b, err := m.Pack()
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	b, err := m.PackBuffer((*bp)[:cap(*bp)])
 	if err != nil {
 		return err
 	}

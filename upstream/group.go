@@ -187,8 +187,21 @@ func (g *Group) usable() []*server {
 	return g.servers
 }
 
-// healthy lists the servers not marked down, in configured order.
+// healthy lists the servers not marked down, in configured order. When
+// none is down that is g.servers itself, not a copy: the usual case costs
+// no allocation per resolution.
 func (g *Group) healthy() []*server {
+	down := 0
+	for _, s := range g.servers {
+		s.mu.Lock()
+		if s.down {
+			down++
+		}
+		s.mu.Unlock()
+	}
+	if down == 0 {
+		return g.servers
+	}
 	healthy := make([]*server, 0, len(g.servers))
 	for _, s := range g.servers {
 		s.mu.Lock()

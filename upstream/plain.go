@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,19 +27,13 @@ const plainFallbackTimeout = 2 * time.Second
 // at once, which is how a cancelled context aborts an exchange.
 var longAgo = time.Unix(1, 0)
 
-// bufferPool recycles UDP read buffers; at 64 KiB each, allocating one per
-// query would dominate the garbage a busy resolver makes.
-var bufferPool = sync.Pool{New: func() any {
-	buf := make([]byte, maxMessageSize)
-	return &buf
-}}
-
 // Plain is classic DNS to one server: UDP first, TCP when the reply is
 // truncated (RFC 7766 section 5). It keeps no sockets between exchanges, so
 // it is safe for concurrent use and Close has nothing to release.
 type Plain struct {
 	addr       string
-	dialer     net.Dialer
+	raw        *sockServer // addr as the UDP transport's socket address
+	dialer     net.Dialer  // TCP only
 	mismatches atomic.Uint64
 }
 
@@ -50,7 +43,11 @@ func NewPlain(addr string) (*Plain, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plain{addr: normalized}, nil
+	raw, err := newSockServer(normalized)
+	if err != nil {
+		return nil, fmt.Errorf("upstream address %s: %w", normalized, err)
+	}
+	return &Plain{addr: normalized, raw: raw}, nil
 }
 
 // Address returns the server's host:port.
@@ -76,13 +73,18 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		ctx, cancel = context.WithTimeout(ctx, plainFallbackTimeout)
 		defer cancel()
 	}
-	reply, err := p.exchange(ctx, "udp", m)
+	reply, err := p.exchangeUDP(ctx, m)
 	if err == nil && reply.Truncated {
-		reply, err = p.exchange(ctx, "tcp", m)
+		reply, err = p.exchangeTCP(ctx, m)
 	}
 	if err != nil {
 		return nil, err
 	}
+	return p.finish(m, reply)
+}
+
+// finish gives reply m's ID and turns a failure rcode into a *RcodeError.
+func (p *Plain) finish(m, reply *dns.Msg) (*dns.Msg, error) {
 	reply.Id = m.Id
 	if isFailureRcode(reply.Rcode) {
 		return reply, &RcodeError{Server: p.addr, Rcode: reply.Rcode}
@@ -90,52 +92,80 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	return reply, nil
 }
 
-// exchange performs one query/response over a new connection. A new UDP
-// socket per exchange gets a fresh random source port from the kernel
-// (RFC 5452 section 4.5), and because it is connected the kernel drops
-// datagrams from any other source before we see them.
-func (p *Plain) exchange(ctx context.Context, network string, m *dns.Msg) (*dns.Msg, error) {
+// exchangeUDP is one query over a new UDP socket (udpsock.go): a fresh
+// random source port from the kernel (RFC 5452 section 4.5), a fresh random
+// ID, the first reply that matches; ctx bounds the wait.
+func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	bufp := packPool.Get().(*[]byte)
+	defer packPool.Put(bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+	*bufp = packed[:0]
+	qend, _, err := questionEnd(packed)
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+	binary.BigEndian.PutUint16(packed, randomID())
+	out := make(chan datagram, 1)
+	sock, err := p.openUDP(packed, qend, out)
+	if err != nil {
+		return nil, fmt.Errorf("sending to %s over udp: %w", p.addr, classify(ctx, err))
+	}
+	defer sock.close()
+	for {
+		select {
+		case d := <-out:
+			if d.err != nil {
+				return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, d.err))
+			}
+			if reply, ok := sock.unpackReply(d.raw); ok {
+				return reply, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, ctx.Err()))
+		}
+	}
+}
+
+// exchangeTCP performs one query/response over a new TCP connection
+// (RFC 7766 section 5: the retry of a truncated UDP reply), with a fresh
+// random ID. RFC 1035 section 4.2.2: a two-byte length prefix frames each
+// message.
+func (p *Plain) exchangeTCP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	query := m.Copy()
-	query.Id = dns.Id()
+	query.Id = randomID()
 	packed, err := query.Pack()
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
 
-	conn, err := p.dial(ctx, network)
+	conn, err := p.dial(ctx, "tcp")
 	if err != nil {
-		return nil, fmt.Errorf("dialing %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("dialing %s over tcp: %w", p.addr, classify(ctx, err))
 	}
 	defer conn.Close()
 	deadline, _ := ctx.Deadline()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("setting deadline for %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("setting deadline for %s over tcp: %w", p.addr, classify(ctx, err))
 	}
 	// The deadline covers expiry; cancellation has no deadline, so wake the
 	// blocked read by moving the deadline into the past.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(longAgo) })
 	defer stop()
 
-	if network == "tcp" {
-		// RFC 1035 section 4.2.2: a two-byte length prefix frames each message.
-		packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
-	}
+	packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
 	if _, err := conn.Write(packed); err != nil {
-		return nil, fmt.Errorf("writing to %s over %s: %w", p.addr, network, classify(ctx, err))
+		return nil, fmt.Errorf("writing to %s over tcp: %w", p.addr, classify(ctx, err))
 	}
-
-	bufp := bufferPool.Get().(*[]byte)
-	defer bufferPool.Put(bufp)
 	for {
-		raw, err := readMessage(conn, network, *bufp)
+		raw, err := readTCPMessage(conn)
 		if err != nil {
-			return nil, fmt.Errorf("reading from %s over %s: %w", p.addr, network, classify(ctx, err))
+			return nil, fmt.Errorf("reading from %s over tcp: %w", p.addr, classify(ctx, err))
 		}
 		reply := new(dns.Msg)
 		if reply.Unpack(raw) != nil || !matches(query, reply) {
-			// Keep waiting: the genuine reply may still be on its way, and
-			// giving up on the first forgery would let anyone who can send
-			// us a datagram deny service.
 			p.mismatches.Add(1)
 			continue
 		}
@@ -149,9 +179,9 @@ const maxSelfConnects = 3
 
 // dial connects to the server. When the server is on this host and its port
 // lies in the ephemeral range, the kernel can pick that very port as the
-// source of a UDP socket, which then talks to itself: it would read its own
-// query back and wait out the deadline instead of seeing "connection
-// refused". Such a socket is discarded and the dial repeated.
+// source, and a socket would talk to itself (TCP's simultaneous open makes
+// that possible too). Such a socket is discarded and the dial repeated; the
+// UDP attempts check the same in openUDP.
 func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
 	for range maxSelfConnects {
 		conn, err := p.dialer.DialContext(ctx, network, p.addr)
@@ -163,19 +193,12 @@ func (p *Plain) dial(ctx context.Context, network string) (net.Conn, error) {
 		}
 		conn.Close()
 	}
-	return nil, errors.New("socket connected to itself")
+	return nil, errSelfConnect
 }
 
-// readMessage reads one DNS message from conn into buf (UDP) or a new slice
-// (TCP, whose length prefix says how much to read).
-func readMessage(conn net.Conn, network string, buf []byte) ([]byte, error) {
-	if network != "tcp" {
-		n, err := conn.Read(buf)
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
+// readTCPMessage reads one DNS message from conn, whose length prefix says
+// how much to read.
+func readTCPMessage(conn net.Conn) ([]byte, error) {
 	var prefix [2]byte
 	if _, err := io.ReadFull(conn, prefix[:]); err != nil {
 		return nil, err

@@ -2,8 +2,10 @@ package upstream
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -14,16 +16,27 @@ import (
 const defaultResolutionTimeout = 5 * time.Second
 
 // attempt is one packet of a resolution: a query with its own socket, random
-// source port and ID (Plain.Exchange), sent to one server, whose reply is
-// awaited until the resolution ends, not only until its RTO.
+// source port and ID, sent to one server, whose reply is awaited until the
+// resolution ends, not only until its RTO.
 type attempt struct {
 	server *server
+	sock   *udpSock      // nil when the socket could not be opened
 	start  time.Time     // by GroupOptions.Now, for the RTT sample
 	sent   time.Time     // by the real clock, for "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
+	state  attemptState
 }
 
-// attemptResult is what an attempt's goroutine hands back, exactly once.
+type attemptState uint8
+
+const (
+	waitingUDP attemptState = iota // its socket is armed
+	waitingTCP                     // its reply was truncated; a goroutine asks again over TCP
+	ended                          // its result is in
+)
+
+// attemptResult is how an attempt ended (or, for one still waiting when the
+// resolution ended, its state then).
 type attemptResult struct {
 	attempt *attempt
 	reply   *dns.Msg
@@ -98,21 +111,55 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 	return reply, server, result, err
 }
 
-// resolve runs the attempts of one resolution. It starts at most MaxAttempts
-// goroutines, one per attempt, and returns only after every one of them has
-// ended, so a resolution leaves nothing behind.
+// resolve runs the attempts of one resolution. The query is packed once;
+// each attempt gets a fresh random ID in those bytes and a socket of its
+// own (udpsock.go), whose replies the process's one reader hands to this
+// goroutine: no goroutine per attempt, except for the rare TCP retry of a
+// truncated reply. It returns only after every attempt has ended and every
+// socket is closed, so a resolution leaves nothing behind.
 func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
 	order := g.usable()
-	// Cancelling attemptCtx closes every attempt's socket at once.
-	attemptCtx, cancelAttempts := context.WithCancel(ctx)
-	defer cancelAttempts()
-	results := make(chan attemptResult, g.opts.MaxAttempts)
+	bufp := packPool.Get().(*[]byte)
+	defer packPool.Put(bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+	if err != nil {
+		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	*bufp = packed[:0]
+	qend, _, err := questionEnd(packed)
+	if err != nil {
+		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	// Cancelling attemptCtx ends the TCP retries at once; made with the
+	// first one, as few replies are truncated.
 	var (
-		attempts []*attempt
-		pending  int
-		rtoTimer = time.NewTimer(time.Hour)
+		tcpCtx         context.Context
+		cancelAttempts context.CancelFunc = func() {}
 	)
-	defer rtoTimer.Stop()
+	defer func() { cancelAttempts() }()
+	// Each socket hands over at most one datagram before it is rearmed, and
+	// each TCP retry ends once: room for all.
+	datagrams := getDatagramChan(g.opts.MaxAttempts)
+	defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
+	var results chan attemptResult   // made with the first TCP retry
+	var (
+		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
+		failed   []attemptResult // attempts whose socket could not be opened or written
+		pending  int
+		tcp      int // attempts in waitingTCP
+		rtoTimer = timerPool.Get().(*time.Timer)
+	)
+	defer func() {
+		rtoTimer.Stop()
+		timerPool.Put(rtoTimer)
+	}()
+	defer func() {
+		for _, a := range attempts {
+			if a.sock != nil {
+				a.sock.close()
+			}
+		}
+	}() // runs before putDatagramChan
 	send := func() {
 		s := order[len(attempts)%len(order)]
 		s.mu.Lock()
@@ -122,11 +169,25 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		attempts = append(attempts, a)
 		pending++
 		s.queries.Add(1)
-		go func() {
-			reply, err := s.plain.Exchange(attemptCtx, m)
-			results <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
-		}()
+		// The RTO runs from the decision to send, as a.sent says.
 		rtoTimer.Reset(rto)
+		binary.BigEndian.PutUint16(packed, randomID())
+		sock, err := s.plain.openUDP(packed, qend, datagrams)
+		if err != nil {
+			failed = append(failed, attemptResult{attempt: a,
+				err: fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))})
+		}
+		a.sock = sock
+	}
+	// retryTCP asks a's server again over TCP (RFC 7766 section 5).
+	retryTCP := func(a *attempt) {
+		a.state = waitingTCP
+		tcp++
+		if tcpCtx == nil {
+			tcpCtx, cancelAttempts = context.WithCancel(ctx)
+			results = make(chan attemptResult, g.opts.MaxAttempts)
+		}
+		go g.exchangeTCP(tcpCtx, a, m, results)
 	}
 
 	var (
@@ -134,42 +195,40 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		lastErr           error
 		// ended holds the attempts that ended before the resolution, with
 		// room for all of them so winner and lastRcode stay valid.
-		ended       = make([]attemptResult, 0, g.opts.MaxAttempts)
-		outstanding []attemptResult
+		endedAttempts = make([]attemptResult, 0, g.opts.MaxAttempts)
+		outstanding   []attemptResult
 	)
 	send()
 loop:
 	for {
+		var r attemptResult
+		if len(failed) > 0 {
+			r, failed = failed[0], failed[1:]
+			goto settle
+		}
 		select {
-		case r := <-results:
-			pending--
-			if ErrorKind(r.err) == KindTimeout {
-				// Only the resolution's own deadline times an attempt out,
-				// and the socket's timer may beat the context's.
-				outstanding = append(outstanding, r)
-				lastErr = r.err
-				break loop
+		case d := <-datagrams:
+			a := attemptOf(attempts, d.sock)
+			if a == nil || a.state != waitingUDP {
+				continue
 			}
-			ended = append(ended, r)
-			if r.err == nil {
-				winner = &ended[len(ended)-1]
-				break loop
+			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
+			if d.err != nil {
+				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
+			} else {
+				reply, ok := d.sock.unpackReply(d.raw)
+				if !ok {
+					continue
+				}
+				if reply.Truncated {
+					retryTCP(a)
+					continue
+				}
+				r.reply, r.err = a.server.plain.finish(m, reply)
 			}
-			if r.reply != nil {
-				lastRcode = &ended[len(ended)-1]
-			}
-			lastErr = r.err
-			if ErrorKind(r.err) == KindOther {
-				// A query we cannot pack or a cancelled caller: another
-				// server would fare no better.
-				break loop
-			}
-			// SERVFAIL, REFUSED or a network error: this attempt is over,
-			// so the next need not wait for its RTO.
-			if len(attempts) < g.opts.MaxAttempts {
-				send()
-			} else if pending == 0 {
-				break loop
+		case r = <-results:
+			if r.attempt.state == waitingTCP {
+				tcp--
 			}
 		case <-rtoTimer.C:
 			newest := attempts[len(attempts)-1]
@@ -177,22 +236,56 @@ loop:
 			if len(attempts) < g.opts.MaxAttempts {
 				send()
 			}
+			continue
 		case <-ctx.Done():
+			break loop
+		}
+	settle:
+		r.attempt.state = ended
+		pending--
+		if ErrorKind(r.err) == KindTimeout {
+			// Only the resolution's own deadline times an attempt out.
+			outstanding = append(outstanding, r)
+			lastErr = r.err
+			break loop
+		}
+		endedAttempts = append(endedAttempts, r)
+		if r.err == nil {
+			winner = &endedAttempts[len(endedAttempts)-1]
+			break loop
+		}
+		if r.reply != nil {
+			lastRcode = &endedAttempts[len(endedAttempts)-1]
+		}
+		lastErr = r.err
+		if ErrorKind(r.err) == KindOther {
+			// A cancelled caller or a query the server cannot be sent:
+			// another server would fare no better.
+			break loop
+		}
+		// SERVFAIL, REFUSED or a network error: this attempt is over,
+		// so the next need not wait for its RTO.
+		if len(attempts) < g.opts.MaxAttempts {
+			send()
+		} else if pending == 0 {
 			break loop
 		}
 	}
 	cancelAttempts()
-	for ; pending > 0; pending-- {
+	for _, a := range attempts {
+		if a.state == waitingUDP {
+			outstanding = append(outstanding, attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)})
+		}
+	}
+	for ; tcp > 0; tcp-- {
 		outstanding = append(outstanding, <-results)
 	}
-	g.account(ctx, ended, outstanding, winner != nil)
+	g.account(ctx, endedAttempts, outstanding, winner != nil)
 
 	switch {
 	case winner != nil:
-		winner.reply.Id = m.Id
 		return winner.reply, winner.attempt.server.plain.Address(), nil
 	case lastRcode != nil:
-		lastRcode.reply.Id = m.Id
 		return lastRcode.reply, lastRcode.attempt.server.plain.Address(), lastRcode.err
 	case ctx.Err() != nil:
 		return nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
@@ -200,6 +293,57 @@ loop:
 		return nil, "", lastErr
 	}
 	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+}
+
+// exchangeTCP asks a's server again over TCP and hands the result to out.
+func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out chan<- attemptResult) {
+	p := a.server.plain
+	reply, err := p.exchangeTCP(ctx, m)
+	if err == nil {
+		reply, err = p.finish(m, reply)
+	}
+	out <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
+}
+
+// datagramChans recycles the resolutions' datagram channels. Once every
+// socket of a resolution is closed nothing more is sent on its channel, so
+// emptying it is all a reuse needs.
+var datagramChans sync.Pool
+
+func getDatagramChan(size int) chan datagram {
+	if c, ok := datagramChans.Get().(chan datagram); ok && cap(c) >= size {
+		return c
+	}
+	return make(chan datagram, size)
+}
+
+func putDatagramChan(c chan datagram) {
+	for {
+		select {
+		case <-c:
+		default:
+			datagramChans.Put(c)
+			return
+		}
+	}
+}
+
+// timerPool recycles the resolutions' RTO timers. A stopped timer's channel
+// holds no stale tick (Go 1.23 timers), so Reset is all a reuse needs.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// attemptOf finds the attempt whose socket is sock.
+func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
+	for _, a := range attempts {
+		if a.sock == sock {
+			return a
+		}
+	}
+	return nil
 }
 
 // account settles a finished resolution: counters, Observe, RTT samples and

@@ -37,7 +37,8 @@ const (
 )
 
 // upstreamServer answers every A question under any name with one address
-// derived from the name, TTL ttl; AAAA gets NODATA. It counts queries.
+// derived from the name, TTL ttl; AAAA gets NODATA; a name whose first
+// label starts with "nx" gets NXDOMAIN (scenario 8). It counts queries.
 type upstreamServer struct {
 	ttl     uint32
 	queries atomic.Uint64
@@ -60,7 +61,11 @@ func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	u.queries.Add(1)
-	if q.Qtype == dns.TypeA {
+	nx := len(q.Name) > 2 && strings.EqualFold(q.Name[:2], "nx")
+	if nx {
+		m.Rcode = dns.RcodeNameError
+	}
+	if q.Qtype == dns.TypeA && !nx {
 		h := fnv.New32a()
 		h.Write([]byte(strings.ToLower(q.Name)))
 		v := h.Sum32()

@@ -108,10 +108,20 @@ func (b *bench) hit(round int, s, hitFile string) error {
 	}
 	defer os.Remove(missFile)
 	upBefore, _ := upstreamQueries()
+	cpu0, err := cpuTicks(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
 	out, err := b.dnsperf(addr, missFile, "-n", "1", "-l", secs(b.duration), "-c", "4", "-t", "2")
 	if err != nil {
 		return err
 	}
+	cpu1, err := cpuTicks(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	missUs := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.noerror, 1))
+	r.add("miss.us", missUs)
 	upAfter, uerr := upstreamQueries()
 	if uerr != nil {
 		return uerr
@@ -120,8 +130,8 @@ func (b *bench) hit(round int, s, hitFile string) error {
 	r.add("miss.qps", out.qps)
 	r.add("miss.lost", 100*float64(out.lost)/float64(max(out.sent, 1)))
 	r.add("miss.up", perName)
-	fmt.Printf("  round %d %-8s miss:         %8.0f answered/s, lost %d of %d, NOERROR %d, %.3f upstream queries per name\n",
-		round, s, out.qps, out.lost, out.sent, out.noerror, perName)
+	fmt.Printf("  round %d %-8s miss:         %8.0f answered/s, %5.2f µs CPU/answer, lost %d of %d, NOERROR %d, %.3f upstream queries per name\n",
+		round, s, out.qps, missUs, out.lost, out.sent, out.noerror, perName)
 	return nil
 }
 

@@ -14,6 +14,8 @@
 //	miss        4. unique names per second through to the upstream (hit.go)
 //	memory      5. RSS per cached entry after 100,000 names (memory.go)
 //	jitter      6. a slow, lossy upstream with 2 s TTLs: serve-stale (jitter.go)
+//	cold        7. 20,000 unique names right after a start (storm.go)
+//	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -44,7 +46,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm"}
 
 func main() {
 	var (
@@ -184,6 +186,11 @@ func (b *bench) run() error {
 			return err
 		}
 	}
+	if b.want["cold"] || b.want["nxstorm"] {
+		if err := b.startUpstream("storm-upstream", stormUpstreamAddr, b.ttl, stormFaults); err != nil {
+			return err
+		}
+	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
 		return err
@@ -229,6 +236,14 @@ func (b *bench) run() error {
 			}
 			if err := b.jitter(round, s); err != nil {
 				return fmt.Errorf("round %d, %s, jitter: %w", round, s, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["cold"] && !b.want["nxstorm"] {
+				break
+			}
+			if err := b.storm(round, s); err != nil {
+				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
 			}
 		}
 	}

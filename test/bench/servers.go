@@ -32,6 +32,9 @@ type serverSetup struct {
 	// to towerd's defaults as its options go (scenario 6; jitter.go).
 	// towerd has both on by default either way.
 	stale bool
+	// noNegCache turns negative caching off in the peers (scenarios 7 and
+	// 8); towerd never caches NXDOMAIN.
+	noNegCache bool
 }
 
 // startServer starts server s (or the null responder) fresh and waits until
@@ -112,6 +115,9 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			// dnsmasq has no client timeout and no prefetch.
 			args = append(args, "--use-stale-cache")
 		}
+		if set.noNegCache {
+			args = append(args, "--no-negcache")
+		}
 		return dnsmasq, args, nil
 	case "unbound":
 		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-%s-%d.conf", set.phase, round))
@@ -133,6 +139,9 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 	ede: yes
 	ede-serve-expired: yes
 `
+		}
+		if set.noNegCache {
+			stale += "\tcache-max-negative-ttl: 0\n"
 		}
 		text := fmt.Sprintf(`server:
 	interface: %[1]s@%[2]s

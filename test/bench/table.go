@@ -66,6 +66,7 @@ func (b *bench) rows() []row {
 	if b.want["miss"] {
 		add("4 miss",
 			row{measure: "answered/s", key: "miss.qps", format: "%.0f"},
+			row{measure: "CPU µs per answer", key: "miss.us", format: "%.2f"},
 			row{measure: "lost", key: "miss.lost", format: "%.2f %%"},
 			row{measure: "upstream queries per name", key: "miss.up", format: "%.3f"})
 	}
@@ -87,6 +88,18 @@ func (b *bench) rows() []row {
 			row{measure: "max ms", key: "jit.max", format: "%.1f"},
 			row{measure: "stale answers (EDE 3)", key: "jit.stale", format: "%.1f %%"},
 			row{measure: "upstream queries sent", key: "jit.up", format: "%.0f"})
+	}
+	if b.want["cold"] {
+		add(fmt.Sprintf("7 cold start, %dk names", coldNames/1000),
+			row{measure: "answered/s", key: "cold.qps", format: "%.0f"},
+			row{measure: "CPU µs per answer", key: "cold.us", format: "%.2f"},
+			row{measure: "upstream queries per name", key: "cold.up", format: "%.3f"})
+	}
+	if b.want["nxstorm"] {
+		add(fmt.Sprintf("8 NXDOMAIN storm, %d×%d names", stormNames, len(stormSuffixes)),
+			row{measure: "NXDOMAIN answers/s", key: "storm.qps", format: "%.0f"},
+			row{measure: "CPU µs per answer", key: "storm.us", format: "%.2f"},
+			row{measure: fmt.Sprintf("upstream queries per %d identical asks", stormClients), key: "storm.up", format: "%.3f"})
 	}
 	return rs
 }
@@ -152,6 +165,11 @@ func (b *bench) table(w io.Writer) {
 	line("hit p99 latency", "lat.p99", true)
 	line("hit throughput", "tput.qps", false)
 	line("miss throughput", "miss.qps", false)
+	line("CPU per miss", "miss.us", false)
+	line("cold-start answers/s", "cold.qps", false)
+	line("cold-start CPU per answer", "cold.us", false)
+	line("NXDOMAIN storm answers/s", "storm.qps", false)
+	line("NXDOMAIN storm CPU per answer", "storm.us", false)
 	line(fmt.Sprintf("bytes per cached entry (filled − %d-entry start)", smallCache), "mem.bpe0", false)
 	line("p99.9 latency under jitter", "jit.p999", true)
 	line("upstream queries under jitter", "jit.up", false)

@@ -165,10 +165,15 @@ func writeNames(path, prefix string, n int) error {
 type perfOut struct {
 	sent, completed, lost int
 	noerror               int     // completed with NOERROR
+	nxdomain              int     // completed with NXDOMAIN
 	qps                   float64 // NOERROR answers per second
+	rawQPS                float64 // completed queries per second, any rcode
 }
 
-var noerrorRe = regexp.MustCompile(`Response codes:.*?NOERROR (\d+)`)
+var (
+	noerrorRe  = regexp.MustCompile(`Response codes:.*?NOERROR (\d+)`)
+	nxdomainRe = regexp.MustCompile(`Response codes:.*?NXDOMAIN (\d+)`)
+)
 
 var perfRe = map[string]*regexp.Regexp{
 	"sent":      regexp.MustCompile(`Queries sent:\s+(\d+)`),
@@ -216,6 +221,10 @@ func (b *bench) dnsperf(addr, file string, args ...string) (perfOut, error) {
 	if m := noerrorRe.FindStringSubmatch(text); m != nil {
 		r.noerror, _ = strconv.Atoi(m[1])
 	}
+	if m := nxdomainRe.FindStringSubmatch(text); m != nil {
+		r.nxdomain, _ = strconv.Atoi(m[1])
+	}
+	r.rawQPS = r.qps
 	// Only NOERROR counts as answered (a SERVFAIL is quick but no answer).
 	if r.completed > 0 {
 		r.qps *= float64(r.noerror) / float64(r.completed)
