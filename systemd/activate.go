@@ -163,3 +163,38 @@ func waitForAnswer(addr string, timeout time.Duration) error {
 		}
 	}
 }
+
+// preflightActivate checks, before anything changes, that --activate can
+// do its part: systemctl is on PATH, and no dnsmasq holds port 53.
+func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
+	systemctl, err := exec.LookPath("systemctl")
+	if err != nil {
+		return nil, fmt.Errorf("--activate: %w", err)
+	}
+	if p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(nodeView{in.fsys}, dnsmasqPIDFile)) {
+		return nil, fmt.Errorf("--activate: dnsmasq holds port 53, which towerd.socket needs; stop it first (%s), then run install --activate again",
+			strings.Join(p.dnsmasq.StopCommands, "; "))
+	}
+	return &activator{systemctl: systemctl, r: in.r}, nil
+}
+
+// activate starts towerd (activator.activate) and, when it does not
+// answer, rolls back: the units are disabled and every file install wrote
+// is put back, so the node keeps the resolver it had.
+func (in *installer) activate(act *activator, opts Activation, p nodePlan) error {
+	err := act.activate(opts, in.m.file(ResolvedDropIn) != nil)
+	if err == nil {
+		if in.m.file(NMDropIn) != nil {
+			in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
+		}
+		if p.docker.Next != "" && in.m.file(DockerSocketDropIn) != nil {
+			in.r.Next = append(in.r.Next, p.docker.Next)
+		}
+		return nil
+	}
+	in.r.warn("activation failed (%v): rolling back everything install did", err)
+	if rbErr := act.rollback(in.fsys); rbErr != nil {
+		return fmt.Errorf("%w; the rollback did not finish either: %v (see the lines above; towerd uninstall finishes it)", err, rbErr)
+	}
+	return fmt.Errorf("%w; rolled back: the units are disabled and the files are as they were before install", err)
+}

@@ -1,0 +1,152 @@
+package systemd
+
+// towerd's own files: its config (towerd.toml or its drop-in), its binary,
+// and the towerd.socket and towerd.service units, rendered from the copies
+// embedded in the binary.
+
+import (
+	_ "embed" // the unit files ship inside the binary, for `towerd install`
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// writeConfig writes towerd.toml only where there is none or where it is
+// still the one install wrote: an operator's config always wins.
+func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
+	if p.keepConfig {
+		msg := "an existing config wins"
+		if rec := in.m.file(p.configPath); rec != nil {
+			msg = "changed since towerd install wrote it"
+		}
+		switch {
+		case p.manager.Follow != "":
+			msg += "; zone \".\" should follow " + p.manager.Follow + " (resolv_conf)"
+		}
+		if opts.Docker {
+			msg += "; add " + p.docker.Allow + " to allow there for Docker's containers"
+			in.r.warn("%s is kept: add %q to its allow list (with the loopback networks), or towerd refuses Docker's containers", p.configPath, p.docker.Allow)
+		}
+		in.r.same("kept", p.configPath, msg)
+		return nil
+	}
+	c := InstallConfig{Listen: towerdListenAddress + ":53", Servers: p.found.servers, Source: p.found.source, ResolvConf: p.found.follow,
+		DropIn: p.configPath == ConfigDropIn}
+	var detail string
+	switch {
+	case opts.Imported != nil:
+		detail = "imported from " + opts.Imported.Source
+		if !opts.Imported.RootServers {
+			if c.ResolvConf != "" {
+				detail += "; zone \".\" follows " + c.ResolvConf
+			} else {
+				detail += "; zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
+			}
+		}
+	case c.ResolvConf != "":
+		detail = "zone \".\" follows " + c.ResolvConf + " (resolv_conf), which " + string(p.manager.Manager) + " keeps current"
+	default:
+		detail = "zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
+	}
+	if opts.Docker {
+		c.ExtraListen = []string{p.docker.Listen}
+		c.Allow = []string{"127.0.0.0/8", "::1/128", p.docker.Allow}
+		detail += "; listen adds " + p.docker.Listen + ", allow adds " + p.docker.Allow
+	}
+	if c.DropIn {
+		detail += "; over " + ConfigPath + ", which sets nothing (the package's sample) and stays dpkg's"
+		for _, o := range operatorDropIns(in.fsys) {
+			in.r.same("found", o, "read after "+ConfigDropIn+": what it sets wins")
+		}
+	}
+	return in.write(p.configPath, opts.RenderConfig(c), 0o644, detail, "", nil)
+}
+
+// writeProgram copies the binary and writes the units, unless towerd's
+// Debian package provides them: then copies from an earlier install, which
+// would override the package's units and drift from them at its next
+// upgrade, are undone instead.
+func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte, units []Unit) error {
+	if !p.packaged {
+		if err := in.writeOwned(DefaultBinaryPath, binary, 0o755, "copy of "+opts.Binary); err != nil {
+			return err
+		}
+		for _, u := range units {
+			if err := in.writeOwned(path.Join(UnitDir, u.Name), []byte(u.Content), 0o644, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	detail := "towerd's Debian package: its program and its units in " + PackagedUnitDir + " are used as they are, nothing is copied"
+	root := opts.Root
+	if root == "" {
+		root = "/"
+	}
+	if filepath.Join(root, PackagedBinaryPath) != opts.Binary {
+		detail += " (the units run " + PackagedBinaryPath + ", not this program, " + opts.Binary + ")"
+	}
+	in.r.same("found", PackagedBinaryPath, detail)
+	for _, name := range []string{DefaultBinaryPath, path.Join(UnitDir, SocketUnitName), path.Join(UnitDir, ServiceUnitName)} {
+		if in.m.file(name) == nil {
+			if _, err := in.fsys.Lstat(name); err == nil && name != DefaultBinaryPath {
+				in.r.warn("%s is not towerd install's and overrides the package's unit in %s: remove it (systemctl daemon-reload after) unless you mean it to",
+					name, PackagedUnitDir)
+			}
+			continue
+		}
+		if err := in.retire(name, "an earlier install's copy, which would override the package's"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The unit files as kept in the repository; towerd install writes them.
+var (
+	//go:embed towerd.socket
+	socketUnit string
+	//go:embed towerd.service
+	serviceUnit string
+)
+
+// Where install puts things, relative to the root. Units go to
+// /etc/systemd/system, the directory for units the administrator (not a
+// package) installs; the binary to /usr/local/bin for the same reason.
+const (
+	DefaultBinaryPath = "/usr/local/bin/towerd"
+	UnitDir           = "/etc/systemd/system"
+	SocketUnitName    = "towerd.socket"
+	ServiceUnitName   = "towerd.service"
+	// unitBinaryPath is the binary the units in the repository name.
+	unitBinaryPath = DefaultBinaryPath
+)
+
+// Unit is one rendered unit file.
+type Unit struct {
+	Name    string // "towerd.socket", "towerd.service"
+	Content string
+}
+
+// Units returns towerd.socket and towerd.service with ExecStart naming
+// binary (an absolute path). Tests render them with the binary they built so
+// that `systemd-analyze verify` finds the program the unit runs.
+func Units(binary string) ([]Unit, error) {
+	if !strings.HasPrefix(binary, "/") {
+		return nil, fmt.Errorf("binary path %q is not absolute (systemd wants ExecStart= absolute)", binary)
+	}
+	if strings.ContainsAny(binary, " \t\n\"'\\%$") {
+		// ExecStart= would split or expand such a path; quoting it is not
+		// worth the risk for an install path.
+		return nil, fmt.Errorf("binary path %q has characters systemd would interpret", binary)
+	}
+	service := strings.ReplaceAll(serviceUnit, "ExecStart="+unitBinaryPath+" ", "ExecStart="+binary+" ")
+	if !strings.Contains(service, "ExecStart="+binary+" ") {
+		return nil, fmt.Errorf("BUG: towerd.service has no ExecStart=%s line to rewrite", unitBinaryPath)
+	}
+	return []Unit{
+		{Name: SocketUnitName, Content: socketUnit},
+		{Name: ServiceUnitName, Content: service},
+	}, nil
+}
