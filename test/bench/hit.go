@@ -39,27 +39,20 @@ func (b *bench) hit(round int, s, hitFile string) error {
 		if !b.want["hitcpu"] {
 			break
 		}
-		upBefore, _ := upstreamQueries()
-		cpu0, err := cpuTicks(p.cmd.Process.Pid)
+		// A count that cannot be read is a zero here: the hit scenario
+		// only reports the upstream queries, it does not judge them.
+		upCount := func() (uint64, error) { n, _ := upstreamQueries(); return n, nil }
+		out, err := b.measure(p.cmd.Process.Pid, upCount, addr, hitFile, "-l", secs(b.duration), "-Q", strconv.Itoa(rate), "-q", "2000", "-c", "4", "-t", "2")
 		if err != nil {
 			return err
 		}
-		out, err := b.dnsperf(addr, hitFile, "-l", secs(b.duration), "-Q", strconv.Itoa(rate), "-q", "2000", "-c", "4", "-t", "2")
-		if err != nil {
-			return err
-		}
-		cpu1, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		upAfter, _ := upstreamQueries()
-		us := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.noerror, 1))
+		us := out.usPer(out.noerror)
 		r.add(fmt.Sprintf("hit%d.us", rate), us)
 		r.add(fmt.Sprintf("hit%d.qps", rate), out.qps)
 		r.add(fmt.Sprintf("hit%d.lost", rate), 100*float64(out.lost)/float64(max(out.sent, 1)))
-		r.add(fmt.Sprintf("hit%d.up", rate), float64(upAfter-upBefore))
+		r.add(fmt.Sprintf("hit%d.up", rate), float64(out.upstream))
 		fmt.Printf("  round %d %-8s hit @%6d/s: %8.0f answered/s, %5.2f µs CPU/query, lost %d, upstream queries %d\n",
-			round, s, rate, out.qps, us, out.lost, upAfter-upBefore)
+			round, s, rate, out.qps, us, out.lost, out.upstream)
 	}
 
 	// Scenario 2, hit latency: the open-loop probe at a fixed rate over
@@ -107,26 +100,13 @@ func (b *bench) hit(round int, s, hitFile string) error {
 		return err
 	}
 	defer os.Remove(missFile)
-	upBefore, _ := upstreamQueries()
-	cpu0, err := cpuTicks(p.cmd.Process.Pid)
+	out, err := b.measure(p.cmd.Process.Pid, upstreamQueries, addr, missFile, "-n", "1", "-l", secs(b.duration), "-c", "4", "-t", "2")
 	if err != nil {
 		return err
 	}
-	out, err := b.dnsperf(addr, missFile, "-n", "1", "-l", secs(b.duration), "-c", "4", "-t", "2")
-	if err != nil {
-		return err
-	}
-	cpu1, err := cpuTicks(p.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	missUs := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.noerror, 1))
+	missUs := out.usPer(out.noerror)
+	perName := float64(out.upstream) / float64(max(out.sent, 1))
 	r.add("miss.us", missUs)
-	upAfter, uerr := upstreamQueries()
-	if uerr != nil {
-		return uerr
-	}
-	perName := float64(upAfter-upBefore) / float64(max(out.sent, 1))
 	r.add("miss.qps", out.qps)
 	r.add("miss.lost", 100*float64(out.lost)/float64(max(out.sent, 1)))
 	r.add("miss.up", perName)

@@ -54,28 +54,12 @@ func (b *bench) storm(round int, s string) error {
 			return err
 		}
 		defer os.Remove(f)
-		up0, err := upCount()
+		out, err := b.measure(p.cmd.Process.Pid, upCount, addr, f, "-n", "1", "-c", "4", "-t", "2")
 		if err != nil {
 			return err
 		}
-		cpu0, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		out, err := b.dnsperf(addr, f, "-n", "1", "-c", "4", "-t", "2")
-		if err != nil {
-			return err
-		}
-		cpu1, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		up1, err := upCount()
-		if err != nil {
-			return err
-		}
-		usPer := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.noerror, 1))
-		perName := float64(up1-up0) / float64(max(out.sent, 1))
+		usPer := out.usPer(out.noerror)
+		perName := float64(out.upstream) / float64(max(out.sent, 1))
 		r.add("cold.qps", out.qps)
 		r.add("cold.us", usPer)
 		r.add("cold.up", perName)
@@ -89,29 +73,13 @@ func (b *bench) storm(round int, s string) error {
 			return err
 		}
 		defer os.Remove(f)
-		up0, err := upCount()
-		if err != nil {
-			return err
-		}
-		cpu0, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		out, err := b.dnsperf(addr, f, "-l", secs(b.duration), "-c", "4", "-t", "2")
-		if err != nil {
-			return err
-		}
-		cpu1, err := cpuTicks(p.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		up1, err := upCount()
+		out, err := b.measure(p.cmd.Process.Pid, upCount, addr, f, "-l", secs(b.duration), "-c", "4", "-t", "2")
 		if err != nil {
 			return err
 		}
 		qps := out.rawQPS * float64(out.nxdomain) / float64(max(out.completed, 1))
-		usPer := float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(max(out.nxdomain, 1))
-		perRun := float64(up1-up0) / (float64(max(out.completed, 1)) / stormClients)
+		usPer := out.usPer(out.nxdomain)
+		perRun := float64(out.upstream) / (float64(max(out.completed, 1)) / stormClients)
 		r.add("storm.qps", qps)
 		r.add("storm.us", usPer)
 		r.add("storm.up", perRun)

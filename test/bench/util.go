@@ -232,6 +232,44 @@ func (b *bench) dnsperf(addr, file string, args ...string) (perfOut, error) {
 	return r, nil
 }
 
+// load is one dnsperf run against a server and what it cost: the server's
+// CPU time over the run and the upstream queries counted around it.
+type load struct {
+	perfOut
+	cpuUs    float64 // the server process's CPU time over the run, µs
+	upstream uint64  // upstream queries counted between before and after
+}
+
+// usPer is the server's CPU per answer, n answers given.
+func (l load) usPer(n int) float64 { return l.cpuUs / float64(max(n, 1)) }
+
+// measure runs dnsperf against addr with file and args, reading pid's CPU
+// time and upCount (the upstream's query counter) before and after: the one
+// way every scenario prices a load.
+func (b *bench) measure(pid int, upCount func() (uint64, error), addr, file string, args ...string) (load, error) {
+	up0, err := upCount()
+	if err != nil {
+		return load{}, err
+	}
+	cpu0, err := cpuTicks(pid)
+	if err != nil {
+		return load{}, err
+	}
+	out, err := b.dnsperf(addr, file, args...)
+	if err != nil {
+		return load{}, err
+	}
+	cpu1, err := cpuTicks(pid)
+	if err != nil {
+		return load{}, err
+	}
+	up1, err := upCount()
+	if err != nil {
+		return load{}, err
+	}
+	return load{perfOut: out, cpuUs: float64(cpu1-cpu0) * 1e6 / float64(clockTicks), upstream: up1 - up0}, nil
+}
+
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
 // 100 on every Linux build in practice.
 var clockTicks = func() int64 {
