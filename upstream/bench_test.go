@@ -3,40 +3,25 @@ package upstream
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// echoResponder answers every query on a loopback UDP socket with itself,
-// QR set: a NOERROR reply with no records, made without allocating, so a
-// benchmark's allocations are the transport's.
+// echoResponder answers every query with itself, QR set: a NOERROR reply
+// with no records, made without allocating, so a benchmark's allocations
+// are the transport's.
 func echoResponder(b *testing.B) string {
-	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	b.Cleanup(func() {
-		pc.Close()
-		<-done
-	})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 4096)
-		for {
-			n, from, err := pc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			if n >= 12 {
-				buf[2] |= 0x80
-				_, _ = pc.WriteToUDPAddrPort(buf[:n], from)
-			}
+	return dnstest.Responder(b, func(in, out []byte) int {
+		if len(in) < 12 {
+			return 0
 		}
-	}()
-	return pc.LocalAddr().String()
+		n := copy(out, in)
+		out[2] |= 0x80
+		return n
+	})
 }
 
 // BenchmarkGroupExchange is one resolution over loopback through a group of

@@ -221,3 +221,25 @@ func TestExchangeFunc(t *testing.T) {
 		t.Errorf("Address %q, Close %v; want memory, nil", u.Address(), u.Close())
 	}
 }
+
+// Responder sends what reply wrote, and nothing for a length of 0.
+func TestResponder(t *testing.T) {
+	addr := Responder(t, func(in, out []byte) int {
+		q := new(dns.Msg)
+		if q.Unpack(in) != nil || q.Question[0].Name == "silent.test." {
+			return 0
+		}
+		r := new(dns.Msg)
+		r.SetRcode(q, dns.RcodeRefused)
+		b, _ := r.Pack()
+		return copy(out, b)
+	})
+	c := &dns.Client{Timeout: 200 * time.Millisecond}
+	reply, _, err := c.Exchange(new(dns.Msg).SetQuestion("loud.test.", dns.TypeA), addr)
+	if err != nil || reply.Rcode != dns.RcodeRefused {
+		t.Fatalf("reply %v, %v; want REFUSED", reply, err)
+	}
+	if _, _, err := c.Exchange(new(dns.Msg).SetQuestion("silent.test.", dns.TypeA), addr); err == nil {
+		t.Fatal("an answer for a query reply left unanswered")
+	}
+}
