@@ -8,6 +8,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // ResolvConfManager names what keeps /etc/resolv.conf up to date on a node.
@@ -27,14 +29,14 @@ const (
 const (
 	NMConfPath          = "/etc/NetworkManager/NetworkManager.conf"
 	NMDropIn            = "/etc/NetworkManager/conf.d/99-towerd.conf"
-	NMNoStubResolvConf  = "/run/NetworkManager/no-stub-resolv.conf"
+	NMNoStubResolvConf  = resolvconf.NetworkManagerPath
 	NMResolvConf        = "/run/NetworkManager/resolv.conf"
-	ResolvconfResolv    = "/run/resolvconf/resolv.conf"
+	ResolvconfResolv    = resolvconf.ResolvconfPath
 	DhclientConf        = "/etc/dhcp/dhclient.conf"
 	DhclientEnterHooks  = "/etc/dhcp/dhclient-enter-hooks.d"
 	DhclientHook        = DhclientEnterHooks + "/towerd"
-	DhclientResolvDir   = "/run/towerd-dhclient"
-	DhclientResolvConf  = DhclientResolvDir + "/resolv.conf"
+	DhclientResolvDir   = resolvconf.DhclientDir
+	DhclientResolvConf  = resolvconf.DhclientPath
 	resolvedDir         = "/run/systemd/resolve"
 	resolvedStubAddress = "127.0.0.53"
 )

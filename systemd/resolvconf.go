@@ -15,7 +15,7 @@ import (
 // Paths install reads and writes, as the target system sees them.
 const (
 	ResolvConfPath      = "/etc/resolv.conf"
-	ResolvConfBackup    = "/etc/resolv.pre-towerd-backup.conf"
+	ResolvConfBackup    = resolvconf.BackupPath
 	ResolvedUpstreams   = "/run/systemd/resolve/resolv.conf"
 	ResolvedDropIn      = "/etc/systemd/resolved.conf.d/towerd.conf"
 	ConfigPath          = "/etc/towerd/towerd.toml"
@@ -26,7 +26,7 @@ const (
 // writes. Uninstall puts the original back only while the file still starts
 // with it (and is byte for byte what install wrote): anything else means
 // someone else has taken the file over since, and their version wins.
-const resolvConfMarker = "# Managed by towerd"
+const resolvConfMarker = resolvconf.ManagedMarker
 
 // ownsResolvConf reports whether data is a resolv.conf towerd wrote.
 func ownsResolvConf(data []byte) bool {

@@ -10,23 +10,6 @@ import (
 	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
-// towerdResolvConfMarker is the first line `towerd install` writes in
-// /etc/resolv.conf (systemd's resolvConfMarker): the file is towerd's own
-// and names only towerd.
-const towerdResolvConfMarker = "# Managed by towerd"
-
-// installFollowed are the files `towerd install` makes zone "." follow, in
-// the order its detection tries their managers (systemd/dhcp.go:
-// NetworkManager, dhclient's hook, resolvconf), then its backup of the
-// resolv.conf it replaced (a static node's servers, or a link to one of
-// these). Relative to the root.
-var installFollowed = []string{
-	"run/NetworkManager/no-stub-resolv.conf",
-	"run/towerd-dhclient/resolv.conf",
-	"run/resolvconf/resolv.conf",
-	"etc/resolv.pre-towerd-backup.conf",
-}
-
 // SystemResolvConfs are the files zone "." follows when resolv_conf is
 // unset, under root, in order of preference: systemd-resolved's, then
 // /etc/resolv.conf. When /etc/resolv.conf is towerd's own (towerd install
@@ -38,11 +21,11 @@ var installFollowed = []string{
 func SystemResolvConfs(root string) (paths []string, note string) {
 	paths = resolvconf.SystemPaths(root)
 	data, err := os.ReadFile(paths[1])
-	if err != nil || !bytes.HasPrefix(data, []byte(towerdResolvConfMarker)) {
+	if err != nil || !bytes.HasPrefix(data, []byte(resolvconf.ManagedMarker)) {
 		return paths, ""
 	}
 	paths = paths[:1]
-	for _, p := range installFollowed {
+	for _, p := range resolvconf.InstallFollowed {
 		paths = append(paths, filepath.Join(root, p))
 	}
 	note = "resolv_conf is unset and /etc/resolv.conf is towerd's own (towerd install wrote it: it names only towerd); " +
