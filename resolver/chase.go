@@ -112,16 +112,11 @@ func cutAtSubzone(s *settings, zone Zone, reply *dns.Msg) (*dns.Msg, string) {
 
 // exchangeScrubbed asks up, through ExchangeScrubbedFrom when it has it
 // (every upstream.Group); any other upstream's reply is taken as it comes,
-// its server named when it says (ServerNamer). chase is ScrubResult's
-// ChaseName.
+// without a server's name. chase is ScrubResult's ChaseName.
 func exchangeScrubbed(ctx context.Context, up upstream.Upstream, m *dns.Msg) (reply *dns.Msg, server, chase string, err error) {
-	switch up := up.(type) {
-	case scrubbingExchanger:
+	if up, ok := up.(scrubbingExchanger); ok {
 		reply, server, result, err := up.ExchangeScrubbedFrom(ctx, m)
 		return reply, server, result.ChaseName, err
-	case ServerNamer:
-		reply, server, err := up.ExchangeFrom(ctx, m)
-		return reply, server, "", err
 	}
 	reply, err = up.Exchange(ctx, m)
 	return reply, "", "", err

@@ -44,18 +44,12 @@ type HealthReporter interface {
 	AllDownSignal() <-chan struct{}
 }
 
-// ServerNamer is an upstream that says which of its servers replied
-// (upstream.Group), for the query log and `towerd lookup` (issue 15). An
-// upstream without it is logged by its Address alone.
-type ServerNamer interface {
-	ExchangeFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, err error)
-}
-
 // scrubbingExchanger is an upstream that scrubs its replies, says where a
-// question's CNAME chain left its zone and which server replied
-// (upstream.Group, issue 11): the resolver then chases the target through
-// the zone that owns it (chase.go). An upstream without it is taken at its
-// word.
+// question's CNAME chain left its zone (upstream.Group, issue 11), and
+// which of its servers replied: the resolver then chases the target
+// through the zone that owns it (chase.go), and the query log and `towerd
+// lookup` name the server (issue 15). An upstream without it is taken at
+// its word and logged by its Address alone.
 type scrubbingExchanger interface {
 	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
 }
@@ -63,7 +57,6 @@ type scrubbingExchanger interface {
 var (
 	_ upstream.Upstream  = (*upstream.Group)(nil)
 	_ HealthReporter     = (*upstream.Group)(nil)
-	_ ServerNamer        = (*upstream.Group)(nil)
 	_ scrubbingExchanger = (*upstream.Group)(nil)
 )
 

@@ -67,7 +67,7 @@
 //
 // The contracts the resolver relies on are named interfaces with
 // compile-time checks (contracts.go): RecordSource, HealthReporter, the
-// fast path's packetAnswerer, the query log's ServerNamer and the chase's
+// fast path's packetAnswerer and the chase's (and query log's)
 // scrubbingExchanger. TestFastPathMatchesServeDNS*,
 // TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
 // ServeDNS's answers byte for byte, over UDP and TCP, across client

@@ -16,7 +16,7 @@ import (
 type flight struct {
 	done   chan struct{} // closed when msg, server and err are set
 	msg    *dns.Msg      // the upstream's reply; shared, so read-only for waiters
-	server string        // host:port that sent msg, when the upstream says (ServerNamer)
+	server string        // host:port that sent msg, when the upstream says (scrubbingExchanger)
 	err    error
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for

@@ -70,24 +70,17 @@ func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, Scr
 	return reply, result, err
 }
 
-// ExchangeFrom is Exchange that also names the server (host:port) whose
-// reply it returns, "" when there is none: the query log says which
-// upstream answered (issue 15).
-func (g *Group) ExchangeFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
-	reply, server, _, err := g.exchange(ctx, m)
-	return reply, server, err
-}
-
 // ExchangeScrubbedFrom is ExchangeScrubbed that also names the server
-// whose reply it returns (ExchangeFrom): the resolver chases CNAMEs across
-// zones and logs which upstream answered (issues 11 and 15).
+// (host:port) whose reply it returns, "" when there is none: the resolver
+// chases CNAMEs across zones and logs which upstream answered (issues 11
+// and 15).
 func (g *Group) ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
 	return g.exchange(ctx, m)
 }
 
 // exchange is the one resolution behind Exchange, ExchangeScrubbed and
-// ExchangeFrom: the reply (scrubbed), the server that sent it, what the
-// scrubber dropped.
+// ExchangeScrubbedFrom: the reply (scrubbed), the server that sent it,
+// what the scrubber dropped.
 func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
