@@ -24,42 +24,20 @@ import (
 // statsCommand is `towerd stats`: it reads a running towerd's /stats and
 // prints a compact view for humans, or the JSON for scripts.
 func statsCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("towerd stats", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	adminAddr := fs.String("admin", "", "ip:port of towerd's admin server (default: [admin] listen of the config file, else "+config.DefaultAdminListen+")")
-	configPath := fs.String("config", config.DefaultPath, "config file to read [admin] listen from")
-	asJSON := fs.Bool("json", false, "print the /stats JSON as it is, for scripts")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
+	// The admin server is found as for every control subcommand (ctl.go).
+	c := newCtl("stats", "[-admin ADDR] [-json]", stderr)
+	asJSON := c.fs.Bool("json", false, "print the /stats JSON as it is, for scripts")
+	rest, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "towerd stats: unexpected argument %q\n", rest[0])
 		return exitConfig
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "towerd stats: unexpected argument %q\n", fs.Arg(0))
-		return exitConfig
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	addr, note := *adminAddr, ""
-	if !set["admin"] {
-		cfg, err := config.Load(*configPath, !set["config"])
-		switch {
-		case err != nil && set["config"]:
-			fmt.Fprintf(stderr, "towerd stats: config: %v\n", err)
-			return exitConfig
-		case err != nil:
-			// The default file may be unreadable to this user (it can hold
-			// an ACL token) or broken while towerd runs on the old one:
-			// try the default address, and say why if nobody is there.
-			addr, note = config.DefaultAdminListen, fmt.Sprintf(" (%s unusable for [admin] listen: %s)", *configPath, admin.OneLine(err.Error()))
-		case cfg.Admin.Listen == "":
-			fmt.Fprintf(stderr, "towerd stats: the admin server is off in %s ([admin] listen = \"\"); name one with -admin\n", *configPath)
-			return exitFail
-		default:
-			addr = cfg.Admin.Listen
-		}
+	addr, note, code, ok := c.addr()
+	if !ok {
+		return code
 	}
 
 	body, err := admin.Fetch(addr)
