@@ -78,15 +78,12 @@ func (r rootFS) openDir(dir string, flags int) (int, error) {
 		Flags:   uint64(flags | unix.O_DIRECTORY | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	}
-	fd, err := retryEINTR(func() (int, error) { return unix.Openat2(rootFD, rel(dir), how) })
+	fd, err := openat2(rootFD, rel(dir), how)
 	if errors.Is(err, unix.ENOSYS) {
 		return walkNoFollow(rootFD, rel(dir), flags)
 	}
 	if errors.Is(err, unix.EXDEV) {
 		return -1, &fs.PathError{Op: "open", Path: dir, Err: errEscapesRoot}
-	}
-	if errors.Is(err, unix.EAGAIN) { // a rename raced the lookup; once more
-		fd, err = unix.Openat2(rootFD, rel(dir), how)
 	}
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: dir, Err: err}
@@ -237,7 +234,7 @@ func (r rootFS) ReadFile(name string) ([]byte, error) {
 	defer unix.Close(rootFD)
 	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 	how := &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	fd, err := retryEINTR(func() (int, error) { return unix.Openat2(rootFD, rel(name), how) })
+	fd, err := openat2(rootFD, rel(name), how)
 	if errors.Is(err, unix.ENOSYS) {
 		return r.readFileWalking(name)
 	}
@@ -344,6 +341,26 @@ func writeSynced(fd int, name string, data []byte, perm fs.FileMode) error {
 		err = cerr
 	}
 	return err
+}
+
+// openat2 is unix.Openat2 retried as openat2(2) asks: after EINTR, and
+// after EAGAIN, which RESOLVE_BENEATH and RESOLVE_IN_ROOT return when a
+// rename anywhere on the system raced the lookup (seen under a parallel
+// test run). EAGAIN is retried a bounded number of times, so a system busy
+// renaming gives an error rather than a spin.
+func openat2(dirFD int, path string, how *unix.OpenHow) (int, error) {
+	const attempts = 32
+	var (
+		fd  int
+		err error
+	)
+	for range attempts {
+		fd, err = retryEINTR(func() (int, error) { return unix.Openat2(dirFD, path, how) })
+		if !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+	}
+	return fd, err
 }
 
 func retryEINTR(f func() (int, error)) (int, error) {
