@@ -13,3 +13,22 @@ func (c *Cache) Has(k Key) bool {
 // CountMiss counts a query answered without an entry, as a Get that found
 // nothing would have.
 func (c *Cache) CountMiss() { c.stats.misses.Add(1) }
+
+// Fresh returns the entry for k if it is fresh, without counting anything
+// or changing recency: for a caller that already counted its lookup and
+// looks again (the resolver, when a resolution it meant to join has just
+// ended and stored its answer).
+func (c *Cache) Fresh(k Key) (Result, bool) {
+	now := c.clock()
+	c.mu.Lock()
+	it, ok := c.lru.Peek(k)
+	c.mu.Unlock()
+	if !ok {
+		return Result{}, false
+	}
+	a := it.ageAt(now.sinceEpoch)
+	if !a.fresh {
+		return Result{}, false
+	}
+	return it.result(a, now), true
+}

@@ -397,7 +397,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	h.flights.join(busy, 1, func(context.Context) (*dns.Msg, string, error) {
 		<-release
 		return nil, "", context.Canceled
-	})
+	}, nil)
 
 	for _, v := range []variant{
 		{name: "new.example.", qtype: dns.TypeA, rd: true},

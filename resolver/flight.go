@@ -54,11 +54,24 @@ type resolveFunc func(ctx context.Context) (msg *dns.Msg, server string, err err
 // join returns the flight for key, starting it with resolve when none runs.
 // started reports whether this call started it (for prefetch accounting);
 // ok is false when a new flight was needed but limit flights already run.
-func (f *flights) join(key cache.Key, limit int, resolve resolveFunc) (fl *flight, started, ok bool) {
+//
+// settled, when not nil, is asked before a new flight starts, under the
+// lock that a finishing flight takes to leave running: a flight stores its
+// answer before it leaves, so a client that missed the cache just before
+// that flight ended finds the answer here rather than asking the upstream a
+// second time. A non-nil reply comes back as a flight already done.
+func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled func() *dns.Msg) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, found := f.running[key]; found {
 		return fl, false, true
+	}
+	if settled != nil {
+		if msg := settled(); msg != nil {
+			done := make(chan struct{})
+			close(done)
+			return &flight{done: done, msg: msg, started: time.Now()}, false, true
+		}
 	}
 	if f.ctx.Err() != nil {
 		return nil, false, false

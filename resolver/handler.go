@@ -212,7 +212,7 @@ func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining
 	if !s.wantsPrefetch(ttl, remaining) {
 		return false
 	}
-	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), nil)
 	return started
 }
 
@@ -250,7 +250,12 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg
 		}
 		return nil, missDecline
 	}
-	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key))
+	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), func() *dns.Msg {
+		if res, fresh := h.cache.Fresh(key); fresh {
+			return res.Msg // stored by a resolution that ended since this query's lookup
+		}
+		return nil
+	})
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback

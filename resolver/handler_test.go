@@ -147,7 +147,7 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) (*dns.Msg, string, error) {
 		<-release
 		return nil, "", context.Canceled
-	})
+	}, nil)
 	e.h.flights.mu.Lock()                       // the handler reads it after its own join
 	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer
 	e.h.flights.mu.Unlock()
@@ -404,5 +404,29 @@ func TestStaleWhenUpstreamGoesDownWhileWaiting(t *testing.T) {
 	}
 	if got := ttlOf(t, r.m); got != 30 || !hasEDE(r.m, dns.ExtendedErrorCodeStaleAnswer) {
 		t.Fatalf("TTL %d, EDE %v; want the stale answer (TTL 30, EDE 3)", got, hasEDE(r.m, dns.ExtendedErrorCodeStaleAnswer))
+	}
+}
+
+// TestMissAfterFlightEnded is TestCoalescing's race made certain: a client
+// whose lookup missed just before a resolution for its question stored the
+// answer and ended reaches planMiss after the flight is gone. It must get
+// the stored answer, not start a second resolution.
+func TestMissAfterFlightEnded(t *testing.T) {
+	e := newEnv(t, nil)
+	if r := e.query("late.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("first answer %v", r)
+	}
+	s := e.h.settings.Load()
+	key := cache.NewKey("late.example.", dns.TypeA, dns.ClassINET, false, false)
+	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, nil, time.Time{}, s.Now(), true)
+	if plan != missWait {
+		t.Fatalf("plan %v, want missWait", plan)
+	}
+	<-fl.done
+	if fl.err != nil || fl.msg == nil || len(fl.msg.Answer) != 1 {
+		t.Fatalf("flight msg %v err %v", fl.msg, fl.err)
+	}
+	if got := e.up.queries.Load(); got != 1 {
+		t.Fatalf("upstream saw %d queries, want 1", got)
 	}
 }
