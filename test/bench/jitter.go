@@ -23,7 +23,9 @@ import (
 // (EDE 3: towerd and dnsmasq 2.90 mark stale answers so when the client sent
 // EDNS, unbound with ede and ede-serve-expired; isStale), and how many
 // queries the server sent the upstream (read by the fault proxy, so lost
-// ones count too).
+// ones count too), with the mean time between two upstream queries for one
+// name that it implies; and the share of answers with TTL 0 (past their
+// lifetime, marked stale or not).
 
 const (
 	jitterTTL     = 2 * time.Second
@@ -76,10 +78,20 @@ func (b *bench) jitter(round int, s string) error {
 	r.add("jit.max", ms(out.maxLatency()))
 	r.add("jit.stale", stale)
 	r.add("jit.up", float64(sent1-sent0))
+	ttl0 := 100 * float64(out.ttl0) / float64(max(out.answered, 1))
+	r.add("jit.ttl0", ttl0)
+	// How long each name went between upstream queries on average: a
+	// resolver that keeps to the TTL and never answers past it refreshes
+	// a 2 s record at least every TTL + round trip (about 2.1 s).
+	interval := 0.0
+	if up := sent1 - sent0; up > 0 {
+		interval = b.jitterWindow.Seconds() * jitterNames / float64(up)
+	}
+	r.add("jit.interval", interval)
 	fmt.Printf("  round %d %-8s jitter: %.2f %% of %d answered NOERROR within %v, p50 %.2f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms, "+
-		"%.1f %% stale (%d), %d upstream queries, sender behind by %v at worst\n",
+		"%.1f %% stale (%d), %.1f %% with TTL 0, %d upstream queries (one per name every %.2f s), sender behind by %v at worst\n",
 		round, s, ok, out.sent, jitterTimeout, ms(out.percentile(0.5)), ms(out.percentile(0.99)), ms(out.percentile(0.999)), ms(out.maxLatency()),
-		stale, out.stale, sent1-sent0, out.behind.Round(time.Microsecond))
+		stale, out.stale, ttl0, sent1-sent0, interval, out.behind.Round(time.Microsecond))
 	return nil
 }
 

@@ -36,6 +36,10 @@ type probeResult struct {
 	answered int // replies within the timeout, any rcode
 	noerror  int // of which NOERROR with an answer
 	stale    int // of which marked stale with EDE 3 (RFC 8914 §4.4)
+	// ttl0 counts answers whose first record carries TTL 0: past its
+	// lifetime but not marked stale (dnsmasq's use-stale-cache answers so
+	// for about a second of every refresh cycle and marks only the first).
+	ttl0 int
 	// behind is how late the sender got against its schedule at worst: a
 	// large value means the probe, not the server, was short of CPU.
 	behind    time.Duration
@@ -128,6 +132,9 @@ func (p probe) run() (probeResult, error) {
 						res.latencies = append(res.latencies, lat)
 						if m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
 							res.noerror++
+							if m.Answer[0].Header().Ttl == 0 {
+								res.ttl0++
+							}
 						}
 						if isStale(m) {
 							res.stale++

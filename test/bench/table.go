@@ -87,7 +87,9 @@ func (b *bench) rows() []row {
 			row{measure: "p99.9 ms", key: "jit.p999", format: "%.1f"},
 			row{measure: "max ms", key: "jit.max", format: "%.1f"},
 			row{measure: "stale answers (EDE 3)", key: "jit.stale", format: "%.1f %%"},
-			row{measure: "upstream queries sent", key: "jit.up", format: "%.0f"})
+			row{measure: "answers with TTL 0", key: "jit.ttl0", format: "%.1f %%"},
+			row{measure: "upstream queries sent", key: "jit.up", format: "%.0f"},
+			row{measure: "seconds between a name's upstream queries", key: "jit.interval", format: "%.2f"})
 	}
 	if b.want["cold"] {
 		add(fmt.Sprintf("7 cold start, %dk names", coldNames/1000),
