@@ -40,9 +40,13 @@ const (
 type attemptResult struct {
 	attempt *attempt
 	reply   *dns.Msg
+	raw     []byte // a reply the wire check passed, not unpacked (ExchangeWire)
 	err     error
 	rtt     time.Duration
 }
+
+// replied reports whether the attempt got a reply, whatever its rcode.
+func (r *attemptResult) replied() bool { return r.reply != nil || r.raw != nil }
 
 // Exchange resolves m through the group and returns the scrubbed reply; see
 // ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
@@ -90,18 +94,78 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
 		defer cancel()
 	}
-	reply, server, err := g.resolve(ctx, m)
+	bufp := packPool.Get().(*[]byte)
+	defer packPool.Put(bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+	if err != nil {
+		return nil, "", ScrubResult{}, fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	*bufp = packed[:0]
+	reply, _, server, err := g.resolve(ctx, packed, m, false)
 	if reply == nil {
 		return nil, "", ScrubResult{}, err
 	}
+	reply.Id = m.Id
+	return reply, server, g.scrub(m.Question, reply), err
+}
+
+// scrub runs Scrub on a reply to a query with question qs and counts what
+// it dropped.
+func (g *Group) scrub(qs []dns.Question, reply *dns.Msg) ScrubResult {
 	var result ScrubResult
-	if len(m.Question) == 1 {
-		result = Scrub(m.Question[0], reply, g.zone)
+	if len(qs) == 1 {
+		result = Scrub(qs[0], reply, g.zone)
 		g.scrubbed[sectionAnswer].Add(uint64(result.Answer))
 		g.scrubbed[sectionAuthority].Add(uint64(result.Authority))
 		g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
 	}
-	return reply, server, result, err
+	return result
+}
+
+// WireReply is ExchangeWire's answer: the reply either as its bytes, when
+// the wire check found nothing to scrub, or unpacked and scrubbed.
+type WireReply struct {
+	// Raw, when set, is the reply as the server sent it (its ID the
+	// attempt's), with its question's name in the server's letter case; it
+	// passed the ID, question and source checks, and Scrub would leave it
+	// unchanged (wirecheck.go). Its rcode is NOERROR or NXDOMAIN. The
+	// caller owns it.
+	Raw []byte
+	// Msg, when Raw is nil, is the reply unpacked and scrubbed, exactly as
+	// ExchangeScrubbedFrom returns it, with Scrub's result.
+	Msg   *dns.Msg
+	Scrub ScrubResult
+	// Server is the host:port of the server that sent the reply.
+	Server string
+}
+
+// ExchangeWire is ExchangeScrubbedFrom for a query already packed (the
+// resolver's wire miss path, issue 17): every rule of a resolution is the
+// same (attempts that wait for each other, a fresh random ID and socket per
+// attempt, the RTO, health, TCP on TC, the ID, question and source check),
+// but a reply the wire check finds clean comes back as bytes, never
+// unpacked. query is the caller's: its ID is overwritten by each attempt,
+// and it is not kept after the call. Its question must be uncompressed, as
+// any packer writes a query's. Errors are ExchangeScrubbedFrom's; with a
+// *RcodeError the reply is in Msg.
+func (g *Group) ExchangeWire(ctx context.Context, query []byte) (WireReply, error) {
+	if err := ctx.Err(); err != nil {
+		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
+		defer cancel()
+	}
+	reply, raw, server, err := g.resolve(ctx, query, nil, true)
+	switch {
+	case raw != nil:
+		return WireReply{Raw: raw, Server: server}, err
+	case reply == nil:
+		return WireReply{}, err
+	}
+	reply.Id = 0
+	return WireReply{Msg: reply, Server: server, Scrub: g.scrub(reply.Question, reply)}, err
 }
 
 // resolve runs the attempts of one resolution. The query is packed once;
@@ -110,18 +174,23 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 // goroutine: no goroutine per attempt, except for the rare TCP retry of a
 // truncated reply. It returns only after every attempt has ended and every
 // socket is closed, so a resolution leaves nothing behind.
-func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
+func (g *Group) resolve(ctx context.Context, packed []byte, m *dns.Msg, wantRaw bool) (*dns.Msg, []byte, string, error) {
 	order := g.usable()
-	bufp := packPool.Get().(*[]byte)
-	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
-	if err != nil {
-		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
-	}
-	*bufp = packed[:0]
 	qend, _, err := questionEnd(packed)
 	if err != nil {
-		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+		return nil, nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	// query is m, or packed unpacked when a TCP retry needs it (the wire
+	// path's callers have no dns.Msg, and a truncated reply is rare).
+	query := func() (*dns.Msg, error) {
+		if m == nil {
+			m = new(dns.Msg)
+			if err := m.Unpack(packed); err != nil {
+				m = nil
+				return nil, fmt.Errorf("group %s: unpacking query: %w", g.name, err)
+			}
+		}
+		return m, nil
 	}
 	// Cancelling attemptCtx ends the TCP retries at once; made with the
 	// first one, as few replies are truncated.
@@ -180,7 +249,12 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 			tcpCtx, cancelAttempts = context.WithCancel(ctx)
 			results = make(chan attemptResult, g.opts.MaxAttempts)
 		}
-		go g.exchangeTCP(tcpCtx, a, m, results)
+		q, err := query()
+		if err != nil {
+			results <- attemptResult{attempt: a, err: err}
+			return
+		}
+		go g.exchangeTCP(tcpCtx, a, q, results)
 	}
 
 	var (
@@ -208,6 +282,8 @@ loop:
 			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
 			if d.err != nil {
 				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
+			} else if wantRaw && wireClean(d.raw, g.zoneWire) {
+				r.raw = d.raw
 			} else {
 				reply, ok := d.sock.unpackReply(d.raw)
 				if !ok {
@@ -217,7 +293,7 @@ loop:
 					retryTCP(a)
 					continue
 				}
-				r.reply, r.err = a.server.plain.finish(m, reply)
+				r.reply, r.err = a.server.plain.finish(reply)
 			}
 		case r = <-results:
 			if r.attempt.state == waitingTCP {
@@ -247,7 +323,7 @@ loop:
 			winner = &endedAttempts[len(endedAttempts)-1]
 			break loop
 		}
-		if r.reply != nil {
+		if r.replied() {
 			lastRcode = &endedAttempts[len(endedAttempts)-1]
 		}
 		lastErr = r.err
@@ -277,15 +353,15 @@ loop:
 
 	switch {
 	case winner != nil:
-		return winner.reply, winner.attempt.server.plain.Address(), nil
+		return winner.reply, winner.raw, winner.attempt.server.plain.Address(), nil
 	case lastRcode != nil:
-		return lastRcode.reply, lastRcode.attempt.server.plain.Address(), lastRcode.err
+		return lastRcode.reply, nil, lastRcode.attempt.server.plain.Address(), lastRcode.err
 	case ctx.Err() != nil:
-		return nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+		return nil, nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case lastErr != nil:
-		return nil, "", lastErr
+		return nil, nil, "", lastErr
 	}
-	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+	return nil, nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
 
 // exchangeTCP asks a's server again over TCP and hands the result to out.
@@ -293,7 +369,7 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out cha
 	p := a.server.plain
 	reply, err := p.exchangeTCP(ctx, m)
 	if err == nil {
-		reply, err = p.finish(m, reply)
+		reply, err = p.finish(reply)
 	}
 	out <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
 }
@@ -355,13 +431,13 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
 	replied := map[*server]bool{}
 	for _, r := range ended {
-		if r.reply != nil {
+		if r.replied() {
 			replied[r.attempt.server] = true
 		}
 	}
 	for _, r := range outstanding {
 		// A reply that raced the end still proves the server alive.
-		if r.reply != nil {
+		if r.replied() {
 			replied[r.attempt.server] = true
 		}
 	}
@@ -374,7 +450,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	}
 	for _, r := range ended {
 		kind := ErrorKind(r.err)
-		if r.reply != nil {
+		if r.replied() {
 			r.attempt.server.addSample(r.rtt)
 		} else if kind == KindNetwork {
 			failed[r.attempt.server] = true
@@ -383,13 +459,13 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	}
 	for _, r := range outstanding {
 		a := r.attempt
-		if r.reply != nil {
+		if r.replied() {
 			// Answered as the resolution ended: a sample like any other.
 			a.server.addSample(r.rtt)
 		}
 		ranRTO := now.Sub(a.sent) >= a.rto
 		switch {
-		case r.reply != nil || replied[a.server] || (answered && !ranRTO):
+		case r.replied() || replied[a.server] || (answered && !ranRTO):
 			// Its server replied, or the winner came before its RTO ran out.
 			observe(a, r.rtt, KindSuperseded)
 		case callerCancelled:
