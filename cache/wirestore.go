@@ -1,0 +1,397 @@
+package cache
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// The wire store (issue 17) makes an entry straight from an upstream
+// reply's bytes, for the shapes nearly every miss gets back: answer records
+// of the question's own name and type (A or AAAA), or a negative answer
+// with nothing or one SOA, and at most an OPT record. The entry is byte for
+// byte the one Set makes from the same reply unpacked (prepare: question
+// as the reply spells it, ID 0, OPT gone, compressed by miekg/dns's rules),
+// so every reader (AppendFresh, Get, snapshots) sees no difference. Its
+// encoder writes what miekg's packer writes for these shapes: a record
+// owned by the question's name points at the question; every other name
+// goes through the same suffix table, label by label, with the same
+// case-sensitive matching. Anything else is declined, and the caller takes
+// the dns.Msg path. FuzzPrepareWire holds the two to the same bytes.
+
+// WireAnswer is an upstream reply prepared from its bytes (PrepareWire):
+// what an entry keeps, and what the first answer to the clients waiting
+// for it is written from, whether it is stored or not (NXDOMAIN, TTL 0).
+type WireAnswer struct {
+	prepared
+	rcode int
+}
+
+// Rcode is the reply's rcode: NOERROR or NXDOMAIN.
+func (a *WireAnswer) Rcode() int { return a.rcode }
+
+// TTL is the entry's lifetime: the reply's, clamped.
+func (a *WireAnswer) TTL() time.Duration { return a.ttl }
+
+// maxWireNameLen is the longest name in wire form (RFC 1035 section 2.3.4).
+const maxWireNameLen = 255
+
+// maxCompressionOffset is the first offset a compression pointer cannot
+// reach; miekg/dns records no name at or past it.
+const maxCompressionOffset = 1 << 14
+
+// PrepareWire makes the entry for k from raw, an upstream's reply to k's
+// question, if raw has one of the wire store's shapes (see above): NOERROR
+// or NXDOMAIN, not truncated, answer records all of k's name and type (A,
+// AAAA), or none and at most an SOA in authority, additional at most an OPT
+// with extended rcode 0. It applies the TTL clamps as Set does and reports
+// false for anything else. raw is only read.
+func (c *Cache) PrepareWire(k Key, raw []byte) (WireAnswer, bool) {
+	return prepareWire(k, raw, c.policy.Load().bounds)
+}
+
+// SetWire stores a under k, as Set stores the reply a was prepared from:
+// NOERROR only (NXDOMAIN is never cached), counted the same way.
+func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
+	if a.rcode != dns.RcodeSuccess {
+		c.stats.refused.Add(1)
+		return false, "rcode " + rcodeName(a.rcode)
+	}
+	it := newItem(a.prepared, c.clock())
+	c.mu.Lock()
+	evicted := c.lru.Add(k, it)
+	c.mu.Unlock()
+	c.stats.stored.Add(1)
+	if evicted {
+		c.stats.evictions.Add(1)
+	}
+	return true, ""
+}
+
+// AppendRecords is AppendFresh for a just prepared answer: its records
+// with every TTL the one a hit right after storing shows, if they fit in
+// limit bytes of dst. It counts nothing.
+func (a *WireAnswer) AppendRecords(dst []byte, limit int) ([]byte, WireHit, bool) {
+	return a.appendRecords(dst, shownTTL(a.ttl, 0), limit)
+}
+
+// Message is the answer as a dns.Msg the caller owns, as Shape makes it
+// from the reply: every TTL the entry's, no OPT.
+func (a *WireAnswer) Message() *dns.Msg {
+	m := new(dns.Msg)
+	if err := m.Unpack(a.wire()); err != nil {
+		panic("cache: prepared wire answer does not unpack: " + err.Error())
+	}
+	setTTLs(shownTTL(a.ttl, 0), m.Answer, m.Ns, m.Extra)
+	return m
+}
+
+// appendRecords writes p's record sections to dst, every TTL set to ttl,
+// when they fit in limit bytes; see AppendFresh.
+func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, WireHit, bool) {
+	wire := p.wire()
+	records := wire[p.answerAt:]
+	if len(dst)+len(records) > limit {
+		return dst, WireHit{}, false
+	}
+	base := len(dst) - int(p.answerAt)
+	dst = append(dst, records...)
+	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
+		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], ttl)
+	}
+	const adBit = 1 << 5 // in the flags' second byte
+	return dst, WireHit{
+		Rcode:             int(wire[3] & 0xF),
+		AuthenticatedData: wire[3]&adBit != 0,
+		Answer:            binary.BigEndian.Uint16(wire[6:]),
+		Ns:                binary.BigEndian.Uint16(wire[8:]),
+		Extra:             binary.BigEndian.Uint16(wire[10:]),
+		TTL:               p.ttl,
+	}, true
+}
+
+// wireWriter builds an entry the way miekg/dns packs it with compression.
+type wireWriter struct {
+	out []byte
+	// The compression table: every name suffix written so far, uncompressed
+	// (a slice of names), at the offset it was written at.
+	suffixes [64]struct {
+		at, start, end int
+	}
+	n     int
+	names []byte // the names written, uncompressed, one after the other
+	ttls  []uint16
+}
+
+// name writes name (uncompressed wire form) as packDomainName does: label by
+// label, each remaining suffix looked up in the table (an exact,
+// case-sensitive match, as miekg's map of presentation strings is) and, when
+// absent, recorded at its offset; the first match ends the name with a
+// pointer. The root name is one zero byte and is never recorded.
+func (w *wireWriter) name(name []byte) bool {
+	if len(name) == 1 {
+		w.out = append(w.out, 0)
+		return true
+	}
+	base := len(w.names)
+	w.names = append(w.names, name...)
+	for i := 0; name[i] != 0; i += 1 + int(name[i]) {
+		if at, ok := w.find(name[i:]); ok {
+			w.out = binary.BigEndian.AppendUint16(w.out, uint16(at)|0xC000)
+			return true
+		}
+		if len(w.out) < maxCompressionOffset {
+			if w.n == len(w.suffixes) {
+				return false
+			}
+			w.suffixes[w.n] = struct{ at, start, end int }{len(w.out), base + i, base + len(name)}
+			w.n++
+		}
+		w.out = append(w.out, name[i:i+1+int(name[i])]...)
+	}
+	w.out = append(w.out, 0)
+	return true
+}
+
+func (w *wireWriter) find(suffix []byte) (int, bool) {
+	for _, s := range w.suffixes[:w.n] {
+		if string(w.names[s.start:s.end]) == string(suffix) {
+			return s.at, true
+		}
+	}
+	return 0, false
+}
+
+// prepareWire is PrepareWire's pure part, as prepare is Set's.
+func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
+	if len(raw) < headerLen || len(raw) >= maxCompressionOffset {
+		return WireAnswer{}, false
+	}
+	flags := binary.BigEndian.Uint16(raw[2:])
+	rcode := int(flags & 0xF)
+	const flagQR, flagTC = 1 << 15, 1 << 9
+	if flags&flagQR == 0 || flags&flagTC != 0 || (rcode != dns.RcodeSuccess && rcode != dns.RcodeNameError) {
+		return WireAnswer{}, false
+	}
+	qd, an := binary.BigEndian.Uint16(raw[4:]), binary.BigEndian.Uint16(raw[6:])
+	ns, ar := binary.BigEndian.Uint16(raw[8:]), binary.BigEndian.Uint16(raw[10:])
+	if qd != 1 || ns > 1 || ar > 1 || (an > 0 && (ns > 0 || rcode != dns.RcodeSuccess)) {
+		return WireAnswer{}, false
+	}
+
+	var qbuf, nbuf, mbuf, rbuf [maxWireNameLen]byte
+	qname, off, ok := readPlainName(raw, headerLen, qbuf[:0])
+	if !ok || off+4 > len(raw) || len(qname) == 1 || !sameNameFold(qname, k.Name) {
+		return WireAnswer{}, false
+	}
+	qtype, qclass := binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
+	if qtype != k.Type || qclass != k.Class || (an > 0 && qtype != dns.TypeA && qtype != dns.TypeAAAA) {
+		return WireAnswer{}, false
+	}
+	off += 4
+
+	var scratch [1024]byte
+	var names [4 * maxWireNameLen]byte
+	var ttls [64]uint16
+	w := wireWriter{out: scratch[:0], names: names[:0], ttls: ttls[:0]}
+	w.out = append(w.out, 0, 0, raw[2], raw[3], 0, 1, byte(an>>8), byte(an), 0, byte(ns), 0, 0)
+	if !w.name(qname) {
+		return WireAnswer{}, false
+	}
+	w.out = append(w.out, raw[off-4:off]...)
+	answerAt := len(w.out)
+
+	smallest := time.Duration(-1)
+	for range an {
+		var owner []byte
+		owner, off, ok = readPlainName(raw, off, nbuf[:0])
+		if !ok || string(owner) != string(qname) || off+10 > len(raw) {
+			return WireAnswer{}, false
+		}
+		rtype, class := binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
+		rdlen := int(binary.BigEndian.Uint16(raw[off+8:]))
+		if rtype != qtype || class != qclass || rdlen != addressLen(rtype) || off+10+rdlen > len(raw) ||
+			len(w.ttls) == cap(w.ttls) {
+			return WireAnswer{}, false
+		}
+		w.name(owner) // the question's name: a pointer to it, never a new suffix
+		w.ttls = append(w.ttls, uint16(len(w.out)+4))
+		w.out = append(w.out, raw[off:off+10+rdlen]...)
+		if ttl := rrTTL(binary.BigEndian.Uint32(raw[off+4:])); smallest < 0 || ttl < smallest {
+			smallest = ttl
+		}
+		off += 10 + rdlen
+	}
+	ttl := smallest
+	if ns == 1 {
+		var owner, mname, rname []byte
+		owner, off, ok = readPlainName(raw, off, nbuf[:0])
+		if !ok || off+10 > len(raw) || binary.BigEndian.Uint16(raw[off:]) != dns.TypeSOA {
+			return WireAnswer{}, false
+		}
+		header := raw[off : off+8] // type, class, TTL
+		end := off + 10 + int(binary.BigEndian.Uint16(raw[off+8:]))
+		off += 10
+		if end > len(raw) {
+			return WireAnswer{}, false
+		}
+		if mname, off, ok = readPlainName(raw, off, mbuf[:0]); !ok {
+			return WireAnswer{}, false
+		}
+		if rname, off, ok = readPlainName(raw, off, rbuf[:0]); !ok || off+20 != end {
+			return WireAnswer{}, false
+		}
+		if !w.name(owner) {
+			return WireAnswer{}, false
+		}
+		w.ttls = append(w.ttls, uint16(len(w.out)+4))
+		w.out = append(w.out, header...)
+		rdlenAt := len(w.out)
+		w.out = append(w.out, 0, 0)
+		if !w.name(mname) || !w.name(rname) {
+			return WireAnswer{}, false
+		}
+		w.out = append(w.out, raw[off:end]...)
+		binary.BigEndian.PutUint16(w.out[rdlenAt:], uint16(len(w.out)-rdlenAt-2))
+		// RFC 2308 section 5: a negative answer lives min(SOA TTL,
+		// MINIMUM) (replyTTL; no answer records here).
+		ttl = min(rrTTL(binary.BigEndian.Uint32(header[4:])), rrTTL(binary.BigEndian.Uint32(raw[end-4:])))
+		off = end
+	}
+	if ttl < 0 {
+		ttl = 0 // no records: noDataTTL's "nothing bounds it", stored expired
+	}
+	if ar == 1 {
+		if off, ok = skipPlainOPT(raw, off); !ok {
+			return WireAnswer{}, false
+		}
+	}
+	if off != len(raw) || len(w.out) >= maxCompressionOffset {
+		return WireAnswer{}, false
+	}
+
+	kind := Positive
+	if an == 0 {
+		kind = NoData
+	}
+	data := make([]byte, len(w.out), len(w.out)+2*len(w.ttls))
+	copy(data, w.out)
+	for _, at := range w.ttls {
+		data = binary.BigEndian.AppendUint16(data, at)
+	}
+	return WireAnswer{prepared: prepared{data: data, wireLen: uint16(len(w.out)), answerAt: uint16(answerAt),
+		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode}, true
+}
+
+// addressLen is the RDATA length of an A or AAAA record.
+func addressLen(rtype uint16) int {
+	if rtype == dns.TypeA {
+		return 4
+	}
+	return 16
+}
+
+// skipPlainOPT returns the offset after the OPT record at off: root owner,
+// extended rcode 0 (the rcode is the header's), options only cookie (RFC
+// 7873) and padding (RFC 7830), which cannot make unpacking fail.
+func skipPlainOPT(raw []byte, off int) (int, bool) {
+	if off+11 > len(raw) || raw[off] != 0 || binary.BigEndian.Uint16(raw[off+1:]) != dns.TypeOPT || raw[off+5] != 0 {
+		return 0, false
+	}
+	rdlen := int(binary.BigEndian.Uint16(raw[off+9:]))
+	off += 11
+	if off+rdlen > len(raw) {
+		return 0, false
+	}
+	for opts := raw[off : off+rdlen]; len(opts) > 0; {
+		if len(opts) < 4 {
+			return 0, false
+		}
+		code, l := binary.BigEndian.Uint16(opts), int(binary.BigEndian.Uint16(opts[2:]))
+		if (code != dns.EDNS0COOKIE && code != dns.EDNS0PADDING) || 4+l > len(opts) {
+			return 0, false
+		}
+		opts = opts[4+l:]
+	}
+	return off + rdlen, true
+}
+
+// readPlainName reads the name at off in msg, following backward compression
+// pointers only, appends it uncompressed to dst and returns it with the
+// offset after the name where it sits. It accepts only labels of letters,
+// digits, '-' and '_': names whose presentation form needs no escapes, so
+// that comparing their bytes is comparing miekg's strings.
+func readPlainName(msg []byte, off int, dst []byte) ([]byte, int, bool) {
+	end, lowest := -1, off
+	for {
+		if off >= len(msg) {
+			return nil, 0, false
+		}
+		l := int(msg[off])
+		switch {
+		case l == 0:
+			dst = append(dst, 0)
+			if end < 0 {
+				end = off + 1
+			}
+			return dst, end, len(dst) <= maxWireNameLen
+		case l&0xC0 == 0xC0:
+			if off+1 >= len(msg) {
+				return nil, 0, false
+			}
+			ptr := int(binary.BigEndian.Uint16(msg[off:]) & 0x3FFF)
+			if end < 0 {
+				end = off + 2
+			}
+			if ptr >= lowest { // backwards only, each further back: no loops
+				return nil, 0, false
+			}
+			lowest, off = ptr, ptr
+			continue
+		case l > 63:
+			return nil, 0, false
+		}
+		if off+1+l > len(msg) || len(dst)+1+l+1 > maxWireNameLen {
+			return nil, 0, false
+		}
+		for _, c := range msg[off+1 : off+1+l] {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return nil, 0, false
+			}
+		}
+		dst = append(dst, msg[off:off+1+l]...)
+		off += 1 + l
+	}
+}
+
+// sameNameFold reports whether wire (uncompressed wire form) spells name
+// (presentation form, fully qualified, no escapes), letters compared
+// without case.
+func sameNameFold(wire []byte, name string) bool {
+	j := 0
+	for i := 0; i < len(wire); {
+		l := int(wire[i])
+		if l == 0 {
+			return j == len(name) || (name == "." && j == 0)
+		}
+		if j+l >= len(name) || name[j+l] != '.' {
+			return false
+		}
+		for k := range l {
+			if lowerASCII(wire[i+1+k]) != lowerASCII(name[j+k]) {
+				return false
+			}
+		}
+		i += 1 + l
+		j += l + 1
+	}
+	return false
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
