@@ -14,10 +14,14 @@ import (
 // flight is one upstream resolution shared by every client that asks the same
 // question (same cache key) while it runs.
 type flight struct {
-	done   chan struct{} // closed when msg, server and err are set
-	msg    *dns.Msg      // the upstream's reply; shared, so read-only for waiters
-	server string        // host:port that sent msg, when the upstream says (scrubbingExchanger)
-	err    error
+	done chan struct{} // closed when the outcome is set
+	outcome
+	// waiters are the clients of the wire miss path waiting for the flight
+	// (wiremiss.go); the flight's own goroutine answers them when it ends.
+	// Guarded by flights.mu; wireDone is set once they were taken.
+	waiters  []*wireWaiter
+	wireDone bool
+	timer    *time.Timer // the wire waiters' query_timeout; nil until one waits
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -47,9 +51,30 @@ func newFlights() *flights {
 	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers()}
 }
 
-// resolveFunc performs one resolution; it must honour ctx. server names
-// the upstream server that replied, "" when unknown.
-type resolveFunc func(ctx context.Context) (msg *dns.Msg, server string, err error)
+// outcome is how a resolution ended: the reply (msg, or wire when it came
+// and was prepared as bytes), the upstream server that replied ("" when
+// unknown) and the error.
+type outcome struct {
+	msg *dns.Msg // the upstream's reply; shared, so read-only for waiters
+	// wire is the reply prepared from its bytes (the wire miss path), when
+	// wireOK; read-only once the flight is done.
+	wire   cache.WireAnswer
+	wireOK bool
+	server string
+	err    error
+}
+
+// message is the reply as a dns.Msg for a general-path waiter: msg itself
+// (shared, read-only), or a copy made from the wire answer.
+func (o *outcome) message() *dns.Msg {
+	if o.msg == nil && o.wireOK {
+		return o.wire.Message()
+	}
+	return o.msg
+}
+
+// resolveFunc performs one resolution; it must honour ctx.
+type resolveFunc func(ctx context.Context) outcome
 
 // join returns the flight for key, starting it with resolve when none runs.
 // started reports whether this call started it (for prefetch accounting);
@@ -70,7 +95,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled fu
 		if msg := settled(); msg != nil {
 			done := make(chan struct{})
 			close(done)
-			return &flight{done: done, msg: msg, started: time.Now()}, false, true
+			return &flight{done: done, outcome: outcome{msg: msg}, started: time.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {
@@ -80,20 +105,33 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled fu
 		f.rejected.Add(1)
 		return nil, false, false
 	}
+	return f.startLocked(key, resolve), true, true
+}
+
+// startLocked starts a flight for key; f.mu is held.
+func (f *flights) startLocked(key cache.Key, resolve resolveFunc) *flight {
 	f.inflight.Add(1)
-	fl = &flight{done: make(chan struct{}), started: time.Now()}
+	fl := &flight{done: make(chan struct{}), started: time.Now()}
 	f.running[key] = fl
 	f.wg.Add(1)
 	f.workers.do(func() {
 		defer f.wg.Done()
-		fl.msg, fl.server, fl.err = resolve(f.ctx)
+		fl.outcome = resolve(f.ctx)
 		f.mu.Lock()
 		delete(f.running, key)
+		waiters := fl.waiters
+		fl.waiters, fl.wireDone = nil, true
 		f.mu.Unlock()
 		f.inflight.Add(-1)
 		close(fl.done)
+		if fl.timer != nil {
+			fl.timer.Stop()
+		}
+		for _, w := range waiters {
+			w.h.answerWire(fl, w, false)
+		}
 	})
-	return fl, true, true
+	return fl
 }
 
 // full reports whether limit resolutions already run; a cheap first look

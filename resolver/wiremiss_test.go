@@ -1,0 +1,214 @@
+package resolver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
+	"github.com/towerd/towerd/upstream"
+)
+
+// missRecorder is a wireReplier that keeps the answers.
+type missRecorder struct {
+	answers chan []byte
+	mu      sync.Mutex
+	open    int // begun, not ended
+}
+
+func newMissRecorder() *missRecorder { return &missRecorder{answers: make(chan []byte, 64)} }
+
+func (r *missRecorder) beginMiss() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.open++
+	return true
+}
+
+func (r *missRecorder) sendMiss(b []byte, _ netip.AddrPort) { r.answers <- append([]byte(nil), b...) }
+
+func (r *missRecorder) endMiss() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.open--
+}
+
+func (r *missRecorder) missPanicked(v any, stack []byte) { panic(fmt.Sprint(v, "\n", string(stack))) }
+
+// next is the next answer sent; the test fails after a minute without one.
+func (r *missRecorder) next(t testing.TB) []byte {
+	t.Helper()
+	select {
+	case b := <-r.answers:
+		return b
+	case <-time.After(time.Minute):
+		t.Fatal("no answer from the wire miss path")
+		return nil
+	}
+}
+
+// queryLog records observations without their durations.
+type queryLog struct {
+	mu  sync.Mutex
+	all []Query
+}
+
+func (l *queryLog) ObserveQuery(q Query) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q.Duration = 0
+	l.all = append(l.all, q)
+}
+
+func (l *queryLog) take() []Query {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.all
+	l.all = nil
+	return out
+}
+
+// wireUpstream is a loopback server answering as diffUpstream does, plus
+// NXDOMAIN for names starting with "nx", AAAA for "v6." names, and a
+// NODATA whose SOA encloses every name.
+func wireUpstream(t testing.TB) *dnstest.Upstream {
+	u := dnstest.NewUpstream(t)
+	u.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
+		name, qtype := strings.ToLower(q.Question[0].Name), q.Question[0].Qtype
+		soa, _ := dns.NewRR(dnstest.TestSOA)
+		m := new(dns.Msg)
+		m.SetReply(q)
+		switch {
+		case strings.HasPrefix(name, "nx"):
+			m.Rcode = dns.RcodeNameError
+			m.Ns = []dns.RR{soa}
+		case strings.HasPrefix(name, "v6.") && qtype == dns.TypeAAAA:
+			rr, _ := dns.NewRR(name + " 120 IN AAAA 2001:db8::6")
+			m.Answer = []dns.RR{rr}
+		case strings.HasPrefix(name, "nodata."):
+			m.Ns = []dns.RR{soa}
+		default:
+			m, _ = diffUpstream(context.Background(), q)
+		}
+		if opt := q.IsEdns0(); opt != nil {
+			m.SetEdns0(1232, opt.Do())
+		}
+		return m
+	})
+	return u
+}
+
+// wireHandler is a handler forwarding "." to a group over addr.
+func wireHandler(t testing.TB, addr string, obs Observer, tweak func(*Config)) (*Handler, *fakeClock) {
+	t.Helper()
+	g, err := upstream.NewGroup(".", []string{addr}, upstream.GroupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return diffHandlerWith(t, obs, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: g}}
+		c.Allow = diffAllow
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+}
+
+func wireVariants() []variant {
+	var out []variant
+	for _, name := range []string{"www.example.", "WwW.ExAmple.", "ad.example.", "v6.example.", "nodata.example.",
+		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo."} {
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX} {
+			for _, e := range []struct {
+				edns, do bool
+				size     uint16
+			}{{false, false, 0}, {true, false, 1232}, {true, true, 512}, {true, false, 4096}} {
+				for _, flags := range []struct{ rd, cd, ad bool }{{true, false, false}, {false, true, false}, {true, false, true}} {
+					out = append(out, variant{name: name, qtype: qtype, edns: e.edns, do: e.do, size: e.size,
+						rd: flags.rd, cd: flags.cd, ad: flags.ad})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestWireMissMatchesServeDNS: a miss answered by the wire path gets the
+// answer ServeDNS gives for the same upstream reply, is observed and
+// counted the same way, and a later hit repeats it.
+func TestWireMissMatchesServeDNS(t *testing.T) {
+	u := wireUpstream(t)
+	wireLog, generalLog := &queryLog{}, &queryLog{}
+	hw, _ := wireHandler(t, u.Addr, wireLog, nil)
+	hg, _ := wireHandler(t, u.Addr, generalLog, nil)
+	rec := newMissRecorder()
+	from := diffClients[0].addr
+	wireAnswered := 0
+	for _, v := range wireVariants() {
+		what := fmt.Sprintf("%s %s edns %v do %v size %d cd %v ad %v", v.name, dns.TypeToString[v.qtype], v.edns, v.do, v.size, v.cd, v.ad)
+		pkt := v.pack(t)
+		q := plainQuery{replier: rec}
+		reply, ok := hw.answerPacket(nil, pkt, from, false, &q)
+		var first []byte
+		switch {
+		case ok && len(reply) == 0:
+			first = rec.next(t)
+			wireAnswered++
+		case ok:
+			first = reply // a hit: an earlier variant stored the key
+		default:
+			first = generalReplyFrom(hw, pkt, from)
+		}
+		general := generalReplyFrom(hg, pkt, from)
+		if diff, same := sameReply(first, general); !same {
+			t.Errorf("%s: %s", what, diff)
+		}
+		if got, want := wireLog.take(), generalLog.take(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: observed %v, ServeDNS %v", what, got, want)
+		}
+		if later, ok := hw.answerPacket(nil, pkt, from, false, &plainQuery{}); ok {
+			if diff, same := sameReply(later, first); !same {
+				t.Errorf("%s: a later hit differs from the first answer: %s", what, diff)
+			}
+			wireLog.take()
+		}
+		generalLog.take()
+	}
+	t.Logf("%d of %d variants answered by the wire miss path", wireAnswered, len(wireVariants()))
+	if wireAnswered < 100 {
+		t.Errorf("only %d queries took the wire miss path", wireAnswered)
+	}
+	ws, gs := hw.cache.Stats(), hg.cache.Stats()
+	// The later-hit probes above count hits on hw only.
+	if ws.Misses != gs.Misses || ws.Stored != gs.Stored || ws.Refused != gs.Refused {
+		t.Errorf("cache counters: wire %+v, ServeDNS %+v", ws, gs)
+	}
+	if rec.open != 0 {
+		t.Errorf("%d wire waiters never ended", rec.open)
+	}
+}
+
+// The upstream query the wire path packs is upstreamQuery's.
+func TestAppendUpstreamQuery(t *testing.T) {
+	for _, name := range []string{"www.example.", "a.", "."} {
+		for _, flags := range []struct{ do, cd bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			key := cache.NewKey(name, dns.TypeAAAA, dns.ClassINET, flags.do, flags.cd)
+			want, err := upstreamQuery(key).Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[0], want[1] = 0, 0
+			if got := appendUpstreamQuery(nil, key); string(got) != string(want) {
+				t.Errorf("%v: %x, want %x", key, got, want)
+			}
+		}
+	}
+}
