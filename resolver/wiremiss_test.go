@@ -40,6 +40,12 @@ func (r *missRecorder) endMiss() {
 	r.open--
 }
 
+func (r *missRecorder) pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.open
+}
+
 func (r *missRecorder) missPanicked(v any, stack []byte) { panic(fmt.Sprint(v, "\n", string(stack))) }
 
 // next is the next answer sent; the test fails after a minute without one.
@@ -94,6 +100,8 @@ func wireUpstream(t testing.TB) *dnstest.Upstream {
 			m.Answer = []dns.RR{rr}
 		case strings.HasPrefix(name, "nodata."):
 			m.Ns = []dns.RR{soa}
+		case strings.HasPrefix(name, "fail."):
+			m.Rcode = dns.RcodeServerFailure
 		default:
 			m, _ = diffUpstream(context.Background(), q)
 		}
@@ -125,7 +133,7 @@ func wireHandler(t testing.TB, addr string, obs Observer, tweak func(*Config)) (
 func wireVariants() []variant {
 	var out []variant
 	for _, name := range []string{"www.example.", "WwW.ExAmple.", "ad.example.", "v6.example.", "nodata.example.",
-		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo."} {
+		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo.", "fail.example."} {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX} {
 			for _, e := range []struct {
 				edns, do bool
@@ -191,8 +199,9 @@ func TestWireMissMatchesServeDNS(t *testing.T) {
 	if ws.Misses != gs.Misses || ws.Stored != gs.Stored || ws.Refused != gs.Refused {
 		t.Errorf("cache counters: wire %+v, ServeDNS %+v", ws, gs)
 	}
-	if rec.open != 0 {
-		t.Errorf("%d wire waiters never ended", rec.open)
+	hw.Close() // the flights' goroutines end their waiters before they end
+	if n := rec.pending(); n != 0 {
+		t.Errorf("%d wire waiters never ended", n)
 	}
 }
 
@@ -211,4 +220,107 @@ func TestAppendUpstreamQuery(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A wire waiter whose query_timeout runs out gets ServeDNS's SERVFAIL (EDE
+// 22) while the resolution goes on; its late reply fills the cache, and the
+// client's retry is a hit.
+func TestWireMissTimeout(t *testing.T) {
+	u := wireUpstream(t)
+	arrived, release := u.Hold("slow.example.")
+	log := &queryLog{}
+	h, _ := wireHandler(t, u.Addr, log, func(c *Config) { c.QueryTimeout = 50 * time.Millisecond })
+	rec := newMissRecorder()
+	pkt := variant{name: "slow.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(t)
+	from := diffClients[0].addr
+	if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) != 0 {
+		t.Fatalf("not a wire miss: %v %x", ok, reply)
+	}
+	<-arrived
+	got := new(dns.Msg)
+	if err := got.Unpack(rec.next(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got.Rcode != dns.RcodeServerFailure || !hasEDE(got, dns.ExtendedErrorCodeNoReachableAuthority) {
+		t.Fatalf("after query_timeout: %v", got)
+	}
+	if obs := log.take(); len(obs) != 1 || obs[0].Rcode != dns.RcodeServerFailure || obs[0].Source != SourceUpstream {
+		t.Errorf("observed %v", obs)
+	}
+	key := cache.NewKey("slow.example.", dns.TypeA, dns.ClassINET, false, false)
+	h.flights.mu.Lock()
+	fl := h.flights.running[key]
+	h.flights.mu.Unlock()
+	if fl == nil {
+		t.Fatal("the resolution ended with the client's timer")
+	}
+	release()
+	<-fl.done
+	if _, fresh := h.cache.Fresh(key); !fresh {
+		t.Fatal("the late reply did not fill the cache")
+	}
+	if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) == 0 {
+		t.Errorf("the retry is no hit")
+	}
+}
+
+// Wire waiters and a general-path client of one question share one
+// flight: one upstream query, the same answer.
+func TestWireMissCoalescing(t *testing.T) {
+	u := wireUpstream(t)
+	arrived, release := u.Hold("shared.example.")
+	h, _ := wireHandler(t, u.Addr, nil, nil)
+	rec := newMissRecorder()
+	pkt := variant{name: "shared.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(t)
+	from := diffClients[0].addr
+	general := make(chan []byte)
+	go func() { general <- generalReplyFrom(h, pkt, from) }()
+	<-arrived // the general path's flight runs
+	for range 2 {
+		if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) != 0 {
+			t.Fatalf("not a wire miss: %v %x", ok, reply)
+		}
+	}
+	release()
+	g := <-general
+	for range 2 {
+		if diff, same := sameReply(rec.next(t), g); !same {
+			t.Error(diff)
+		}
+	}
+	if n := u.Count("shared.example.", dns.TypeA); n != 1 {
+		t.Errorf("%d upstream queries, want 1", n)
+	}
+}
+
+// FuzzWireMiss: for any packet the wire miss path takes, from any client,
+// its answer is the one ServeDNS gives on a cache as empty for the same
+// upstream reply (FuzzFastPath's rule, for misses).
+func FuzzWireMiss(f *testing.F) {
+	for i, v := range wireVariants() {
+		if i%3 == 0 {
+			f.Add(v.pack(f))
+		}
+	}
+	u := wireUpstream(f)
+	rec := newMissRecorder()
+	hw, _ := wireHandler(f, u.Addr, nil, nil)
+	hg, _ := wireHandler(f, u.Addr, nil, nil)
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		for _, c := range diffClients {
+			hw.cache.Flush()
+			hg.cache.Flush()
+			reply, ok := hw.answerPacket(nil, pkt, c.addr, false, &plainQuery{replier: rec})
+			if !ok || len(reply) > 0 {
+				continue
+			}
+			if !c.allowed {
+				t.Fatalf("client %s outside the allow-list took the wire miss path", c.addr)
+			}
+			first := rec.next(t)
+			if diff, same := sameReply(first, generalReplyFrom(hg, pkt, c.addr)); !same {
+				t.Fatal(diff)
+			}
+		}
+	})
 }
