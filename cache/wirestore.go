@@ -111,17 +111,48 @@ func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, Wir
 	}, true
 }
 
+// maxWireEntry bounds an entry the wire store makes: the upstream is
+// asked for at most 1232 bytes over UDP, so more is never needed, and a
+// fixed buffer keeps the encoder off the heap.
+const maxWireEntry = 4096
+
 // wireWriter builds an entry the way miekg/dns packs it with compression.
+// Its buffers are arrays, not slices it appends to, so that it lives on
+// its caller's stack (one allocation per entry: the entry itself).
 type wireWriter struct {
-	out []byte
+	out      [maxWireEntry]byte
+	n        int  // bytes of out written
+	overflow bool // out was too small: the entry is declined
 	// The compression table: every name suffix written so far, uncompressed
-	// (a slice of names), at the offset it was written at.
+	// (a range of names), at the offset it was written at.
 	suffixes [64]struct {
 		at, start, end int
 	}
-	n     int
-	names []byte // the names written, uncompressed, one after the other
-	ttls  []uint16
+	nsuffixes int
+	names     [4 * maxWireNameLen]byte // the names written, uncompressed
+	nnames    int
+	ttls      [64]uint16 // the offsets of the TTL fields
+	nttls     int
+}
+
+// put appends b to the entry.
+func (w *wireWriter) put(b ...byte) {
+	if w.n+len(b) > len(w.out) {
+		w.overflow = true
+		return
+	}
+	w.n += copy(w.out[w.n:], b)
+}
+
+// ttlHere records that a TTL field starts 4 bytes from here (after type
+// and class).
+func (w *wireWriter) ttlHere() {
+	if w.nttls == len(w.ttls) {
+		w.overflow = true
+		return
+	}
+	w.ttls[w.nttls] = uint16(w.n + 4)
+	w.nttls++
 }
 
 // name writes name (uncompressed wire form) as packDomainName does: label by
@@ -129,33 +160,37 @@ type wireWriter struct {
 // case-sensitive match, as miekg's map of presentation strings is) and, when
 // absent, recorded at its offset; the first match ends the name with a
 // pointer. The root name is one zero byte and is never recorded.
-func (w *wireWriter) name(name []byte) bool {
+func (w *wireWriter) name(name []byte) {
 	if len(name) == 1 {
-		w.out = append(w.out, 0)
-		return true
+		w.put(0)
+		return
 	}
-	base := len(w.names)
-	w.names = append(w.names, name...)
+	if w.nnames+len(name) > len(w.names) {
+		w.overflow = true
+		return
+	}
+	base := w.nnames
+	w.nnames += copy(w.names[base:], name)
 	for i := 0; name[i] != 0; i += 1 + int(name[i]) {
 		if at, ok := w.find(name[i:]); ok {
-			w.out = binary.BigEndian.AppendUint16(w.out, uint16(at)|0xC000)
-			return true
+			w.put(byte(at>>8)|0xC0, byte(at))
+			return
 		}
-		if len(w.out) < maxCompressionOffset {
-			if w.n == len(w.suffixes) {
-				return false
+		if w.n < maxCompressionOffset {
+			if w.nsuffixes == len(w.suffixes) {
+				w.overflow = true
+				return
 			}
-			w.suffixes[w.n] = struct{ at, start, end int }{len(w.out), base + i, base + len(name)}
-			w.n++
+			w.suffixes[w.nsuffixes] = struct{ at, start, end int }{w.n, base + i, base + len(name)}
+			w.nsuffixes++
 		}
-		w.out = append(w.out, name[i:i+1+int(name[i])]...)
+		w.put(name[i : i+1+int(name[i])]...)
 	}
-	w.out = append(w.out, 0)
-	return true
+	w.put(0)
 }
 
 func (w *wireWriter) find(suffix []byte) (int, bool) {
-	for _, s := range w.suffixes[:w.n] {
+	for _, s := range w.suffixes[:w.nsuffixes] {
 		if string(w.names[s.start:s.end]) == string(suffix) {
 			return s.at, true
 		}
@@ -191,16 +226,11 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	}
 	off += 4
 
-	var scratch [1024]byte
-	var names [4 * maxWireNameLen]byte
-	var ttls [64]uint16
-	w := wireWriter{out: scratch[:0], names: names[:0], ttls: ttls[:0]}
-	w.out = append(w.out, 0, 0, raw[2], raw[3], 0, 1, byte(an>>8), byte(an), 0, byte(ns), 0, 0)
-	if !w.name(qname) {
-		return WireAnswer{}, false
-	}
-	w.out = append(w.out, raw[off-4:off]...)
-	answerAt := len(w.out)
+	var w wireWriter
+	w.put(0, 0, raw[2], raw[3], 0, 1, byte(an>>8), byte(an), 0, byte(ns), 0, 0)
+	w.name(qname)
+	w.put(raw[off-4 : off]...)
+	answerAt := w.n
 
 	smallest := time.Duration(-1)
 	for range an {
@@ -211,13 +241,12 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		}
 		rtype, class := binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
 		rdlen := int(binary.BigEndian.Uint16(raw[off+8:]))
-		if rtype != qtype || class != qclass || rdlen != addressLen(rtype) || off+10+rdlen > len(raw) ||
-			len(w.ttls) == cap(w.ttls) {
+		if rtype != qtype || class != qclass || rdlen != addressLen(rtype) || off+10+rdlen > len(raw) {
 			return WireAnswer{}, false
 		}
 		w.name(owner) // the question's name: a pointer to it, never a new suffix
-		w.ttls = append(w.ttls, uint16(len(w.out)+4))
-		w.out = append(w.out, raw[off:off+10+rdlen]...)
+		w.ttlHere()
+		w.put(raw[off : off+10+rdlen]...)
 		if ttl := rrTTL(binary.BigEndian.Uint32(raw[off+4:])); smallest < 0 || ttl < smallest {
 			smallest = ttl
 		}
@@ -242,18 +271,18 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		if rname, off, ok = readPlainName(raw, off, rbuf[:0]); !ok || off+20 != end {
 			return WireAnswer{}, false
 		}
-		if !w.name(owner) {
+		w.name(owner)
+		w.ttlHere()
+		w.put(header...)
+		rdlenAt := w.n
+		w.put(0, 0)
+		w.name(mname)
+		w.name(rname)
+		w.put(raw[off:end]...)
+		if w.overflow {
 			return WireAnswer{}, false
 		}
-		w.ttls = append(w.ttls, uint16(len(w.out)+4))
-		w.out = append(w.out, header...)
-		rdlenAt := len(w.out)
-		w.out = append(w.out, 0, 0)
-		if !w.name(mname) || !w.name(rname) {
-			return WireAnswer{}, false
-		}
-		w.out = append(w.out, raw[off:end]...)
-		binary.BigEndian.PutUint16(w.out[rdlenAt:], uint16(len(w.out)-rdlenAt-2))
+		binary.BigEndian.PutUint16(w.out[rdlenAt:], uint16(w.n-rdlenAt-2))
 		// RFC 2308 section 5: a negative answer lives min(SOA TTL,
 		// MINIMUM) (replyTTL; no answer records here).
 		ttl = min(rrTTL(binary.BigEndian.Uint32(header[4:])), rrTTL(binary.BigEndian.Uint32(raw[end-4:])))
@@ -267,7 +296,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 			return WireAnswer{}, false
 		}
 	}
-	if off != len(raw) || len(w.out) >= maxCompressionOffset {
+	if off != len(raw) || w.overflow || w.n >= maxCompressionOffset {
 		return WireAnswer{}, false
 	}
 
@@ -275,12 +304,12 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	if an == 0 {
 		kind = NoData
 	}
-	data := make([]byte, len(w.out), len(w.out)+2*len(w.ttls))
-	copy(data, w.out)
-	for _, at := range w.ttls {
+	data := make([]byte, w.n, w.n+2*w.nttls)
+	copy(data, w.out[:w.n])
+	for _, at := range w.ttls[:w.nttls] {
 		data = binary.BigEndian.AppendUint16(data, at)
 	}
-	return WireAnswer{prepared: prepared{data: data, wireLen: uint16(len(w.out)), answerAt: uint16(answerAt),
+	return WireAnswer{prepared: prepared{data: data, wireLen: uint16(w.n), answerAt: uint16(answerAt),
 		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode}, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -65,9 +66,10 @@ type wireWaiter struct {
 	zone     string
 	replier  wireReplier
 	from     netip.AddrPort
-	start    time.Time // by s.Now, for observe
-	deadline time.Time // query_timeout, by the real clock as ServeDNS's timer
-	pkt      []byte    // the query's bytes, a copy
+	start    time.Time  // by s.Now, for observe
+	deadline time.Time  // query_timeout, by the real clock as ServeDNS's timer
+	pkt      []byte     // the query's bytes, a copy
+	q        plainQuery // the answer's scratch space (parsed again from pkt)
 }
 
 var waiterPool = sync.Pool{New: func() any { return &wireWaiter{pkt: make([]byte, 0, 512)} }}
@@ -97,10 +99,7 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 	w.h, w.s, w.zone, w.replier, w.from, w.start = h, s, zone.Name, q.replier, from, start
 	w.deadline = time.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
-	if !h.flights.joinWire(k, s.MaxInflight, w, func() (cache.Key, resolveFunc) {
-		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
-		return key, h.wireResolver(s, zone, key, up)
-	}, func() bool { return h.cache.Has(k) }) {
+	if !h.flights.joinWire(k, s.MaxInflight, w, wireResolution{h: h, s: s, zone: zone, up: up}) {
 		q.replier.endMiss()
 		putWaiter(w)
 		return false
@@ -110,95 +109,168 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 }
 
 // joinWire adds w to the flight for key (which may alias a packet: it is
-// only looked up), starting one with what start makes when none runs. It
-// reports false, having changed nothing, when a new flight is needed but
-// stored says an entry appeared since the caller looked (a flight that just
-// ended stored it: ServeDNS answers from it), the flights are closing, or
-// limit flights run (ServeDNS's miss decision then answers).
-func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, start func() (cache.Key, resolveFunc), stored func() bool) bool {
+// only looked up), starting one that runs res when none runs. It reports
+// false, having changed nothing, when a new flight is needed but the cache
+// has an entry for key since the caller looked (a flight that just ended
+// stored it: ServeDNS answers from it), the flights are closing, or limit
+// flights run (ServeDNS's miss decision then answers).
+func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireResolution) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl, found := f.running[key]
 	if !found {
-		if stored() || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+		if res.h.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
 			return false
 		}
-		k, resolve := start()
-		fl = f.startLocked(k, resolve)
+		// The flight's key is kept: a string of its own.
+		key.Name = strings.Clone(key.Name)
+		fl = &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}
+		f.launchLocked(fl)
+	}
+	if fl.waiters == nil {
+		fl.waiters = fl.inline[:0]
 	}
 	fl.waiters = append(fl.waiters, w)
-	if fl.timer == nil {
-		fl.timer = time.AfterFunc(time.Until(w.deadline), func() { f.expireWire(fl) })
-	}
+	f.deadlines.push(wireDeadline{at: w.deadline, fl: fl, w: w}, f.expiry)
 	return true
 }
 
-// expireWire answers SERVFAIL to the wire waiters of fl whose query_timeout
-// ran out, as ServeDNS's timer does; the flight goes on and fills the
-// cache. The timer is set again for the next deadline.
-func (f *flights) expireWire(fl *flight) {
-	now := time.Now()
-	var expired []*wireWaiter
-	f.mu.Lock()
-	kept := fl.waiters[:0]
-	var next time.Duration
-	for _, w := range fl.waiters {
-		if d := w.deadline.Sub(now); d > 0 {
-			kept = append(kept, w)
-			if next == 0 || d < next {
-				next = d
-			}
-			continue
+// wireDeadline is one wire waiter's query_timeout.
+type wireDeadline struct {
+	at time.Time
+	fl *flight
+	w  *wireWaiter
+}
+
+// wireDeadlines is a min-heap of deadlines by time. Entries stay after
+// their waiter was answered (by its flight); expireWire skips those.
+type wireDeadlines []wireDeadline
+
+// push adds d and, when it is the earliest, sets timer to it.
+func (h *wireDeadlines) push(d wireDeadline, timer *time.Timer) {
+	*h = append(*h, d)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !s[i].at.Before(s[parent].at) {
+			break
 		}
-		expired = append(expired, w)
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
 	}
-	clear(fl.waiters[len(kept):])
-	fl.waiters = kept
-	if next > 0 && !fl.wireDone {
-		fl.timer.Reset(next)
-	}
-	f.mu.Unlock()
-	for _, w := range expired {
-		w.h.answerWire(fl, w, true)
+	if i == 0 {
+		timer.Reset(time.Until(d.at))
 	}
 }
 
-// wireResolver is the resolveFunc of a flight the wire miss path starts:
-// resolver's, with the query packed into a pooled buffer and a clean reply
-// stored and answered as bytes.
-func (h *Handler) wireResolver(s *settings, zone Zone, key cache.Key, up wireExchanger) resolveFunc {
-	return func(ctx context.Context) outcome {
-		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
-		defer cancel()
-		bp := queryBufs.Get().(*[]byte)
-		query := appendUpstreamQuery((*bp)[:0], key)
-		wr, err := up.ExchangeWire(ctx, query)
-		*bp = query[:0]
-		queryBufs.Put(bp)
-		if err == nil && wr.Raw != nil {
-			var o outcome
-			if o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw); o.wireOK {
-				o.server = wr.Server
-				switch o.wire.Rcode() {
-				case dns.RcodeSuccess:
-					if stored, reason := h.cache.SetWire(key, &o.wire); !stored {
-						h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
-					}
-				case dns.RcodeNameError:
-					h.cache.Remove(key) // as settle: NXDOMAIN is never cached
-				}
-				return o
-			}
-			// The store declines a shape the upstream's check passed:
-			// the dns.Msg path, with the same outcome.
-			wr.Msg = new(dns.Msg)
-			if err = wr.Msg.Unpack(wr.Raw); err != nil {
-				wr.Msg = nil
-			}
+// pop removes and returns the earliest deadline.
+func (h *wireDeadlines) pop() wireDeadline {
+	s := *h
+	d := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = wireDeadline{}
+	s = s[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(s) && s[l].at.Before(s[least].at) {
+			least = l
 		}
-		reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
-		return h.settle(zone, key, reply, server, err)
+		if r < len(s) && s[r].at.Before(s[least].at) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		s[i], s[least] = s[least], s[i]
+		i = least
 	}
+	*h = s
+	return d
+}
+
+// expireWire, the expiry timer's function, answers SERVFAIL to the wire
+// waiters whose query_timeout ran out, as ServeDNS's timer does; their
+// flights go on and fill the cache. A deadline whose waiter is no longer
+// among its flight's (answered when the flight ended; the waiter may be
+// serving another query since) is dropped.
+func (f *flights) expireWire() {
+	now := time.Now()
+	var expired []wireDeadline
+	f.mu.Lock()
+	for len(f.deadlines) > 0 && !f.deadlines[0].at.After(now) {
+		d := f.deadlines.pop()
+		if d.fl.removeWaiter(d.w, d.at) {
+			expired = append(expired, d)
+		}
+	}
+	if len(f.deadlines) > 0 {
+		f.expiry.Reset(f.deadlines[0].at.Sub(now))
+	}
+	f.mu.Unlock()
+	for _, d := range expired {
+		d.w.h.answerWire(d.fl, d.w, true)
+	}
+}
+
+// removeWaiter takes w, waiting since before deadline at, out of fl's wire
+// waiters and reports whether it was there; flights.mu is held.
+func (fl *flight) removeWaiter(w *wireWaiter, at time.Time) bool {
+	for i, have := range fl.waiters {
+		if have == w && w.deadline.Equal(at) {
+			last := len(fl.waiters) - 1
+			copy(fl.waiters[i:], fl.waiters[i+1:])
+			fl.waiters[last] = nil
+			fl.waiters = fl.waiters[:last]
+			return true
+		}
+	}
+	return false
+}
+
+// wireResolution is the resolution of a flight the wire miss path starts:
+// Handler.resolver's, with the query packed into a pooled buffer and a
+// clean reply stored and answered as bytes.
+type wireResolution struct {
+	h    *Handler
+	s    *settings
+	zone Zone
+	up   wireExchanger
+}
+
+func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
+	h, s, zone := res.h, res.s, res.zone
+	ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
+	defer cancel()
+	bp := queryBufs.Get().(*[]byte)
+	query := appendUpstreamQuery((*bp)[:0], key)
+	wr, err := res.up.ExchangeWire(ctx, query)
+	*bp = query[:0]
+	queryBufs.Put(bp)
+	if err == nil && wr.Raw != nil {
+		var o outcome
+		if o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw); o.wireOK {
+			o.server = wr.Server
+			switch o.wire.Rcode() {
+			case dns.RcodeSuccess:
+				if stored, reason := h.cache.SetWire(key, &o.wire); !stored {
+					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
+				}
+			case dns.RcodeNameError:
+				h.cache.Remove(key) // as settle: NXDOMAIN is never cached
+			}
+			return o
+		}
+		// The store declines a shape the upstream's check passed: the
+		// dns.Msg path, with the same outcome.
+		wr.Msg = new(dns.Msg)
+		if err = wr.Msg.Unpack(wr.Raw); err != nil {
+			wr.Msg = nil
+		}
+	}
+	reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
+	return h.settle(zone, key, reply, server, err)
 }
 
 // queryBufs recycles the buffers upstream queries are packed into.
@@ -248,7 +320,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		w.replier.endMiss()
 		putWaiter(w)
 	}()
-	var q plainQuery
+	q := &w.q
 	if !q.parse(w.pkt) {
 		return // it parsed when it came
 	}
@@ -265,7 +337,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		if !timedOut {
 			q.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
 		}
-		dst = h.servfailPacket(dst, 0, &q, s, sh, w.zone, w.start)
+		dst = h.servfailPacket(dst, 0, q, s, sh, w.zone, w.start)
 	case fl.wireOK:
 		reserve := 0
 		if sh.opt {
