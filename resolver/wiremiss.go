@@ -40,7 +40,7 @@ import (
 // wireExchanger is an upstream that hands back clean replies as bytes
 // (upstream.Group); zones whose upstream lacks it keep the general path.
 type wireExchanger interface {
-	ExchangeWire(ctx context.Context, query []byte) (upstream.WireReply, error)
+	ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (upstream.WireReply, error)
 }
 
 var _ wireExchanger = (*upstream.Group)(nil)
@@ -241,11 +241,11 @@ type wireResolution struct {
 
 func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
 	h, s, zone := res.h, res.s, res.zone
-	ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
-	defer cancel()
+	// upstream.timeout as a deadline, not a context: see ExchangeWire.
+	deadline := time.Now().Add(s.UpstreamTimeout)
 	bp := queryBufs.Get().(*[]byte)
 	query := appendUpstreamQuery((*bp)[:0], key)
-	wr, err := res.up.ExchangeWire(ctx, query)
+	wr, err := res.up.ExchangeWire(ctx, query, deadline)
 	*bp = query[:0]
 	queryBufs.Put(bp)
 	if err == nil && wr.Raw != nil {
@@ -269,6 +269,10 @@ func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
 			wr.Msg = nil
 		}
 	}
+	// The rare rest (a chase across zones) runs under a context with the
+	// deadline.
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
 	return h.settle(zone, key, reply, server, err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -68,7 +69,7 @@ func BenchmarkGroupExchangeWire(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		r, err := g.ExchangeWire(ctx, queries[i%len(queries)])
+		r, err := g.ExchangeWire(ctx, queries[i%len(queries)], time.Time{})
 		if err != nil || r.Raw == nil {
 			b.Fatal(err, r.Raw == nil)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -58,7 +59,7 @@ func TestExchangeWire(t *testing.T) {
 	}
 	for _, tt := range tests {
 		query := packedQuery(t, tt.name, tt.qtype)
-		got, err := g.ExchangeWire(ctx, query)
+		got, err := g.ExchangeWire(ctx, query, time.Time{})
 		var rcodeErr *RcodeError
 		if tt.rcodeEr != errors.As(err, &rcodeErr) || (!tt.rcodeEr && err != nil) {
 			t.Errorf("%s: err %v", tt.name, err)
@@ -87,5 +88,24 @@ func TestExchangeWire(t *testing.T) {
 	}
 	if n := u.CountNet("big.example.", dns.TypeA, "tcp"); n != 2 {
 		t.Errorf("big.example. asked %d times over TCP, want 2 (once per exchange)", n)
+	}
+}
+
+// ExchangeWire's deadline ends the resolution as a context's would: a
+// timeout, the server's silence counted.
+func TestExchangeWireDeadline(t *testing.T) {
+	u := dnstest.NewUpstream(t)
+	u.SetFault("drop.example.", dnstest.Fault{Drop: true})
+	g, err := NewGroup(".", []string{u.Addr}, GroupOptions{MinAttemptTimeout: 10 * time.Millisecond, InitialAttemptTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	got, err := g.ExchangeWire(context.Background(), packedQuery(t, "drop.example.", dns.TypeA), time.Now().Add(100*time.Millisecond))
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || got.Raw != nil || got.Msg != nil {
+		t.Fatalf("got %+v, %v; want a timeout", got, err)
+	}
+	if n := u.Count("drop.example.", dns.TypeA); n == 0 || n > 3 {
+		t.Errorf("%d attempts, want 1 to 3 (MaxAttempts)", n)
 	}
 }
