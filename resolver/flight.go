@@ -53,9 +53,9 @@ type flights struct {
 	wg      sync.WaitGroup
 	workers *workers // the resolutions' goroutines
 
-	// deadlines are the wire waiters' query_timeouts, a min-heap under mu,
-	// and expiry the one timer that fires at the earliest (wiremiss.go):
-	// no timer per flight or per client.
+	// deadlines are the waiting wire waiters by query_timeout, a min-heap
+	// under mu, and expiry the one timer, set to the earliest
+	// (wiremiss.go): no timer per flight or per client.
 	deadlines wireDeadlines
 	expiry    *time.Timer
 }
@@ -155,6 +155,9 @@ func (fl *flight) run() {
 	delete(f.running, fl.key)
 	waiters := fl.waiters
 	fl.waiters, fl.wireDone = nil, true
+	for _, w := range waiters {
+		f.deadlines.remove(w.heapIndex)
+	}
 	f.mu.Unlock()
 	f.inflight.Add(-1)
 	close(fl.done)

@@ -70,6 +70,10 @@ type wireWaiter struct {
 	deadline time.Time  // query_timeout, by the real clock as ServeDNS's timer
 	pkt      []byte     // the query's bytes, a copy
 	q        plainQuery // the answer's scratch space (parsed again from pkt)
+	// fl is the flight waited for, heapIndex the waiter's place in
+	// flights.deadlines; both guarded by flights.mu.
+	fl        *flight
+	heapIndex int
 }
 
 var waiterPool = sync.Pool{New: func() any { return &wireWaiter{pkt: make([]byte, 0, 512)} }}
@@ -131,102 +135,114 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireReso
 		fl.waiters = fl.inline[:0]
 	}
 	fl.waiters = append(fl.waiters, w)
-	f.deadlines.push(wireDeadline{at: w.deadline, fl: fl, w: w}, f.expiry)
+	w.fl = fl
+	if f.deadlines.push(w) {
+		f.expiry.Reset(time.Until(w.deadline))
+	}
 	return true
 }
 
-// wireDeadline is one wire waiter's query_timeout.
-type wireDeadline struct {
-	at time.Time
-	fl *flight
-	w  *wireWaiter
+// wireDeadlines is a min-heap of the waiting wire waiters by deadline
+// (each knows its index, so its flight's end takes it out): the expiry
+// timer is set to the earliest, and fires only when a client's
+// query_timeout is really due (or, once, late: a waiter it was set for was
+// answered meanwhile).
+type wireDeadlines []*wireWaiter
+
+// push adds w and reports whether it is the earliest now.
+func (h *wireDeadlines) push(w *wireWaiter) bool {
+	w.heapIndex = len(*h)
+	*h = append(*h, w)
+	return h.up(w.heapIndex) == 0
 }
 
-// wireDeadlines is a min-heap of deadlines by time. Entries stay after
-// their waiter was answered (by its flight); expireWire skips those.
-type wireDeadlines []wireDeadline
-
-// push adds d and, when it is the earliest, sets timer to it.
-func (h *wireDeadlines) push(d wireDeadline, timer *time.Timer) {
-	*h = append(*h, d)
+// remove takes out the waiter at index i.
+func (h *wireDeadlines) remove(i int) {
 	s := *h
-	i := len(s) - 1
+	last := len(s) - 1
+	removed := s[i]
+	if i != last {
+		s.swap(i, last)
+	}
+	s[last] = nil
+	*h = s[:last]
+	if i != last {
+		h.up(h.down(i))
+	}
+	removed.heapIndex = -1
+}
+
+func (h wireDeadlines) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex, h[j].heapIndex = i, j
+}
+
+// up moves the waiter at i towards the root while it is earlier than its
+// parent, and returns where it ends.
+func (h wireDeadlines) up(i int) int {
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !s[i].at.Before(s[parent].at) {
+		if !h[i].deadline.Before(h[parent].deadline) {
 			break
 		}
-		s[i], s[parent] = s[parent], s[i]
+		h.swap(i, parent)
 		i = parent
 	}
-	if i == 0 {
-		timer.Reset(time.Until(d.at))
-	}
+	return i
 }
 
-// pop removes and returns the earliest deadline.
-func (h *wireDeadlines) pop() wireDeadline {
-	s := *h
-	d := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s[last] = wireDeadline{}
-	s = s[:last]
-	for i := 0; ; {
+// down moves the waiter at i away from the root while a child is earlier,
+// and returns where it ends.
+func (h wireDeadlines) down(i int) int {
+	for {
 		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(s) && s[l].at.Before(s[least].at) {
+		if l < len(h) && h[l].deadline.Before(h[least].deadline) {
 			least = l
 		}
-		if r < len(s) && s[r].at.Before(s[least].at) {
+		if r < len(h) && h[r].deadline.Before(h[least].deadline) {
 			least = r
 		}
 		if least == i {
-			break
+			return i
 		}
-		s[i], s[least] = s[least], s[i]
+		h.swap(i, least)
 		i = least
 	}
-	*h = s
-	return d
 }
 
 // expireWire, the expiry timer's function, answers SERVFAIL to the wire
 // waiters whose query_timeout ran out, as ServeDNS's timer does; their
-// flights go on and fill the cache. A deadline whose waiter is no longer
-// among its flight's (answered when the flight ended; the waiter may be
-// serving another query since) is dropped.
+// flights go on and fill the cache.
 func (f *flights) expireWire() {
 	now := time.Now()
-	var expired []wireDeadline
+	var expired []*wireWaiter
 	f.mu.Lock()
-	for len(f.deadlines) > 0 && !f.deadlines[0].at.After(now) {
-		d := f.deadlines.pop()
-		if d.fl.removeWaiter(d.w, d.at) {
-			expired = append(expired, d)
-		}
+	for len(f.deadlines) > 0 && !f.deadlines[0].deadline.After(now) {
+		w := f.deadlines[0]
+		f.deadlines.remove(0)
+		w.fl.removeWaiter(w)
+		expired = append(expired, w)
 	}
 	if len(f.deadlines) > 0 {
-		f.expiry.Reset(f.deadlines[0].at.Sub(now))
+		f.expiry.Reset(f.deadlines[0].deadline.Sub(now))
 	}
 	f.mu.Unlock()
-	for _, d := range expired {
-		d.w.h.answerWire(d.fl, d.w, true)
+	for _, w := range expired {
+		w.h.answerWire(w.fl, w, true)
 	}
 }
 
-// removeWaiter takes w, waiting since before deadline at, out of fl's wire
-// waiters and reports whether it was there; flights.mu is held.
-func (fl *flight) removeWaiter(w *wireWaiter, at time.Time) bool {
+// removeWaiter takes w out of fl's wire waiters; flights.mu is held.
+func (fl *flight) removeWaiter(w *wireWaiter) {
 	for i, have := range fl.waiters {
-		if have == w && w.deadline.Equal(at) {
+		if have == w {
 			last := len(fl.waiters) - 1
 			copy(fl.waiters[i:], fl.waiters[i+1:])
 			fl.waiters[last] = nil
 			fl.waiters = fl.waiters[:last]
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // wireResolution is the resolution of a flight the wire miss path starts:

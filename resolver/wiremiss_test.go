@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
@@ -233,19 +234,29 @@ func TestWireMissTimeout(t *testing.T) {
 	rec := newMissRecorder()
 	pkt := variant{name: "slow.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(t)
 	from := diffClients[0].addr
-	if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) != 0 {
-		t.Fatalf("not a wire miss: %v %x", ok, reply)
+	for range 3 {
+		if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) != 0 {
+			t.Fatalf("not a wire miss: %v %x", ok, reply)
+		}
 	}
 	<-arrived
-	got := new(dns.Msg)
-	if err := got.Unpack(rec.next(t)); err != nil {
-		t.Fatal(err)
+	for range 3 {
+		got := new(dns.Msg)
+		if err := got.Unpack(rec.next(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got.Rcode != dns.RcodeServerFailure || !hasEDE(got, dns.ExtendedErrorCodeNoReachableAuthority) {
+			t.Fatalf("after query_timeout: %v", got)
+		}
 	}
-	if got.Rcode != dns.RcodeServerFailure || !hasEDE(got, dns.ExtendedErrorCodeNoReachableAuthority) {
-		t.Fatalf("after query_timeout: %v", got)
+	obs := log.take()
+	if len(obs) != 3 {
+		t.Errorf("%d observations, want 3", len(obs))
 	}
-	if obs := log.take(); len(obs) != 1 || obs[0].Rcode != dns.RcodeServerFailure || obs[0].Source != SourceUpstream {
-		t.Errorf("observed %v", obs)
+	for _, o := range obs {
+		if o.Rcode != dns.RcodeServerFailure || o.Source != SourceUpstream {
+			t.Errorf("observed %v", o)
+		}
 	}
 	key := cache.NewKey("slow.example.", dns.TypeA, dns.ClassINET, false, false)
 	h.flights.mu.Lock()
@@ -323,4 +334,41 @@ func FuzzWireMiss(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The deadline heap keeps the earliest at the root and every index right
+// through pushes and removals from anywhere.
+func TestWireDeadlines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 3))
+	base := time.Now()
+	var h wireDeadlines
+	var live []*wireWaiter
+	for range 5000 {
+		if len(live) == 0 || rng.IntN(3) > 0 {
+			w := &wireWaiter{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
+			root := h.push(w)
+			if root != (h[0] == w) {
+				t.Fatal("push misreported the root")
+			}
+			live = append(live, w)
+		} else {
+			i := rng.IntN(len(live))
+			h.remove(live[i].heapIndex)
+			if live[i].heapIndex != -1 {
+				t.Fatal("a removed waiter keeps its index")
+			}
+			live = append(live[:i], live[i+1:]...)
+		}
+		if len(h) != len(live) {
+			t.Fatalf("heap of %d, %d live", len(h), len(live))
+		}
+		for i, w := range h {
+			if w.heapIndex != i {
+				t.Fatalf("waiter at %d thinks it is at %d", i, w.heapIndex)
+			}
+			if i > 0 && w.deadline.Before(h[(i-1)/2].deadline) {
+				t.Fatalf("heap order broken at %d", i)
+			}
+		}
+	}
 }
