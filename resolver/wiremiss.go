@@ -13,7 +13,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/upstream"
 )
 
 // The wire miss path (issue 17): a plain query read by a UDP socket's reader
@@ -36,14 +35,6 @@ import (
 // the fast reject's), the client's query_timeout (SERVFAIL with EDE 22,
 // the resolution going on to fill the cache), observe. TestWireMiss* and
 // FuzzFastPath's miss half hold the answers to ServeDNS's.
-
-// wireExchanger is an upstream that hands back clean replies as bytes
-// (upstream.Group); zones whose upstream lacks it keep the general path.
-type wireExchanger interface {
-	ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (upstream.WireReply, error)
-}
-
-var _ wireExchanger = (*upstream.Group)(nil)
 
 // wireReplier is the socket side of the wire miss path: the UDP server
 // whose reader took the query, and a test's recorder.
