@@ -2,6 +2,8 @@ package resolver
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +60,9 @@ type flights struct {
 	// (wiremiss.go): no timer per flight or per client.
 	deadlines wireDeadlines
 	expiry    *time.Timer
+
+	// onPanic, if set, is told about a resolution that panicked.
+	onPanic func(v any, stack []byte)
 }
 
 func newFlights() *flights {
@@ -146,11 +151,7 @@ func (f *flights) launchLocked(fl *flight) {
 func (fl *flight) run() {
 	f := fl.f
 	defer f.wg.Done()
-	if fl.resolve != nil {
-		fl.outcome = fl.resolve(f.ctx)
-	} else {
-		fl.outcome = fl.wireRes.resolve(f.ctx, fl.key)
-	}
+	fl.outcome = fl.resolveRecovered()
 	f.mu.Lock()
 	delete(f.running, fl.key)
 	waiters := fl.waiters
@@ -164,6 +165,25 @@ func (fl *flight) run() {
 	for _, w := range waiters {
 		w.h.answerWire(fl, w, false)
 	}
+}
+
+// resolveRecovered runs the flight's resolution. A panic in it fails the
+// resolution instead of the process: its waiters get SERVFAIL (or stale),
+// as ServeDNS's recoverer gives a query whose handler panicked, and
+// flights.onPanic is told.
+func (fl *flight) resolveRecovered() (o outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			if fl.f.onPanic != nil {
+				fl.f.onPanic(v, debug.Stack())
+			}
+			o = outcome{err: fmt.Errorf("resolution of %s panicked: %v", fl.key.Name, v)}
+		}
+	}()
+	if fl.resolve != nil {
+		return fl.resolve(fl.f.ctx)
+	}
+	return fl.wireRes.resolve(fl.f.ctx, fl.key)
 }
 
 // full reports whether limit resolutions already run; a cheap first look

@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,9 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cache: c, flights: newFlights(), log: log, obs: obs, queryLog: newQueryLog(log)}
+	h.flights.onPanic = func(v any, stack []byte) {
+		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
+	}
 	h.settings.Store(s)
 	return h, nil
 }

@@ -372,3 +372,20 @@ func TestWireDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// A resolution that panics fails like one that errs: the process lives,
+// the waiting clients get SERVFAIL, and onPanic hears of it.
+func TestResolutionPanicIsRecovered(t *testing.T) {
+	h, _ := diffHandler(t, nil)
+	var told any
+	h.flights.onPanic = func(v any, _ []byte) { told = v }
+	key := cache.NewKey("boom.example.", dns.TypeA, dns.ClassINET, false, false)
+	fl, _, ok := h.flights.join(key, 10, func(context.Context) outcome { panic("boom") }, nil)
+	if !ok {
+		t.Fatal("not started")
+	}
+	<-fl.done
+	if fl.err == nil || told != "boom" {
+		t.Fatalf("err %v, told %v", fl.err, told)
+	}
+}
