@@ -12,10 +12,12 @@ import (
 // back from a recursive upstream, and declines everything else to the
 // unpack-and-scrub path, whose outcome is then the same as before:
 //
-//   - NOERROR with answer records all owned by the question's name (the
-//     same bytes, uncompressed or a pointer to the question) and of the
-//     question's type, A or AAAA, with no authority records: no CNAME or
-//     DNAME chain, no RRSIGs, nothing about other names;
+//   - NOERROR with answer records of the question's type, A or AAAA, owned
+//     by the question's name, or at the end of a chain of up to seven
+//     CNAMEs that starts there, every target inside the zone and none
+//     twice (the same bytes throughout: each owner spelled as the name
+//     before points to it), with no authority records: no DNAME, no RRSIGs,
+//     nothing about other names;
 //   - NOERROR without answer records (NODATA) or NXDOMAIN, with nothing or
 //     exactly one SOA in the authority section, whose owner encloses the
 //     question's name (Scrub keeps that SOA, and only that, for a negative
@@ -66,19 +68,43 @@ func wireClean(raw, zoneWire []byte) bool {
 	if qtype == dns.TypeANY || qtype == dns.TypeRRSIG || qtype == dns.TypeOPT {
 		return false
 	}
-	var nbuf [maxWireName]byte
+	// The answer: a chain of CNAMEs from the question's name (each owned by
+	// the name the one before points to, every target inside the zone, no
+	// name twice), then the records of the question's type at its end,
+	// owned by that name spelled as the chain spells it.
+	var nbuf, tbuf [maxWireName]byte
+	var chain chainNames
+	chain.add(qname)
+	current := qname
+	cnames, data := 0, false
 	for range an {
 		var owner []byte
 		owner, off, ok = readWireName(raw, off, nbuf[:0])
-		if !ok || string(owner) != string(qname) || off+10 > len(raw) {
+		if !ok || string(owner) != string(current) || off+10 > len(raw) {
 			return false
 		}
 		rtype, class := binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
 		rdlen := int(binary.BigEndian.Uint16(raw[off+8:]))
-		if rtype != qtype || class != qclass || rdlen != addressLen(rtype) || off+10+rdlen > len(raw) {
+		if class != qclass || off+10+rdlen > len(raw) {
+			return false
+		}
+		switch {
+		case rtype == qtype && rdlen == addressLen(rtype):
+			data = true
+		case rtype == dns.TypeCNAME && !data && cnames < maxWireCNAMEs:
+			target, end, ok := readWireName(raw, off+10, tbuf[:0])
+			if !ok || end != off+10+rdlen || len(target) == 1 || !nameInside(target, zoneWire) || chain.has(target) {
+				return false
+			}
+			current = chain.add(target)
+			cnames++
+		default:
 			return false
 		}
 		off += 10 + rdlen
+	}
+	if cnames > 0 && !data {
+		return false // a chain without an end: Scrub's NODATA-after-CNAME rules, not ours
 	}
 	if ns == 1 {
 		var owner []byte
@@ -112,6 +138,43 @@ func wireClean(raw, zoneWire []byte) bool {
 }
 
 func opcodeOf(flags uint16) int { return int(flags>>11) & 0xF }
+
+// maxWireCNAMEs bounds the CNAME chain the wire check accepts, below
+// Scrub's maxChainLength, which cuts a longer one.
+const maxWireCNAMEs = maxChainLength - 1
+
+// chainNames are the names of a CNAME chain, uncompressed, for the loop
+// check: on the stack, no allocation.
+type chainNames struct {
+	buf  [(maxWireCNAMEs + 1) * maxWireName]byte
+	ends [maxWireCNAMEs + 1]int
+	n    int
+}
+
+// add appends name and returns the chain's copy of it.
+func (c *chainNames) add(name []byte) []byte {
+	start := 0
+	if c.n > 0 {
+		start = c.ends[c.n-1]
+	}
+	end := start + copy(c.buf[start:], name)
+	c.ends[c.n] = end
+	c.n++
+	return c.buf[start:end]
+}
+
+// has reports whether name is in the chain, letters compared without case
+// (Scrub's loop check).
+func (c *chainNames) has(name []byte) bool {
+	start := 0
+	for i := range c.n {
+		if equalFoldASCII(c.buf[start:c.ends[i]], name) {
+			return true
+		}
+		start = c.ends[i]
+	}
+	return false
+}
 
 // addressLen is the RDATA length of an A or AAAA record.
 func addressLen(rtype uint16) int {

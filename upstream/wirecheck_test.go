@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -61,7 +62,15 @@ func wireCases(tb testing.TB) []struct {
 		{"NXDOMAIN with SOA", ".", wireReply(tb, "nx.www.example.", A, dns.RcodeNameError, nil, []string{soa}, nil, true), true},
 		{"NXDOMAIN, SOA above the zone", "www.example.", wireReply(tb, "nx.www.example.", A, dns.RcodeNameError, nil, []string{soa}, nil, true), true},
 
-		{"CNAME chain", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example.", "x.example. 60 IN A 192.0.2.1"}, nil, nil, true), false},
+		{"CNAME chain", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example.", "x.example. 60 IN A 192.0.2.1"}, nil, nil, true), true},
+		{"two CNAMEs, two addresses", "example.", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example.", "x.example. 60 IN CNAME cdn.y.example.", "cdn.y.example. 60 IN A 192.0.2.1", "cdn.y.example. 60 IN A 192.0.2.2"}, nil, nil, true), true},
+		{"CNAME to a suffix of the name", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME example.", "example. 60 IN A 192.0.2.1"}, nil, nil, true), true},
+		{"CNAME leaving the zone", "example.", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME www.other.", "www.other. 60 IN A 6.6.6.6"}, nil, nil, true), false},
+		{"CNAME loop", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example.", "x.example. 60 IN CNAME WWW.example.", "www.example. 60 IN A 192.0.2.1"}, nil, nil, true), false},
+		{"CNAME without an end", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example."}, nil, nil, true), false},
+		{"address beside the CNAME", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN A 192.0.2.9", "www.example. 60 IN CNAME x.example.", "x.example. 60 IN A 192.0.2.1"}, nil, nil, true), false},
+		{"CNAME out of order", ".", wireReply(tb, "www.example.", A, 0, []string{"x.example. 60 IN A 192.0.2.1", "www.example. 60 IN CNAME x.example."}, nil, nil, true), false},
+		{"address of a chain name in other case", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN CNAME x.example.", "X.example. 60 IN A 192.0.2.1"}, nil, nil, true), false},
 		{"foreign answer", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN A 192.0.2.1", "evil.example. 60 IN A 6.6.6.6"}, nil, nil, true), false},
 		{"other type in answer", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN TXT x"}, nil, nil, true), false},
 		{"NS in authority", ".", wireReply(tb, "www.example.", A, 0, []string{"www.example. 60 IN A 192.0.2.1"}, []string{"example. 60 IN NS ns.example."}, nil, true), false},
@@ -82,6 +91,21 @@ func TestWireCleanAgreesWithScrub(t *testing.T) {
 			t.Errorf("%s: wireClean %v, want %v", c.name, got, c.clean)
 		}
 		checkWireAgreement(t, c.raw, c.zone)
+	}
+	for cnames := 1; cnames <= maxChainLength+1; cnames++ {
+		var answer []string
+		name := "www.example."
+		for i := range cnames {
+			next := fmt.Sprintf("c%d.example.", i)
+			answer = append(answer, name+" 60 IN CNAME "+next)
+			name = next
+		}
+		answer = append(answer, name+" 60 IN A 192.0.2.1")
+		raw := wireReply(t, "www.example.", dns.TypeA, 0, answer, nil, nil, true)
+		if got := wireClean(raw, wireZone(".")); got != (cnames <= maxWireCNAMEs) {
+			t.Errorf("chain of %d CNAMEs: wireClean %v", cnames, got)
+		}
+		checkWireAgreement(t, raw, ".")
 	}
 	truncated := wireReply(t, "www.example.", dns.TypeA, 0, []string{"www.example. 60 IN A 192.0.2.1"}, nil, nil, true)
 	truncated[2] |= 0x02 // TC
