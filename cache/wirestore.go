@@ -25,7 +25,53 @@ import (
 // for it is written from, whether it is stored or not (NXDOMAIN, TTL 0).
 type WireAnswer struct {
 	prepared
-	rcode int
+	rcode  int
+	cnames int // CNAME records in the answer
+}
+
+// CNAMEs is the number of CNAME records in the answer.
+func (a *WireAnswer) CNAMEs() int { return a.cnames }
+
+// CNAMETargets calls yield with the target of each CNAME record in the
+// answer, in order, in canonical form (lower case, fully qualified; the
+// name is only valid during the call), until yield returns false; it
+// reports whether every call returned true. The resolver checks with it
+// that no target lies in another of its zones.
+func (a *WireAnswer) CNAMETargets(yield func(name []byte) bool) bool {
+	wire := a.wire()
+	off := int(a.answerAt)
+	var buf [maxWireNameLen]byte
+	var text [maxWireNameLen]byte
+	for range binary.BigEndian.Uint16(wire[6:]) {
+		var err error
+		if off, err = skipName(wire, off); err != nil || off+10 > len(wire) {
+			return false
+		}
+		rdlen := int(binary.BigEndian.Uint16(wire[off+8:]))
+		if binary.BigEndian.Uint16(wire[off:]) == dns.TypeCNAME {
+			target, _, ok := readPlainName(wire, off+10, buf[:0])
+			if !ok || !yield(canonicalText(text[:0], target)) {
+				return false
+			}
+		}
+		off += 10 + rdlen
+	}
+	return true
+}
+
+// canonicalText appends name (uncompressed wire form of plain labels) to
+// dst in presentation form, lower case, with the trailing dot.
+func canonicalText(dst, name []byte) []byte {
+	if len(name) == 1 {
+		return append(dst, '.')
+	}
+	for i := 0; name[i] != 0; i += 1 + int(name[i]) {
+		for _, c := range name[i+1 : i+1+int(name[i])] {
+			dst = append(dst, lowerASCII(c))
+		}
+		dst = append(dst, '.')
+	}
+	return dst
 }
 
 // Rcode is the reply's rcode: NOERROR or NXDOMAIN.
@@ -215,7 +261,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		return WireAnswer{}, false
 	}
 
-	var qbuf, nbuf, mbuf, rbuf [maxWireNameLen]byte
+	var qbuf, nbuf, tbuf, mbuf, rbuf [maxWireNameLen]byte
 	qname, off, ok := readPlainName(raw, headerLen, qbuf[:0])
 	if !ok || off+4 > len(raw) || len(qname) == 1 || !sameNameFold(qname, k.Name) {
 		return WireAnswer{}, false
@@ -233,20 +279,40 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	answerAt := w.n
 
 	smallest := time.Duration(-1)
+	cnames := 0
 	for range an {
 		var owner []byte
 		owner, off, ok = readPlainName(raw, off, nbuf[:0])
-		if !ok || string(owner) != string(qname) || off+10 > len(raw) {
+		if !ok || off+10 > len(raw) {
 			return WireAnswer{}, false
 		}
 		rtype, class := binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
 		rdlen := int(binary.BigEndian.Uint16(raw[off+8:]))
-		if rtype != qtype || class != qclass || rdlen != addressLen(rtype) || off+10+rdlen > len(raw) {
+		if class != qclass || off+10+rdlen > len(raw) {
 			return WireAnswer{}, false
 		}
-		w.name(owner) // the question's name: a pointer to it, never a new suffix
+		w.name(owner) // the question's name, or a CNAME's target: a pointer
 		w.ttlHere()
-		w.put(raw[off : off+10+rdlen]...)
+		switch {
+		case rtype == qtype && rdlen == addressLen(rtype):
+			w.put(raw[off : off+10+rdlen]...)
+		case rtype == dns.TypeCNAME:
+			target, end, ok := readPlainName(raw, off+10, tbuf[:0])
+			if !ok || end != off+10+rdlen {
+				return WireAnswer{}, false
+			}
+			w.put(raw[off : off+8]...) // type, class, TTL
+			rdlenAt := w.n
+			w.put(0, 0)
+			w.name(target) // compressed, as miekg packs a CNAME's target
+			if w.overflow {
+				return WireAnswer{}, false
+			}
+			binary.BigEndian.PutUint16(w.out[rdlenAt:], uint16(w.n-rdlenAt-2))
+			cnames++
+		default:
+			return WireAnswer{}, false
+		}
 		if ttl := rrTTL(binary.BigEndian.Uint32(raw[off+4:])); smallest < 0 || ttl < smallest {
 			smallest = ttl
 		}
@@ -310,5 +376,5 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		data = binary.BigEndian.AppendUint16(data, at)
 	}
 	return WireAnswer{prepared: prepared{data: data, wireLen: uint16(w.n), answerAt: uint16(answerAt),
-		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode}, true
+		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode, cnames: cnames}, true
 }

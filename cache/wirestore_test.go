@@ -55,6 +55,9 @@ func wireStoreSeeds(tb testing.TB) [][]byte {
 		packReply(tb, "nx.example.com.", A, dns.RcodeNameError, nil, []string{". 86400 IN SOA a.root-servers.net. nstld.verisign-grs.com. 1 2 3 4 86400"}, true, true),
 		packReply(tb, "nodata.example.", dns.TypeMX, 0, nil, nil, false, true),
 		packReply(tb, "zero.service.consul.", A, 0, []string{"zero.service.consul. 0 IN A 10.0.0.1"}, nil, true, true),
+		packReply(tb, "www.example.com.", A, 0, []string{"www.example.com. 60 IN CNAME a.example.com.", "a.example.com. 30 IN A 192.0.2.1"}, nil, true, true),
+		packReply(tb, "www.Example.com.", AAAA, 0, []string{"www.Example.com. 60 IN CNAME cdn.Example.NET.", "cdn.Example.NET. 600 IN CNAME edge.cdn.example.net.", "edge.cdn.example.net. 20 IN AAAA 2001:db8::1"}, nil, false, true),
+		packReply(tb, "www.example.com.", A, 0, []string{"WWW.example.com. 60 IN A 192.0.2.1"}, nil, true, false),
 	}
 }
 
@@ -120,10 +123,10 @@ func TestPrepareWireMatchesSet(t *testing.T) {
 		}
 	}
 	declined := [][]byte{
-		packReply(t, "www.example.com.", dns.TypeA, 0, []string{"www.example.com. 60 IN CNAME a.example.com.", "a.example.com. 60 IN A 192.0.2.1"}, nil, true, true),
 		packReply(t, "www.example.com.", dns.TypeA, dns.RcodeServerFailure, nil, nil, true, true),
 		packReply(t, "www.example.com.", dns.TypeTXT, 0, []string{"www.example.com. 60 IN TXT hi"}, nil, true, true),
-		packReply(t, "www.example.com.", dns.TypeA, 0, []string{"WWW.example.com. 60 IN A 192.0.2.1"}, nil, true, false),
+		packReply(t, "www.example.com.", dns.TypeA, 0, []string{"www.example.com. 60 IN MX 10 mx.example.com."}, nil, true, true),
+		packReply(t, "www.example.com.", dns.TypeA, 0, []string{`www.example.com. 60 IN CNAME a\.b.example.com.`, `a\.b.example.com. 60 IN A 192.0.2.1`}, nil, true, true),
 	}
 	for i, raw := range declined {
 		if checkPrepareWire(t, raw, ttlBounds{}) {
@@ -161,8 +164,8 @@ func TestSetWire(t *testing.T) {
 			}
 		}
 	}
-	if s := c.Stats(); s.Stored != 7 || s.Refused != 2 {
-		t.Errorf("stored %d, refused %d; want 7 and 2", s.Stored, s.Refused)
+	if s := c.Stats(); s.Stored != 10 || s.Refused != 2 {
+		t.Errorf("stored %d, refused %d; want 10 and 2", s.Stored, s.Refused)
 	}
 }
 
@@ -205,11 +208,17 @@ func TestPrepareWireGenerated(t *testing.T) {
 		rcode := dns.RcodeSuccess
 		switch {
 		case qtype != dns.TypeMX && rng.IntN(2) == 0:
+			owner := qname
+			for range rng.IntN(4) { // a CNAME chain, names of any case
+				target := name(1)
+				answer = append(answer, fmt.Sprintf("%s %d IN CNAME %s", owner, rng.IntN(4000), target))
+				owner = target
+			}
 			for j := range 1 + rng.IntN(4) {
 				if qtype == dns.TypeA {
-					answer = append(answer, fmt.Sprintf("%s %d IN A 192.0.2.%d", qname, rng.IntN(4000), j))
+					answer = append(answer, fmt.Sprintf("%s %d IN A 192.0.2.%d", owner, rng.IntN(4000), j))
 				} else {
-					answer = append(answer, fmt.Sprintf("%s %d IN AAAA 2001:db8::%d", qname, rng.IntN(4000), j))
+					answer = append(answer, fmt.Sprintf("%s %d IN AAAA 2001:db8::%d", owner, rng.IntN(4000), j))
 				}
 			}
 		default:
@@ -232,5 +241,26 @@ func TestPrepareWireGenerated(t *testing.T) {
 		if !checkPrepareWire(t, raw, ttlBounds{min: time.Duration(rng.IntN(60)) * time.Second}) {
 			t.Fatalf("generated reply %d declined: %v %v %v", i, qname, answer, ns)
 		}
+	}
+}
+
+// CNAMETargets names every CNAME target of an answer, in order, in
+// canonical form.
+func TestCNAMETargets(t *testing.T) {
+	raw := packReply(t, "www.Example.com.", dns.TypeAAAA, 0, []string{"www.Example.com. 60 IN CNAME cdn.Example.NET.",
+		"cdn.Example.NET. 600 IN CNAME edge.cdn.example.net.", "edge.cdn.example.net. 20 IN AAAA 2001:db8::1"}, nil, false, true)
+	a, ok := prepareWire(NewKey("www.example.com.", dns.TypeAAAA, dns.ClassINET, false, false), raw, ttlBounds{})
+	if !ok || a.CNAMEs() != 2 {
+		t.Fatalf("prepared %v, %d CNAMEs", ok, a.CNAMEs())
+	}
+	var got []string
+	if !a.CNAMETargets(func(name []byte) bool { got = append(got, string(name)); return true }) {
+		t.Fatal("CNAMETargets stopped")
+	}
+	if strings.Join(got, " ") != "cdn.example.net. edge.cdn.example.net." {
+		t.Errorf("targets %v", got)
+	}
+	if a.CNAMETargets(func([]byte) bool { return false }) {
+		t.Error("CNAMETargets went on after yield said stop")
 	}
 }

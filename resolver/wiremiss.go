@@ -154,7 +154,17 @@ func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
 	queryBufs.Put(bp)
 	if err == nil && wr.Raw != nil {
 		var o outcome
-		if o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw); o.wireOK {
+		o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw)
+		if o.wireOK && o.wire.CNAMEs() > 0 {
+			// The upstream kept the chain inside its zone; a target in a
+			// zone configured below it is the router's to see, and the
+			// chain is then cut and chased there (cutAtSubzone, on the
+			// dns.Msg path).
+			o.wireOK = o.wire.CNAMETargets(func(name []byte) bool {
+				return s.router.routeCanonical(name).Name == zone.Name
+			})
+		}
+		if o.wireOK {
 			o.server = wr.Server
 			switch o.wire.Rcode() {
 			case dns.RcodeSuccess:

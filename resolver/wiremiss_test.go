@@ -103,6 +103,12 @@ func wireUpstream(t testing.TB) *dnstest.Upstream {
 			m.Ns = []dns.RR{soa}
 		case strings.HasPrefix(name, "fail."):
 			m.Rcode = dns.RcodeServerFailure
+		case strings.HasPrefix(name, "chain.") && qtype == dns.TypeA:
+			// A clean chain, as a CDN name answers.
+			c1, _ := dns.NewRR(name + " 300 IN CNAME edge.Cdn.example.")
+			c2, _ := dns.NewRR("edge.Cdn.example. 60 IN CNAME a1.edge.cdn.example.")
+			a, _ := dns.NewRR("a1.edge.cdn.example. 20 IN A 192.0.2.20")
+			m.Answer = []dns.RR{c1, c2, a}
 		default:
 			m, _ = diffUpstream(context.Background(), q)
 		}
@@ -134,7 +140,7 @@ func wireHandler(t testing.TB, addr string, obs Observer, tweak func(*Config)) (
 func wireVariants() []variant {
 	var out []variant
 	for _, name := range []string{"www.example.", "WwW.ExAmple.", "ad.example.", "v6.example.", "nodata.example.",
-		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo.", "fail.example."} {
+		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo.", "fail.example.", "chain.example.", "Chain.Example."} {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX} {
 			for _, e := range []struct {
 				edns, do bool
