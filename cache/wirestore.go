@@ -9,15 +9,18 @@ import (
 
 // The wire store (issue 17) makes an entry straight from an upstream
 // reply's bytes, for the shapes nearly every miss gets back: answer records
-// of the question's own name and type (A or AAAA), or a negative answer
-// with nothing or one SOA, and at most an OPT record. The entry is byte for
+// of the question's type (A or AAAA) and CNAMEs, or a negative answer with
+// nothing or one SOA, and at most an OPT record. (Which CNAME chains may be
+// kept is the scrubber's and the router's call, made before: the store
+// only writes them.) The entry is byte for
 // byte the one Set makes from the same reply unpacked (prepare: question
 // as the reply spells it, ID 0, OPT gone, compressed by miekg/dns's rules),
 // so every reader (AppendFresh, Get, snapshots) sees no difference. Its
-// encoder writes what miekg's packer writes for these shapes: a record
-// owned by the question's name points at the question; every other name
-// goes through the same suffix table, label by label, with the same
-// case-sensitive matching. Anything else is declined, and the caller takes
+// encoder writes what miekg's packer writes for these shapes: every name
+// (owners, CNAME targets, SOA names) goes through the same suffix table,
+// label by label, with the same case-sensitive matching, so a record owned
+// by the question's name points at the question and one owned by a CNAME's
+// target at that target. Anything else is declined, and the caller takes
 // the dns.Msg path. FuzzPrepareWire holds the two to the same bytes.
 
 // WireAnswer is an upstream reply prepared from its bytes (PrepareWire):
@@ -89,9 +92,9 @@ const maxCompressionOffset = 1 << 14
 
 // PrepareWire makes the entry for k from raw, an upstream's reply to k's
 // question, if raw has one of the wire store's shapes (see above): NOERROR
-// or NXDOMAIN, not truncated, answer records all of k's name and type (A,
-// AAAA), or none and at most an SOA in authority, additional at most an OPT
-// with extended rcode 0. It applies the TTL clamps as Set does and reports
+// or NXDOMAIN, not truncated, answer records of k's type (A, AAAA) and
+// CNAMEs, names of plain labels only, or none and at most an SOA in
+// authority, additional at most an OPT with extended rcode 0. It applies the TTL clamps as Set does and reports
 // false for anything else. raw is only read.
 func (c *Cache) PrepareWire(k Key, raw []byte) (WireAnswer, bool) {
 	return prepareWire(k, raw, c.policy.Load().bounds)
