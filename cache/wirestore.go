@@ -260,7 +260,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	}
 	qd, an := binary.BigEndian.Uint16(raw[4:]), binary.BigEndian.Uint16(raw[6:])
 	ns, ar := binary.BigEndian.Uint16(raw[8:]), binary.BigEndian.Uint16(raw[10:])
-	if qd != 1 || ns > 1 || ar > 1 || (an > 0 && (ns > 0 || rcode != dns.RcodeSuccess)) {
+	if qd != 1 || ns > 1 || ar > 1 || (an > 0 && rcode != dns.RcodeSuccess) {
 		return WireAnswer{}, false
 	}
 
@@ -353,8 +353,12 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		}
 		binary.BigEndian.PutUint16(w.out[rdlenAt:], uint16(w.n-rdlenAt-2))
 		// RFC 2308 section 5: a negative answer lives min(SOA TTL,
-		// MINIMUM) (replyTTL; no answer records here).
-		ttl = min(rrTTL(binary.BigEndian.Uint32(header[4:])), rrTTL(binary.BigEndian.Uint32(raw[end-4:])))
+		// MINIMUM), and no longer than any record before it (replyTTL:
+		// NODATA at the end of a CNAME chain).
+		soaTTL := min(rrTTL(binary.BigEndian.Uint32(header[4:])), rrTTL(binary.BigEndian.Uint32(raw[end-4:])))
+		if ttl < 0 || soaTTL < ttl {
+			ttl = soaTTL
+		}
 		off = end
 	}
 	if ttl < 0 {

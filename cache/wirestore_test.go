@@ -58,6 +58,8 @@ func wireStoreSeeds(tb testing.TB) [][]byte {
 		packReply(tb, "www.example.com.", A, 0, []string{"www.example.com. 60 IN CNAME a.example.com.", "a.example.com. 30 IN A 192.0.2.1"}, nil, true, true),
 		packReply(tb, "www.Example.com.", AAAA, 0, []string{"www.Example.com. 60 IN CNAME cdn.Example.NET.", "cdn.Example.NET. 600 IN CNAME edge.cdn.example.net.", "edge.cdn.example.net. 20 IN AAAA 2001:db8::1"}, nil, false, true),
 		packReply(tb, "www.example.com.", A, 0, []string{"WWW.example.com. 60 IN A 192.0.2.1"}, nil, true, false),
+		packReply(tb, "v4only.example.com.", AAAA, 0, []string{"v4only.example.com. 600 IN CNAME edge.Cdn.NET."}, []string{"cdn.net. 3600 IN SOA ns.cdn.net. h.cdn.net. 1 2 3 4 30"}, true, true),
+		packReply(tb, "v4only.example.com.", AAAA, 0, []string{"v4only.example.com. 20 IN CNAME edge.cdn.net."}, []string{"cdn.net. 3600 IN SOA ns.cdn.net. h.cdn.net. 1 2 3 4 30"}, true, true),
 	}
 }
 
@@ -164,8 +166,8 @@ func TestSetWire(t *testing.T) {
 			}
 		}
 	}
-	if s := c.Stats(); s.Stored != 10 || s.Refused != 2 {
-		t.Errorf("stored %d, refused %d; want 10 and 2", s.Stored, s.Refused)
+	if s := c.Stats(); s.Stored != 12 || s.Refused != 2 {
+		t.Errorf("stored %d, refused %d; want 12 and 2", s.Stored, s.Refused)
 	}
 }
 
@@ -235,6 +237,10 @@ func TestPrepareWireGenerated(t *testing.T) {
 			}
 			if rng.IntN(5) > 0 {
 				ns = []string{fmt.Sprintf("%s %d IN SOA %s %s 1 2 3 4 %d", owner, rng.IntN(4000), name(0), name(0), rng.IntN(4000))}
+			}
+			if rcode == dns.RcodeSuccess && qtype != dns.TypeMX && rng.IntN(3) == 0 {
+				// NODATA at the end of a CNAME chain.
+				answer = []string{fmt.Sprintf("%s %d IN CNAME %s", qname, rng.IntN(4000), name(1))}
 			}
 		}
 		raw := packReply(t, qname, qtype, rcode, answer, ns, rng.IntN(2) == 0, rng.IntN(4) > 0)

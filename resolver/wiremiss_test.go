@@ -103,6 +103,11 @@ func wireUpstream(t testing.TB) *dnstest.Upstream {
 			m.Ns = []dns.RR{soa}
 		case strings.HasPrefix(name, "fail."):
 			m.Rcode = dns.RcodeServerFailure
+		case strings.HasPrefix(name, "v4cdn.") && qtype == dns.TypeAAAA:
+			// NODATA at the end of a chain: an IPv4-only CDN name.
+			c, _ := dns.NewRR(name + " 300 IN CNAME v4.edge.example.")
+			m.Answer = []dns.RR{c}
+			m.Ns = []dns.RR{soa}
 		case strings.HasPrefix(name, "chain.") && qtype == dns.TypeA:
 			// A clean chain, as a CDN name answers.
 			c1, _ := dns.NewRR(name + " 300 IN CNAME edge.Cdn.example.")
@@ -140,7 +145,7 @@ func wireHandler(t testing.TB, addr string, obs Observer, tweak func(*Config)) (
 func wireVariants() []variant {
 	var out []variant
 	for _, name := range []string{"www.example.", "WwW.ExAmple.", "ad.example.", "v6.example.", "nodata.example.",
-		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo.", "fail.example.", "chain.example.", "Chain.Example."} {
+		"nx.example.", "NX.a.b.example.", "cname.example.", "mid.example.", "big.example.", "huge.example.", "foo.", "fail.example.", "chain.example.", "Chain.Example.", "v4cdn.example."} {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX} {
 			for _, e := range []struct {
 				edns, do bool

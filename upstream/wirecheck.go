@@ -18,10 +18,11 @@ import (
 //     twice (the same bytes throughout: each owner spelled as the name
 //     before points to it), with no authority records: no DNAME, no RRSIGs,
 //     nothing about other names;
-//   - NOERROR without answer records (NODATA) or NXDOMAIN, with nothing or
-//     exactly one SOA in the authority section, whose owner encloses the
-//     question's name (Scrub keeps that SOA, and only that, for a negative
-//     answer);
+//   - NOERROR without answer records (NODATA), or with only such a CNAME
+//     chain (NODATA at its end), or NXDOMAIN without answer records, with
+//     nothing or exactly one SOA in the authority section, whose owner
+//     encloses a name of the chain (Scrub keeps that SOA, and only that,
+//     for a negative answer);
 //   - in the additional section at most one OPT record, extended rcode 0,
 //     carrying no option but a cookie or padding (options that cannot make
 //     unpacking fail).
@@ -52,7 +53,7 @@ func wireClean(raw, zoneWire []byte) bool {
 	}
 	qd, an := binary.BigEndian.Uint16(raw[4:]), binary.BigEndian.Uint16(raw[6:])
 	ns, ar := binary.BigEndian.Uint16(raw[8:]), binary.BigEndian.Uint16(raw[10:])
-	if qd != 1 || ns > 1 || ar > 1 || (an > 0 && (ns > 0 || rcode != dns.RcodeSuccess)) {
+	if qd != 1 || ns > 1 || ar > 1 || (an > 0 && rcode != dns.RcodeSuccess) {
 		return false
 	}
 	var qbuf [maxWireName]byte
@@ -103,14 +104,16 @@ func wireClean(raw, zoneWire []byte) bool {
 		}
 		off += 10 + rdlen
 	}
-	if cnames > 0 && !data {
-		return false // a chain without an end: Scrub's NODATA-after-CNAME rules, not ours
+	if data && ns > 0 {
+		return false // Scrub keeps an SOA only for a negative answer
 	}
 	if ns == 1 {
 		var owner []byte
 		owner, off, ok = readWireName(raw, off, nbuf[:0])
+		// The SOA of a negative answer (NODATA, NXDOMAIN, NODATA at the
+		// end of a chain) encloses a name of the chain.
 		if !ok || off+10 > len(raw) || binary.BigEndian.Uint16(raw[off:]) != dns.TypeSOA ||
-			!nameInside(qname, owner) {
+			!chain.enclosed(owner) {
 			return false
 		}
 		rdlen := int(binary.BigEndian.Uint16(raw[off+8:]))
@@ -161,6 +164,18 @@ func (c *chainNames) add(name []byte) []byte {
 	c.ends[c.n] = end
 	c.n++
 	return c.buf[start:end]
+}
+
+// enclosed reports whether a name of the chain is parent or below it.
+func (c *chainNames) enclosed(parent []byte) bool {
+	start := 0
+	for i := range c.n {
+		if nameInside(c.buf[start:c.ends[i]], parent) {
+			return true
+		}
+		start = c.ends[i]
+	}
+	return false
 }
 
 // has reports whether name is in the chain, letters compared without case
