@@ -131,26 +131,14 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 		return dst, WireHit{}, false
 	}
 	a := it.ageAt(now)
-	wire := it.wire()
-	records := wire[it.answerAt:]
-	if !a.fresh || len(dst)+len(records) > limit {
+	if !a.fresh {
+		return dst, WireHit{}, false
+	}
+	dst, hit, ok := it.appendRecords(dst, a.shownTTL, limit)
+	if !ok {
 		return dst, WireHit{}, false
 	}
 	c.stats.hits.Add(1)
-
-	base := len(dst) - int(it.answerAt)
-	dst = append(dst, records...)
-	for offsets := it.data[it.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
-		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], a.shownTTL)
-	}
-	const adBit = 1 << 5 // in the flags' second byte
-	return dst, WireHit{
-		Rcode:             int(wire[3] & 0xF),
-		AuthenticatedData: wire[3]&adBit != 0,
-		Answer:            binary.BigEndian.Uint16(wire[6:]),
-		Ns:                binary.BigEndian.Uint16(wire[8:]),
-		Extra:             binary.BigEndian.Uint16(wire[10:]),
-		TTL:               it.ttl,
-		Remaining:         a.remaining,
-	}, true
+	hit.Remaining = a.remaining
+	return dst, hit, true
 }

@@ -3,6 +3,7 @@ package resolver
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -72,5 +73,60 @@ func BenchmarkServeDNSMissLoopback(b *testing.B) {
 	reply := new(dns.Msg)
 	if err := reply.Unpack(w.reply); err != nil || reply.Rcode != dns.RcodeSuccess || len(reply.Answer) != 1 {
 		b.Fatalf("last reply %v, %v; want NOERROR with one A", reply, err)
+	}
+}
+
+// benchReplier is a wireReplier that only signals each answer.
+type benchReplier struct {
+	answered chan int
+}
+
+func (benchReplier) beginMiss() bool                       { return true }
+func (r benchReplier) sendMiss(b []byte, _ netip.AddrPort) { r.answered <- len(b) }
+func (benchReplier) endMiss()                              {}
+func (benchReplier) missPanicked(v any, _ []byte)          { panic(v) }
+
+// BenchmarkWireMissLoopback is BenchmarkServeDNSMissLoopback on the wire
+// miss path: the packet's bytes through answerPacket, the flight, the
+// group's wire exchange over loopback, the entry made from the reply's
+// bytes and the answer written from it (issue 17's target: at most 10
+// allocations per miss).
+func BenchmarkWireMissLoopback(b *testing.B) {
+	g, err := upstream.NewGroup(".", []string{answeringResponder(b)}, upstream.GroupOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	newHandler := func() *Handler { return benchHandlerOver(b, 1<<17, g) }
+	h := newHandler()
+	pkts := make([][]byte, 0, 1<<16)
+	for i := range cap(pkts) {
+		p, err := benchQuery(fmt.Sprintf("w%d.bench.test.", i)).Pack()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pkts = append(pkts, p)
+	}
+	r := benchReplier{answered: make(chan int, 1)}
+	q := plainQuery{replier: r}
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	dst := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == len(pkts) {
+			b.StopTimer()
+			h = newHandler()
+			i = 0
+			b.StartTimer()
+		}
+		reply, ok := h.answerPacket(dst[:0], pkts[i], from, false, &q)
+		if !ok || len(reply) != 0 {
+			b.Fatalf("packet %d: not a wire miss", i)
+		}
+		if n := <-r.answered; n < 12+16+16 {
+			b.Fatalf("answer of %d bytes", n)
+		}
+		i++
 	}
 }

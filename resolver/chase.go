@@ -31,6 +31,14 @@ var errChase = errors.New("CNAME chase across zones")
 // question itself (for the query log), "" when none did.
 func (h *Handler) exchange(ctx context.Context, s *settings, zone Zone, key cache.Key) (reply *dns.Msg, server string, err error) {
 	reply, server, chase, err := exchangeScrubbed(ctx, zone.Upstream, upstreamQuery(key))
+	return h.chase(ctx, s, zone, key, reply, server, chase, err)
+}
+
+// chase is exchange's part after the first reply (reply, from server, with
+// the scrubber's ChaseName chase, or err): the rest of the chain through
+// the zones that own it. The wire miss path (wiremiss.go) hands it a
+// reply its wire check declined.
+func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.Key, reply *dns.Msg, server, chase string, err error) (*dns.Msg, string, error) {
 	if err == nil && chase == "" {
 		reply, chase = cutAtSubzone(s, zone, reply)
 	}

@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -54,10 +55,19 @@ type scrubbingExchanger interface {
 	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
 }
 
+// wireExchanger is an upstream that hands back a reply needing no
+// scrubbing as its bytes (upstream.Group, issue 17): the wire miss path
+// (wiremiss.go) stores and answers it without a dns.Msg. Zones whose
+// upstream lacks it keep the general path for their misses.
+type wireExchanger interface {
+	ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (upstream.WireReply, error)
+}
+
 var (
 	_ upstream.Upstream  = (*upstream.Group)(nil)
 	_ HealthReporter     = (*upstream.Group)(nil)
 	_ scrubbingExchanger = (*upstream.Group)(nil)
+	_ wireExchanger      = (*upstream.Group)(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers queries from their

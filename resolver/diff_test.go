@@ -204,9 +204,9 @@ func TestFastRejectMatchesServeDNSVaried(t *testing.T) {
 			defer close(release)
 			// A resolution that holds the one slot until the test ends.
 			busy := cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false)
-			h.flights.join(busy, 1, func(context.Context) (*dns.Msg, string, error) {
+			h.flights.join(busy, 1, func(context.Context) outcome {
 				<-release
-				return nil, "", context.Canceled
+				return outcome{err: context.Canceled}
 			}, nil)
 			for _, name := range []string{"new.example.", "new.service.consul.", "web.service.consul."} {
 				for _, qtype := range append([]uint16{dns.TypeA, dns.TypeAAAA}, diffQtypes...) {

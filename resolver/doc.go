@@ -5,7 +5,7 @@
 //
 // # Answer routes
 //
-// A query reaches an answer by one of five routes:
+// A query reaches an answer by one of six routes:
 //
 //  1. Fast hit (fastpath.go answerPacket): a plain query whose answer is
 //     fresh in the cache is answered from the packet's bytes into a reused
@@ -24,16 +24,28 @@
 //  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
 //     to 0.0.0.0 or ::, which must answer from the address each query was
 //     sent to) → ServeDNS.
+//  6. Wire miss (wiremiss.go, issue 17): the reader of route 1, on a miss
+//     whose question has no entry in the cache at all, keeps the packet's
+//     bytes in a pooled waiter that starts or joins the question's flight;
+//     the flight's goroutine packs the upstream query into a pooled buffer,
+//     gets the reply's bytes (upstream.Group.ExchangeWire, when its wire
+//     check finds nothing to scrub), makes the entry from them
+//     (cache.PrepareWire, byte for byte cache.Set's) and answers every wire
+//     waiter from it with route 1's writer: no dns.Msg, no goroutine of the
+//     query's own. What the wire checks decline is unpacked and scrubbed in
+//     the same flight and answered with ServeDNS's code; failures and the
+//     client's query_timeout give SERVFAIL (one deadline heap and timer per
+//     handler). General-path clients of the question share the flight.
 //
 // Every rule lives once, and every route uses it (request.go):
 //
 //   - Header rules (QR dropped, opcode → NOTIMP, QDCOUNT → FORMERR):
 //     acceptHeader, run on the header before parsing by AcceptRequest
 //     (dns.Server, route 5), servePacket (routes 3 and 4) and the fast
-//     parser (routes 1 and 2).
+//     parser (routes 1, 2 and 6).
 //   - Admission (header rules again, allow-list → REFUSED, two OPT records →
 //     FORMERR, EDNS version → BADVERS, class and AXFR/IXFR → REFUSED): admit,
-//     over a request value filled by plainQuery.parse (routes 1, 2) or
+//     over a request value filled by plainQuery.parse (routes 1, 2, 6) or
 //     request.fromMsg (ServeDNS). The fast path declines what admit refuses;
 //     ServeDNS writes the refusal.
 //   - Reply framing (QR, RA, RD and CD from the request, RFC 6840 AD, OPT
@@ -47,7 +59,9 @@
 //     path declines every name RecordSource.Covers, the union of a Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
-//     for a question with no cache entry.
+//     for a question with no cache entry, and the wire miss (route 6) its
+//     "join or start" for such a question (flights.joinWire, under the
+//     same lock and cap as join).
 //   - Stale at once for an entry that only just expired (its refresh runs
 //     behind the answer): settings.staleAtOnce, in ServeDNS after the miss
 //     decision (the fast path answers fresh entries only); otherwise the
@@ -62,14 +76,17 @@
 //     (upstreamQuery).
 //   - First answer: the clients waiting for a resolution get the reply as
 //     cache.Shape makes it, the TTLs and records of a hit right after
-//     storing; compression is the reply core's, on every route.
+//     storing; compression is the reply core's, on every route. Route 6
+//     writes it from the prepared entry itself (cache.WireAnswer).
 //   - Observation: Handler.observe, once per answer, before it is written.
 //
 // The contracts the resolver relies on are named interfaces with
 // compile-time checks (contracts.go): RecordSource, HealthReporter, the
-// fast path's packetAnswerer and the chase's (and query log's)
-// scrubbingExchanger. TestFastPathMatchesServeDNS*,
-// TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
-// ServeDNS's answers byte for byte, over UDP and TCP, across client
-// prefixes, query types and Records sources.
+// fast path's packetAnswerer, the chase's (and query log's)
+// scrubbingExchanger and the wire miss path's wireExchanger.
+// TestFastPathMatchesServeDNS*, TestFastRejectMatchesServeDNS* and
+// FuzzFastPath hold the fast routes to ServeDNS's answers byte for byte,
+// over UDP and TCP, across client prefixes, query types and Records
+// sources; TestWireMissMatchesServeDNS and FuzzWireMiss hold route 6 to
+// ServeDNS's answer for the same upstream reply.
 package resolver

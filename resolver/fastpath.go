@@ -32,6 +32,9 @@ type plainQuery struct {
 	question []byte // the question section as sent (name, type, class)
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
+	// replier, when set (by a UDP socket's reader), lets a miss take the
+	// wire miss path (wiremiss.go); parse leaves it as it is.
+	replier wireReplier
 }
 
 // EDNS option codes the fast path accepts: ones towerd ignores and that
@@ -187,10 +190,12 @@ func appendOPT(dst []byte, do bool, ede uint16) []byte {
 // answerPacket answers the query in pkt from a client at from, if it is a
 // plain query whose answer is fresh in the cache, by appending the reply to
 // dst. tcp says the query came over TCP (its message without the length
-// prefix): the reply then has TCP's size limit. It reports false, having
-// written nothing and counted nothing, for every other packet: the caller
-// then unpacks it and calls ServeDNS. q is the caller's scratch space,
-// reused from packet to packet.
+// prefix): the reply then has TCP's size limit. A miss with nothing in the
+// cache goes the wire miss path when q.replier is set (UDP readers): it
+// reports true with nothing appended, and the flight answers later. It
+// reports false, having written nothing and counted nothing, for every
+// other packet: the caller then unpacks it and calls ServeDNS. q is the
+// caller's scratch space, reused from packet to packet.
 func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
@@ -221,6 +226,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if !ok {
 		if h.flights.full(s.MaxInflight) {
 			return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
+		}
+		if q.replier != nil && !tcp && h.missPacket(pkt, from, q, name, s, zone, start) {
+			return dst[:headerAt], true // answered later, by the flight
 		}
 		return dst[:headerAt], false
 	}
@@ -265,7 +273,14 @@ func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []b
 		return dst[:headerAt], false
 	}
 	h.cache.CountMiss() // ServeDNS's lookup would have counted it
+	return h.servfailPacket(dst, headerAt, q, s, sh, zone.Name, start), true
+}
 
+// servfailPacket writes towerd's SERVFAIL to q (EDE 22 for EDNS clients)
+// into dst, whose header sits at headerAt with the question after it, and
+// observes it: the fast reject's answer and a wire waiter's whose
+// resolution failed or whose query_timeout ran out.
+func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *settings, sh replyShape, zone string, start time.Time) []byte {
 	const rcode = dns.RcodeServerFailure
 	var extra uint16
 	if sh.opt {
@@ -273,6 +288,6 @@ func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []b
 		dst = appendOPT(dst, sh.do, sh.ede(rcode, false))
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
-	h.observe(s, &q.request, zone.Name, SourceUpstream, rcode, start, false)
-	return dst, true
+	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)
+	return dst
 }

@@ -394,9 +394,9 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	busy := cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false)
-	h.flights.join(busy, 1, func(context.Context) (*dns.Msg, string, error) {
+	h.flights.join(busy, 1, func(context.Context) outcome {
 		<-release
-		return nil, "", context.Canceled
+		return outcome{err: context.Canceled}
 	}, nil)
 
 	for _, v := range []variant{

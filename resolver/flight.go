@@ -2,6 +2,8 @@ package resolver
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +16,22 @@ import (
 // flight is one upstream resolution shared by every client that asks the same
 // question (same cache key) while it runs.
 type flight struct {
-	done   chan struct{} // closed when msg, server and err are set
-	msg    *dns.Msg      // the upstream's reply; shared, so read-only for waiters
-	server string        // host:port that sent msg, when the upstream says (scrubbingExchanger)
-	err    error
+	done chan struct{} // closed when the outcome is set
+	outcome
+	// waiters are the clients of the wire miss path waiting for the flight
+	// (wiremiss.go); the flight's own goroutine answers them when it ends.
+	// Guarded by flights.mu; wireDone is set once they were taken.
+	waiters  []*wireWaiter
+	wireDone bool
+	inline   [1]*wireWaiter // waiters' first room: most flights have one client
+
+	// What the flight's goroutine runs (flight.run): resolve, or, when it is
+	// nil, the wire miss path's resolution (wiremiss.go), whose parameters
+	// live here rather than in a closure: one allocation less per miss.
+	f       *flights
+	key     cache.Key
+	resolve resolveFunc
+	wireRes wireResolution
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -40,16 +54,49 @@ type flights struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	workers *workers // the resolutions' goroutines
+
+	// deadlines are the waiting wire waiters by query_timeout, a min-heap
+	// under mu, and expiry the one timer, set to the earliest
+	// (wiremiss.go): no timer per flight or per client.
+	deadlines wireDeadlines
+	expiry    *time.Timer
+
+	// onPanic, if set, is told about a resolution that panicked.
+	onPanic func(v any, stack []byte)
 }
 
 func newFlights() *flights {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers()}
+	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers()}
+	f.expiry = time.AfterFunc(time.Hour, f.expireWire)
+	f.expiry.Stop()
+	return f
 }
 
-// resolveFunc performs one resolution; it must honour ctx. server names
-// the upstream server that replied, "" when unknown.
-type resolveFunc func(ctx context.Context) (msg *dns.Msg, server string, err error)
+// outcome is how a resolution ended: the reply (msg, or wire when it came
+// and was prepared as bytes), the upstream server that replied ("" when
+// unknown) and the error.
+type outcome struct {
+	msg *dns.Msg // the upstream's reply; shared, so read-only for waiters
+	// wire is the reply prepared from its bytes (the wire miss path), when
+	// wireOK; read-only once the flight is done.
+	wire   cache.WireAnswer
+	wireOK bool
+	server string
+	err    error
+}
+
+// message is the reply as a dns.Msg for a general-path waiter: msg itself
+// (shared, read-only), or a copy made from the wire answer.
+func (o *outcome) message() *dns.Msg {
+	if o.msg == nil && o.wireOK {
+		return o.wire.Message()
+	}
+	return o.msg
+}
+
+// resolveFunc performs one resolution; it must honour ctx.
+type resolveFunc func(ctx context.Context) outcome
 
 // join returns the flight for key, starting it with resolve when none runs.
 // started reports whether this call started it (for prefetch accounting);
@@ -70,7 +117,7 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled fu
 		if msg := settled(); msg != nil {
 			done := make(chan struct{})
 			close(done)
-			return &flight{done: done, msg: msg, started: time.Now()}, false, true
+			return &flight{done: done, outcome: outcome{msg: msg}, started: time.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {
@@ -80,20 +127,63 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled fu
 		f.rejected.Add(1)
 		return nil, false, false
 	}
+	return f.startLocked(key, resolve), true, true
+}
+
+// startLocked starts a flight for key running resolve; f.mu is held.
+func (f *flights) startLocked(key cache.Key, resolve resolveFunc) *flight {
+	fl := &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, resolve: resolve}
+	f.launchLocked(fl)
+	return fl
+}
+
+// launchLocked counts fl in and hands it to a goroutine; f.mu is held.
+func (f *flights) launchLocked(fl *flight) {
 	f.inflight.Add(1)
-	fl = &flight{done: make(chan struct{}), started: time.Now()}
-	f.running[key] = fl
+	f.running[fl.key] = fl
 	f.wg.Add(1)
-	f.workers.do(func() {
-		defer f.wg.Done()
-		fl.msg, fl.server, fl.err = resolve(f.ctx)
-		f.mu.Lock()
-		delete(f.running, key)
-		f.mu.Unlock()
-		f.inflight.Add(-1)
-		close(fl.done)
-	})
-	return fl, true, true
+	f.workers.run(fl)
+}
+
+// run is the flight's goroutine: the resolution, then the flight leaves
+// the running set, its general-path waiters are woken and its wire waiters
+// answered.
+func (fl *flight) run() {
+	f := fl.f
+	defer f.wg.Done()
+	fl.outcome = fl.resolveRecovered()
+	f.mu.Lock()
+	delete(f.running, fl.key)
+	waiters := fl.waiters
+	fl.waiters, fl.wireDone = nil, true
+	for _, w := range waiters {
+		f.deadlines.remove(w.heapIndex)
+	}
+	f.mu.Unlock()
+	f.inflight.Add(-1)
+	close(fl.done)
+	for _, w := range waiters {
+		w.h.answerWire(fl, w, false)
+	}
+}
+
+// resolveRecovered runs the flight's resolution. A panic in it fails the
+// resolution instead of the process: its waiters get SERVFAIL (or stale),
+// as ServeDNS's recoverer gives a query whose handler panicked, and
+// flights.onPanic is told.
+func (fl *flight) resolveRecovered() (o outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			if fl.f.onPanic != nil {
+				fl.f.onPanic(v, debug.Stack())
+			}
+			o = outcome{err: fmt.Errorf("resolution of %s panicked: %v", fl.key.Name, v)}
+		}
+	}()
+	if fl.resolve != nil {
+		return fl.resolve(fl.f.ctx)
+	}
+	return fl.wireRes.resolve(fl.f.ctx, fl.key)
 }
 
 // full reports whether limit resolutions already run; a cheap first look
@@ -122,6 +212,7 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 // close cancels every running resolution and waits for them to return.
 func (f *flights) close() {
 	f.cancel()
+	f.expiry.Stop()
 	f.wg.Wait()
 	f.workers.stop()
 }

@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,9 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cache: c, flights: newFlights(), log: log, obs: obs, queryLog: newQueryLog(log)}
+	h.flights.onPanic = func(v any, stack []byte) {
+		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
+	}
 	h.settings.Store(s)
 	return h, nil
 }
@@ -201,8 +205,9 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		return
 	}
 	r.upstream = fl.server
-	record(SourceUpstream, fl.msg.Rcode, false)
-	a.msg(fl.msg, false)
+	msg := fl.message()
+	record(SourceUpstream, msg.Rcode, false)
+	a.msg(msg, false)
 }
 
 // prefetch starts the background refresh of a fresh hit that is due for one
@@ -279,37 +284,43 @@ func (h *Handler) fail(a answer, stale *dns.Msg, record func(string, int, bool))
 // resolver returns the function a flight runs for key: ask the zone's
 // upstream, then apply the store policy.
 func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
-	return func(ctx context.Context) (*dns.Msg, string, error) {
+	return func(ctx context.Context) outcome {
 		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
 		defer cancel()
 		reply, server, err := h.exchange(ctx, s, zone, key)
-		if err == nil {
-			// The clients waiting get the reply shaped as a later hit will
-			// show it (TTLs clamped, RFC 2308's negative TTL), stored or
-			// not: one reply shape (issue 11).
-			switch reply.Rcode {
-			case dns.RcodeSuccess:
-				if stored, reason := h.cache.Set(key, reply); !stored {
-					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
-				}
-				return h.cache.Shape(reply), server, nil
-			case dns.RcodeNameError:
-				// NXDOMAIN is an answer, not a failure: it is passed on and
-				// never cached, and an old entry for the name must not come
-				// back later as stale (the name is gone).
-				h.cache.Remove(key)
-				return h.cache.Shape(reply), server, nil
-			default:
-				err = errUpstreamRcode{reply.Rcode}
-			}
-		}
-		h.cache.MarkRefreshFailed(key)
-		if !errors.Is(err, context.Canceled) {
-			h.log.Debug("upstream failed", "zone", zone.Name, "name", key.Name,
-				"type", dns.TypeToString[key.Type], "err", err)
-		}
-		return nil, server, err
+		return h.settle(zone, key, reply, server, err)
 	}
+}
+
+// settle applies the store policy to a resolution's reply (or error) and
+// makes its outcome for the waiting clients.
+func (h *Handler) settle(zone Zone, key cache.Key, reply *dns.Msg, server string, err error) outcome {
+	if err == nil {
+		// The clients waiting get the reply shaped as a later hit will
+		// show it (TTLs clamped, RFC 2308's negative TTL), stored or
+		// not: one reply shape (issue 11).
+		switch reply.Rcode {
+		case dns.RcodeSuccess:
+			if stored, reason := h.cache.Set(key, reply); !stored {
+				h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
+			}
+			return outcome{msg: h.cache.Shape(reply), server: server}
+		case dns.RcodeNameError:
+			// NXDOMAIN is an answer, not a failure: it is passed on and
+			// never cached, and an old entry for the name must not come
+			// back later as stale (the name is gone).
+			h.cache.Remove(key)
+			return outcome{msg: h.cache.Shape(reply), server: server}
+		default:
+			err = errUpstreamRcode{reply.Rcode}
+		}
+	}
+	h.cache.MarkRefreshFailed(key)
+	if !errors.Is(err, context.Canceled) {
+		h.log.Debug("upstream failed", "zone", zone.Name, "name", key.Name,
+			"type", dns.TypeToString[key.Type], "err", err)
+	}
+	return outcome{server: server, err: err}
 }
 
 type errUpstreamRcode struct{ rcode int }

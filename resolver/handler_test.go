@@ -144,9 +144,9 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	key := cache.NewKey("joined.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) (*dns.Msg, string, error) {
+	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) outcome {
 		<-release
-		return nil, "", context.Canceled
+		return outcome{err: context.Canceled}
 	}, nil)
 	e.h.flights.mu.Lock()                       // the handler reads it after its own join
 	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer

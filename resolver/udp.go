@@ -79,6 +79,7 @@ func (u *udpServer) read() error {
 		out[i] = make([]byte, 0, 4096)
 	}
 	var q plainQuery
+	q.replier = u
 	for {
 		n, err := io.readBatch()
 		if err != nil {
@@ -100,8 +101,10 @@ func (u *udpServer) read() error {
 			pkt, from := io.packet(i)
 			if u.fast != nil {
 				if reply, ok := u.answerFast(out[i][:0], pkt, from, &q); ok {
-					out[i] = reply[:0]
-					io.queue(reply, from)
+					if len(reply) > 0 { // else a wire miss: its flight answers
+						out[i] = reply[:0]
+						io.queue(reply, from)
+					}
 					continue
 				}
 			}
@@ -184,6 +187,33 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 	}
 	_ = w.WriteMsg(req)
 }
+
+// beginMiss, sendMiss, endMiss and missPanicked make the socket a
+// wireReplier: a wire miss counts as a general-path query being answered,
+// so shutdown waits for it as for them.
+func (u *udpServer) beginMiss() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closing.Load() {
+		return false
+	}
+	u.slow.Add(1)
+	return true
+}
+
+func (u *udpServer) sendMiss(b []byte, to netip.AddrPort) {
+	_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
+}
+
+func (u *udpServer) endMiss() { u.slow.Done() }
+
+func (u *udpServer) missPanicked(v any, stack []byte) {
+	if u.onPanic != nil {
+		u.onPanic(v, stack)
+	}
+}
+
+var _ wireReplier = (*udpServer)(nil)
 
 func (u *udpServer) badPacket(err error) {
 	if u.onBadPkt != nil {

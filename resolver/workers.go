@@ -14,7 +14,7 @@ import (
 // the node goes back to the goroutines it had.
 type workers struct {
 	idleTimeout time.Duration // workerIdleTimeout; tests shorten it
-	idle        chan chan func()
+	idle        chan chan job
 	quit        chan struct{} // closed by stop: waiting goroutines end
 	stopOnce    sync.Once
 }
@@ -27,15 +27,27 @@ const maxIdleWorkers = 64
 const workerIdleTimeout = 5 * time.Second
 
 func newWorkers() *workers {
-	return &workers{idleTimeout: workerIdleTimeout, idle: make(chan chan func(), maxIdleWorkers), quit: make(chan struct{})}
+	return &workers{idleTimeout: workerIdleTimeout, idle: make(chan chan job, maxIdleWorkers), quit: make(chan struct{})}
 }
 
-// do runs job on a waiting goroutine, or a new one.
-func (w *workers) do(job func()) {
+// job is what a worker runs. A flight is one itself, so starting it costs
+// no closure.
+type job interface{ run() }
+
+// jobFunc is a func as a job.
+type jobFunc func()
+
+func (f jobFunc) run() { f() }
+
+// do runs f on a waiting goroutine, or a new one.
+func (w *workers) do(f func()) { w.run(jobFunc(f)) }
+
+// run runs j on a waiting goroutine, or a new one.
+func (w *workers) run(j job) {
 	select {
 	case ch := <-w.idle:
 		select {
-		case ch <- job:
+		case ch <- j:
 			return
 		default:
 			// That goroutine is no longer waiting (it timed out, or the
@@ -43,18 +55,19 @@ func (w *workers) do(job func()) {
 		}
 	default:
 	}
-	go w.work(job)
+	go w.work(j)
 }
 
-func (w *workers) work(job func()) {
+func (w *workers) work(j job) {
 	var (
-		ch    chan func()
+		ch    chan job
 		timer *time.Timer
 	)
 	for {
-		job()
+		j.run()
+		j = nil // not kept alive while waiting
 		if ch == nil {
-			ch = make(chan func())
+			ch = make(chan job)
 			timer = time.NewTimer(w.idleTimeout)
 			defer timer.Stop()
 		} else {
@@ -68,7 +81,7 @@ func (w *workers) work(job func()) {
 		// Once this returns, ch stays in idle until do takes it and finds
 		// nobody receiving: do never blocks on a goroutine that left.
 		select {
-		case job = <-ch:
+		case j = <-ch:
 		case <-w.quit:
 			return
 		case <-timer.C:

@@ -98,10 +98,12 @@ func setDefault[T int | uint16 | time.Duration](v *T, def T) {
 // without "rotate": the first healthy server gets every query, the others
 // are there for when it fails. It is safe for concurrent use.
 type Group struct {
-	name    string
-	zone    string // name, lower-cased and fully qualified: what Scrub keeps
-	opts    GroupOptions
-	servers []*server
+	name string
+	zone string // name, lower-cased and fully qualified: what Scrub keeps
+	// zoneWire is zone in wire form, for the wire check (wirecheck.go).
+	zoneWire []byte
+	opts     GroupOptions
+	servers  []*server
 
 	// scrubbed counts the records Scrub dropped, per section (answer,
 	// authority, additional); Metrics reads them at scrape time.
@@ -151,6 +153,7 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 		return nil, fmt.Errorf("group %q: not a domain name", name)
 	}
 	g := &Group{name: name, zone: strings.ToLower(dns.Fqdn(name)), opts: opts}
+	g.zoneWire = wireZone(g.zone)
 	for _, addr := range servers {
 		plain, err := NewPlain(addr)
 		if err != nil {

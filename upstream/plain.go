@@ -80,12 +80,13 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.finish(m, reply)
+	reply.Id = m.Id
+	return p.finish(reply)
 }
 
-// finish gives reply m's ID and turns a failure rcode into a *RcodeError.
-func (p *Plain) finish(m, reply *dns.Msg) (*dns.Msg, error) {
-	reply.Id = m.Id
+// finish turns a failure rcode into a *RcodeError. The reply's ID is the
+// attempt's until the caller gives it the query's.
+func (p *Plain) finish(reply *dns.Msg) (*dns.Msg, error) {
 	if isFailureRcode(reply.Rcode) {
 		return reply, &RcodeError{Server: p.addr, Rcode: reply.Rcode}
 	}

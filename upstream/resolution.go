@@ -40,9 +40,13 @@ const (
 type attemptResult struct {
 	attempt *attempt
 	reply   *dns.Msg
+	raw     []byte // a reply the wire check passed, not unpacked (ExchangeWire)
 	err     error
 	rtt     time.Duration
 }
+
+// replied reports whether the attempt got a reply, whatever its rcode.
+func (r *attemptResult) replied() bool { return r.reply != nil || r.raw != nil }
 
 // Exchange resolves m through the group and returns the scrubbed reply; see
 // ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
@@ -90,18 +94,20 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
 		defer cancel()
 	}
-	reply, server, err := g.resolve(ctx, m)
+	bufp := packPool.Get().(*[]byte)
+	defer packPool.Put(bufp)
+	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+	if err != nil {
+		return nil, "", ScrubResult{}, fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	*bufp = packed[:0]
+	deadline, _ := ctx.Deadline()
+	reply, _, server, err := g.resolve(ctx, deadline, packed, m, false)
 	if reply == nil {
 		return nil, "", ScrubResult{}, err
 	}
-	var result ScrubResult
-	if len(m.Question) == 1 {
-		result = Scrub(m.Question[0], reply, g.zone)
-		g.scrubbed[sectionAnswer].Add(uint64(result.Answer))
-		g.scrubbed[sectionAuthority].Add(uint64(result.Authority))
-		g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
-	}
-	return reply, server, result, err
+	reply.Id = m.Id
+	return reply, server, g.scrub(m.Question, reply), err
 }
 
 // resolve runs the attempts of one resolution. The query is packed once;
@@ -110,18 +116,26 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 // goroutine: no goroutine per attempt, except for the rare TCP retry of a
 // truncated reply. It returns only after every attempt has ended and every
 // socket is closed, so a resolution leaves nothing behind.
-func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, error) {
+//
+// It ends at deadline, or when ctx is done: the deadline is watched by a
+// pooled timer, so a caller need not make a context for it.
+func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, m *dns.Msg, wantRaw bool) (*dns.Msg, []byte, string, error) {
 	order := g.usable()
-	bufp := packPool.Get().(*[]byte)
-	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
-	if err != nil {
-		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
-	}
-	*bufp = packed[:0]
 	qend, _, err := questionEnd(packed)
 	if err != nil {
-		return nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+		return nil, nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
+	}
+	// query is m, or packed unpacked when a TCP retry needs it (the wire
+	// path's callers have no dns.Msg, and a truncated reply is rare).
+	query := func() (*dns.Msg, error) {
+		if m == nil {
+			m = new(dns.Msg)
+			if err := m.Unpack(packed); err != nil {
+				m = nil
+				return nil, fmt.Errorf("group %s: unpacking query: %w", g.name, err)
+			}
+		}
+		return m, nil
 	}
 	// Cancelling attemptCtx ends the TCP retries at once; made with the
 	// first one, as few replies are truncated.
@@ -141,10 +155,15 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		pending  int
 		tcp      int // attempts in waitingTCP
 		rtoTimer = timerPool.Get().(*time.Timer)
+		endTimer = timerPool.Get().(*time.Timer)
+		timedOut bool // the deadline passed
 	)
+	endTimer.Reset(time.Until(deadline))
 	defer func() {
 		rtoTimer.Stop()
 		timerPool.Put(rtoTimer)
+		endTimer.Stop()
+		timerPool.Put(endTimer)
 	}()
 	defer func() {
 		for _, a := range attempts {
@@ -177,10 +196,15 @@ func (g *Group) resolve(ctx context.Context, m *dns.Msg) (*dns.Msg, string, erro
 		a.state = waitingTCP
 		tcp++
 		if tcpCtx == nil {
-			tcpCtx, cancelAttempts = context.WithCancel(ctx)
+			tcpCtx, cancelAttempts = context.WithDeadline(ctx, deadline)
 			results = make(chan attemptResult, g.opts.MaxAttempts)
 		}
-		go g.exchangeTCP(tcpCtx, a, m, results)
+		q, err := query()
+		if err != nil {
+			results <- attemptResult{attempt: a, err: err}
+			return
+		}
+		go g.exchangeTCP(tcpCtx, a, q, results)
 	}
 
 	var (
@@ -208,6 +232,8 @@ loop:
 			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
 			if d.err != nil {
 				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
+			} else if wantRaw && wireClean(d.raw, g.zoneWire) {
+				r.raw = d.raw
 			} else {
 				reply, ok := d.sock.unpackReply(d.raw)
 				if !ok {
@@ -217,7 +243,7 @@ loop:
 					retryTCP(a)
 					continue
 				}
-				r.reply, r.err = a.server.plain.finish(m, reply)
+				r.reply, r.err = a.server.plain.finish(reply)
 			}
 		case r = <-results:
 			if r.attempt.state == waitingTCP {
@@ -230,6 +256,9 @@ loop:
 				send()
 			}
 			continue
+		case <-endTimer.C:
+			timedOut = true
+			break loop
 		case <-ctx.Done():
 			break loop
 		}
@@ -247,7 +276,7 @@ loop:
 			winner = &endedAttempts[len(endedAttempts)-1]
 			break loop
 		}
-		if r.reply != nil {
+		if r.replied() {
 			lastRcode = &endedAttempts[len(endedAttempts)-1]
 		}
 		lastErr = r.err
@@ -277,15 +306,17 @@ loop:
 
 	switch {
 	case winner != nil:
-		return winner.reply, winner.attempt.server.plain.Address(), nil
+		return winner.reply, winner.raw, winner.attempt.server.plain.Address(), nil
 	case lastRcode != nil:
-		return lastRcode.reply, lastRcode.attempt.server.plain.Address(), lastRcode.err
+		return lastRcode.reply, nil, lastRcode.attempt.server.plain.Address(), lastRcode.err
 	case ctx.Err() != nil:
-		return nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+		return nil, nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+	case timedOut:
+		return nil, nil, "", fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
 	case lastErr != nil:
-		return nil, "", lastErr
+		return nil, nil, "", lastErr
 	}
-	return nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+	return nil, nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
 
 // exchangeTCP asks a's server again over TCP and hands the result to out.
@@ -293,7 +324,7 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out cha
 	p := a.server.plain
 	reply, err := p.exchangeTCP(ctx, m)
 	if err == nil {
-		reply, err = p.finish(m, reply)
+		reply, err = p.finish(reply)
 	}
 	out <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
 }
@@ -355,13 +386,13 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
 	replied := map[*server]bool{}
 	for _, r := range ended {
-		if r.reply != nil {
+		if r.replied() {
 			replied[r.attempt.server] = true
 		}
 	}
 	for _, r := range outstanding {
 		// A reply that raced the end still proves the server alive.
-		if r.reply != nil {
+		if r.replied() {
 			replied[r.attempt.server] = true
 		}
 	}
@@ -374,7 +405,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	}
 	for _, r := range ended {
 		kind := ErrorKind(r.err)
-		if r.reply != nil {
+		if r.replied() {
 			r.attempt.server.addSample(r.rtt)
 		} else if kind == KindNetwork {
 			failed[r.attempt.server] = true
@@ -383,13 +414,13 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 	}
 	for _, r := range outstanding {
 		a := r.attempt
-		if r.reply != nil {
+		if r.replied() {
 			// Answered as the resolution ended: a sample like any other.
 			a.server.addSample(r.rtt)
 		}
 		ranRTO := now.Sub(a.sent) >= a.rto
 		switch {
-		case r.reply != nil || replied[a.server] || (answered && !ranRTO):
+		case r.replied() || replied[a.server] || (answered && !ranRTO):
 			// Its server replied, or the winner came before its RTO ran out.
 			observe(a, r.rtt, KindSuperseded)
 		case callerCancelled:

@@ -261,3 +261,16 @@ func enclosesAny(owner string, names []string) bool {
 func inZone(name, zone string) bool { return dns.IsSubDomain(zone, name) }
 
 func lowerName(name string) string { return strings.ToLower(dns.Fqdn(name)) }
+
+// scrub runs Scrub on a reply to a query with question qs and counts what
+// it dropped.
+func (g *Group) scrub(qs []dns.Question, reply *dns.Msg) ScrubResult {
+	var result ScrubResult
+	if len(qs) == 1 {
+		result = Scrub(qs[0], reply, g.zone)
+		g.scrubbed[sectionAnswer].Add(uint64(result.Answer))
+		g.scrubbed[sectionAuthority].Add(uint64(result.Authority))
+		g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
+	}
+	return result
+}

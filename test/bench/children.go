@@ -74,8 +74,12 @@ func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			A:   net.IPv4(10, byte(v>>16), byte(v>>8), byte(v)),
 		}}
 	} else {
-		m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "bench.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: u.ttl},
-			Ns: "ns.bench.", Mbox: "h.bench.", Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: u.ttl}}
+		// The SOA of the zone every benchmark name lies in, as a real
+		// upstream's negative answer carries: one of another zone is
+		// dropped by towerd's scrubber (issue 11), and the answer would
+		// measure that instead.
+		m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "bench.example.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: u.ttl},
+			Ns: "ns.bench.example.", Mbox: "h.bench.example.", Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: u.ttl}}
 	}
 	_ = w.WriteMsg(m)
 }

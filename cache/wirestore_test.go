@@ -1,0 +1,272 @@
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// packReply packs a reply to name/qtype as an upstream would send it.
+func packReply(tb testing.TB, name string, qtype uint16, rcode int, answer, ns []string, edns, compress bool) []byte {
+	tb.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.Id = 0x1234
+	m.Response, m.RecursionAvailable, m.RecursionDesired, m.Rcode = true, true, true, rcode
+	for _, l := range answer {
+		rr, err := dns.NewRR(l)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		m.Answer = append(m.Answer, rr)
+	}
+	for _, l := range ns {
+		rr, err := dns.NewRR(l)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		m.Ns = append(m.Ns, rr)
+	}
+	if edns {
+		m.SetEdns0(1232, false)
+	}
+	m.Compress = compress
+	b, err := m.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func wireStoreSeeds(tb testing.TB) [][]byte {
+	A, AAAA := dns.TypeA, dns.TypeAAAA
+	return [][]byte{
+		packReply(tb, "www.example.com.", A, 0, []string{"www.example.com. 300 IN A 192.0.2.1"}, nil, true, true),
+		packReply(tb, "WWW.Example.com.", A, 0, []string{"WWW.Example.com. 30 IN A 192.0.2.1", "WWW.Example.com. 20 IN A 192.0.2.2"}, nil, false, false),
+		packReply(tb, "v6.example.", AAAA, 0, []string{"v6.example. 3000000000 IN AAAA 2001:db8::1"}, nil, true, true),
+		packReply(tb, "v4only.example.com.", AAAA, 0, nil, []string{"example.com. 3600 IN SOA ns1.example.com. hostmaster.example.com. 1 2 3 4 60"}, true, true),
+		packReply(tb, "a.b.example.com.", AAAA, 0, nil, []string{"Example.COM. 30 IN SOA ns1.other.net. hostmaster.example.com. 1 2 3 4 600"}, true, true),
+		packReply(tb, "nx.example.com.", A, dns.RcodeNameError, nil, []string{"example.com. 3600 IN SOA example.com. example.com. 1 2 3 4 60"}, true, false),
+		packReply(tb, "nx.example.com.", A, dns.RcodeNameError, nil, []string{". 86400 IN SOA a.root-servers.net. nstld.verisign-grs.com. 1 2 3 4 86400"}, true, true),
+		packReply(tb, "nodata.example.", dns.TypeMX, 0, nil, nil, false, true),
+		packReply(tb, "zero.service.consul.", A, 0, []string{"zero.service.consul. 0 IN A 10.0.0.1"}, nil, true, true),
+		packReply(tb, "www.example.com.", A, 0, []string{"www.example.com. 60 IN CNAME a.example.com.", "a.example.com. 30 IN A 192.0.2.1"}, nil, true, true),
+		packReply(tb, "www.Example.com.", AAAA, 0, []string{"www.Example.com. 60 IN CNAME cdn.Example.NET.", "cdn.Example.NET. 600 IN CNAME edge.cdn.example.net.", "edge.cdn.example.net. 20 IN AAAA 2001:db8::1"}, nil, false, true),
+		packReply(tb, "www.example.com.", A, 0, []string{"WWW.example.com. 60 IN A 192.0.2.1"}, nil, true, false),
+		packReply(tb, "v4only.example.com.", AAAA, 0, []string{"v4only.example.com. 600 IN CNAME edge.Cdn.NET."}, []string{"cdn.net. 3600 IN SOA ns.cdn.net. h.cdn.net. 1 2 3 4 30"}, true, true),
+		packReply(tb, "v4only.example.com.", AAAA, 0, []string{"v4only.example.com. 20 IN CNAME edge.cdn.net."}, []string{"cdn.net. 3600 IN SOA ns.cdn.net. h.cdn.net. 1 2 3 4 30"}, true, true),
+	}
+}
+
+// checkPrepareWire fails when PrepareWire accepts raw but its entry differs
+// from the one Set makes of raw unpacked: the bytes, the layout, the kind,
+// the TTL, and the answer Shape would give the waiting clients.
+func checkPrepareWire(t *testing.T, raw []byte, bounds ttlBounds) bool {
+	t.Helper()
+	m := new(dns.Msg)
+	if m.Unpack(raw) != nil || len(m.Question) != 1 {
+		if len(raw) >= 12 && len(raw) < 1<<14 {
+			// A key that spells whatever name the bytes hold is not at
+			// hand; PrepareWire must decline what does not unpack anyway.
+			if _, ok := prepareWire(keyA("www.example.com."), raw, bounds); ok {
+				t.Fatalf("accepted a reply that does not unpack")
+			}
+		}
+		return false
+	}
+	q := m.Question[0]
+	k := NewKey(q.Name, q.Qtype, q.Qclass, false, false)
+	got, ok := prepareWire(k, raw, bounds)
+	if !ok {
+		return false
+	}
+	rcode := m.Rcode
+	if rcode != dns.RcodeSuccess && rcode != dns.RcodeNameError || m.Truncated {
+		t.Fatalf("accepted rcode %d, truncated %v", rcode, m.Truncated)
+	}
+	if got.rcode != rcode {
+		t.Fatalf("rcode %d, want %d", got.rcode, rcode)
+	}
+	shaped := shape(m, bounds)
+	m.Rcode = dns.RcodeSuccess // prepare stores NOERROR only; compare the rest
+	want, reason := prepare(withQuestion(m, k), bounds)
+	if reason != "" {
+		t.Fatalf("accepted on the wire, refused by prepare: %s", reason)
+	}
+	if rcode != dns.RcodeSuccess {
+		want.data[3] = want.data[3]&^0xF | byte(rcode)
+	}
+	if !bytes.Equal(got.data, want.data) || got.wireLen != want.wireLen || got.answerAt != want.answerAt ||
+		got.kind != want.kind || got.ttl != want.ttl {
+		t.Fatalf("wire entry differs from Set's:\n got %x (%d %d %v %v)\nwant %x (%d %d %v %v)", got.data, got.wireLen,
+			got.answerAt, got.kind, got.ttl, want.data, want.wireLen, want.answerAt, want.kind, want.ttl)
+	}
+	if g, w := got.Message().String(), shaped.String(); g != w {
+		// Shape keeps the reply's ID, the entry has ID 0.
+		shaped.Id = 0
+		if w = shaped.String(); g != w {
+			t.Fatalf("first answer differs from Shape's:\n%s\n%s", g, w)
+		}
+	}
+	return true
+}
+
+func TestPrepareWireMatchesSet(t *testing.T) {
+	for _, bounds := range []ttlBounds{{}, {min: 45 * time.Second, max: time.Hour}} {
+		for i, raw := range wireStoreSeeds(t) {
+			if !checkPrepareWire(t, raw, bounds) {
+				t.Errorf("seed %d declined", i)
+			}
+		}
+	}
+	declined := [][]byte{
+		packReply(t, "www.example.com.", dns.TypeA, dns.RcodeServerFailure, nil, nil, true, true),
+		packReply(t, "www.example.com.", dns.TypeTXT, 0, []string{"www.example.com. 60 IN TXT hi"}, nil, true, true),
+		packReply(t, "www.example.com.", dns.TypeA, 0, []string{"www.example.com. 60 IN MX 10 mx.example.com."}, nil, true, true),
+		packReply(t, "www.example.com.", dns.TypeA, 0, []string{`www.example.com. 60 IN CNAME a\.b.example.com.`, `a\.b.example.com. 60 IN A 192.0.2.1`}, nil, true, true),
+	}
+	for i, raw := range declined {
+		if checkPrepareWire(t, raw, ttlBounds{}) {
+			t.Errorf("declined case %d accepted", i)
+		}
+	}
+}
+
+// SetWire stores what Set stores, and refuses NXDOMAIN as Set does.
+func TestSetWire(t *testing.T) {
+	c, _ := newTestCache(t, Config{Capacity: 10})
+	for _, raw := range wireStoreSeeds(t) {
+		m := new(dns.Msg)
+		if err := m.Unpack(raw); err != nil {
+			t.Fatal(err)
+		}
+		q := m.Question[0]
+		k := NewKey(q.Name, q.Qtype, q.Qclass, false, false)
+		a, ok := c.PrepareWire(k, raw)
+		if !ok {
+			t.Fatalf("%s declined", q.Name)
+		}
+		stored, _ := c.SetWire(k, &a)
+		if stored != (m.Rcode == dns.RcodeSuccess) {
+			t.Errorf("%s %s: stored %v", q.Name, dns.RcodeToString[m.Rcode], stored)
+		}
+		if !stored {
+			continue
+		}
+		got, ok := c.Get(k)
+		want := shape(m, ttlBounds{})
+		if ttl := a.TTL(); ttl > 0 {
+			if !ok || !got.Fresh || got.Msg.String() != want.String() && len(got.Msg.Answer) != len(want.Answer) {
+				t.Errorf("%s: Get %v", q.Name, got.Msg)
+			}
+		}
+	}
+	if s := c.Stats(); s.Stored != 12 || s.Refused != 2 {
+		t.Errorf("stored %d, refused %d; want 12 and 2", s.Stored, s.Refused)
+	}
+}
+
+// FuzzPrepareWire: whatever an upstream sends, an entry made from its bytes
+// is the entry Set makes of it unpacked, byte for byte.
+func FuzzPrepareWire(f *testing.F) {
+	for _, raw := range wireStoreSeeds(f) {
+		f.Add(raw, false)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, clamp bool) {
+		bounds := ttlBounds{}
+		if clamp {
+			bounds = ttlBounds{min: 45 * time.Second, max: time.Hour}
+		}
+		checkPrepareWire(t, raw, bounds)
+	})
+}
+
+// Generated replies of the accepted shapes, with names that share suffixes
+// in every way miekg's compression could use (letter case included): each
+// must be accepted and give Set's entry.
+func TestPrepareWireGenerated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 17))
+	labels := []string{"a", "b", "example", "Example", "com", "COM", "ns1", "hostmaster", "x-y", "_srv"}
+	name := func(minLabels int) string {
+		n := minLabels + rng.IntN(4)
+		s := ""
+		for range n {
+			s += labels[rng.IntN(len(labels))] + "."
+		}
+		if s == "" {
+			return "."
+		}
+		return s
+	}
+	for i := range 3000 {
+		qname := name(1)
+		qtype := []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX}[rng.IntN(3)]
+		var answer, ns []string
+		rcode := dns.RcodeSuccess
+		switch {
+		case qtype != dns.TypeMX && rng.IntN(2) == 0:
+			owner := qname
+			for range rng.IntN(4) { // a CNAME chain, names of any case
+				target := name(1)
+				answer = append(answer, fmt.Sprintf("%s %d IN CNAME %s", owner, rng.IntN(4000), target))
+				owner = target
+			}
+			for j := range 1 + rng.IntN(4) {
+				if qtype == dns.TypeA {
+					answer = append(answer, fmt.Sprintf("%s %d IN A 192.0.2.%d", owner, rng.IntN(4000), j))
+				} else {
+					answer = append(answer, fmt.Sprintf("%s %d IN AAAA 2001:db8::%d", owner, rng.IntN(4000), j))
+				}
+			}
+		default:
+			if rng.IntN(2) == 0 {
+				rcode = dns.RcodeNameError
+			}
+			// The SOA's owner is a suffix of the question's name (any case).
+			owner := "."
+			if parts := dns.SplitDomainName(qname); len(parts) > 1 {
+				owner = dns.Fqdn(strings.Join(parts[rng.IntN(len(parts)):], "."))
+				if rng.IntN(3) == 0 {
+					owner = strings.ToUpper(owner)
+				}
+			}
+			if rng.IntN(5) > 0 {
+				ns = []string{fmt.Sprintf("%s %d IN SOA %s %s 1 2 3 4 %d", owner, rng.IntN(4000), name(0), name(0), rng.IntN(4000))}
+			}
+			if rcode == dns.RcodeSuccess && qtype != dns.TypeMX && rng.IntN(3) == 0 {
+				// NODATA at the end of a CNAME chain.
+				answer = []string{fmt.Sprintf("%s %d IN CNAME %s", qname, rng.IntN(4000), name(1))}
+			}
+		}
+		raw := packReply(t, qname, qtype, rcode, answer, ns, rng.IntN(2) == 0, rng.IntN(4) > 0)
+		if !checkPrepareWire(t, raw, ttlBounds{min: time.Duration(rng.IntN(60)) * time.Second}) {
+			t.Fatalf("generated reply %d declined: %v %v %v", i, qname, answer, ns)
+		}
+	}
+}
+
+// CNAMETargets names every CNAME target of an answer, in order, in
+// canonical form.
+func TestCNAMETargets(t *testing.T) {
+	raw := packReply(t, "www.Example.com.", dns.TypeAAAA, 0, []string{"www.Example.com. 60 IN CNAME cdn.Example.NET.",
+		"cdn.Example.NET. 600 IN CNAME edge.cdn.example.net.", "edge.cdn.example.net. 20 IN AAAA 2001:db8::1"}, nil, false, true)
+	a, ok := prepareWire(NewKey("www.example.com.", dns.TypeAAAA, dns.ClassINET, false, false), raw, ttlBounds{})
+	if !ok || a.CNAMEs() != 2 {
+		t.Fatalf("prepared %v, %d CNAMEs", ok, a.CNAMEs())
+	}
+	var got []string
+	if !a.CNAMETargets(func(name []byte) bool { got = append(got, string(name)); return true }) {
+		t.Fatal("CNAMETargets stopped")
+	}
+	if strings.Join(got, " ") != "cdn.example.net. edge.cdn.example.net." {
+		t.Errorf("targets %v", got)
+	}
+	if a.CNAMETargets(func([]byte) bool { return false }) {
+		t.Error("CNAMETargets went on after yield said stop")
+	}
+}

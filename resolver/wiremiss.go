@@ -1,0 +1,331 @@
+package resolver
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// The wire miss path (issue 17): a plain query read by a UDP socket's reader
+// whose question has no entry in the cache at all is not unpacked and
+// handed to a goroutine of its own. The reader keeps the packet's bytes
+// (a pooled copy) in a wire waiter and starts or joins the question's
+// flight; the flight's goroutine builds the upstream query into a pooled
+// buffer, gets the reply's bytes (upstream.Group.ExchangeWire: checked on
+// the wire, found to need no scrubbing), makes the entry from them
+// (cache.PrepareWire, SetWire) and answers every wire waiter itself from
+// that entry, with the code and the bytes of a hit. Nothing on the way is
+// a dns.Msg. What the wire checks decline (a CNAME chain, glue, a failure
+// rcode, a truncated reply) takes the dns.Msg path inside the same flight,
+// and the wire waiters get ServeDNS's answer from it; general-path clients
+// of the same question share the flight and get its reply as a dns.Msg.
+//
+// The decisions are ServeDNS's, made in the same places: admission and
+// the reply core (answerPacket, request.go), the miss decision (a stale
+// entry, or any entry, goes to ServeDNS, which may serve it; a full cap is
+// the fast reject's), the client's query_timeout (SERVFAIL with EDE 22,
+// the resolution going on to fill the cache), observe. TestWireMiss* and
+// FuzzFastPath's miss half hold the answers to ServeDNS's.
+
+// wireReplier is the socket side of the wire miss path: the UDP server
+// whose reader took the query, and a test's recorder.
+type wireReplier interface {
+	// beginMiss registers an answer to be sent later; false while the
+	// socket drains (shutdown waits for what was registered).
+	beginMiss() bool
+	// sendMiss sends an answer to a client.
+	sendMiss(b []byte, to netip.AddrPort)
+	// endMiss ends what beginMiss began.
+	endMiss()
+	// missPanicked reports a panic while answering.
+	missPanicked(v any, stack []byte)
+}
+
+// wireWaiter is one client of the wire miss path waiting for a flight.
+type wireWaiter struct {
+	h        *Handler
+	s        *settings // the configuration the query was admitted under
+	zone     string
+	replier  wireReplier
+	from     netip.AddrPort
+	start    time.Time  // by s.Now, for observe
+	deadline time.Time  // query_timeout, by the real clock as ServeDNS's timer
+	pkt      []byte     // the query's bytes, a copy
+	q        plainQuery // the answer's scratch space (parsed again from pkt)
+	// fl is the flight waited for, heapIndex the waiter's place in
+	// flights.deadlines; both guarded by flights.mu.
+	fl        *flight
+	heapIndex int
+}
+
+var waiterPool = sync.Pool{New: func() any { return &wireWaiter{pkt: make([]byte, 0, 512)} }}
+
+func putWaiter(w *wireWaiter) {
+	*w = wireWaiter{pkt: w.pkt[:0]}
+	waiterPool.Put(w)
+}
+
+// missPacket is answerPacket's miss: it starts or joins the flight for q's
+// question with a wire waiter and reports true, or reports false, having
+// changed nothing, when ServeDNS must take the query: the zone's upstream
+// cannot exchange bytes, the cache holds an entry for the question (fresh
+// but too big, or stale: ServeDNS's lookup decides), the socket drains, or
+// the flights turn it away.
+func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) bool {
+	up, ok := zone.Upstream.(wireExchanger)
+	if !ok {
+		return false
+	}
+	// A key aliasing name, for lookups only (see rejectPacket).
+	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
+	if h.cache.Has(k) || !q.replier.beginMiss() {
+		return false
+	}
+	w := waiterPool.Get().(*wireWaiter)
+	w.h, w.s, w.zone, w.replier, w.from, w.start = h, s, zone.Name, q.replier, from, start
+	w.deadline = time.Now().Add(s.QueryTimeout)
+	w.pkt = append(w.pkt[:0], pkt...)
+	if !h.flights.joinWire(k, s.MaxInflight, w, wireResolution{h: h, s: s, zone: zone, up: up}) {
+		q.replier.endMiss()
+		putWaiter(w)
+		return false
+	}
+	h.cache.CountMiss() // ServeDNS's lookup would have counted it
+	return true
+}
+
+// joinWire adds w to the flight for key (which may alias a packet: it is
+// only looked up), starting one that runs res when none runs. It reports
+// false, having changed nothing, when a new flight is needed but the cache
+// has an entry for key since the caller looked (a flight that just ended
+// stored it: ServeDNS answers from it), the flights are closing, or limit
+// flights run (ServeDNS's miss decision then answers).
+func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireResolution) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl, found := f.running[key]
+	if !found {
+		if res.h.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+			return false
+		}
+		// The flight's key is kept: a string of its own.
+		key.Name = strings.Clone(key.Name)
+		fl = &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}
+		f.launchLocked(fl)
+	}
+	if fl.waiters == nil {
+		fl.waiters = fl.inline[:0]
+	}
+	fl.waiters = append(fl.waiters, w)
+	w.fl = fl
+	if f.deadlines.push(w) {
+		f.expiry.Reset(time.Until(w.deadline))
+	}
+	return true
+}
+
+// wireResolution is the resolution of a flight the wire miss path starts:
+// Handler.resolver's, with the query packed into a pooled buffer and a
+// clean reply stored and answered as bytes.
+type wireResolution struct {
+	h    *Handler
+	s    *settings
+	zone Zone
+	up   wireExchanger
+}
+
+func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
+	h, s, zone := res.h, res.s, res.zone
+	// upstream.timeout as a deadline, not a context: see ExchangeWire.
+	deadline := time.Now().Add(s.UpstreamTimeout)
+	bp := queryBufs.Get().(*[]byte)
+	query := appendUpstreamQuery((*bp)[:0], key)
+	wr, err := res.up.ExchangeWire(ctx, query, deadline)
+	*bp = query[:0]
+	queryBufs.Put(bp)
+	if err == nil && wr.Raw != nil {
+		var o outcome
+		o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw)
+		if o.wireOK && o.wire.CNAMEs() > 0 {
+			// The upstream kept the chain inside its zone; a target in a
+			// zone configured below it is the router's to see, and the
+			// chain is then cut and chased there (cutAtSubzone, on the
+			// dns.Msg path).
+			o.wireOK = o.wire.CNAMETargets(func(name []byte) bool {
+				return s.router.routeCanonical(name).Name == zone.Name
+			})
+		}
+		if o.wireOK {
+			o.server = wr.Server
+			switch o.wire.Rcode() {
+			case dns.RcodeSuccess:
+				if stored, reason := h.cache.SetWire(key, &o.wire); !stored {
+					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
+				}
+			case dns.RcodeNameError:
+				h.cache.Remove(key) // as settle: NXDOMAIN is never cached
+			}
+			return o
+		}
+		// The store declines a shape the upstream's check passed: the
+		// dns.Msg path, with the same outcome.
+		wr.Msg = new(dns.Msg)
+		if err = wr.Msg.Unpack(wr.Raw); err != nil {
+			wr.Msg = nil
+		}
+	}
+	// The rare rest (a chase across zones) runs under a context with the
+	// deadline.
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
+	return h.settle(zone, key, reply, server, err)
+}
+
+// queryBufs recycles the buffers upstream queries are packed into.
+var queryBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 300)
+	return &b
+}}
+
+// appendUpstreamQuery appends the query upstreamQuery(key) packs, ID 0 (each
+// attempt writes its own): RD, AD, the key's CD, one question, an OPT with
+// towerd's buffer size and the key's DO. key.Name is a canonical name
+// without escapes (the fast path's parser made it).
+func appendUpstreamQuery(dst []byte, key cache.Key) []byte {
+	flags := uint16(flagRD | flagAD)
+	if key.CD {
+		flags |= flagCD
+	}
+	dst = append(dst, 0, 0, byte(flags>>8), byte(flags), 0, 1, 0, 0, 0, 0, 0, 1)
+	name := key.Name
+	for name != "." && name != "" {
+		i := 0
+		for i < len(name) && name[i] != '.' {
+			i++
+		}
+		dst = append(dst, byte(i))
+		dst = append(dst, name[:i]...)
+		name = name[min(i+1, len(name)):]
+	}
+	dst = append(dst, 0, byte(key.Type>>8), byte(key.Type), byte(key.Class>>8), byte(key.Class))
+	var do byte
+	if key.DO {
+		do = 0x80
+	}
+	return append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
+		0, 0, do, 0, 0, 0)
+}
+
+// answerWire answers one wire waiter of fl: SERVFAIL when its query_timeout
+// ran out (timedOut) or the resolution failed, else the reply, written from
+// the prepared entry as a hit is, or by ServeDNS's code when it is no wire
+// answer or does not fit the client's size.
+func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.replier.missPanicked(v, debug.Stack())
+		}
+		w.replier.endMiss()
+		putWaiter(w)
+	}()
+	q := &w.q
+	if !q.parse(w.pkt) {
+		return // it parsed when it came
+	}
+	q.client = w.from.Addr()
+	q.qname = unsafe.String(&q.name[0], q.nameLen)
+	s := w.s
+	sh := s.replyShape(&q.request)
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	dst := append((*bp)[:0], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	dst = append(dst, q.question...)
+	switch {
+	case timedOut || fl.err != nil || (fl.msg == nil && !fl.wireOK):
+		if !timedOut {
+			q.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
+		}
+		dst = h.servfailPacket(dst, 0, q, s, sh, w.zone, w.start)
+	case fl.wireOK:
+		reserve := 0
+		if sh.opt {
+			reserve = optLen
+		}
+		var hit cache.WireHit
+		var ok bool
+		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok {
+			h.answerWireGeneral(fl, w)
+			return
+		}
+		extra := hit.Extra
+		if sh.opt {
+			extra++
+			dst = appendOPT(dst, sh.do, 0)
+		}
+		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
+		q.upstream = fl.server
+		h.observe(s, &q.request, w.zone, SourceUpstream, hit.Rcode, w.start, false)
+	default:
+		h.answerWireGeneral(fl, w)
+		return
+	}
+	w.replier.sendMiss(dst, w.from)
+	*bp = dst[:0]
+}
+
+// answerWireGeneral answers a wire waiter with ServeDNS's own code for a
+// resolution's reply: unpacked request, answer.msg.
+func (h *Handler) answerWireGeneral(fl *flight, w *wireWaiter) {
+	req := new(dns.Msg)
+	if req.Unpack(w.pkt) != nil {
+		return
+	}
+	mw := &missWriter{replier: w.replier, to: w.from}
+	var r request
+	r.fromMsg(req, mw)
+	r.upstream = fl.server
+	a := answer{w: mw, req: req, sh: w.s.replyShape(&r), s: w.s}
+	msg := fl.message()
+	h.observe(w.s, &r, w.zone, SourceUpstream, msg.Rcode, w.start, false)
+	a.msg(msg, false)
+}
+
+// missWriter is the dns.ResponseWriter of a wire waiter answered by
+// ServeDNS's code.
+type missWriter struct {
+	replier wireReplier
+	to      netip.AddrPort
+}
+
+var _ dns.ResponseWriter = (*missWriter)(nil)
+
+func (w *missWriter) LocalAddr() net.Addr  { return &net.UDPAddr{} }
+func (w *missWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.to) }
+func (w *missWriter) WriteMsg(m *dns.Msg) error {
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	b, err := m.PackBuffer((*bp)[:cap(*bp)])
+	if err != nil {
+		return err
+	}
+	w.replier.sendMiss(b, w.to)
+	return nil
+}
+func (w *missWriter) Write(b []byte) (int, error) {
+	w.replier.sendMiss(b, w.to)
+	return len(b), nil
+}
+func (w *missWriter) Close() error        { return nil }
+func (w *missWriter) TsigStatus() error   { return nil }
+func (w *missWriter) TsigTimersOnly(bool) {}
+func (w *missWriter) Hijack()             {}
