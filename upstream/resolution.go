@@ -163,7 +163,7 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 		datagrams = getDatagramChan(g.opts.MaxAttempts)
 		defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
 	}
-	var results chan attemptResult   // made with the first TCP retry
+	var results chan attemptResult // made with the first TCP retry
 	var (
 		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
 		failed   []attemptResult // attempts whose socket could not be opened or written
