@@ -33,9 +33,10 @@ type flight struct {
 	key     cache.Key
 	resolve resolveFunc
 	wireRes wireResolution
-	// call is the wire resolution's upstream side (wiremiss.go), set under
-	// flights.mu once started: close kicks it.
-	call *upstream.WireCall
+	// wireCall is the wire resolution's upstream side (wiremiss.go), and
+	// call points to it, under flights.mu, once it started: close kicks it.
+	wireCall upstream.WireCall
+	call     *upstream.WireCall
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).

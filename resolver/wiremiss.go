@@ -162,7 +162,8 @@ func (fl *flight) startWire() {
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
 	bp := queryBufs.Get().(*[]byte)
 	query := appendUpstreamQuery((*bp)[:0], fl.key)
-	call := res.up.StartWire(fl.f.ctx, query, res.deadline, fl)
+	call := &fl.wireCall
+	res.up.StartWire(call, fl.f.ctx, query, res.deadline, fl)
 	*bp = query[:0]
 	queryBufs.Put(bp)
 	f := fl.f

@@ -327,8 +327,15 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, call *Wire
 	if fd < 0 {
 		return nil, errSelfConnect
 	}
-	s := &udpSock{fd: fd, plain: p, id: binary.BigEndian.Uint16(packed),
-		qdcount: binary.BigEndian.Uint16(packed[4:]), question: packed[12:qend], out: out, call: call}
+	// A call's first socket lives in the call: one allocation less.
+	var s *udpSock
+	if call != nil {
+		s = &call.sock
+	} else {
+		s = new(udpSock)
+	}
+	s.fd, s.plain, s.id = fd, p, binary.BigEndian.Uint16(packed)
+	s.qdcount, s.question, s.out, s.call = binary.BigEndian.Uint16(packed[4:]), packed[12:qend], out, call
 	r.mu.Lock()
 	r.next++
 	s.token = r.next

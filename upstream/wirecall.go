@@ -31,7 +31,9 @@ type WireReceiver interface {
 	ReceiveWire(wr WireReply, err error)
 }
 
-// WireCall is one StartWire resolution.
+// WireCall is one StartWire resolution. Its zero value is ready for
+// StartWire, once; it must not be copied (a caller may keep it inside a
+// struct of its own, which saves an allocation per miss).
 type WireCall struct {
 	g        *Group
 	ctx      context.Context
@@ -42,16 +44,22 @@ type WireCall struct {
 	qend     int
 
 	first    attempt
-	firstErr error // the first attempt could not be sent
+	firstErr error   // the first attempt could not be sent
+	sock     udpSock // the first attempt's (Linux)
 
 	mu    sync.Mutex
 	state callState
 	ch    chan datagram // the resolution loop's, once it took over
 	timer *callTimer    // while inline: the first attempt's RTO or the deadline
 
-	ended [1]attemptResult // the inline end's, for account
-	buf   [512]byte        // query's room, most queries' size
+	ended [1]attemptResult   // the inline end's, for account
+	buf   [maxWireQuery]byte // query's room
 }
+
+// maxWireQuery is the size of a query with the longest name (255 bytes),
+// an OPT record and no options: the resolver's upstream query; a longer
+// one is copied to the heap.
+const maxWireQuery = 12 + 255 + 4 + 11
 
 type callState uint8
 
@@ -61,12 +69,12 @@ const (
 	callDone
 )
 
-// StartWire starts resolving query (as ExchangeWire: its ID is overwritten,
-// it is not kept) and returns at once; recv gets the outcome. Kick makes the
-// resolution notice that ctx is done; nothing else watches ctx until a
-// goroutine takes the resolution over.
-func (g *Group) StartWire(ctx context.Context, query []byte, deadline time.Time, recv WireReceiver) *WireCall {
-	c := &WireCall{g: g, ctx: ctx, recv: recv}
+// StartWire starts resolving query with c, a zero WireCall (as ExchangeWire:
+// query's ID is overwritten, query is not kept), and returns at once; recv
+// gets the outcome. Kick makes the resolution notice that ctx is done;
+// nothing else watches ctx until a goroutine takes the resolution over.
+func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadline time.Time, recv WireReceiver) {
+	c.g, c.ctx, c.recv = g, ctx, recv
 	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
 		deadline = ctxDeadline
 	}
@@ -78,7 +86,7 @@ func (g *Group) StartWire(ctx context.Context, query []byte, deadline time.Time,
 	if err := ctx.Err(); err != nil {
 		c.state = callDone
 		go recv.ReceiveWire(WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err)))
-		return c
+		return
 	}
 	qend, _, err := questionEnd(c.query)
 	if err != nil || !inlineReplies {
@@ -87,10 +95,10 @@ func (g *Group) StartWire(ctx context.Context, query []byte, deadline time.Time,
 		if err != nil {
 			c.state = callDone
 			go recv.ReceiveWire(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
-			return c
+			return
 		}
 		go c.loop()
-		return c
+		return
 	}
 	c.qend = qend
 	c.order = g.usable()
@@ -111,12 +119,11 @@ func (g *Group) StartWire(ctx context.Context, query []byte, deadline time.Time,
 		c.handOverLocked()
 		c.mu.Unlock()
 		go c.loop()
-		return c
+		return
 	}
 	a.sock = sock
 	c.timer = armCallTimer(c, min(rto, time.Until(deadline)))
 	c.mu.Unlock()
-	return c
 }
 
 // handOverLocked makes the resolution the loop's; c.mu is held.

@@ -40,7 +40,8 @@ type WireReply struct {
 // of a wire miss's (docs/benchmarks.md). It is StartWire, waited for.
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
 	ch := make(wireWait, 1)
-	c := g.StartWire(ctx, query, deadline, ch)
+	c := new(WireCall)
+	g.StartWire(c, ctx, query, deadline, ch)
 	var o wireOutcome
 	select {
 	case o = <-ch:
