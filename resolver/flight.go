@@ -193,14 +193,14 @@ func (fl *flight) resolveRecovered() (o outcome) {
 // recoverInto, deferred, turns a panic in a resolution into its failure.
 func (fl *flight) recoverInto(o *outcome) {
 	if v := recover(); v != nil {
-		*o = fl.panicOutcome(v)
+		*o = fl.panicOutcome(v, debug.Stack())
 	}
 }
 
 // panicOutcome tells flights.onPanic about v and fails the resolution.
-func (fl *flight) panicOutcome(v any) outcome {
+func (fl *flight) panicOutcome(v any, stack []byte) outcome {
 	if fl.f.onPanic != nil {
-		fl.f.onPanic(v, debug.Stack())
+		fl.f.onPanic(v, stack)
 	}
 	return outcome{err: fmt.Errorf("resolution of %s panicked: %v", fl.key.Name, v)}
 }

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"runtime/debug"
@@ -183,6 +184,12 @@ var _ upstream.WireReceiver = (*flight)(nil)
 // goroutine, which must not block); what the wire store declines takes the
 // dns.Msg path (unpack, scrub, chase) on a goroutine that may wait.
 func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
+	var pe *upstream.PanicError
+	if err != nil && errors.As(err, &pe) {
+		// The upstream's side panicked: as resolveRecovered would.
+		fl.finish(fl.panicOutcome(pe.Value, pe.Stack))
+		return
+	}
 	if o, ok := fl.wireOutcome(wr, err); ok {
 		fl.finish(o)
 		return
@@ -202,7 +209,7 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 func (fl *flight) wireOutcome(wr upstream.WireReply, err error) (o outcome, ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			o, ok = fl.panicOutcome(v), true
+			o, ok = fl.panicOutcome(v, debug.Stack()), true
 		}
 	}()
 	if err != nil || wr.Raw == nil {

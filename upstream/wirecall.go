@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,8 @@ type WireCall struct {
 	firstErr error   // the first attempt could not be sent
 	sock     udpSock // the first attempt's (Linux)
 
+	delivered atomic.Bool // the receiver was called
+
 	mu    sync.Mutex
 	state callState
 	ch    chan datagram // the resolution loop's, once it took over
@@ -85,7 +88,7 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 	c.query = append(c.buf[:0], query...)
 	if err := ctx.Err(); err != nil {
 		c.state = callDone
-		go recv.ReceiveWire(WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err)))
+		go c.deliver(WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err)))
 		return
 	}
 	qend, _, err := questionEnd(c.query)
@@ -94,7 +97,7 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 		c.ch = make(chan datagram, g.opts.MaxAttempts)
 		if err != nil {
 			c.state = callDone
-			go recv.ReceiveWire(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
+			go c.deliver(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
 			return
 		}
 		go c.loop()
@@ -155,6 +158,7 @@ func (c *WireCall) datagram(d datagram) {
 	}
 	c.state = callDone
 	c.mu.Unlock()
+	defer c.recoverPanic()
 	c.timer.stop()
 	a := &c.first
 	a.state = ended
@@ -162,7 +166,39 @@ func (c *WireCall) datagram(d datagram) {
 	a.sock.close()
 	c.g.account(c.ctx, c.ended[:], nil, true)
 	c.ended[0] = attemptResult{}
-	c.recv.ReceiveWire(WireReply{Raw: d.raw, Server: a.server.plain.Address()}, nil)
+	c.deliver(WireReply{Raw: d.raw, Server: a.server.plain.Address()}, nil)
+}
+
+// deliver gives the receiver the outcome, once.
+func (c *WireCall) deliver(wr WireReply, err error) {
+	if !c.delivered.Swap(true) {
+		c.recv.ReceiveWire(wr, err)
+	}
+}
+
+// PanicError is what a StartWire receiver gets when the resolution
+// panicked (it runs on the upstream's goroutines, not the caller's, so
+// the caller's recoverer cannot see it): the value and the stack.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("resolution panicked: %v", e.Value) }
+
+// recoverPanic, deferred, ends a resolution that panicked with a
+// PanicError, unless the receiver was called already (a panic of its
+// own is its to recover).
+func (c *WireCall) recoverPanic() {
+	if v := recover(); v != nil {
+		if c.delivered.Load() {
+			panic(v)
+		}
+		c.mu.Lock()
+		c.state = callDone
+		c.mu.Unlock()
+		c.deliver(WireReply{}, &PanicError{Value: v, Stack: debug.Stack()})
+	}
 }
 
 // giveLoopLocked queues d for the loop, its bytes copied out of the
@@ -208,6 +244,7 @@ func (c *WireCall) Kick() {
 // loop runs the resolution from where it stands (Group.resolve with c) and
 // gives the outcome to the receiver.
 func (c *WireCall) loop() {
+	defer c.recoverPanic()
 	g := c.g
 	reply, raw, server, err := g.resolve(c.ctx, c.deadline, c.query, nil, true, c)
 	c.mu.Lock()
@@ -215,12 +252,12 @@ func (c *WireCall) loop() {
 	c.mu.Unlock()
 	switch {
 	case raw != nil:
-		c.recv.ReceiveWire(WireReply{Raw: raw, Server: server}, err)
+		c.deliver(WireReply{Raw: raw, Server: server}, err)
 	case reply == nil:
-		c.recv.ReceiveWire(WireReply{}, err)
+		c.deliver(WireReply{}, err)
 	default:
 		reply.Id = 0
-		c.recv.ReceiveWire(WireReply{Msg: reply, Server: server, Scrub: g.scrub(reply.Question, reply)}, err)
+		c.deliver(WireReply{Msg: reply, Server: server, Scrub: g.scrub(reply.Question, reply)}, err)
 	}
 }
 
