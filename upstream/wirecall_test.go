@@ -47,8 +47,9 @@ func TestStartWireKick(t *testing.T) {
 	if len(recv) != 0 {
 		t.Error("the receiver was called twice")
 	}
-	if n := u.Count("drop.example.", dns.TypeA); n != 1 {
-		t.Errorf("%d attempts, want 1", n)
+	// The one query may still be on its way to the server.
+	if n := u.Count("drop.example.", dns.TypeA); n > 1 {
+		t.Errorf("%d attempts, want at most 1", n)
 	}
 	if g.AllDown() {
 		t.Error("a cancelled resolution marked the server down")
