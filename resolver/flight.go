@@ -33,10 +33,11 @@ type flight struct {
 	key     cache.Key
 	resolve resolveFunc
 	wireRes wireResolution
-	// wireCall is the wire resolution's upstream side (wiremiss.go), and
-	// call points to it, under flights.mu, once it started: close kicks it.
-	wireCall upstream.WireCall
-	call     *upstream.WireCall
+	// wireCall is the wire resolution's upstream side (wiremiss.go), in
+	// the flight's allocation (wireFlight); callStarted, under flights.mu,
+	// says it runs: close kicks it.
+	wireCall    *upstream.WireCall
+	callStarted bool
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -236,8 +237,8 @@ func (f *flights) close() {
 	// watching the context: one takes it over.
 	f.mu.Lock()
 	for _, fl := range f.running {
-		if fl.call != nil {
-			fl.call.Kick()
+		if fl.callStarted {
+			fl.wireCall.Kick()
 		}
 	}
 	f.mu.Unlock()

@@ -126,7 +126,9 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireReso
 		}
 		// The flight's key is kept: a string of its own.
 		key.Name = strings.Clone(key.Name)
-		fl = &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}
+		wf := &wireFlight{flight: flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}}
+		fl = &wf.flight
+		fl.wireCall = &wf.call
 		f.addLocked(fl)
 		started = true
 	}
@@ -139,6 +141,13 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireReso
 		f.expiry.Reset(time.Until(w.deadline))
 	}
 	return fl, started, true
+}
+
+// wireFlight is a flight of the wire miss path with its upstream call:
+// one allocation for both, and none for the general path's flights.
+type wireFlight struct {
+	flight
+	call upstream.WireCall
 }
 
 // wireResolution is the resolution of a flight the wire miss path starts:
@@ -163,17 +172,16 @@ func (fl *flight) startWire() {
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
 	bp := queryBufs.Get().(*[]byte)
 	query := appendUpstreamQuery((*bp)[:0], fl.key)
-	call := &fl.wireCall
-	res.up.StartWire(call, fl.f.ctx, query, res.deadline, fl)
+	res.up.StartWire(fl.wireCall, fl.f.ctx, query, res.deadline, fl)
 	*bp = query[:0]
 	queryBufs.Put(bp)
 	f := fl.f
 	f.mu.Lock()
-	fl.call = call
-	closing := f.ctx.Err() != nil // close may have looked before call was set
+	fl.callStarted = true
+	closing := f.ctx.Err() != nil // close may have looked before it started
 	f.mu.Unlock()
 	if closing {
-		call.Kick()
+		fl.wireCall.Kick()
 	}
 }
 
@@ -184,10 +192,7 @@ var _ upstream.WireReceiver = (*flight)(nil)
 // goroutine, which must not block); what the wire store declines takes the
 // dns.Msg path (unpack, scrub, chase) on a goroutine that may wait.
 func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
-	var pe *upstream.PanicError
-	if err != nil && errors.As(err, &pe) {
-		// The upstream's side panicked: as resolveRecovered would.
-		fl.finish(fl.panicOutcome(pe.Value, pe.Stack))
+	if err != nil && fl.finishedPanic(err) {
 		return
 	}
 	if o, ok := fl.wireOutcome(wr, err); ok {
@@ -201,6 +206,18 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 	}
 	wr.Raw = append([]byte(nil), wr.Raw...) // valid only during the call
 	fl.f.workers.do(func() { fl.finish(fl.msgOutcome(wr, err)) })
+}
+
+// finishedPanic ends the flight as resolveRecovered would when err says
+// the upstream's side panicked. Apart from ReceiveWire, whose happy path
+// would otherwise pay for pe's escape.
+func (fl *flight) finishedPanic(err error) bool {
+	var pe *upstream.PanicError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	fl.finish(fl.panicOutcome(pe.Value, pe.Stack))
+	return true
 }
 
 // wireOutcome is the outcome of a clean reply, stored (NOERROR) or the
