@@ -20,15 +20,16 @@ type flight struct {
 	done chan struct{} // closed when the outcome is set
 	outcome
 	// waiters are the clients of the wire miss path waiting for the flight
-	// (wiremiss.go); the flight's own goroutine answers them when it ends.
+	// (wiremiss.go); whoever ends the flight (finish) answers them.
 	// Guarded by flights.mu; wireDone is set once they were taken.
 	waiters  []*wireWaiter
 	wireDone bool
 	inline   [1]*wireWaiter // waiters' first room: most flights have one client
 
-	// What the flight's goroutine runs (flight.run): resolve, or, when it is
-	// nil, the wire miss path's resolution (wiremiss.go), whose parameters
-	// live here rather than in a closure: one allocation less per miss.
+	// What the flight's goroutine runs (flight.run): resolve; or, for the
+	// wire miss path, which has no goroutine of its own (wiremiss.go),
+	// wireRes's parameters, kept here rather than in a closure: one
+	// allocation less per miss.
 	f       *flights
 	key     cache.Key
 	resolve resolveFunc

@@ -21,15 +21,20 @@ import (
 // whose question has no entry in the cache at all is not unpacked and
 // handed to a goroutine of its own. The reader keeps the packet's bytes
 // (a pooled copy) in a wire waiter and starts or joins the question's
-// flight; the flight's goroutine builds the upstream query into a pooled
-// buffer, gets the reply's bytes (upstream.Group.ExchangeWire: checked on
-// the wire, found to need no scrubbing), makes the entry from them
-// (cache.PrepareWire, SetWire) and answers every wire waiter itself from
-// that entry, with the code and the bytes of a hit. Nothing on the way is
-// a dns.Msg. What the wire checks decline (a CNAME chain, glue, a failure
-// rcode, a truncated reply) takes the dns.Msg path inside the same flight,
-// and the wire waiters get ServeDNS's answer from it; general-path clients
-// of the same question share the flight and get its reply as a dns.Msg.
+// flight. The reader that starts it builds the upstream query into a
+// pooled buffer and sends the first attempt itself (startWire,
+// upstream.Group.StartWire); the flight ends in ReceiveWire, called with
+// the reply's bytes (checked on the wire, found to need no scrubbing) by
+// the upstream's attempt reader when the first attempt's reply is the
+// first to come: it makes the entry from them (cache.PrepareWire, SetWire)
+// and answers every wire waiter from that entry, with the code and the
+// bytes of a hit. No goroutine is woken on the way, and nothing is a
+// dns.Msg. A retransmission, TCP, a failure or the deadline run the
+// resolution on a goroutine of the upstream's; what the wire checks
+// decline (a CNAME chain, glue, a failure rcode, a truncated reply) takes
+// the dns.Msg path on a goroutine that may wait, and the wire waiters get
+// ServeDNS's answer from it; general-path clients of the same question
+// share the flight and get its reply as a dns.Msg.
 //
 // The decisions are ServeDNS's, made in the same places: admission and
 // the reply core (answerPacket, request.go), the miss decision (a stale
