@@ -92,15 +92,9 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 		return
 	}
 	qend, _, err := questionEnd(c.query)
-	if err != nil || !inlineReplies {
-		c.state = callLoop
-		c.ch = make(chan datagram, g.opts.MaxAttempts)
-		if err != nil {
-			c.state = callDone
-			go c.deliver(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
-			return
-		}
-		go c.loop()
+	if err != nil {
+		c.state = callDone
+		go c.deliver(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
 		return
 	}
 	c.qend = qend
@@ -108,6 +102,17 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 
 	// Held while sending: the reply may be read before openUDP returns.
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	var (
+		out    chan datagram
+		inline *WireCall
+	)
+	if inlineReplies {
+		inline = c
+	} else {
+		c.handOverLocked()
+		out = c.ch
+	}
 	s := c.order[0]
 	s.mu.Lock()
 	rto := s.attemptTimeoutLocked(&g.opts)
@@ -116,17 +121,19 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 	*a = attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
 	s.queries.Add(1)
 	binary.BigEndian.PutUint16(c.query, randomID())
-	sock, err := s.plain.openUDP(c.query, qend, nil, c)
+	sock, err := s.plain.openUDP(c.query, qend, out, inline)
 	if err != nil {
 		c.firstErr = fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))
-		c.handOverLocked()
-		c.mu.Unlock()
+	}
+	a.sock = sock
+	if err != nil || !inlineReplies {
+		if c.state == callInline {
+			c.handOverLocked()
+		}
 		go c.loop()
 		return
 	}
-	a.sock = sock
 	c.timer = armCallTimer(c, min(rto, time.Until(deadline)))
-	c.mu.Unlock()
 }
 
 // handOverLocked makes the resolution the loop's; c.mu is held.
