@@ -217,6 +217,10 @@ func (u *udpServer) beginMiss() bool {
 // goroutine of the socket's pool wait to write it (one per answer, and
 // answers are bounded by the in-flight cap and its waiters).
 func (u *udpServer) sendMiss(b []byte, to netip.AddrPort) {
+	if !rawSend {
+		_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
+		return
+	}
 	u.fdMu.RLock()
 	sent := u.fd >= 0 && sendNow(u.fd, b, to)
 	u.fdMu.RUnlock()

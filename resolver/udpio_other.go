@@ -35,6 +35,9 @@ func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAdd
 
 func (p *packetIO) flush() error { return nil }
 
-// sendNow never sends here: the caller's other way (a goroutine that may
-// wait) does.
+// rawSend: sendNow is not written here; sendMiss writes through the
+// socket (no caller of it must avoid waiting where upstream's reader does
+// not answer wire misses itself).
+const rawSend = false
+
 func sendNow(int, []byte, netip.AddrPort) bool { return false }

@@ -210,6 +210,9 @@ func encodeSockaddr(rsa *unix.RawSockaddrAny, to netip.AddrPort) uint32 {
 	return unix.SizeofSockaddrInet6
 }
 
+// rawSend: sendNow sends.
+const rawSend = true
+
 // sendNow sends b to to on fd (a non-blocking UDP socket) with one raw
 // sendto, and reports false only when the send buffer is full: the caller
 // then waits somewhere else. A reply that fails otherwise (its client is
