@@ -35,9 +35,10 @@ func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAdd
 
 func (p *packetIO) flush() error { return nil }
 
-// rawSend: sendNow is not written here; sendMiss writes through the
-// socket (no caller of it must avoid waiting where upstream's reader does
-// not answer wire misses itself).
+// rawSend: no raw sendto here, so sendMiss writes through the socket,
+// which may wait. That is safe: without the Linux attempt reader
+// (upstream's inlineReplies) wire misses are answered on goroutines that
+// may wait.
 const rawSend = false
 
 func sendNow(int, []byte, netip.AddrPort) bool { return false }
