@@ -60,7 +60,7 @@ type scrubbingExchanger interface {
 // (wiremiss.go) stores and answers it without a dns.Msg. Zones whose
 // upstream lacks it keep the general path for their misses.
 type wireExchanger interface {
-	ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (upstream.WireReply, error)
+	StartWire(c *upstream.WireCall, ctx context.Context, query []byte, deadline time.Time, recv upstream.WireReceiver)
 }
 
 var (

@@ -27,15 +27,18 @@
 //  6. Wire miss (wiremiss.go, issue 17): the reader of route 1, on a miss
 //     whose question has no entry in the cache at all, keeps the packet's
 //     bytes in a pooled waiter that starts or joins the question's flight;
-//     the flight's goroutine packs the upstream query into a pooled buffer,
-//     gets the reply's bytes (upstream.Group.ExchangeWire, when its wire
-//     check finds nothing to scrub), makes the entry from them
+//     the reader that starts it packs the upstream query into a pooled
+//     buffer and sends its first attempt (upstream.Group.StartWire); when
+//     that attempt's reply is the first and its wire check finds nothing to
+//     scrub, the upstream's attempt reader makes the entry from its bytes
 //     (cache.PrepareWire, byte for byte cache.Set's) and answers every wire
-//     waiter from it with route 1's writer: no dns.Msg, no goroutine of the
-//     query's own. What the wire checks decline is unpacked and scrubbed in
-//     the same flight and answered with ServeDNS's code; failures and the
-//     client's query_timeout give SERVFAIL (one deadline heap and timer per
-//     handler). General-path clients of the question share the flight.
+//     waiter from it with route 1's writer (flight.ReceiveWire): no
+//     dns.Msg, no goroutine woken. Retransmissions, TC, failures and the
+//     deadline run the resolution on a goroutine; what the wire checks
+//     decline is unpacked and scrubbed on one and answered with ServeDNS's
+//     code; failures and the client's query_timeout give SERVFAIL (one
+//     deadline heap and timer per handler). General-path clients of the
+//     question share the flight.
 //
 // Every rule lives once, and every route uses it (request.go):
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 // flight is one upstream resolution shared by every client that asks the same
@@ -19,19 +20,25 @@ type flight struct {
 	done chan struct{} // closed when the outcome is set
 	outcome
 	// waiters are the clients of the wire miss path waiting for the flight
-	// (wiremiss.go); the flight's own goroutine answers them when it ends.
+	// (wiremiss.go); whoever ends the flight (finish) answers them.
 	// Guarded by flights.mu; wireDone is set once they were taken.
 	waiters  []*wireWaiter
 	wireDone bool
 	inline   [1]*wireWaiter // waiters' first room: most flights have one client
 
-	// What the flight's goroutine runs (flight.run): resolve, or, when it is
-	// nil, the wire miss path's resolution (wiremiss.go), whose parameters
-	// live here rather than in a closure: one allocation less per miss.
+	// What the flight's goroutine runs (flight.run): resolve; or, for the
+	// wire miss path, which has no goroutine of its own (wiremiss.go),
+	// wireRes's parameters, kept here rather than in a closure: one
+	// allocation less per miss.
 	f       *flights
 	key     cache.Key
 	resolve resolveFunc
 	wireRes wireResolution
+	// wireCall is the wire resolution's upstream side (wiremiss.go), in
+	// the flight's allocation (wireFlight); callStarted, under flights.mu,
+	// says it runs: close kicks it.
+	wireCall    *upstream.WireCall
+	callStarted bool
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -139,19 +146,28 @@ func (f *flights) startLocked(key cache.Key, resolve resolveFunc) *flight {
 
 // launchLocked counts fl in and hands it to a goroutine; f.mu is held.
 func (f *flights) launchLocked(fl *flight) {
-	f.inflight.Add(1)
-	f.running[fl.key] = fl
-	f.wg.Add(1)
+	f.addLocked(fl)
 	f.workers.run(fl)
 }
 
-// run is the flight's goroutine: the resolution, then the flight leaves
-// the running set, its general-path waiters are woken and its wire waiters
-// answered.
+// addLocked counts fl in; f.mu is held. It ends with finish.
+func (f *flights) addLocked(fl *flight) {
+	f.inflight.Add(1)
+	f.running[fl.key] = fl
+	f.wg.Add(1)
+}
+
+// run is the flight's goroutine: the resolution, then finish.
 func (fl *flight) run() {
+	fl.finish(fl.resolveRecovered())
+}
+
+// finish ends the flight with o: it leaves the running set, its
+// general-path waiters are woken and its wire waiters answered.
+func (fl *flight) finish(o outcome) {
 	f := fl.f
 	defer f.wg.Done()
-	fl.outcome = fl.resolveRecovered()
+	fl.outcome = o
 	f.mu.Lock()
 	delete(f.running, fl.key)
 	waiters := fl.waiters
@@ -172,18 +188,23 @@ func (fl *flight) run() {
 // as ServeDNS's recoverer gives a query whose handler panicked, and
 // flights.onPanic is told.
 func (fl *flight) resolveRecovered() (o outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			if fl.f.onPanic != nil {
-				fl.f.onPanic(v, debug.Stack())
-			}
-			o = outcome{err: fmt.Errorf("resolution of %s panicked: %v", fl.key.Name, v)}
-		}
-	}()
-	if fl.resolve != nil {
-		return fl.resolve(fl.f.ctx)
+	defer fl.recoverInto(&o)
+	return fl.resolve(fl.f.ctx)
+}
+
+// recoverInto, deferred, turns a panic in a resolution into its failure.
+func (fl *flight) recoverInto(o *outcome) {
+	if v := recover(); v != nil {
+		*o = fl.panicOutcome(v, debug.Stack())
 	}
-	return fl.wireRes.resolve(fl.f.ctx, fl.key)
+}
+
+// panicOutcome tells flights.onPanic about v and fails the resolution.
+func (fl *flight) panicOutcome(v any, stack []byte) outcome {
+	if fl.f.onPanic != nil {
+		fl.f.onPanic(v, stack)
+	}
+	return outcome{err: fmt.Errorf("resolution of %s panicked: %v", fl.key.Name, v)}
 }
 
 // full reports whether limit resolutions already run; a cheap first look
@@ -213,6 +234,15 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 func (f *flights) close() {
 	f.cancel()
 	f.expiry.Stop()
+	// A wire resolution waiting for its first reply has no goroutine
+	// watching the context: one takes it over.
+	f.mu.Lock()
+	for _, fl := range f.running {
+		if fl.callStarted {
+			fl.wireCall.Kick()
+		}
+	}
+	f.mu.Unlock()
 	f.wg.Wait()
 	f.workers.stop()
 }

@@ -38,6 +38,12 @@ type udpServer struct {
 	closing atomic.Bool
 	slow    sync.WaitGroup // general-path queries being answered
 	workers *workers       // their goroutines
+
+	// fd is the socket's descriptor for sendMiss's raw sendto, -1 once
+	// shutdown closes the socket (fdMu orders the two: a descriptor
+	// number is reused at once).
+	fdMu sync.RWMutex
+	fd   int
 }
 
 // One goroutine reads each socket and answers the hits itself. More readers
@@ -55,7 +61,11 @@ const ioBatch = 16
 const udpReadBuffer = 65535
 
 func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
-	return &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers()}
+	u := &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers(), fd: -1}
+	if rc, err := conn.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { u.fd = int(fd) })
+	}
+	return u
 }
 
 // serve reads until shutdown. started is called once the reader runs.
@@ -201,8 +211,28 @@ func (u *udpServer) beginMiss() bool {
 	return true
 }
 
+// sendMiss may be called on the upstream's attempt reader, which must not
+// wait (upstream.WireReceiver): the reply goes out with one raw,
+// non-blocking sendto, and only when the send buffer is full does a
+// goroutine of the socket's pool wait to write it (one per answer, and
+// answers are bounded by the in-flight cap and its waiters).
 func (u *udpServer) sendMiss(b []byte, to netip.AddrPort) {
-	_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
+	if !rawSend {
+		_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
+		return
+	}
+	u.fdMu.RLock()
+	sent := u.fd >= 0 && sendNow(u.fd, b, to)
+	u.fdMu.RUnlock()
+	if sent {
+		return
+	}
+	b = append([]byte(nil), b...) // the caller's buffer is reused
+	u.slow.Add(1)                 // shutdown waits for it as for the answer
+	u.workers.do(func() {
+		defer u.slow.Done()
+		_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
+	})
 }
 
 func (u *udpServer) endMiss() { u.slow.Done() }
@@ -237,6 +267,9 @@ func (u *udpServer) shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	u.workers.stop()
+	u.fdMu.Lock()
+	u.fd = -1
+	u.fdMu.Unlock()
 	u.conn.Close()
 	return err
 }

@@ -34,3 +34,11 @@ func (p *packetIO) packet(int) ([]byte, netip.AddrPort) { return p.buf[:p.n], p.
 func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAddrPort(b, to) }
 
 func (p *packetIO) flush() error { return nil }
+
+// rawSend: no raw sendto here, so sendMiss writes through the socket,
+// which may wait. That is safe: without the Linux attempt reader
+// (upstream's inlineReplies) wire misses are answered on goroutines that
+// may wait.
+const rawSend = false
+
+func sendNow(int, []byte, netip.AddrPort) bool { return false }

@@ -209,3 +209,18 @@ func encodeSockaddr(rsa *unix.RawSockaddrAny, to netip.AddrPort) uint32 {
 	}
 	return unix.SizeofSockaddrInet6
 }
+
+// rawSend: sendNow sends.
+const rawSend = true
+
+// sendNow sends b to to on fd (a non-blocking UDP socket) with one raw
+// sendto, and reports false only when the send buffer is full: the caller
+// then waits somewhere else. A reply that fails otherwise (its client is
+// gone) is dropped, as flush drops it.
+func sendNow(fd int, b []byte, to netip.AddrPort) bool {
+	var rsa unix.RawSockaddrAny
+	size := encodeSockaddr(&rsa, to)
+	_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		0, uintptr(unsafe.Pointer(&rsa)), uintptr(size))
+	return errno != unix.EAGAIN
+}

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"runtime/debug"
@@ -13,21 +14,27 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 // The wire miss path (issue 17): a plain query read by a UDP socket's reader
 // whose question has no entry in the cache at all is not unpacked and
 // handed to a goroutine of its own. The reader keeps the packet's bytes
 // (a pooled copy) in a wire waiter and starts or joins the question's
-// flight; the flight's goroutine builds the upstream query into a pooled
-// buffer, gets the reply's bytes (upstream.Group.ExchangeWire: checked on
-// the wire, found to need no scrubbing), makes the entry from them
-// (cache.PrepareWire, SetWire) and answers every wire waiter itself from
-// that entry, with the code and the bytes of a hit. Nothing on the way is
-// a dns.Msg. What the wire checks decline (a CNAME chain, glue, a failure
-// rcode, a truncated reply) takes the dns.Msg path inside the same flight,
-// and the wire waiters get ServeDNS's answer from it; general-path clients
-// of the same question share the flight and get its reply as a dns.Msg.
+// flight. The reader that starts it builds the upstream query into a
+// pooled buffer and sends the first attempt itself (startWire,
+// upstream.Group.StartWire); the flight ends in ReceiveWire, called with
+// the reply's bytes (checked on the wire, found to need no scrubbing) by
+// the upstream's attempt reader when the first attempt's reply is the
+// first to come: it makes the entry from them (cache.PrepareWire, SetWire)
+// and answers every wire waiter from that entry, with the code and the
+// bytes of a hit. No goroutine is woken on the way, and nothing is a
+// dns.Msg. A retransmission, TCP, a failure or the deadline run the
+// resolution on a goroutine of the upstream's; what the wire checks
+// decline (a CNAME chain, glue, a failure rcode, a truncated reply) takes
+// the dns.Msg path on a goroutine that may wait, and the wire waiters get
+// ServeDNS's answer from it; general-path clients of the same question
+// share the flight and get its reply as a dns.Msg.
 //
 // The decisions are ServeDNS's, made in the same places: admission and
 // the reply core (answerPacket, request.go), the miss decision (a stale
@@ -94,33 +101,41 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 	w.h, w.s, w.zone, w.replier, w.from, w.start = h, s, zone.Name, q.replier, from, start
 	w.deadline = time.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
-	if !h.flights.joinWire(k, s.MaxInflight, w, wireResolution{h: h, s: s, zone: zone, up: up}) {
+	fl, started, ok := h.flights.joinWire(k, s.MaxInflight, w, wireResolution{h: h, s: s, zone: zone, up: up})
+	if !ok {
 		q.replier.endMiss()
 		putWaiter(w)
 		return false
 	}
 	h.cache.CountMiss() // ServeDNS's lookup would have counted it
+	if started {
+		fl.startWire()
+	}
 	return true
 }
 
 // joinWire adds w to the flight for key (which may alias a packet: it is
-// only looked up), starting one that runs res when none runs. It reports
-// false, having changed nothing, when a new flight is needed but the cache
-// has an entry for key since the caller looked (a flight that just ended
-// stored it: ServeDNS answers from it), the flights are closing, or limit
-// flights run (ServeDNS's miss decision then answers).
-func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireResolution) bool {
+// only looked up), making one that will run res when none runs (started:
+// the caller then calls its startWire). It reports false, having changed
+// nothing, when a new flight is needed but the cache has an entry for key
+// since the caller looked (a flight that just ended stored it: ServeDNS
+// answers from it), the flights are closing, or limit flights run
+// (ServeDNS's miss decision then answers).
+func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireResolution) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl, found := f.running[key]
 	if !found {
 		if res.h.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
-			return false
+			return nil, false, false
 		}
 		// The flight's key is kept: a string of its own.
 		key.Name = strings.Clone(key.Name)
-		fl = &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}
-		f.launchLocked(fl)
+		wf := &wireFlight{flight: flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, wireRes: res}}
+		fl = &wf.flight
+		fl.wireCall = &wf.call
+		f.addLocked(fl)
+		started = true
 	}
 	if fl.waiters == nil {
 		fl.waiters = fl.inline[:0]
@@ -130,62 +145,141 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireReso
 	if f.deadlines.push(w) {
 		f.expiry.Reset(time.Until(w.deadline))
 	}
-	return true
+	return fl, started, true
+}
+
+// wireFlight is a flight of the wire miss path with its upstream call:
+// one allocation for both, and none for the general path's flights.
+type wireFlight struct {
+	flight
+	call upstream.WireCall
 }
 
 // wireResolution is the resolution of a flight the wire miss path starts:
 // Handler.resolver's, with the query packed into a pooled buffer and a
 // clean reply stored and answered as bytes.
 type wireResolution struct {
-	h    *Handler
-	s    *settings
-	zone Zone
-	up   wireExchanger
+	h        *Handler
+	s        *settings
+	zone     Zone
+	up       wireExchanger
+	deadline time.Time // upstream.timeout from the start
 }
 
-func (res *wireResolution) resolve(ctx context.Context, key cache.Key) outcome {
-	h, s, zone := res.h, res.s, res.zone
+// startWire starts the flight's resolution from the reader that made the
+// flight (joinWire): the query is packed and its first attempt sent before
+// this returns, and the flight ends in ReceiveWire, on the upstream's
+// attempt reader when the first reply is clean: no goroutine is woken for
+// a plain miss (issue 17's hand-offs).
+func (fl *flight) startWire() {
+	res := &fl.wireRes
 	// upstream.timeout as a deadline, not a context: see ExchangeWire.
-	deadline := time.Now().Add(s.UpstreamTimeout)
+	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
 	bp := queryBufs.Get().(*[]byte)
-	query := appendUpstreamQuery((*bp)[:0], key)
-	wr, err := res.up.ExchangeWire(ctx, query, deadline)
+	query := appendUpstreamQuery((*bp)[:0], fl.key)
+	res.up.StartWire(fl.wireCall, fl.f.ctx, query, res.deadline, fl)
 	*bp = query[:0]
 	queryBufs.Put(bp)
-	if err == nil && wr.Raw != nil {
-		var o outcome
-		o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw)
-		if o.wireOK && o.wire.CNAMEs() > 0 {
-			// The upstream kept the chain inside its zone; a target in a
-			// zone configured below it is the router's to see, and the
-			// chain is then cut and chased there (cutAtSubzone, on the
-			// dns.Msg path).
-			o.wireOK = o.wire.CNAMETargets(func(name []byte) bool {
-				return s.router.routeCanonical(name).Name == zone.Name
-			})
+	f := fl.f
+	f.mu.Lock()
+	fl.callStarted = true
+	closing := f.ctx.Err() != nil // close may have looked before it started
+	f.mu.Unlock()
+	if closing {
+		fl.wireCall.Kick()
+	}
+}
+
+var _ upstream.WireReceiver = (*flight)(nil)
+
+// ReceiveWire ends a wire flight with its resolution's reply: a clean one
+// is prepared, stored and answered where it came (the attempt reader's
+// goroutine, which must not block); what the wire store declines takes the
+// dns.Msg path (unpack, scrub, chase) on a goroutine that may wait.
+func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
+	if err != nil && fl.finishedPanic(err) {
+		return
+	}
+	if o, ok := fl.wireOutcome(wr, err); ok {
+		fl.finish(o)
+		return
+	}
+	if wr.Raw == nil {
+		// Called on the resolution's own goroutine.
+		fl.finish(fl.msgOutcome(wr, err))
+		return
+	}
+	wr.Raw = append([]byte(nil), wr.Raw...) // valid only during the call
+	fl.f.workers.do(func() { fl.finish(fl.msgOutcome(wr, err)) })
+}
+
+// finishedPanic ends the flight as resolveRecovered would when err says
+// the upstream's side panicked. Apart from ReceiveWire, whose happy path
+// would otherwise pay for pe's escape.
+func (fl *flight) finishedPanic(err error) bool {
+	var pe *upstream.PanicError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	fl.finish(fl.panicOutcome(pe.Value, pe.Stack))
+	return true
+}
+
+// wireOutcome is the outcome of a clean reply, stored (NOERROR) or the
+// entry removed (NXDOMAIN, as settle does); ok is false when the reply
+// needs the dns.Msg path.
+func (fl *flight) wireOutcome(wr upstream.WireReply, err error) (o outcome, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			o, ok = fl.panicOutcome(v, debug.Stack()), true
 		}
-		if o.wireOK {
-			o.server = wr.Server
-			switch o.wire.Rcode() {
-			case dns.RcodeSuccess:
-				if stored, reason := h.cache.SetWire(key, &o.wire); !stored {
-					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
-				}
-			case dns.RcodeNameError:
-				h.cache.Remove(key) // as settle: NXDOMAIN is never cached
-			}
-			return o
-		}
+	}()
+	if err != nil || wr.Raw == nil {
+		return o, false
+	}
+	res, key := &fl.wireRes, fl.key
+	h, s, zone := res.h, res.s, res.zone
+	o.wire, o.wireOK = h.cache.PrepareWire(key, wr.Raw)
+	if o.wireOK && o.wire.CNAMEs() > 0 {
+		// The upstream kept the chain inside its zone; a target in a
+		// zone configured below it is the router's to see, and the
+		// chain is then cut and chased there (cutAtSubzone, on the
+		// dns.Msg path).
+		o.wireOK = o.wire.CNAMETargets(func(name []byte) bool {
+			return s.router.routeCanonical(name).Name == zone.Name
+		})
+	}
+	if !o.wireOK {
 		// The store declines a shape the upstream's check passed: the
 		// dns.Msg path, with the same outcome.
+		return outcome{}, false
+	}
+	o.server = wr.Server
+	switch o.wire.Rcode() {
+	case dns.RcodeSuccess:
+		if stored, reason := h.cache.SetWire(key, &o.wire); !stored {
+			h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
+		}
+	case dns.RcodeNameError:
+		h.cache.Remove(key) // as settle: NXDOMAIN is never cached
+	}
+	return o, true
+}
+
+// msgOutcome is the rare rest: the reply unpacked (when it came as bytes),
+// scrubbed and chased across zones under a context with the deadline, and
+// settled as ServeDNS's resolutions are.
+func (fl *flight) msgOutcome(wr upstream.WireReply, err error) (o outcome) {
+	defer fl.recoverInto(&o)
+	res, key := &fl.wireRes, fl.key
+	h, s, zone := res.h, res.s, res.zone
+	if err == nil && wr.Raw != nil {
 		wr.Msg = new(dns.Msg)
 		if err = wr.Msg.Unpack(wr.Raw); err != nil {
 			wr.Msg = nil
 		}
 	}
-	// The rare rest (a chase across zones) runs under a context with the
-	// deadline.
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(fl.f.ctx, res.deadline)
 	defer cancel()
 	reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
 	return h.settle(zone, key, reply, server, err)

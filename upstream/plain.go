@@ -110,7 +110,7 @@ func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	}
 	binary.BigEndian.PutUint16(packed, randomID())
 	out := make(chan datagram, 1)
-	sock, err := p.openUDP(packed, qend, out)
+	sock, err := p.openUDP(packed, qend, out, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sending to %s over udp: %w", p.addr, classify(ctx, err))
 	}

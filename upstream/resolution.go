@@ -102,7 +102,7 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 	}
 	*bufp = packed[:0]
 	deadline, _ := ctx.Deadline()
-	reply, _, server, err := g.resolve(ctx, deadline, packed, m, false)
+	reply, _, server, err := g.resolve(ctx, deadline, packed, m, false, nil)
 	if reply == nil {
 		return nil, "", ScrubResult{}, err
 	}
@@ -119,8 +119,16 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 //
 // It ends at deadline, or when ctx is done: the deadline is watched by a
 // pooled timer, so a caller need not make a context for it.
-func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, m *dns.Msg, wantRaw bool) (*dns.Msg, []byte, string, error) {
+//
+// With a call (a StartWire resolution the reader handed over, wirecall.go),
+// the first attempt was sent already: the loop goes on from it, its RTO
+// counted from when it was sent, and its socket's datagrams come on
+// call.ch.
+func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, m *dns.Msg, wantRaw bool, call *WireCall) (*dns.Msg, []byte, string, error) {
 	order := g.usable()
+	if call != nil {
+		order = call.order
+	}
 	qend, _, err := questionEnd(packed)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
@@ -146,9 +154,16 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 	defer func() { cancelAttempts() }()
 	// Each socket hands over at most one datagram before it is rearmed, and
 	// each TCP retry ends once: room for all.
-	datagrams := getDatagramChan(g.opts.MaxAttempts)
-	defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
-	var results chan attemptResult   // made with the first TCP retry
+	var datagrams chan datagram
+	if call != nil {
+		// Not pooled: the first socket's reply may still be given to
+		// the call after the resolution ended.
+		datagrams = call.ch
+	} else {
+		datagrams = getDatagramChan(g.opts.MaxAttempts)
+		defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
+	}
+	var results chan attemptResult // made with the first TCP retry
 	var (
 		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
 		failed   []attemptResult // attempts whose socket could not be opened or written
@@ -184,7 +199,7 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 		// The RTO runs from the decision to send, as a.sent says.
 		rtoTimer.Reset(rto)
 		binary.BigEndian.PutUint16(packed, randomID())
-		sock, err := s.plain.openUDP(packed, qend, datagrams)
+		sock, err := s.plain.openUDP(packed, qend, datagrams, nil)
 		if err != nil {
 			failed = append(failed, attemptResult{attempt: a,
 				err: fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))})
@@ -215,7 +230,17 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 		endedAttempts = make([]attemptResult, 0, g.opts.MaxAttempts)
 		outstanding   []attemptResult
 	)
-	send()
+	if call == nil {
+		send()
+	} else {
+		a := &call.first
+		attempts = append(attempts, a)
+		pending++
+		if call.firstErr != nil {
+			failed = append(failed, attemptResult{attempt: a, err: call.firstErr})
+		}
+		rtoTimer.Reset(a.rto - time.Since(a.sent))
+	}
 loop:
 	for {
 		var r attemptResult

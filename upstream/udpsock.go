@@ -17,12 +17,13 @@ import (
 // poller watching every attempt socket through one epoll set) reads what
 // arrives, drops what is not a response to its query (ID, question:
 // accepts), counting a mismatch, and hands the first plausible reply to the
-// socket's channel as a datagram. It then reads nothing more from that
-// socket until the owner, having unpacked the reply, either closes the socket
-// (the resolution is over) or rearms it (the reply did not unpack: a forgery
-// or a broken server; the genuine reply may follow). So a miss costs no
-// goroutine per attempt, and every attempt's socket can stay open until its
-// resolution ends.
+// socket's channel as a datagram (or, for the first attempt of a StartWire
+// resolution, gives it to the resolution itself: wirecall.go). It then
+// reads nothing more from that socket until the owner, having unpacked the
+// reply, either closes the socket (the resolution is over) or rearms it
+// (the reply did not unpack: a forgery or a broken server; the genuine
+// reply may follow). So a miss costs no goroutine per attempt, and every
+// attempt's socket can stay open until its resolution ends.
 
 // datagram is what an attempt's socket hands its owner: a reply that passed
 // accepts, or the socket's error (ECONNREFUSED: the attempt is over).

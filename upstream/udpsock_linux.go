@@ -15,6 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// inlineReplies: the reader gives a WireCall its first attempt's reply
+// itself (wirecall.go).
+const inlineReplies = true
+
 // udpSock is one attempt's connected UDP socket, a raw file descriptor: no
 // net.Conn, no os.File, nothing for the garbage collector to finalize.
 type udpSock struct {
@@ -27,6 +31,10 @@ type udpSock struct {
 	qdcount  uint16
 	question []byte // the query's question section, as sent
 	out      chan<- datagram
+	// call, when set, is the StartWire resolution whose first attempt
+	// this is: the reader hands it the reply itself (WireCall.datagram)
+	// instead of sending it on out.
+	call *WireCall
 }
 
 // sysRaw runs a system call that cannot block (every socket here is
@@ -108,8 +116,13 @@ func (r *udpReader) drain(fd uintptr) bool {
 			r.mu.Lock()
 			s := r.socks[token]
 			r.mu.Unlock()
-			if s != nil {
-				s.readable(r)
+			if s == nil {
+				continue
+			}
+			if d, ok := s.readable(r); ok {
+				// Outside s.mu: the call may end the resolution, which
+				// closes s.
+				s.call.datagram(d)
 			}
 		}
 	}
@@ -117,12 +130,14 @@ func (r *udpReader) drain(fd uintptr) bool {
 
 // readable reads s until a datagram passes accepts (handed to s.out, and
 // the socket left unarmed), an error (handed over), or nothing is left
-// (the socket rearmed).
-func (s *udpSock) readable(r *udpReader) {
+// (the socket rearmed). A socket of a WireCall hands nothing over: the
+// datagram is returned (ok), its bytes in the reader's buffer, for the
+// caller to give the call once s.mu is released.
+func (s *udpSock) readable(r *udpReader) (d datagram, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
-		return
+		return d, false
 	}
 	for {
 		n, e := sysRaw(unix.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)))
@@ -131,10 +146,13 @@ func (s *udpSock) readable(r *udpReader) {
 			continue
 		case e == unix.EAGAIN:
 			s.armLocked(unix.EPOLL_CTL_MOD)
-			return
+			return d, false
 		case e != 0:
+			if s.call != nil {
+				return datagram{sock: s, err: e}, true
+			}
 			s.hand(datagram{sock: s, err: e})
-			return
+			return d, false
 		}
 		if !s.accepts(r.buf[:n]) {
 			// Keep reading: the genuine reply may still be on its way,
@@ -143,8 +161,11 @@ func (s *udpSock) readable(r *udpReader) {
 			s.plain.mismatches.Add(1)
 			continue
 		}
+		if s.call != nil {
+			return datagram{sock: s, raw: r.buf[:n]}, true
+		}
 		s.hand(datagram{sock: s, raw: append([]byte(nil), r.buf[:n]...)})
-		return
+		return d, false
 	}
 }
 
@@ -272,8 +293,9 @@ func (rs *sockServer) connectedToSelf(fd int) bool {
 
 // openUDP sends packed (a query whose ID the caller has just made random,
 // and whose question section ends at qend) from a new socket connected to
-// p's server; replies arrive on out. The caller closes the socket.
-func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock, error) {
+// p's server; replies arrive on out, or, when call is set, are given to it.
+// The caller closes the socket.
+func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, call *WireCall) (*udpSock, error) {
 	r, err := theReader()
 	if err != nil {
 		return nil, err
@@ -305,8 +327,15 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock,
 	if fd < 0 {
 		return nil, errSelfConnect
 	}
-	s := &udpSock{fd: fd, plain: p, id: binary.BigEndian.Uint16(packed),
-		qdcount: binary.BigEndian.Uint16(packed[4:]), question: packed[12:qend], out: out}
+	// A call's first socket lives in the call: one allocation less.
+	var s *udpSock
+	if call != nil {
+		s = &call.sock
+	} else {
+		s = new(udpSock)
+	}
+	s.fd, s.plain, s.id = fd, p, binary.BigEndian.Uint16(packed)
+	s.qdcount, s.question, s.out, s.call = binary.BigEndian.Uint16(packed[4:]), packed[12:qend], out, call
 	r.mu.Lock()
 	r.next++
 	s.token = r.next

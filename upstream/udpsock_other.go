@@ -27,7 +27,12 @@ type sockServer struct{}
 
 func newSockServer(string) (*sockServer, error) { return &sockServer{}, nil }
 
-func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram) (*udpSock, error) {
+// inlineReplies: without the Linux reader there is no goroutine to give a
+// WireCall its reply, so StartWire runs every resolution on a goroutine.
+const inlineReplies = false
+
+// openUDP is the Linux one's; call is never set here (inlineReplies).
+func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, _ *WireCall) (*udpSock, error) {
 	var conn net.Conn
 	for range maxSelfConnects {
 		c, err := net.Dial("udp", p.addr)

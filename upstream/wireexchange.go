@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/miekg/dns"
@@ -38,24 +37,32 @@ type WireReply struct {
 // The resolution gives up at deadline (the zero time: ctx's deadline, else
 // 5 s) or when ctx is done. The deadline is a parameter, not a context of
 // its own, because context.WithTimeout costs four allocations, a quarter
-// of a wire miss's (docs/benchmarks.md).
+// of a wire miss's (docs/benchmarks.md). It is StartWire, waited for.
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
-	if err := ctx.Err(); err != nil {
-		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
+	ch := make(wireWait, 1)
+	c := new(WireCall)
+	g.StartWire(c, ctx, query, deadline, ch)
+	var o wireOutcome
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		c.Kick()
+		o = <-ch
 	}
-	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
-		deadline = ctxDeadline
+	return o.wr, o.err
+}
+
+// wireWait is ExchangeWire's receiver.
+type wireWait chan wireOutcome
+
+type wireOutcome struct {
+	wr  WireReply
+	err error
+}
+
+func (w wireWait) ReceiveWire(wr WireReply, err error) {
+	if wr.Raw != nil {
+		wr.Raw = append([]byte(nil), wr.Raw...) // the reader's buffer
 	}
-	if deadline.IsZero() {
-		deadline = time.Now().Add(defaultResolutionTimeout)
-	}
-	reply, raw, server, err := g.resolve(ctx, deadline, query, nil, true)
-	switch {
-	case raw != nil:
-		return WireReply{Raw: raw, Server: server}, err
-	case reply == nil:
-		return WireReply{}, err
-	}
-	reply.Id = 0
-	return WireReply{Msg: reply, Server: server, Scrub: g.scrub(reply.Question, reply)}, err
+	w <- wireOutcome{wr, err}
 }
