@@ -18,6 +18,9 @@ import (
 // question (same cache key) while it runs.
 type flight struct {
 	done chan struct{} // closed when the outcome is set
+	// finished makes finish run once: a wire flight whose start panicked
+	// is ended by the recovery, and its upstream call may still report.
+	finished atomic.Bool
 	outcome
 	// waiters are the clients of the wire miss path waiting for the flight
 	// (wiremiss.go); whoever ends the flight (finish) answers them.
@@ -165,6 +168,9 @@ func (fl *flight) run() {
 // finish ends the flight with o: it leaves the running set, its
 // general-path waiters are woken and its wire waiters answered.
 func (fl *flight) finish(o outcome) {
+	if !fl.finished.CompareAndSwap(false, true) {
+		return // ended already (startWire's recovery, then a late reply)
+	}
 	f := fl.f
 	defer f.wg.Done()
 	fl.outcome = o

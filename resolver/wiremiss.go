@@ -172,6 +172,15 @@ type wireResolution struct {
 // attempt reader when the first reply is clean: no goroutine is woken for
 // a plain miss (issue 17's hand-offs).
 func (fl *flight) startWire() {
+	// The flight is in the running set already: a panic here must end it,
+	// or every later client of the question would join a resolution that
+	// never answers. The upstream may still deliver a reply for an attempt
+	// it sent before panicking; finish ignores a second ending.
+	defer func() {
+		if v := recover(); v != nil {
+			fl.finish(fl.panicOutcome(v, debug.Stack()))
+		}
+	}()
 	res := &fl.wireRes
 	// upstream.timeout as a deadline, not a context: see ExchangeWire.
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)

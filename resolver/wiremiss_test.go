@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,5 +399,63 @@ func TestResolutionPanicIsRecovered(t *testing.T) {
 	<-fl.done
 	if fl.err == nil || told != "boom" {
 		t.Fatalf("err %v, told %v", fl.err, told)
+	}
+}
+
+// panickingWire is a group whose wire start panics after it sent its first
+// attempt, as a bug in the upstream's part of route 6 would.
+type panickingWire struct {
+	*upstream.Group
+	calls atomic.Int32
+}
+
+func (p *panickingWire) StartWire(c *upstream.WireCall, ctx context.Context, query []byte, deadline time.Time, recv upstream.WireReceiver) {
+	p.calls.Add(1)
+	p.Group.StartWire(c, ctx, query, deadline, recv)
+	panic("wire start")
+}
+
+// A panic while a reader starts a wire flight ends that flight: its client
+// gets SERVFAIL, the in-flight count comes back, and the next client of
+// the question starts a new resolution instead of joining a dead one. (The
+// upstream holds its replies until the end: a reply to the attempt sent
+// before the panic may still fill the cache, which is right, but would
+// make the second query a hit.)
+func TestWireStartPanicEndsTheFlight(t *testing.T) {
+	u := wireUpstream(t)
+	_, release := u.Hold("boom.example.")
+	defer release()
+	g, err := upstream.NewGroup(".", []string{u.Addr}, upstream.GroupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	up := &panickingWire{Group: g}
+	var told atomic.Int32
+	h, _ := diffHandlerWith(t, nil, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: up}}
+		c.Allow = diffAllow
+	})
+	h.flights.onPanic = func(any, []byte) { told.Add(1) }
+	rec := newMissRecorder()
+	pkt := variant{name: "boom.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(t)
+	from := diffClients[0].addr
+	for i := range 2 {
+		if reply, ok := h.answerPacket(nil, pkt, from, false, &plainQuery{replier: rec}); !ok || len(reply) != 0 {
+			t.Fatalf("query %d: not a wire miss: %v %x", i, ok, reply)
+		}
+		got := new(dns.Msg)
+		if err := got.Unpack(rec.next(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("query %d: rcode %s, want SERVFAIL", i, dns.RcodeToString[got.Rcode])
+		}
+		if n := h.flights.count(); n != 0 {
+			t.Fatalf("query %d: %d resolutions still counted", i, n)
+		}
+	}
+	if up.calls.Load() != 2 || told.Load() != 2 {
+		t.Fatalf("%d starts, %d panics told; want 2 and 2", up.calls.Load(), told.Load())
 	}
 }
