@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/dnswire"
 )
 
 // The wire store (issue 17) makes an entry straight from an upstream
@@ -52,7 +54,7 @@ func (a *WireAnswer) CNAMETargets(yield func(name []byte) bool) bool {
 		}
 		rdlen := int(binary.BigEndian.Uint16(wire[off+8:]))
 		if binary.BigEndian.Uint16(wire[off:]) == dns.TypeCNAME {
-			target, _, ok := readPlainName(wire, off+10, buf[:0])
+			target, _, ok := dnswire.ReadPlainName(wire, off+10, buf[:0])
 			if !ok || !yield(canonicalText(text[:0], target)) {
 				return false
 			}
@@ -84,7 +86,7 @@ func (a *WireAnswer) Rcode() int { return a.rcode }
 func (a *WireAnswer) TTL() time.Duration { return a.ttl }
 
 // maxWireNameLen is the longest name in wire form (RFC 1035 section 2.3.4).
-const maxWireNameLen = 255
+const maxWireNameLen = dnswire.MaxNameLen
 
 // maxCompressionOffset is the first offset a compression pointer cannot
 // reach; miekg/dns records no name at or past it.
@@ -265,7 +267,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	}
 
 	var qbuf, nbuf, tbuf, mbuf, rbuf [maxWireNameLen]byte
-	qname, off, ok := readPlainName(raw, headerLen, qbuf[:0])
+	qname, off, ok := dnswire.ReadPlainName(raw, headerLen, qbuf[:0])
 	if !ok || off+4 > len(raw) || len(qname) == 1 || !sameNameFold(qname, k.Name) {
 		return WireAnswer{}, false
 	}
@@ -285,7 +287,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	cnames := 0
 	for range an {
 		var owner []byte
-		owner, off, ok = readPlainName(raw, off, nbuf[:0])
+		owner, off, ok = dnswire.ReadPlainName(raw, off, nbuf[:0])
 		if !ok || off+10 > len(raw) {
 			return WireAnswer{}, false
 		}
@@ -297,10 +299,10 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		w.name(owner) // the question's name, or a CNAME's target: a pointer
 		w.ttlHere()
 		switch {
-		case rtype == qtype && rdlen == addressLen(rtype):
+		case rtype == qtype && rdlen == dnswire.AddressLen(rtype):
 			w.put(raw[off : off+10+rdlen]...)
 		case rtype == dns.TypeCNAME:
-			target, end, ok := readPlainName(raw, off+10, tbuf[:0])
+			target, end, ok := dnswire.ReadPlainName(raw, off+10, tbuf[:0])
 			if !ok || end != off+10+rdlen {
 				return WireAnswer{}, false
 			}
@@ -324,7 +326,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 	ttl := smallest
 	if ns == 1 {
 		var owner, mname, rname []byte
-		owner, off, ok = readPlainName(raw, off, nbuf[:0])
+		owner, off, ok = dnswire.ReadPlainName(raw, off, nbuf[:0])
 		if !ok || off+10 > len(raw) || binary.BigEndian.Uint16(raw[off:]) != dns.TypeSOA {
 			return WireAnswer{}, false
 		}
@@ -334,10 +336,10 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		if end > len(raw) {
 			return WireAnswer{}, false
 		}
-		if mname, off, ok = readPlainName(raw, off, mbuf[:0]); !ok {
+		if mname, off, ok = dnswire.ReadPlainName(raw, off, mbuf[:0]); !ok {
 			return WireAnswer{}, false
 		}
-		if rname, off, ok = readPlainName(raw, off, rbuf[:0]); !ok || off+20 != end {
+		if rname, off, ok = dnswire.ReadPlainName(raw, off, rbuf[:0]); !ok || off+20 != end {
 			return WireAnswer{}, false
 		}
 		w.name(owner)
@@ -365,7 +367,7 @@ func prepareWire(k Key, raw []byte, bounds ttlBounds) (WireAnswer, bool) {
 		ttl = 0 // no records: noDataTTL's "nothing bounds it", stored expired
 	}
 	if ar == 1 {
-		if off, ok = skipPlainOPT(raw, off); !ok {
+		if off, ok = dnswire.SkipPlainOPT(raw, off); !ok {
 			return WireAnswer{}, false
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream/dnswire"
 )
 
 // The wire check decides, on a reply's bytes, that Scrub would leave it as
@@ -35,7 +37,7 @@ import (
 // FuzzWireClean).
 
 // maxWireName is the longest name in wire form (RFC 1035 section 2.3.4).
-const maxWireName = 255
+const maxWireName = dnswire.MaxNameLen
 
 // wireClean reports whether raw, a reply whose ID and question the socket
 // already matched (accepts), needs no scrubbing for zoneWire (the zone's
@@ -57,7 +59,7 @@ func wireClean(raw, zoneWire []byte) bool {
 		return false
 	}
 	var qbuf [maxWireName]byte
-	qname, off, ok := readWireName(raw, 12, qbuf[:0])
+	qname, off, ok := dnswire.ReadPlainName(raw, 12, qbuf[:0])
 	if !ok || off+4 > len(raw) || raw[12] == 0 || !nameInside(qname, zoneWire) {
 		return false
 	}
@@ -80,7 +82,7 @@ func wireClean(raw, zoneWire []byte) bool {
 	cnames, data := 0, false
 	for range an {
 		var owner []byte
-		owner, off, ok = readWireName(raw, off, nbuf[:0])
+		owner, off, ok = dnswire.ReadPlainName(raw, off, nbuf[:0])
 		if !ok || string(owner) != string(current) || off+10 > len(raw) {
 			return false
 		}
@@ -90,10 +92,10 @@ func wireClean(raw, zoneWire []byte) bool {
 			return false
 		}
 		switch {
-		case rtype == qtype && rdlen == addressLen(rtype):
+		case rtype == qtype && rdlen == dnswire.AddressLen(rtype):
 			data = true
 		case rtype == dns.TypeCNAME && !data && cnames < maxWireCNAMEs:
-			target, end, ok := readWireName(raw, off+10, tbuf[:0])
+			target, end, ok := dnswire.ReadPlainName(raw, off+10, tbuf[:0])
 			if !ok || end != off+10+rdlen || len(target) == 1 || !nameInside(target, zoneWire) || chain.has(target) {
 				return false
 			}
@@ -109,7 +111,7 @@ func wireClean(raw, zoneWire []byte) bool {
 	}
 	if ns == 1 {
 		var owner []byte
-		owner, off, ok = readWireName(raw, off, nbuf[:0])
+		owner, off, ok = dnswire.ReadPlainName(raw, off, nbuf[:0])
 		// The SOA of a negative answer (NODATA, NXDOMAIN, NODATA at the
 		// end of a chain) encloses a name of the chain.
 		if !ok || off+10 > len(raw) || binary.BigEndian.Uint16(raw[off:]) != dns.TypeSOA ||
@@ -123,7 +125,7 @@ func wireClean(raw, zoneWire []byte) bool {
 			return false
 		}
 		for range 2 { // MNAME, RNAME
-			if _, off, ok = readWireName(raw, off, nbuf[:0]); !ok {
+			if _, off, ok = dnswire.ReadPlainName(raw, off, nbuf[:0]); !ok {
 				return false
 			}
 		}
@@ -133,7 +135,7 @@ func wireClean(raw, zoneWire []byte) bool {
 		off = end
 	}
 	if ar == 1 {
-		if off, ok = skipCleanOPT(raw, off); !ok {
+		if off, ok = dnswire.SkipPlainOPT(raw, off); !ok {
 			return false
 		}
 	}
@@ -189,93 +191,6 @@ func (c *chainNames) has(name []byte) bool {
 		start = c.ends[i]
 	}
 	return false
-}
-
-// addressLen is the RDATA length of an A or AAAA record.
-func addressLen(rtype uint16) int {
-	if rtype == dns.TypeA {
-		return 4
-	}
-	return 16
-}
-
-// skipCleanOPT returns the offset after the OPT record at off, if it is one
-// the wire check accepts: root owner, extended rcode 0, options only cookie
-// (RFC 7873) and padding (RFC 7830).
-func skipCleanOPT(raw []byte, off int) (int, bool) {
-	if off+11 > len(raw) || raw[off] != 0 || binary.BigEndian.Uint16(raw[off+1:]) != dns.TypeOPT || raw[off+5] != 0 {
-		return 0, false
-	}
-	rdlen := int(binary.BigEndian.Uint16(raw[off+9:]))
-	off += 11
-	if off+rdlen > len(raw) {
-		return 0, false
-	}
-	for opts := raw[off : off+rdlen]; len(opts) > 0; {
-		if len(opts) < 4 {
-			return 0, false
-		}
-		code, l := binary.BigEndian.Uint16(opts), int(binary.BigEndian.Uint16(opts[2:]))
-		if (code != dns.EDNS0COOKIE && code != dns.EDNS0PADDING) || 4+l > len(opts) {
-			return 0, false
-		}
-		opts = opts[4+l:]
-	}
-	return off + rdlen, true
-}
-
-// readWireName reads the name at off in msg, following backward compression
-// pointers, appends it uncompressed to dst and returns it with the offset
-// after the name where it sits. It accepts only names whose labels are made
-// of letters, digits, '-' and '_', at most maxWireName bytes long.
-func readWireName(msg []byte, off int, dst []byte) ([]byte, int, bool) {
-	end := -1 // where the name ends in place, once a pointer was followed
-	lowest := off
-	for {
-		if off >= len(msg) {
-			return nil, 0, false
-		}
-		l := int(msg[off])
-		switch {
-		case l == 0:
-			dst = append(dst, 0)
-			if end < 0 {
-				end = off + 1
-			}
-			return dst, end, len(dst) <= maxWireName
-		case l&0xC0 == 0xC0:
-			if off+1 >= len(msg) {
-				return nil, 0, false
-			}
-			ptr := int(binary.BigEndian.Uint16(msg[off:]) & 0x3FFF)
-			if end < 0 {
-				end = off + 2
-			}
-			// Only backwards, and each pointer further back than the last:
-			// no loops, however the bytes are arranged.
-			if ptr >= lowest {
-				return nil, 0, false
-			}
-			lowest, off = ptr, ptr
-			continue
-		case l > 63:
-			return nil, 0, false
-		}
-		if off+1+l > len(msg) || len(dst)+1+l+1 > maxWireName {
-			return nil, 0, false
-		}
-		for _, c := range msg[off+1 : off+1+l] {
-			if !plainNameByte(c) {
-				return nil, 0, false
-			}
-		}
-		dst = append(dst, msg[off:off+1+l]...)
-		off += 1 + l
-	}
-}
-
-func plainNameByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
 }
 
 // nameInside reports whether name (uncompressed wire form) is parent or
