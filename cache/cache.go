@@ -174,17 +174,21 @@ func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
 		c.stats.refused.Add(1)
 		return false, reason
 	}
-	it := newItem(p, c.clock())
+	c.store(k, p)
+	return true, ""
+}
 
+// store adds the entry prepared as p under k and counts it: the one way in
+// of Set and SetWire.
+func (c *Cache) store(k Key, p prepared) {
+	it := newItem(p, c.clock())
 	c.mu.Lock()
 	evicted := c.lru.Add(k, it)
 	c.mu.Unlock()
-
 	c.stats.stored.Add(1)
 	if evicted {
 		c.stats.evictions.Add(1)
 	}
-	return true, ""
 }
 
 // clock reads the cache's clock.

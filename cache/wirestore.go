@@ -109,14 +109,7 @@ func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 		c.stats.refused.Add(1)
 		return false, "rcode " + rcodeName(a.rcode)
 	}
-	it := newItem(a.prepared, c.clock())
-	c.mu.Lock()
-	evicted := c.lru.Add(k, it)
-	c.mu.Unlock()
-	c.stats.stored.Add(1)
-	if evicted {
-		c.stats.evictions.Add(1)
-	}
+	c.store(k, a.prepared)
 	return true, ""
 }
 
