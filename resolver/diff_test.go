@@ -207,7 +207,7 @@ func TestFastRejectMatchesServeDNSVaried(t *testing.T) {
 			h.flights.join(busy, 1, func(context.Context) outcome {
 				<-release
 				return outcome{err: context.Canceled}
-			}, nil)
+			}, false)
 			for _, name := range []string{"new.example.", "new.service.consul.", "web.service.consul."} {
 				for _, qtype := range append([]uint16{dns.TypeA, dns.TypeAAAA}, diffQtypes...) {
 					pkt := variant{name: name, qtype: qtype, edns: true, size: 4096}.pack(t)

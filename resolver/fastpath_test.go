@@ -397,7 +397,7 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 	h.flights.join(busy, 1, func(context.Context) outcome {
 		<-release
 		return outcome{err: context.Canceled}
-	}, nil)
+	}, false)
 
 	for _, v := range []variant{
 		{name: "new.example.", qtype: dns.TypeA, rd: true},

@@ -73,11 +73,15 @@ type flights struct {
 
 	// onPanic, if set, is told about a resolution that panicked.
 	onPanic func(v any, stack []byte)
+
+	// cache is where flights store their answers: a client's join looks
+	// there under mu before starting a flight (join, joinWire).
+	cache *cache.Cache
 }
 
-func newFlights() *flights {
+func newFlights(c *cache.Cache) *flights {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers()}
+	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers(), cache: c}
 	f.expiry = time.AfterFunc(time.Hour, f.expireWire)
 	f.expiry.Stop()
 	return f
@@ -112,22 +116,23 @@ type resolveFunc func(ctx context.Context) outcome
 // started reports whether this call started it (for prefetch accounting);
 // ok is false when a new flight was needed but limit flights already run.
 //
-// settled, when not nil, is asked before a new flight starts, under the
-// lock that a finishing flight takes to leave running: a flight stores its
+// A client's miss (fromCache) first looks at the cache, under the lock
+// that a finishing flight takes to leave running: a flight stores its
 // answer before it leaves, so a client that missed the cache just before
 // that flight ended finds the answer here rather than asking the upstream a
-// second time. A non-nil reply comes back as a flight already done.
-func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, settled func() *dns.Msg) (fl *flight, started, ok bool) {
+// second time; a fresh entry comes back as a flight already done. A
+// prefetch does not look: its entry is fresh, and it is meant to refresh it.
+func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, fromCache bool) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, found := f.running[key]; found {
 		return fl, false, true
 	}
-	if settled != nil {
-		if msg := settled(); msg != nil {
+	if fromCache {
+		if res, fresh := f.cache.Fresh(key); fresh {
 			done := make(chan struct{})
 			close(done)
-			return &flight{done: done, outcome: outcome{msg: msg}, started: time.Now()}, false, true
+			return &flight{done: done, outcome: outcome{msg: res.Msg}, started: time.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {

@@ -62,7 +62,7 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(), log: log, obs: obs, queryLog: newQueryLog(log)}
+	h := &Handler{cache: c, flights: newFlights(c), log: log, obs: obs, queryLog: newQueryLog(log)}
 	h.flights.onPanic = func(v any, stack []byte) {
 		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
 	}
@@ -217,7 +217,7 @@ func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining
 	if !s.wantsPrefetch(ttl, remaining) {
 		return false
 	}
-	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), nil)
+	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), false)
 	return started
 }
 
@@ -255,12 +255,7 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg
 		}
 		return nil, missDecline
 	}
-	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), func() *dns.Msg {
-		if res, fresh := h.cache.Fresh(key); fresh {
-			return res.Msg // stored by a resolution that ended since this query's lookup
-		}
-		return nil
-	})
+	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), true)
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback

@@ -147,7 +147,7 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) outcome {
 		<-release
 		return outcome{err: context.Canceled}
-	}, nil)
+	}, false)
 	e.h.flights.mu.Lock()                       // the handler reads it after its own join
 	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer
 	e.h.flights.mu.Unlock()

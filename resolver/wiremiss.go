@@ -126,7 +126,7 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res wireReso
 	defer f.mu.Unlock()
 	fl, found := f.running[key]
 	if !found {
-		if res.h.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+		if f.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
 			return nil, false, false
 		}
 		// The flight's key is kept: a string of its own.

@@ -392,7 +392,7 @@ func TestResolutionPanicIsRecovered(t *testing.T) {
 	var told any
 	h.flights.onPanic = func(v any, _ []byte) { told = v }
 	key := cache.NewKey("boom.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, _, ok := h.flights.join(key, 10, func(context.Context) outcome { panic("boom") }, nil)
+	fl, _, ok := h.flights.join(key, 10, func(context.Context) outcome { panic("boom") }, false)
 	if !ok {
 		t.Fatal("not started")
 	}
