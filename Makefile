@@ -16,7 +16,7 @@ RUN_ADMIN ?= 127.0.0.1:9253
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-deps consul-agent vet fmt-check fuzz bench clean deb deb-check version
+.PHONY: all build run test test-deps consul-agent vet fmt-check tree-check fuzz bench clean deb deb-check version
 
 all: build
 
@@ -37,7 +37,7 @@ run: build
 
 # Installs what the tests need (dig, ...), then vets and runs every test with
 # the race detector.
-test: test-deps consul-agent fmt-check vet fuzz deb-check
+test: tree-check test-deps consul-agent fmt-check vet fuzz deb-check
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 test-deps:
@@ -76,6 +76,18 @@ fuzz:
 
 vet:
 	$(GO) vet ./...
+
+# The tree tracks sources, not build output: a tracked file that git sees
+# as binary, or one over 1 MiB, fails the run (issue 26: an 18.7 MB binary
+# sat at the root for weeks).
+TREE_MAX_BYTES ?= 1048576
+
+tree-check:
+	@bad="$$(git ls-files --eol 2>/dev/null | awk '$$1 == "i/-text" { sub(/^[^\t]*\t/, ""); print "binary: " $$0 }')"; \
+	big="$$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c '%s %n' 2>/dev/null | \
+		awk -v max=$(TREE_MAX_BYTES) '$$1 > max { print "over " max " bytes: " $$2 " (" $$1 ")" }')"; \
+	if [ -n "$$bad$$big" ]; then echo "tracked files that are build output or too big:"; \
+		printf '%s\n' "$$bad" "$$big" | sed '/^$$/d'; exit 1; fi
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
