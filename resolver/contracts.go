@@ -14,7 +14,7 @@ import (
 // time (issue 16): renaming a method on the other side breaks the build
 // instead of silently sending queries down a slower or blinder path.
 // consul.Watcher's check (RecordSource) sits in contracts_test.go, because
-// upstream/consul must not import the resolver.
+// resolver/consul must not import the resolver.
 
 // RecordSource answers questions from records pushed into memory (the Consul
 // watch). Lookup returns ok=false for every question it does not cover, and

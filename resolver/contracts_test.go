@@ -9,12 +9,12 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/resolver/local"
-	"github.com/towerd/towerd/upstream/consul"
 )
 
 // The Consul watch is the resolver's RecordSource. The check lives here
-// because upstream/consul must not import the resolver; renaming Covers or
+// because resolver/consul must not import the resolver; renaming Covers or
 // Lookup there breaks this package's tests at compile time.
 var _ RecordSource = (*consul.Watcher)(nil)
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/dnslisten"
+	"github.com/towerd/towerd/resolver/dnslisten"
 )
 
 // DefaultTCPIdleTimeout is how long a TCP connection may sit idle between

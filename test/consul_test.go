@@ -14,7 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // Helpers of the tests against a real Consul agent (test/consultest).

@@ -19,7 +19,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // TestConsulAgentLossAndFreshAgent: with the agent gone, the services known

@@ -13,7 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/dnslisten"
+	"github.com/towerd/towerd/resolver/dnslisten"
 )
 
 // resolvFollowTimeout is issue 14's bound: a change of the followed resolv.conf

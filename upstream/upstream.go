@@ -5,9 +5,7 @@
 // puts several of them behind one zone with per-server RTT-derived
 // retransmission, attempts that wait for each other, health tracking, and
 // Scrub, which drops what a server says about names it was not asked
-// about. ResolvConf reads the
-// system's own list of upstreams so `.` can be forwarded where the machine
-// sent it before towerd took over.
+// about. NormalizeAddress turns a configured server into host:port.
 package upstream
 
 import (

@@ -16,7 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // The two helper servers run as child processes of the bench (the same

@@ -6,7 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // Scenario 6, jitter: a slow and lossy upstream and short TTLs, where

@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // Loopback addresses: each server on its own, all on port 5300; the

@@ -3,8 +3,8 @@
 // and one helper that binds UDP and TCP on the same free port (ListenPair)
 // (issue 16). Tests of every package use it in place of
 // their own copies; nothing outside tests may import it (the binary must not
-// carry a test package: `go list -deps ./cmd/towerd | grep /test/` prints
-// nothing).
+// carry the test kit: `go list -deps ./cmd/towerd | grep /test/` prints only
+// test/faultproxy, which towerd drill runs).
 package dnstest
 
 import (

@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/towerd/towerd/upstream/dnslisten"
+	"github.com/towerd/towerd/resolver/dnslisten"
 )
 
 // ListenPair binds UDP on a free port of 127.0.0.1 and TCP on the same

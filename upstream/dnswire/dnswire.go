@@ -5,7 +5,7 @@
 // a reply clean on the wire finds what the dns.Msg path would. The cache's
 // wire store and the upstream's wire check both read with it; it imports
 // only miekg/dns (under upstream/ because the top level is fixed and every
-// user may import that tree, like upstream/dnslisten).
+// user may import that tree).
 package dnswire
 
 import (

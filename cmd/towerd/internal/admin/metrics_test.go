@@ -14,8 +14,8 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/upstream"
-	"github.com/towerd/towerd/upstream/consul"
 )
 
 // ownMetrics are the families towerd itself exposes; the Consul watch adds

@@ -8,7 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/consul"
+	"github.com/towerd/towerd/resolver/consul"
 )
 
 // ConsulConfig is the [consul] table: the watch that pushes the catalog's

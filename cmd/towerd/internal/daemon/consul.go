@@ -13,7 +13,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/upstream/consul"
+	"github.com/towerd/towerd/resolver/consul"
 )
 
 // firstSyncWait bounds how long READY=1 waits for the watch's first sync.

@@ -23,9 +23,9 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
-	"github.com/towerd/towerd/upstream/consul"
 	"github.com/towerd/towerd/upstream/resolvconf"
 )
 

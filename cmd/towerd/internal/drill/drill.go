@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // Bounds on a drill, so a typo cannot turn it into a flood or a day-long run.

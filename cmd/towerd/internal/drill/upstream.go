@@ -9,8 +9,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/upstream/dnslisten"
-	"github.com/towerd/towerd/upstream/faultproxy"
+	"github.com/towerd/towerd/resolver/dnslisten"
+	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // nameLabel sits between a generated name's number and its zone, so the

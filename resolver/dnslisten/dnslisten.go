@@ -2,9 +2,9 @@
 // address and port. The resolver's listeners, the fault proxy, the drill's
 // loopback zones and the test kit all listen so; this is the one place
 // that knows how to get one port for both when any port will do. It sits
-// under upstream/ (the top level is fixed) because every user may import
-// upstream's tree: the resolver does already, and it imports only the
-// standard library, so it ties nobody to the transport.
+// beside the resolver's listeners, its first user, and imports only the
+// standard library, so the fault proxy and the tests take nothing else
+// with it.
 package dnslisten
 
 import (

@@ -12,7 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/dnslisten"
+	"github.com/towerd/towerd/resolver/dnslisten"
 )
 
 // DefaultTargetTimeout bounds the wait for the target's reply to one query,
