@@ -472,8 +472,9 @@ func TestSampleConfig(t *testing.T) {
 	}
 }
 
-// TestSampleConfigComplete: every key the README documents (its built-in
-// default block and its [consul] table) is in docs/towerd.toml, so the
+// TestSampleConfigComplete: every key the manual documents (the built-in
+// default block of docs/configuration.md and the [consul] table of
+// docs/consul.md) is in docs/towerd.toml, so the
 // file the package installs does not fall behind the configuration.
 func TestSampleConfigComplete(t *testing.T) {
 	t.Parallel()
@@ -490,22 +491,22 @@ func TestSampleConfigComplete(t *testing.T) {
 		}
 		return out
 	}
-	readme := readFile(t, "../README.md")
+	readme := readFile(t, "../docs/configuration.md")
 	block := regexp.MustCompile("(?s)this is the built-in default:\n\n```toml\n(.*?)```").FindStringSubmatch(readme)
 	if block == nil {
-		t.Fatal("README has no \"this is the built-in default\" TOML block")
+		t.Fatal("docs/configuration.md has no \"this is the built-in default\" TOML block")
 	}
 	documented := keys(block[1])
-	for _, m := range regexp.MustCompile("(?m)^\\| `(consul\\.[a-z_]+)` \\|").FindAllStringSubmatch(readme, -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `(consul\\.[a-z_]+)` \\|").FindAllStringSubmatch(readFile(t, "../docs/consul.md"), -1) {
 		documented[m[1]] = true
 	}
 	if len(documented) < 30 {
-		t.Fatalf("found only %d keys in the README: %v", len(documented), documented)
+		t.Fatalf("found only %d keys in the manual: %v", len(documented), documented)
 	}
 	sample := keys(readFile(t, "../docs/towerd.toml"))
 	for k := range documented {
 		if !sample[k] {
-			t.Errorf("docs/towerd.toml lacks %s, which the README documents", k)
+			t.Errorf("docs/towerd.toml lacks %s, which the manual documents", k)
 		}
 	}
 }

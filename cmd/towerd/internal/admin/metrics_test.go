@@ -123,7 +123,7 @@ func exposedName(name string, have map[string]bool) bool {
 
 // The alert rules and the dashboard only use metrics towerd exposes (a
 // renamed metric would silence an alert without anyone noticing), and the
-// README documents every one of them.
+// manual (docs/operating.md) documents every one of them.
 func TestMonitoringAndREADMEMatchMetrics(t *testing.T) {
 	have := map[string]bool{}
 	var towerdNames []string
@@ -155,14 +155,14 @@ func TestMonitoringAndREADMEMatchMetrics(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../../../README.md")
+	readme, err := os.ReadFile("../../../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sort.Strings(towerdNames)
 	for _, name := range towerdNames {
 		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README.md does not document %s", name)
+			t.Errorf("docs/operating.md does not document %s", name)
 		}
 	}
 }
