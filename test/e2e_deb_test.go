@@ -289,6 +289,12 @@ source "$0"`
 		if !strings.HasPrefix(changelog, "towerd ("+debVersion+") unstable; urgency=medium\n") {
 			t.Errorf("changelog.gz starts %q", strings.SplitN(changelog, "\n", 2)[0])
 		}
+		// The manual the man pages point to, as in the repository.
+		for _, page := range []string{"README.md.gz", "docs/configuration.md.gz", "docs/operating.md.gz"} {
+			if text, _ := gunzip(t, filepath.Join(root, "usr/share/doc/towerd", page)); !strings.HasPrefix(text, "# ") {
+				t.Errorf("%s does not start with a title: %.40q", page, text)
+			}
+		}
 		copyright := readFile(t, filepath.Join(root, "usr/share/doc/towerd/copyright"))
 		if !strings.Contains(copyright, "Files: *\nCopyright: Copyright (c) 2026 The towerd authors\nLicense: Expat\n") {
 			t.Errorf("copyright does not give towerd's own license")

@@ -1,10 +1,11 @@
 // Command dist lays out the file tree of towerd's Debian package from a
 // built towerd binary: the binary, the systemd units rendered by the same
 // code `towerd install` uses (so ExecStart names the packaged binary), the
-// sample configuration as a conffile, the man page written from the
-// binary's subcommand table (`towerd help -json`), the binary's own shell
-// completions (`towerd completion bash|zsh`), the copyright file of everything
-// linked into it, and the DEBIAN control files. `make deb` runs it and packs
+// sample configuration as a conffile, the README and the manual of docs/,
+// the man page written from the binary's subcommand table (`towerd help
+// -json`), the binary's own shell completions (`towerd completion
+// bash|zsh`), the copyright file of everything linked into it, and the
+// DEBIAN control files. `make deb` runs it and packs
 // the tree with dpkg-deb; no debhelper is needed.
 //
 //	go run ./cmd/towerd/dist -binary bin/deb/towerd -version 0.1.0 -arch amd64 -out bin/deb/root
@@ -38,6 +39,7 @@ func main() {
 	flag.StringVar(&o.maintainer, "maintainer", "towerd maintainers <towerd@users.noreply.github.com>", "Maintainer field and changelog signature")
 	flag.StringVar(&o.sampleConfig, "config", "docs/towerd.toml", "sample configuration installed as "+configPath)
 	flag.StringVar(&o.readme, "readme", "README.md", "README installed in "+docDir)
+	flag.StringVar(&o.docs, "docs", "docs", "directory whose *.md files are installed in "+docDir+"/docs (the manual the README points to)")
 	flag.StringVar(&o.license, "license", "LICENSE", "towerd's own license")
 	flag.StringVar(&o.scripts, "scripts", "cmd/towerd/dist/debian", "directory holding postinst, prerm, postrm and lintian-overrides")
 	flag.Int64Var(&o.epoch, "source-date-epoch", 0, "time stamp of every file and of the changelog (default $SOURCE_DATE_EPOCH, else now)")
@@ -57,7 +59,8 @@ func main() {
 
 type options struct {
 	binary, out, version, arch, maintainer string
-	sampleConfig, readme, license, scripts string
+	sampleConfig, readme, docs             string
+	license, scripts                       string
 	epoch                                  int64
 }
 
@@ -116,6 +119,22 @@ func build(o options) error {
 		return err
 	}
 	t.add(docDir+"/README.md.gz", gz(readme), 0o644)
+	// The manual beside it, as the README's links name it (docs/NAME.md):
+	// the man pages point there for what a key or a metric means.
+	manual, err := filepath.Glob(filepath.Join(o.docs, "*.md"))
+	if err != nil {
+		return err
+	}
+	if len(manual) == 0 {
+		return fmt.Errorf("no *.md in %s: the manual the man pages point to", o.docs)
+	}
+	for _, path := range manual {
+		page, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		t.add(docDir+"/docs/"+filepath.Base(path)+".gz", gz(page), 0o644)
+	}
 	// towerd is a native package (its packaging lives in its own
 	// repository; the version has no Debian revision), whose changelog is
 	// changelog.gz: Policy 12.7, lintian's wrong-name-for-changelog-of-native-package.

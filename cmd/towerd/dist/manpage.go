@@ -122,7 +122,9 @@ the units: systemd binds 127.0.0.1:53 and starts towerd on the first query
 .BR systemd.socket (5),
 .BR dnsmasq (8)
 .PP
-/usr/share/doc/towerd/README.md.gz and https://github.com/towerd/towerd
+/usr/share/doc/towerd/README.md.gz, the manual in /usr/share/doc/towerd/docs/
+(operating.md.gz: every subcommand, flag and metric at length) and
+https://github.com/towerd/towerd
 `)
 	return b.String()
 }
@@ -171,7 +173,8 @@ default and what it means, commented out. Uncomment a line to change it.
 .SH SEE ALSO
 .BR towerd (8)
 .PP
-The README (/usr/share/doc/towerd/README.md.gz) explains each key at length.
+/usr/share/doc/towerd/docs/configuration.md.gz explains each key at length:
+its default, and whether a reload applies it.
 `)
 	return b.String()
 }
