@@ -94,9 +94,9 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Issue 6, not part of make test: the Go benchmarks of the hit path, then
-# towerd beside dnsmasq and unbound on loopback (about 12 minutes; results
+# towerd beside dnsmasq and unbound on loopback (about 13 minutes; results
 # and how to read them in docs/benchmarks.md). More: make bench BENCH_ARGS='-rounds 3'
-# or fewer: BENCH_ARGS='-scenarios latency,memory' (all six by default)
+# or fewer: BENCH_ARGS='-scenarios latency,memory' (all eight by default)
 BENCH_ARGS ?=
 
 bench: build

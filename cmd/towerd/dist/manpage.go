@@ -158,8 +158,8 @@ with the file, line and key.
 .B SIGHUP
 (or
 .BR "systemctl reload towerd" )
-re\-reads the file; listen, cache.size, [admin] and [consul] change only on
-restart.
+re\-reads the file; listen, cache.size, log_level, log_format, [tcp], [admin]
+and [consul] change only on restart.
 .PP
 The file below is the one the package installs: every key with its
 default and what it means, commented out. Uncomment a line to change it.
