@@ -15,7 +15,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/cmd/towerd/internal/drill"
-	"github.com/towerd/towerd/systemd"
+	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
 // The subcommands besides serve and check: each parses its flags and calls
@@ -81,7 +81,7 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 		docker = fs.Bool("docker", false, "also send Docker's containers to towerd: \"dns\" in /etc/docker/daemon.json, towerd.socket on docker0's address, the bridge in allow")
 		fs.Var(&fromDnsmasq, "from-dnsmasq", "import dnsmasq's configuration as towerd.toml: `[FILE|DIR]` as the node sees it (default: the files dnsmasq reads)")
 		activate = fs.Bool("activate", false, "run systemctl daemon-reload and enable --now towerd.socket, wait for towerd to answer on 127.0.0.1:53, roll everything back if it does not (only with --root /)")
-		activateTimeout = fs.Duration("activate-timeout", systemd.DefaultActivateTimeout, "how long --activate waits for towerd's first answer")
+		activateTimeout = fs.Duration("activate-timeout", install.DefaultActivateTimeout, "how long --activate waits for towerd's first answer")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: towerd %s [--root DIR] [--dry-run]", name)
@@ -138,10 +138,10 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 	}
 	fmt.Fprintln(stdout, header)
 
-	var report *systemd.Report
+	var report *install.Report
 	var err error
 	if undo {
-		report, err = systemd.Uninstall(systemd.UninstallOptions{Root: *root, DryRun: *dryRun})
+		report, err = install.Uninstall(install.UninstallOptions{Root: *root, DryRun: *dryRun})
 	} else {
 		var exe string
 		if exe, err = os.Executable(); err == nil {
@@ -151,7 +151,7 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			fmt.Fprintf(stderr, "towerd install: finding this program's binary: %v\n", err)
 			return exitFail
 		}
-		opts := systemd.InstallOptions{
+		opts := install.InstallOptions{
 			Root: *root, Binary: exe, Upstreams: splitList(*upstreams), DryRun: *dryRun, Docker: *docker,
 		}
 		var imported *config.File
@@ -163,9 +163,9 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			imported, opts.Imported = &f, info
 		}
 		if *activate {
-			opts.Activate = &systemd.Activation{Timeout: *activateTimeout}
+			opts.Activate = &install.Activation{Timeout: *activateTimeout}
 		}
-		opts.RenderConfig = func(c systemd.InstallConfig) []byte {
+		opts.RenderConfig = func(c install.InstallConfig) []byte {
 			s := config.InstallSettings{
 				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
 				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn,
@@ -175,7 +175,7 @@ func installCommand(args []string, stdout, stderr io.Writer, undo bool) int {
 			}
 			return s.File().Render()
 		}
-		report, err = systemd.Install(opts)
+		report, err = install.Install(opts)
 	}
 	if report != nil {
 		report.Print(stdout, stderr)
@@ -220,15 +220,15 @@ func (o *optionalPath) IsBoolFlag() bool { return true }
 // the files dnsmasq reads there (DetectDnsmasq). The import must make a
 // valid towerd.toml before install changes anything; what it does not
 // carry over is listed on stderr, as import-dnsmasq does.
-func importForInstall(root, path string, stderr io.Writer) (config.File, *systemd.ImportedConfig, int) {
+func importForInstall(root, path string, stderr io.Writer) (config.File, *install.ImportedConfig, int) {
 	paths := []string{path}
 	if path == "" {
-		n, err := systemd.OpenNodeRoot(root)
+		n, err := install.OpenNodeRoot(root)
 		if err != nil {
 			fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
 			return config.File{}, nil, exitFail
 		}
-		paths = systemd.DetectDnsmasq(n).ConfigFiles
+		paths = install.DetectDnsmasq(n).ConfigFiles
 		n.Close()
 		if len(paths) == 0 {
 			fmt.Fprintln(stderr, "towerd install: --from-dnsmasq: no dnsmasq configuration found (/etc/dnsmasq.conf, /etc/dnsmasq.d); name it: --from-dnsmasq FILE")
@@ -243,7 +243,7 @@ func importForInstall(root, path string, stderr io.Writer) (config.File, *system
 	source := "dnsmasq's " + strings.Join(paths, ", ")
 	im := dnsmasqimport.Import(strings.Join(paths, ", "), dirs)
 	im.File.Header[0] = "towerd configuration imported from " + strings.Join(paths, ", ") + " by `towerd install --from-dnsmasq`."
-	info := &systemd.ImportedConfig{Source: source}
+	info := &install.ImportedConfig{Source: source}
 	for _, z := range im.File.Zones {
 		if z.Name == "." && len(z.Servers) > 0 {
 			info.RootServers = true
