@@ -172,7 +172,7 @@ func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--activate: %w", err)
 	}
-	if p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(nodeView{in.fsys}, dnsmasqPIDFile)) {
+	if p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(in.fsys, dnsmasqPIDFile)) {
 		return nil, fmt.Errorf("--activate: dnsmasq holds port 53, which towerd.socket needs; stop it first (%s), then run install --activate again",
 			strings.Join(p.dnsmasq.StopCommands, "; "))
 	}

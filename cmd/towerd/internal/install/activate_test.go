@@ -76,7 +76,7 @@ func activateOn(t *testing.T, kind nodeKind, act Activation) (root string, befor
 	t.Helper()
 	root, _ = buildNode(t, nodeCase{kind: kind})
 	before = treeOf(t, root)
-	r, err = install(rootFS{Root: root}, withRenderer(InstallOptions{Binary: fakeBinary(t), Activate: &act}))
+	r, err = install(rootOf(t, root), withRenderer(InstallOptions{Binary: fakeBinary(t), Activate: &act}))
 	return root, before, treeOf(t, root), r, err
 }
 
@@ -152,7 +152,7 @@ func TestActivateSucceeds(t *testing.T) {
 	if c := changeFor(r, "systemctl enable --now towerd.socket"); c.Action != "ran" {
 		t.Errorf("report: %+v", c)
 	}
-	mustUninstall(t, rootFS{Root: root})
+	mustUninstall(t, rootOf(t, root))
 }
 
 // TestActivateRefusals: --activate is refused before anything changes when
@@ -170,7 +170,7 @@ func TestActivateRefusals(t *testing.T) {
 		t.Errorf("install --activate --root = %v", err)
 	}
 	diffTrees(t, before, treeOf(t, root))
-	mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if got := calls(t, log); len(got) != 0 {
 		t.Errorf("systemctl ran: %q", got)
 	}

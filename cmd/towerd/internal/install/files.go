@@ -7,23 +7,34 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"strings"
 	"syscall"
 )
 
-// fileSystem is every file operation install and uninstall make, on paths
-// as the target system sees them ("/etc/resolv.conf"). rootFS (rootfs.go)
-// maps them under a root directory without ever following a link out of
-// it; tests wrap it to make a rename fail the way a bind-mounted
-// /etc/resolv.conf does, or to kill an install after any number of steps.
-// There is no chmod by name: a mode is set on the open file.
-type fileSystem interface {
+// nodeFiles is what the detectors (resolv.conf managers, Docker, dnsmasq,
+// packaged units) read of a node: names are absolute as the node sees them.
+// NodeRoot is the one implementation; tools that only look at a node (towerd
+// doctor) pass one opened with OpenNodeRoot.
+type nodeFiles interface {
+	// Lstat describes name itself, not what a symlink there points at.
 	Lstat(name string) (fs.FileInfo, error)
 	// ReadFile follows symlinks, resolving them inside the root, and reads
 	// only a regular file.
 	ReadFile(name string) ([]byte, error)
 	Readlink(name string) (string, error)
-	// ReadDir lists a directory's names.
-	ReadDir(name string) ([]string, error)
+	// ReadDir lists a directory sorted by name, following symlinks inside
+	// the root.
+	ReadDir(name string) ([]fs.DirEntry, error)
+}
+
+// fileSystem is every file operation install and uninstall make: the reads
+// the detectors make, and the changes. NodeRoot (noderoot.go) makes them
+// under a root directory without ever following a link out of it; tests
+// wrap it to make a rename fail the way a bind-mounted /etc/resolv.conf
+// does, or to kill an install after any number of steps. There is no chmod
+// by name: a mode is set on the open file.
+type fileSystem interface {
+	nodeFiles
 	Symlink(target, name string) error
 	// WriteTemp creates a new file with an unpredictable name (tempName)
 	// beside name, writes data with mode perm, syncs it and returns its name.
@@ -35,26 +46,6 @@ type fileSystem interface {
 	Remove(name string) error
 	// Mkdir creates a directory with exactly perm, whatever the umask.
 	Mkdir(name string, perm fs.FileMode) error
-}
-
-// resolveLinks follows name while it is a symlink, the way the kernel would
-// within the root (40 hops, like Linux's limit).
-func resolveLinks(fsys fileSystem, name string) (string, error) {
-	for range 40 {
-		info, err := fsys.Lstat(name)
-		if err != nil || info.Mode()&fs.ModeSymlink == 0 {
-			return name, nil // a missing file is reported by the read itself
-		}
-		target, err := fsys.Readlink(name)
-		if err != nil {
-			return "", err
-		}
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(name), target)
-		}
-		name = target
-	}
-	return "", fmt.Errorf("%s: %w", name, syscall.ELOOP)
 }
 
 // writeFileAtomic replaces name with data and mode perm: a new temp file
@@ -157,4 +148,28 @@ func restoreSnapshot(fsys fileSystem, name string, s snapshot) error {
 		return fmt.Errorf("putting back symlink %s -> %s: %w", name, s.link, err)
 	}
 	return nil
+}
+
+// linkTarget is where the symlink name points, as a clean absolute path
+// inside the root, or "" when name is not a symlink.
+func linkTarget(files nodeFiles, name string) string {
+	fi, err := files.Lstat(name)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return ""
+	}
+	target, err := files.Readlink(name)
+	if err != nil {
+		return ""
+	}
+	if !strings.HasPrefix(target, "/") {
+		target = path.Join(path.Dir(name), target)
+	}
+	return path.Clean(target)
+}
+
+// nodeHas tells whether name exists under the root (a dangling symlink
+// counts: something put it there).
+func nodeHas(files nodeFiles, name string) bool {
+	_, err := files.Lstat(name)
+	return err == nil
 }

@@ -60,6 +60,17 @@ func resolvedRoot(t *testing.T) string {
 	return root
 }
 
+// rootOf opens dir as a node's root for one test.
+func rootOf(t *testing.T, dir string) *NodeRoot {
+	t.Helper()
+	n, err := OpenNodeRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
 // fakeBinary stands in for the towerd executable install copies.
 func fakeBinary(t *testing.T) string {
 	t.Helper()

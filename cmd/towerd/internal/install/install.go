@@ -107,7 +107,7 @@ type InstallConfig struct {
 // anything: Report.Next says what to run (Activate runs it).
 //
 // Every path is resolved inside opts.Root without following a link out of
-// it (rootFS), and every change is recorded in install-state.json before it
+// it (NodeRoot), and every change is recorded in install-state.json before it
 // is made, so an install killed at any point is finished by the next
 // Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
@@ -115,7 +115,12 @@ func Install(opts InstallOptions) (*Report, error) {
 		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
 			"install there without --activate and start towerd inside that system", opts.Root)
 	}
-	return install(rootFS{Root: opts.Root}, opts)
+	n, err := OpenNodeRoot(opts.Root)
+	if err != nil {
+		return &Report{DryRun: opts.DryRun}, err
+	}
+	defer n.Close()
+	return install(n, opts)
 }
 
 // installer carries one install's state between its steps.
@@ -264,19 +269,18 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 // refuses, before anything is written, a flag that could not take effect.
 func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 	var p nodePlan
-	view := nodeView{in.fsys}
 	var err error
-	if p.manager, err = DetectResolvConfManager(view); err != nil {
+	if p.manager, err = DetectResolvConfManager(in.fsys); err != nil {
 		return p, err
 	}
-	if p.docker, err = PlanDocker(view, opts.Docker); err != nil {
+	if p.docker, err = PlanDocker(in.fsys, opts.Docker); err != nil {
 		return p, err
 	}
 	if opts.Docker && !p.docker.Present {
 		return p, errors.New("--docker: Docker is not installed here (no " + DockerDaemonJSON + ", dockerd or docker.service)")
 	}
-	p.dnsmasq = DetectDnsmasq(view)
-	p.token, p.hasToken = PlanConsulToken(view)
+	p.dnsmasq = DetectDnsmasq(in.fsys)
+	p.token, p.hasToken = PlanConsulToken(in.fsys)
 	p.packaged = packagedUnits(in.fsys)
 
 	if p.configPath, err = in.configTarget(p.packaged); err != nil {

@@ -10,7 +10,7 @@ import (
 
 func TestDryRunsChangeNothing(t *testing.T) {
 	root := resolvedRoot(t)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), DryRun: true})
 	diffTrees(t, before, treeOf(t, root))
@@ -42,13 +42,13 @@ func TestInstallNeedsAnUpstream(t *testing.T) {
 		"run/systemd/resolve/stub-resolv.conf": stubResolvConf,
 	})
 	before := treeOf(t, root)
-	_, err := install(rootFS{Root: root}, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
+	_, err := install(rootOf(t, root), withRenderer(InstallOptions{Binary: fakeBinary(t)}))
 	if err == nil || !strings.Contains(err.Error(), "--upstream") {
 		t.Fatalf("install = %v, want an error that suggests --upstream", err)
 	}
 	diffTrees(t, before, treeOf(t, root))
 
-	r := mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t), Upstreams: []string{"192.0.2.5", "192.0.2.6:5353"}})
+	r := mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t), Upstreams: []string{"192.0.2.5", "192.0.2.6:5353"}})
 	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.5:53", "192.0.2.6:5353"]`) {
 		t.Errorf("config:\n%s", cfg)
 	}
@@ -62,7 +62,7 @@ func TestAnOperatorsConfigIsKept(t *testing.T) {
 	const mine = "[[zone]]\nname = \".\"\nservers = [\"192.0.2.99\"]\n"
 	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": mine})
 	before := treeOf(t, root)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, ConfigPath); c.Action != "kept" {
 		t.Errorf("config change %+v, want kept", c)
@@ -76,7 +76,7 @@ func TestAnOperatorsConfigIsKept(t *testing.T) {
 
 func TestUninstallKeepsAConfigEditedSinceInstall(t *testing.T) {
 	root := resolvedRoot(t)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	cfgPath := filepath.Join(root, "etc/towerd/towerd.toml")
 	edited := read(t, root, "etc/towerd/towerd.toml") + "log_level = \"debug\"\n"
@@ -99,7 +99,7 @@ func TestUninstallKeepsAConfigEditedSinceInstall(t *testing.T) {
 
 func TestUninstallRefusesWhileEnabled(t *testing.T) {
 	root := resolvedRoot(t)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	// What `systemctl enable towerd.socket` leaves behind.
 	writeTree(t, root, map[string]string{"etc/systemd/system/sockets.target.wants/towerd.socket": "->/etc/systemd/system/towerd.socket"})
@@ -118,7 +118,7 @@ func TestAForeignFileIsBackedUpAndPutBack(t *testing.T) {
 		"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd\n",
 	})
 	before := treeOf(t, root)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if got := read(t, root, "usr/local/bin/towerd.pre-towerd"); got != "an older towerd, installed by hand\n" {
 		t.Errorf("backup of the binary: %q", got)
@@ -134,7 +134,7 @@ func TestAbsoluteStubLinkIsReadInsideTheRoot(t *testing.T) {
 		"run/systemd/resolve/stub-resolv.conf": "nameserver 127.0.0.53\nsearch inside.example\n",
 		"run/systemd/resolve/resolv.conf":      "nameserver 192.0.2.20\n",
 	})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if got := read(t, root, "etc/resolv.conf"); !strings.Contains(got, "search inside.example\n") {
 		t.Errorf("the search list was not read through the absolute link inside the root:\n%s", got)
@@ -147,7 +147,7 @@ func TestAbsoluteStubLinkIsReadInsideTheRoot(t *testing.T) {
 func TestUninstallWithoutARecord(t *testing.T) {
 	root := resolvedRoot(t)
 	before := treeOf(t, root)
-	r := mustUninstall(t, rootFS{Root: root})
+	r := mustUninstall(t, rootOf(t, root))
 	if r.Changed() || len(r.Warnings) != 0 {
 		t.Errorf("nothing installed: changes %+v warnings %q", r.Changes, r.Warnings)
 	}
@@ -157,7 +157,7 @@ func TestUninstallWithoutARecord(t *testing.T) {
 	// died before saving it) is reported, not guessed at.
 	os.Remove(filepath.Join(root, "etc/resolv.conf"))
 	writeFile(t, filepath.Join(root, "etc/resolv.conf"), resolvConfMarker+"\nnameserver 127.0.0.1\n")
-	r = mustUninstall(t, rootFS{Root: root})
+	r = mustUninstall(t, rootOf(t, root))
 	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "marker") {
 		t.Errorf("warnings %q, want one about the marker", r.Warnings)
 	}

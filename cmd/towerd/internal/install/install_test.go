@@ -38,7 +38,7 @@ func mustUninstall(t *testing.T, fsys fileSystem) *Report {
 
 func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	root := resolvedRoot(t)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
@@ -95,7 +95,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 // bindMountFS refuses to rename over target, as the kernel does for a file
 // that is a mount point (Docker and Kubernetes bind-mount /etc/resolv.conf).
 type bindMountFS struct {
-	rootFS
+	*NodeRoot
 	target string
 	errno  syscall.Errno
 }
@@ -104,14 +104,14 @@ func (b bindMountFS) Rename(oldName, newName string) error {
 	if newName == b.target {
 		return &os.LinkError{Op: "rename", Old: oldName, New: newName, Err: b.errno}
 	}
-	return b.rootFS.Rename(oldName, newName)
+	return b.NodeRoot.Rename(oldName, newName)
 }
 
 func (b bindMountFS) Remove(name string) error {
 	if name == b.target {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.EBUSY}
 	}
-	return b.rootFS.Remove(name)
+	return b.NodeRoot.Remove(name)
 }
 
 func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
@@ -125,7 +125,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 			}
 			before := treeOf(t, root)
 			ino := inode(t, filepath.Join(root, "etc/resolv.conf"))
-			fsys := bindMountFS{rootFS: rootFS{Root: root}, target: ResolvConfPath, errno: errno}
+			fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: errno}
 
 			r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 			if got := read(t, root, "etc/resolv.conf"); !strings.HasPrefix(got, resolvConfMarker) || !strings.Contains(got, "search corp.example") {
@@ -151,7 +151,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 	t.Run("other errors stop the install", func(t *testing.T) {
 		root := t.TempDir()
 		writeTree(t, root, map[string]string{"etc/resolv.conf": original})
-		fsys := bindMountFS{rootFS: rootFS{Root: root}, target: ResolvConfPath, errno: syscall.EPERM}
+		fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: syscall.EPERM}
 		if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)})); !errors.Is(err, syscall.EPERM) {
 			t.Fatalf("install = %v, want EPERM", err)
 		}
@@ -196,7 +196,7 @@ func TestUninstallLeavesAResolvConfSomeoneElseChanged(t *testing.T) {
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
 			root := resolvedRoot(t)
-			fsys := rootFS{Root: root}
+			fsys := rootOf(t, root)
 			mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 			live := filepath.Join(root, "etc/resolv.conf")
 			change(t, live)

@@ -125,16 +125,16 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 
 			clean := fixture(t)
 			before := treeOf(t, clean)
-			mustInstall(t, rootFS{Root: clean}, opts)
+			mustInstall(t, rootOf(t, clean), opts)
 			installed := treeOf(t, clean)
 
 			steps := 0
 			for ; ; steps++ {
 				undone := fixture(t)
-				if killedAfter(t, steps, rootFS{Root: undone}, doInstall) {
+				if killedAfter(t, steps, rootOf(t, undone), doInstall) {
 					break
 				}
-				r := mustUninstall(t, rootFS{Root: undone})
+				r := mustUninstall(t, rootOf(t, undone))
 				t.Run("uninstall after kill", func(t *testing.T) {
 					diffTrees(t, before, treeOf(t, undone))
 					if len(r.Warnings) != 0 {
@@ -143,12 +143,12 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				})
 
 				finished := fixture(t)
-				killedAfter(t, steps, rootFS{Root: finished}, doInstall)
-				mustInstall(t, rootFS{Root: finished}, opts)
+				killedAfter(t, steps, rootOf(t, finished), doInstall)
+				mustInstall(t, rootOf(t, finished), opts)
 				t.Run("install after kill", func(t *testing.T) {
 					diffTrees(t, installed, treeOf(t, finished))
 				})
-				mustUninstall(t, rootFS{Root: finished})
+				mustUninstall(t, rootOf(t, finished))
 				t.Run("install after kill, then uninstall", func(t *testing.T) {
 					diffTrees(t, before, treeOf(t, finished))
 				})
@@ -177,11 +177,11 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 			for ; ; steps++ {
 				root := fixture(t)
 				before := treeOf(t, root)
-				mustInstall(t, rootFS{Root: root}, opts)
-				if killedAfter(t, steps, rootFS{Root: root}, doUninstall) {
+				mustInstall(t, rootOf(t, root), opts)
+				if killedAfter(t, steps, rootOf(t, root), doUninstall) {
 					break
 				}
-				r := mustUninstall(t, rootFS{Root: root})
+				r := mustUninstall(t, rootOf(t, root))
 				diffTrees(t, before, treeOf(t, root))
 				if len(r.Warnings) != 0 {
 					t.Errorf("uninstall after the kill warns %q", r.Warnings)
@@ -201,7 +201,7 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 func TestNoTempFileIsLeft(t *testing.T) {
 	root := resolvedRoot(t)
 	steps := 3
-	killedAfter(t, steps, rootFS{Root: root}, func(fsys fileSystem) error {
+	killedAfter(t, steps, rootOf(t, root), func(fsys fileSystem) error {
 		_, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
 		return err
 	})
@@ -215,7 +215,7 @@ func TestNoTempFileIsLeft(t *testing.T) {
 	if len(temps) == 0 {
 		t.Fatal("the kill left no temp file: the sweep is not exercised")
 	}
-	mustUninstall(t, rootFS{Root: root})
+	mustUninstall(t, rootOf(t, root))
 	for _, p := range temps {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s is still there", p)

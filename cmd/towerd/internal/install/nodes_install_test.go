@@ -47,7 +47,7 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()
 			root, _ := buildNode(t, c.node)
-			fsys := rootFS{Root: root}
+			fsys := rootOf(t, root)
 			before := treeOf(t, root)
 			opts := InstallOptions{Binary: fakeBinary(t), Docker: c.docker}
 
@@ -215,7 +215,7 @@ func TestInstallWithAConsulToken(t *testing.T) {
 	if err := os.Chmod(filepath.Join(root, "etc/towerd/consul-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, systemd.ConsulTokenDropIn); c.Action != "wrote" {
@@ -242,7 +242,7 @@ func TestNsswitchSymlinkIsReportedNotWritten(t *testing.T) {
 		"etc/authselect/nsswitch.conf": debianNsswitchResolve,
 		"etc/nsswitch.conf":            "->/etc/authselect/nsswitch.conf",
 	})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	after := treeOf(t, root)
@@ -269,7 +269,7 @@ func TestFlagsThatCannotTakeEffect(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeConsulDnsmasq})
 	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": "[[zone]]\nname = \"consul.\"\nservers = [\"127.0.0.1:8600\"]\n"})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	for name, opts := range map[string]InstallOptions{
 		"--upstream":     {Upstreams: []string{"192.0.2.1"}},
@@ -298,7 +298,7 @@ func TestUpstreamWithAnImport(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	writeTree(t, root, map[string]string{"etc/resolv.conf": "nameserver 127.0.0.1\n"})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	imported := &ImportedConfig{Source: "dnsmasq's /etc/dnsmasq.conf"}
 	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported})); err == nil ||

@@ -88,14 +88,14 @@ func (in *installer) configTarget(packaged bool) (string, error) {
 
 // operatorDropIns lists drop-ins in towerd.d that are not install's.
 func operatorDropIns(fsys fileSystem) []string {
-	names, err := fsys.ReadDir(ConfigDropInDir)
+	entries, err := fsys.ReadDir(ConfigDropInDir)
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, n := range names {
-		p := path.Join(ConfigDropInDir, n)
-		if strings.HasSuffix(n, ".toml") && p != ConfigDropIn {
+	for _, e := range entries {
+		p := path.Join(ConfigDropInDir, e.Name())
+		if strings.HasSuffix(e.Name(), ".toml") && p != ConfigDropIn {
 			out = append(out, p)
 		}
 	}

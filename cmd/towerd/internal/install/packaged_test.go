@@ -49,7 +49,7 @@ func packagedDhclientNode(t *testing.T) string {
 func TestInstallOnAPackagedNode(t *testing.T) {
 	t.Parallel()
 	root := packagedDhclientNode(t)
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 
 	dry := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath), DryRun: true})
@@ -107,7 +107,7 @@ func TestPackagedSampleWithoutPackage(t *testing.T) {
 	root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM})
 	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample})
 	before := treeOf(t, root)
-	mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	after := treeOf(t, root)
 	if !strings.Contains(after["etc/towerd/towerd.d/00-install.toml"].Data, `resolv_conf = "/run/NetworkManager/no-stub-resolv.conf"`) {
 		t.Errorf("drop-in: %+v", after["etc/towerd/towerd.d/00-install.toml"])
@@ -115,12 +115,12 @@ func TestPackagedSampleWithoutPackage(t *testing.T) {
 	if after["etc/towerd/towerd.toml"] != before["etc/towerd/towerd.toml"] || after["usr/local/bin/towerd"].Kind != "file" {
 		t.Errorf("towerd.toml %+v, usr/local/bin/towerd %+v", after["etc/towerd/towerd.toml"], after["usr/local/bin/towerd"])
 	}
-	mustUninstall(t, rootFS{Root: root})
+	mustUninstall(t, rootOf(t, root))
 	diffTrees(t, before, treeOf(t, root))
 
 	// One key set: the operator's, kept as before, and no drop-in.
 	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample + "log_level = \"debug\"\n"})
-	r := mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	r := mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, ConfigPath); c.Action != "kept" {
 		t.Errorf("an edited towerd.toml: %+v, want kept", c)
 	}
@@ -136,7 +136,7 @@ func TestAHandWrittenUnitOverridingThePackage(t *testing.T) {
 	t.Parallel()
 	root := packagedDhclientNode(t)
 	writeTree(t, root, map[string]string{"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd serve\n"})
-	r := mustInstall(t, rootFS{Root: root}, InstallOptions{Binary: fakeBinary(t)})
+	r := mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "/etc/systemd/system/towerd.service is not towerd install's") {
 		t.Errorf("warnings %q", r.Warnings)
 	}
@@ -152,7 +152,7 @@ func TestAHandWrittenUnitOverridingThePackage(t *testing.T) {
 func TestPackageAfterAnEarlierInstall(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	before := treeOf(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if treeOf(t, root)["usr/local/bin/towerd"].Kind != "file" {

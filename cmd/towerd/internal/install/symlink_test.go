@@ -91,7 +91,7 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 			}
 			writeTree(t, root, tt.plant(outside))
 			before := treeOf(t, root)
-			fsys := rootFS{Root: root}
+			fsys := rootOf(t, root)
 
 			opts := InstallOptions{Binary: fakeBinary(t)}
 			if tt.name == "resolv.conf" {
@@ -140,7 +140,7 @@ func TestUninstallRefusesAPlantedRecord(t *testing.T) {
 	root := resolvedRoot(t)
 	writeTree(t, root, map[string]string{"etc/towerd/install-state.json": "->" + outside + "/record.json"})
 	before := treeOf(t, root)
-	if _, err := uninstall(rootFS{Root: root}, UninstallOptions{}); err == nil || !strings.Contains(err.Error(), "is a symlink") {
+	if _, err := uninstall(rootOf(t, root), UninstallOptions{}); err == nil || !strings.Contains(err.Error(), "is a symlink") {
 		t.Fatalf("uninstall = %v, want a refusal of the linked record", err)
 	}
 	diffTrees(t, before, treeOf(t, root))
@@ -166,9 +166,9 @@ func TestTempNamesAreUnpredictable(t *testing.T) {
 	}
 }
 
-// TestRootFSRefusesToFollowOut: the file operations themselves, below
+// TestNodeRootRefusesToFollowOut: the file operations themselves, below
 // install's logic.
-func TestRootFSRefusesToFollowOut(t *testing.T) {
+func TestNodeRootRefusesToFollowOut(t *testing.T) {
 	outside := t.TempDir()
 	writeTree(t, outside, map[string]string{"victim": "precious\n"})
 	root := t.TempDir()
@@ -179,7 +179,7 @@ func TestRootFSRefusesToFollowOut(t *testing.T) {
 		"data/file":  "inside\n",
 		"etc/fifo/":  "",
 	})
-	fsys := rootFS{Root: root}
+	fsys := rootOf(t, root)
 	if _, err := fsys.WriteTemp("/out/x", []byte("x"), 0o644); !errors.Is(err, errEscapesRoot) {
 		t.Errorf("WriteTemp through a link out = %v, want errEscapesRoot", err)
 	}
@@ -248,10 +248,10 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 			os.RemoveAll(filepath.Join(root, tt.link))
 			writeTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
 			before := treeOf(t, root)
-			fsys := rootFS{Root: root}
+			fsys := rootOf(t, root)
 
 			// Only the Debian fixture has Docker: --docker there.
-			docker := nodeHas(nodeView{fsys}, DockerDaemonJSON)
+			docker := nodeHas(fsys, DockerDaemonJSON)
 			r, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Docker: docker}))
 			switch {
 			case tt.refused == "" && err != nil:

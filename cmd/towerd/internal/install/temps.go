@@ -54,30 +54,34 @@ var sweepDirs = []string{
 // towerd's by name, in directories only root may write.
 func sweepTemps(fsys fileSystem, r *Report) error {
 	for _, dir := range sweepDirs {
-		names, err := fsys.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
+		// Temp files are made where writes go, in dir resolved as for a
+		// write; a name inside it resolves dir that way, and one that leads
+		// out of the root holds nothing of towerd's. Resolved so, dir is the
+		// directory ReadDir lists.
+		if _, err := fsys.Lstat(path.Join(dir, tempMarker)); errors.Is(err, errEscapesRoot) {
+			r.warn("%s: %v", dir, err)
 			continue
 		}
-		if errors.Is(err, errEscapesRoot) {
-			r.warn("%s: %v", dir, err) // nothing of towerd's can be in there
+		entries, err := fsys.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		for _, n := range names {
-			if !isTempName(n) {
+		for _, e := range entries {
+			if !isTempName(e.Name()) {
 				continue
 			}
-			p := path.Join(dir, n)
+			p := path.Join(dir, e.Name())
 			if info, err := fsys.Lstat(p); err == nil && info.IsDir() {
 				for _, inside := range []string{path.Base(manifestPath)} {
 					_ = removeUnlessDry(fsys, r, path.Join(p, inside))
 				}
 				if inner, err := fsys.ReadDir(p); err == nil {
 					for _, i := range inner {
-						if isTempName(i) {
-							_ = removeUnlessDry(fsys, r, path.Join(p, i))
+						if isTempName(i.Name()) {
+							_ = removeUnlessDry(fsys, r, path.Join(p, i.Name()))
 						}
 					}
 				}

@@ -33,7 +33,12 @@ var enableLinks = []string{
 // their version wins). Then the directories install created are removed if
 // empty. A second run finds nothing to do.
 func Uninstall(opts UninstallOptions) (*Report, error) {
-	return uninstall(rootFS{Root: opts.Root}, opts)
+	n, err := OpenNodeRoot(opts.Root)
+	if err != nil {
+		return &Report{DryRun: opts.DryRun}, err
+	}
+	defer n.Close()
+	return uninstall(n, opts)
 }
 
 func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
@@ -121,11 +126,11 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 func removeRecord(fsys fileSystem, r *Report, ownDir bool) error {
 	dir := path.Dir(manifestPath)
 	if ownDir && !r.DryRun {
-		names, err := fsys.ReadDir(dir)
+		entries, err := fsys.ReadDir(dir)
 		if err != nil {
 			return err
 		}
-		if slices.Equal(names, []string{path.Base(manifestPath)}) {
+		if len(entries) == 1 && entries[0].Name() == path.Base(manifestPath) {
 			tmp := tempName(dir)
 			if err := fsys.Rename(dir, tmp); err != nil {
 				return fmt.Errorf("removing %s: %w", dir, err)
