@@ -1,8 +1,9 @@
-// Package resolvconf reads resolv.conf(5) and normalizes nameserver
-// addresses. It sits apart from package upstream so that both the forwarder
-// (zone "." from the system's servers) and systemd (install reads the file
-// it replaces) use one parser without systemd importing the upstream
-// transport (issue 16).
+// Package resolvconf reads resolv.conf(5) and knows where a node keeps the
+// servers it learns: zone "."'s system files (SystemPaths, InstallFollowed),
+// what towerd install leaves in resolv.conf (ManagedMarker, BackupPath), and
+// a Watcher that follows one such file as DHCP clients rewrite it. Its users
+// are towerd's config, daemon and install. A nameserver is compared by the
+// rule every upstream address follows, upstream.NormalizeAddress.
 package resolvconf
 
 import (
@@ -17,6 +18,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/towerd/towerd/upstream"
 )
 
 // Conf is the part of resolv.conf(5) that towerd uses.
@@ -31,6 +34,10 @@ type Conf struct {
 	// Options are the words of every options line, in order.
 	Options []string
 }
+
+// nameserverPort is where every resolv.conf(5) nameserver listens: the
+// file has no syntax for another port.
+const nameserverPort = "53"
 
 // Paths relative to a root, so tests and chroot installs can point
 // elsewhere. systemd-resolved writes its real upstreams to resolvedPath while
@@ -65,7 +72,7 @@ func Parse(r io.Reader) (Conf, error) {
 			if err != nil {
 				continue
 			}
-			conf.Nameservers = append(conf.Nameservers, net.JoinHostPort(ip.String(), defaultPort))
+			conf.Nameservers = append(conf.Nameservers, net.JoinHostPort(ip.String(), nameserverPort))
 		case "search":
 			conf.Search = append([]string(nil), fields[1:]...)
 		case "domain":
@@ -157,10 +164,10 @@ func listensOn(listen []string, srv string) bool {
 	return false
 }
 
-// parseAddrPort accepts what NormalizeAddress accepts and unmaps
+// parseAddrPort accepts what upstream.NormalizeAddress accepts and unmaps
 // IPv4-mapped IPv6, so ::ffff:127.0.0.1 and 127.0.0.1 compare equal.
 func parseAddrPort(s string) (netip.AddrPort, bool) {
-	normalized, err := NormalizeAddress(s)
+	normalized, err := upstream.NormalizeAddress(s)
 	if err != nil {
 		return netip.AddrPort{}, false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/towerd/towerd/upstream"
 	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
@@ -383,7 +384,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		}
 		normalized := make([]string, 0, len(servers))
 		for _, s := range servers {
-			n, err := resolvconf.NormalizeAddress(s)
+			n, err := upstream.NormalizeAddress(s)
 			if err != nil {
 				return nil, "", keyErr("zone["+name+"].servers", "%v", err)
 			}

@@ -22,7 +22,7 @@ import (
 	"slices"
 
 	"github.com/towerd/towerd/systemd"
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/upstream"
 )
 
 // InstallOptions say where and what to install.
@@ -316,7 +316,7 @@ func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovere
 	if len(opts.Upstreams) > 0 {
 		d := discovered{source: "--upstream"}
 		for _, s := range opts.Upstreams {
-			n, err := resolvconf.NormalizeAddress(s)
+			n, err := upstream.NormalizeAddress(s)
 			if err != nil {
 				return d, fmt.Errorf("--upstream %q: %w", s, err)
 			}
