@@ -16,8 +16,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/upstream"
-	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // Error is a configuration problem tied to a key and, when known, a line.

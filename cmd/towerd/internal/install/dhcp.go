@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 )
 
 // ResolvConfManager names what keeps /etc/resolv.conf up to date on a node.

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 )
 
 // Paths install reads and writes, as the target system sees them.

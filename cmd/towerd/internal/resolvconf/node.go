@@ -1,10 +1,10 @@
 package resolvconf
 
 // What `towerd install` leaves in a node's resolv.conf plumbing, and where
-// the node's DHCP clients keep the servers they learn. The install (package
-// systemd) writes and detects these; the config (zone "." with resolv_conf
-// unset) falls back on them when /etc/resolv.conf is towerd's own. One
-// list, so the two cannot drift apart.
+// the node's DHCP clients keep the servers they learn. Install
+// (cmd/towerd/internal/install) writes and detects these; the config (zone
+// "." with resolv_conf unset) falls back on them when /etc/resolv.conf is
+// towerd's own. One list, so the two cannot drift apart.
 const (
 	// ManagedMarker starts the first line of every resolv.conf towerd
 	// install writes: the file is towerd's and names only towerd.

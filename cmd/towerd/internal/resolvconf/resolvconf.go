@@ -3,7 +3,9 @@
 // what towerd install leaves in resolv.conf (ManagedMarker, BackupPath), and
 // a Watcher that follows one such file as DHCP clients rewrite it. Its users
 // are towerd's config, daemon and install. A nameserver is compared by the
-// rule every upstream address follows, upstream.NormalizeAddress.
+// rule every upstream address follows, upstream.NormalizeAddress. It lives
+// beside those users: nothing under resolver/ or upstream/ reads a node's
+// files, they are given servers.
 package resolvconf
 
 import (
