@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ func TestInstallFlagsThatCannotTakeEffect(t *testing.T) {
 		{[]string{"--root", root, "--from-dnsmasq", "/etc/dnsmasq.conf", "extra"}, `unexpected argument "extra"`},
 	} {
 		var out, errOut bytes.Buffer
-		if code := run(append([]string{"install"}, tc.args...), &out, &errOut); code != exitConfig || !strings.Contains(errOut.String(), tc.want) {
+		if code := Run(tc.args, &out, &errOut); code != exitConfig || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("install %q: status %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), exitConfig, tc.want)
 		}
 	}
@@ -48,7 +48,7 @@ func TestInstallFromDnsmasqTakesAnOptionalPath(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	code := run([]string{"install", "--from-dnsmasq", "/etc/dnsmasq.d", "--root", root, "--dry-run"}, &out, &errOut)
+	code := Run([]string{"--from-dnsmasq", "/etc/dnsmasq.d", "--root", root, "--dry-run"}, &out, &errOut)
 	if code != exitOK || !strings.Contains(out.String(), "would write     /etc/towerd/towerd.toml: imported from dnsmasq's /etc/dnsmasq.d") ||
 		!strings.Contains(out.String(), `zone "." -> 192.0.2.53:53`) {
 		t.Errorf("status %d\n%s%s", code, out.String(), errOut.String())
