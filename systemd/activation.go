@@ -1,11 +1,11 @@
 // Package systemd connects towerd to systemd: the sockets systemd binds and
 // hands over (socket activation, sd_listen_fds(3)), the state messages towerd
-// sends back (sd_notify(3)), the unit files, and `towerd install` /
-// `towerd uninstall`, which make towerd the node's resolver and undo it.
+// sends back (sd_notify(3)), the names of the credential that carries the
+// Consul token, and the unit files (Units). Installing towerd on a node is
+// package cmd/towerd/internal/install.
 //
 // Nothing here needs systemd to be running: without LISTEN_FDS there are no
-// inherited sockets, without NOTIFY_SOCKET the Notifier is silent, and
-// install/uninstall only edit files under a root directory.
+// inherited sockets, and without NOTIFY_SOCKET the Notifier is silent.
 package systemd
 
 import (

@@ -33,7 +33,7 @@ func writeNode(t *testing.T, root string, files map[string]string) {
 	}
 }
 
-// consulDnsmasqNode is issue 14's node (d), as systemd/nodes_test.go builds
+// consulDnsmasqNode is issue 14's node (d), as cmd/towerd/internal/install/nodes_test.go builds
 // it: dhclient with HashiCorp's prepend line, resolv.conf naming dnsmasq
 // (127.0.0.1) first, and dnsmasq forwarding consul. to the agent
 // (server=/consul/127.0.0.1#8600) from /etc/dnsmasq.d, which Debian's unit

@@ -10,7 +10,7 @@ command -v dig >/dev/null 2>&1 || need="$need bind9-dnsutils"
 # Prometheus on :9090: `systemctl disable --now prometheus` if unwanted).
 command -v promtool >/dev/null 2>&1 || need="$need prometheus"
 # The systemd tests run the real systemd-socket-activate and systemd-analyze
-# (package systemd; nothing is started by systemd itself), and compare
+# (packages systemd and install; nothing is started by systemd itself), and compare
 # import-dnsmasq's routing with a real dnsmasq (dnsmasq-base: the program
 # without a service that would start).
 command -v systemd-socket-activate >/dev/null 2>&1 || need="$need systemd"

@@ -15,8 +15,6 @@ import (
 	"strconv"
 
 	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // Upstream is anything a query can be forwarded to. The shape follows AdGuard
@@ -118,7 +116,3 @@ func ErrorKind(err error) string {
 	}
 	return KindOther
 }
-
-// NormalizeAddress is resolvconf.NormalizeAddress, kept here for the
-// transports' callers.
-func NormalizeAddress(s string) (string, error) { return resolvconf.NormalizeAddress(s) }

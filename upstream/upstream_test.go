@@ -8,21 +8,7 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/upstream/resolvconf"
 )
-
-// NormalizeAddress forwards to resolvconf.NormalizeAddress, whose table
-// test (upstream/resolvconf/address_test.go) covers every case.
-func TestNormalizeAddressForwards(t *testing.T) {
-	for _, in := range []string{"2001:DB8::0001", "1.2.3.4:0"} {
-		got, err := NormalizeAddress(in)
-		want, wantErr := resolvconf.NormalizeAddress(in)
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Errorf("NormalizeAddress(%q) = %q, %v; resolvconf says %q, %v", in, got, err, want, wantErr)
-		}
-	}
-}
 
 func TestErrorKind(t *testing.T) {
 	tests := []struct {

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
+	"github.com/towerd/towerd/cmd/towerd/internal/drill"
+	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
 // command is one subcommand: how it is called and what it does. The
@@ -34,12 +38,10 @@ func init() {
 		{"cache load", "FILE", "add the entries of a cache file to the running cache", cacheLoadCommand},
 		{"lookup", "NAME [TYPE] [-json]", "ask towerd and explain the answer: zone, servers, cache, source", lookupCommand},
 		{"log-queries", "[on|off]", "switch the query log of a running towerd, or show its state", logQueriesCommand},
-		{"install", "[--root DIR] [--dry-run] [flags]", "make towerd the node's resolver (files only, unless --activate)",
-			func(a []string, o, e io.Writer) int { return installCommand(a, o, e, false) }},
-		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did",
-			func(a []string, o, e io.Writer) int { return installCommand(a, o, e, true) }},
-		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", importDnsmasqCommand},
-		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drillCommand},
+		{"install", "[--root DIR] [--dry-run] [flags]", "make towerd the node's resolver (files only, unless --activate)", install.Run},
+		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did", install.RunUninstall},
+		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", dnsmasqimport.Run},
+		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drill.Run},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},
 		{"help", "[SUBCOMMAND]", "list the subcommands, or show one's usage and flags", helpCommand},

@@ -16,7 +16,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/pelletier/go-toml/v2"
 
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/upstream"
 )
 
 // Error is a configuration problem tied to a key and, when known, a line.
@@ -383,7 +384,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		}
 		normalized := make([]string, 0, len(servers))
 		for _, s := range servers {
-			n, err := resolvconf.NormalizeAddress(s)
+			n, err := upstream.NormalizeAddress(s)
 			if err != nil {
 				return nil, "", keyErr("zone["+name+"].servers", "%v", err)
 			}

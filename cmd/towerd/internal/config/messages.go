@@ -9,7 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/upstream"
 )
 
 // Messages an operator can act on (issue 15): the TOML decoder's wording
@@ -102,7 +102,7 @@ func locateBareValue(data []byte, tok string) (key string, line int) {
 // would need a resolver to find its own upstreams, and the one it would
 // ask is usually itself.
 func checkServer(s string) error {
-	if _, err := resolvconf.NormalizeAddress(s); err == nil {
+	if _, err := upstream.NormalizeAddress(s); err == nil {
 		return nil
 	}
 	const forms = `IP address, optionally with a port: "192.0.2.53", "192.0.2.53:5353", "2001:db8::53" or "[2001:db8::53]:5353"`

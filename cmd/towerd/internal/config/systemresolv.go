@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 )
 
 // SystemResolvConfs are the files zone "." follows when resolv_conf is

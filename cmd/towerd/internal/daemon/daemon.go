@@ -22,11 +22,11 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
-	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // ErrConfig marks a New failure that the configuration caused (towerd exits

@@ -13,9 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
-	"github.com/towerd/towerd/upstream/resolvconf"
 )
 
 // Zone "." without configured servers follows its resolv.conf live (issue

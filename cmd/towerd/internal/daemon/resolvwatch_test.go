@@ -13,7 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/upstream/resolvconf"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 )
 
 // followEventWait bounds each wait for the watch; the poll runs every

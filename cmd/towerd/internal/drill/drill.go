@@ -164,9 +164,9 @@ func (o *Options) Check() error {
 	return nil
 }
 
-// Run runs a checked drill and prints its report to stdout. passed says
+// Rehearse runs a checked drill and prints its report to stdout. passed says
 // whether every target was met; err that the drill could not run.
-func Run(o Options, stdout io.Writer) (passed bool, err error) {
+func Rehearse(o Options, stdout io.Writer) (passed bool, err error) {
 	began := time.Now()
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())

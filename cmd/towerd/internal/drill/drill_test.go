@@ -228,7 +228,7 @@ func TestRunShortPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	passed, err := Run(o, &out)
+	passed, err := Rehearse(o, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,198 @@
+package install
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Resolved-style node as Debian and Ubuntu ship it: /etc/resolv.conf is a
+// relative link to resolved's stub file, and resolved's real upstreams are
+// in /run/systemd/resolve/resolv.conf. Addresses are from the documentation
+// ranges: nothing ever queries them.
+const (
+	stubResolvConf = "# This is /run/systemd/resolve/stub-resolv.conf managed by man:systemd-resolved(8).\n" +
+		"nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch corp.example lab.example\n"
+	resolvedResolvConf = "# This is /run/systemd/resolve/resolv.conf managed by man:systemd-resolved(8).\n" +
+		"nameserver 192.0.2.10\nnameserver 2001:db8::53\nsearch corp.example lab.example\n"
+)
+
+// writeTree creates files under root: a value starting with "->" is a
+// symlink target, a key ending in "/" a directory.
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		full := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch {
+		case name[len(name)-1] == '/':
+			err = os.MkdirAll(full, 0o755)
+		case len(content) > 2 && content[:2] == "->":
+			err = os.Symlink(content[2:], full)
+		default:
+			err = os.WriteFile(full, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func resolvedRoot(t *testing.T) string {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"etc/resolv.conf":                       "->../run/systemd/resolve/stub-resolv.conf",
+		"etc/systemd/resolved.conf":             "[Resolve]\n#DNS=\n",
+		"run/systemd/resolve/stub-resolv.conf":  stubResolvConf,
+		"run/systemd/resolve/resolv.conf":       resolvedResolvConf,
+		"usr/local/":                            "",
+		"etc/hosts":                             "127.0.0.1 localhost\n",
+		"usr/lib/systemd/system/getty@.service": "[Service]\n",
+	})
+	return root
+}
+
+// rootOf opens dir as a node's root for one test.
+func rootOf(t *testing.T, dir string) *NodeRoot {
+	t.Helper()
+	n, err := OpenNodeRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// fakeBinary stands in for the towerd executable install copies.
+func fakeBinary(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "towerd")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho towerd\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// node is one path of a tree as the comparison sees it.
+type node struct {
+	Kind string // "dir", "file", "link"
+	Mode fs.FileMode
+	Data string // content or link target
+}
+
+// treeOf returns every path under root; "byte-identical" compares these.
+func treeOf(t *testing.T, root string) map[string]node {
+	t.Helper()
+	out := map[string]node{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.IsDir():
+			out[rel] = node{Kind: "dir", Mode: info.Mode().Perm()}
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = node{Kind: "link", Data: target}
+		default:
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = node{Kind: "file", Mode: info.Mode().Perm(), Data: string(data)}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// stampsOf returns inode and modification time of every file and link, to
+// tell "unchanged" from "rewritten with the same bytes".
+func stampsOf(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		out[p] = fmt.Sprintf("ino %d mtime %d.%d", st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
+		return nil
+	})
+	return out
+}
+
+func diffTrees(t *testing.T, want, got map[string]node) {
+	t.Helper()
+	for p, w := range want {
+		g, ok := got[p]
+		switch {
+		case !ok:
+			t.Errorf("%s is gone (was %s)", p, w.Kind)
+		case g != w:
+			t.Errorf("%s changed:\n was %+v\n now %+v", p, w, g)
+		}
+	}
+	for p, g := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("%s is new (%s)", p, g.Kind)
+		}
+	}
+}
+
+func inode(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// withRenderer gives opts a stand-in for towerd's config renderer
+// (cmd/towerd/internal/config): it writes what install decided in the shape
+// the tests look for. The real
+// renderer's output is tested there and by test/'s install tests.
+func withRenderer(opts InstallOptions) InstallOptions {
+	if opts.RenderConfig == nil {
+		opts.RenderConfig = func(c InstallConfig) []byte {
+			quoted := make([]string, len(c.Servers))
+			for i, s := range c.Servers {
+				quoted[i] = strconv.Quote(s)
+			}
+			out := fmt.Sprintf("# from %s\nlisten = [%q]\n", c.Source, strings.Join(append([]string{c.Listen}, c.ExtraListen...), " "))
+			if c.Allow != nil {
+				out += fmt.Sprintf("allow = %q\n", strings.Join(c.Allow, " "))
+			}
+			if c.ResolvConf != "" {
+				out += fmt.Sprintf("resolv_conf = %q\n", c.ResolvConf)
+			} else {
+				out += fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%s]\n", strings.Join(quoted, ", "))
+			}
+			return []byte(out)
+		}
+	}
+	return opts
+}

@@ -1,0 +1,230 @@
+package install
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The file layer on its own, below install's logic: what NodeRoot's doc
+// promises, one case per rule.
+
+// TestNodeRootReadsAsTheNodeWould: reads follow links the way the node
+// itself would, with the root as "/", and never outside it.
+func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	writeTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"run/real/resolv.conf": "inside\n",
+		"usr/lib/x":            "inside\n",
+		"etc/abs":              "->/run/real/resolv.conf",
+		"etc/rel":              "->../run/real/resolv.conf",
+		"etc/climb":            "->../../../../../../usr/lib/x",
+		"etc/dirlink":          "->/usr/lib",
+		"etc/out":              "->" + outside + "/secret",
+		"etc/outdir":           "->" + outside + "/dir",
+		"etc/loop":             "->loop2",
+		"etc/loop2":            "->loop",
+		"etc/sub/":             "",
+	})
+	n := rootOf(t, root)
+	for name, want := range map[string]string{
+		"/etc/abs":                "inside\n", // absolute: from the root
+		"/etc/rel":                "inside\n",
+		"/etc/climb":              "inside\n", // ".." stops at the root
+		"/etc/dirlink/x":          "inside\n", // a linked directory on the way
+		"/etc/../../../usr/lib/x": "inside\n",
+	} {
+		if data, err := n.ReadFile(name); err != nil || string(data) != want {
+			t.Errorf("ReadFile(%s) = %q, %v; want %q", name, data, err, want)
+		}
+	}
+	// A link to the outside is taken inside the root, where nothing is.
+	for _, name := range []string{"/etc/out", "/etc/outdir/x"} {
+		if data, err := n.ReadFile(name); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("ReadFile(%s) = %q, %v; want not found inside the root", name, data, err)
+		}
+	}
+	if _, err := n.ReadDir("/etc/outdir"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadDir of a link out = %v, want not found inside the root", err)
+	}
+	if _, err := n.ReadFile("/etc/loop"); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("ReadFile of a loop = %v, want ELOOP", err)
+	}
+	if _, err := n.ReadFile("/etc/sub"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("ReadFile of a directory = %v, want a refusal", err)
+	}
+	entries, err := n.ReadDir("/etc/dirlink")
+	if err != nil || len(entries) != 1 || entries[0].Name() != "x" {
+		t.Errorf("ReadDir through an absolute link = %v, %v", entries, err)
+	}
+	entries, err = n.ReadDir("/etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != "abs climb dirlink loop loop2 out outdir rel sub" {
+		t.Errorf("ReadDir(/etc) = %s, want every entry sorted by name", got)
+	}
+	// Lstat and Readlink see the link itself.
+	if info, err := n.Lstat("/etc/out"); err != nil || info.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("Lstat of a link = %v, %v", info, err)
+	}
+	if target, err := n.Readlink("/etc/out"); err != nil || target != outside+"/secret" {
+		t.Errorf("Readlink = %q, %v", target, err)
+	}
+}
+
+// TestNodeRootReadsNoFIFO: a FIFO planted where install reads neither
+// blocks it nor feeds it.
+func TestNodeRootReadsNoFIFO(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"etc/": ""})
+	if err := syscall.Mkfifo(filepath.Join(root, "etc/resolv.conf"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := rootOf(t, root)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.ReadFile("/etc/resolv.conf")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("ReadFile of a FIFO = %v, want a refusal", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadFile blocked on a FIFO")
+	}
+	if err := n.Overwrite("/etc/resolv.conf", []byte("x"), 0o644); err == nil {
+		t.Error("Overwrite wrote into a FIFO")
+	}
+}
+
+// TestNodeRootChangesNothingOutside: every change acts on the last element
+// itself, through directories that stay inside the root; a directory on the
+// way that leads out (an absolute link, even to a place inside, or a
+// relative one that climbs out) is refused with errEscapesRoot, and a
+// relative link that stays inside (merged /usr) is followed.
+func TestNodeRootChangesNothingOutside(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+	outsideBefore := treeOf(t, outside)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"usr/sbin/":    "",
+		"sbin":         "->usr/sbin",
+		"abs":          "->/usr/sbin",
+		"climb":        "->../../../../../../../../../.." + outside + "/dir",
+		"out":          "->" + outside + "/dir",
+		"etc/victim":   "->" + outside + "/victim",
+		"etc/loop":     "->loop",
+		"etc/loopdir":  "->loopdir",
+		"etc/resolved": "",
+	})
+	n := rootOf(t, root)
+	changes := map[string]func(dir string) error{
+		"WriteTemp": func(dir string) error { _, err := n.WriteTemp(dir+"/f", []byte("x"), 0o644); return err },
+		"Mkdir":     func(dir string) error { return n.Mkdir(dir+"/d", 0o755) },
+		"Symlink":   func(dir string) error { return n.Symlink("/x", dir+"/l") },
+		"Remove":    func(dir string) error { return n.Remove(dir + "/keep") },
+		"Rename":    func(dir string) error { return n.Rename("/etc/resolved", dir+"/keep") },
+		"Overwrite": func(dir string) error { return n.Overwrite(dir+"/keep", []byte("x"), 0o644) },
+		"Lstat":     func(dir string) error { _, err := n.Lstat(dir + "/keep"); return err },
+	}
+	for op, change := range changes {
+		for _, dir := range []string{"/out", "/climb", "/abs"} {
+			if err := change(dir); !errors.Is(err, errEscapesRoot) {
+				t.Errorf("%s in %s = %v, want errEscapesRoot", op, dir, err)
+			} else if !strings.Contains(err.Error(), "leads out of the root") {
+				t.Errorf("%s in %s: %q does not say why", op, dir, err)
+			}
+		}
+	}
+	if err := n.Mkdir("/sbin/d", 0o755); err != nil {
+		t.Errorf("Mkdir through /sbin -> usr/sbin = %v", err)
+	} else if _, err := os.Stat(filepath.Join(root, "usr/sbin/d")); err != nil {
+		t.Errorf("the directory is not where the relative link leads: %v", err)
+	}
+	// The last element is never followed.
+	if err := n.Overwrite("/etc/victim", []byte("x"), 0o644); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("Overwrite of a link = %v, want ELOOP (not written through)", err)
+	}
+	if err := n.Remove("/etc/victim"); err != nil {
+		t.Errorf("Remove of a link = %v", err)
+	}
+	if _, err := n.Lstat("/etc/loopdir/x"); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("Lstat below a loop = %v, want ELOOP", err)
+	}
+	diffTrees(t, outsideBefore, treeOf(t, outside))
+}
+
+// TestNodeRootModesIgnoreTheUmask: a file or directory gets exactly the
+// mode asked for, set on the open file, whatever the installing shell's
+// umask. Not parallel: the umask is the process's.
+func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	root := t.TempDir()
+	n := rootOf(t, root)
+	if err := n.Mkdir("/etc", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := n.WriteTemp("/etc/resolv.conf", []byte("nameserver 127.0.0.1\n"), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isTempName(filepath.Base(tmp)) {
+		t.Errorf("temp name %q is not one the sweep recognises", tmp)
+	}
+	if err := n.Rename(tmp, "/etc/resolv.conf"); err != nil {
+		t.Fatal(err)
+	}
+	tree := treeOf(t, root)
+	if got := tree["etc"]; got.Kind != "dir" || got.Mode != 0o755 {
+		t.Errorf("directory: %+v, want mode 0755", got)
+	}
+	if got := tree["etc/resolv.conf"]; got.Kind != "file" || got.Mode != 0o644 {
+		t.Errorf("file: %+v, want mode 0644", got)
+	}
+	if err := n.Overwrite("/etc/resolv.conf", []byte("x\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if got := treeOf(t, root)["etc/resolv.conf"]; got.Mode != 0o640 || got.Data != "x\n" {
+		t.Errorf("after Overwrite: %+v", got)
+	}
+}
+
+// TestNodeRootStaysOnItsDirectory: the root is held open, so a root
+// directory renamed (or replaced by a link) after OpenNodeRoot does not
+// move what the NodeRoot reaches.
+func TestNodeRootStaysOnItsDirectory(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	writeTree(t, root, map[string]string{"etc/hosts": "inside\n"})
+	writeTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
+	n := rootOf(t, root)
+	if err := os.Rename(root, filepath.Join(base, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "other"), root); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := n.ReadFile("/etc/hosts"); err != nil || string(data) != "inside\n" {
+		t.Errorf("ReadFile after the root moved = %q, %v", data, err)
+	}
+}

@@ -1,0 +1,108 @@
+package install
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/towerd/towerd/systemd"
+)
+
+// Temp names: every file install writes goes first to a new file with an
+// unpredictable name beside it, so nobody can plant a link there in
+// advance; the names are still recognisable, so what a killed install or
+// uninstall left behind is swept by the next one.
+
+// tempName is an unpredictable name beside name: ".<base>.towerd-<16 hex>".
+// isTempName recognises it, so a temp file left by an install that was
+// killed is removed by the next install or uninstall.
+func tempName(name string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return path.Join(path.Dir(name), "."+path.Base(name)+tempMarker+hex.EncodeToString(b[:]))
+}
+
+const tempMarker = ".towerd-"
+
+func isTempName(base string) bool {
+	i := strings.LastIndex(base, tempMarker)
+	if !strings.HasPrefix(base, ".") || i < 2 {
+		return false
+	}
+	suffix := base[i+len(tempMarker):]
+	_, err := hex.DecodeString(suffix)
+	return len(suffix) == 16 && err == nil
+}
+
+// sweepDirs are the directories install writes into; a temp file left in
+// one by a killed install is removed by the next install or uninstall.
+var sweepDirs = []string{
+	path.Dir(systemd.DefaultBinaryPath), systemd.UnitDir, path.Dir(ConfigPath), path.Dir(ResolvedDropIn), path.Dir(ResolvConfPath),
+	// Issue 14's files; nsswitch.conf shares /etc with resolv.conf.
+	path.Dir(NMDropIn), path.Dir(DhclientHook), path.Dir(DhclientResolvConf), path.Dir(DockerDaemonJSON),
+	path.Dir(DockerSocketDropIn), path.Dir(systemd.ConsulTokenDropIn),
+	// Over the package's sample towerd.toml (packaged.go).
+	ConfigDropInDir,
+}
+
+// sweepTemps removes what an install or uninstall killed midway left behind
+// under towerd's temp names (tempName): temp files and links, and the
+// record's directory made under a temp name (see saveManifest). They are
+// towerd's by name, in directories only root may write.
+func sweepTemps(fsys fileSystem, r *Report) error {
+	for _, dir := range sweepDirs {
+		// Temp files are made where writes go, in dir resolved as for a
+		// write; a name inside it resolves dir that way, and one that leads
+		// out of the root holds nothing of towerd's. Resolved so, dir is the
+		// directory ReadDir lists.
+		if _, err := fsys.Lstat(path.Join(dir, tempMarker)); errors.Is(err, errEscapesRoot) {
+			r.warn("%s: %v", dir, err)
+			continue
+		}
+		entries, err := fsys.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !isTempName(e.Name()) {
+				continue
+			}
+			p := path.Join(dir, e.Name())
+			if info, err := fsys.Lstat(p); err == nil && info.IsDir() {
+				for _, inside := range []string{path.Base(manifestPath)} {
+					_ = removeUnlessDry(fsys, r, path.Join(p, inside))
+				}
+				if inner, err := fsys.ReadDir(p); err == nil {
+					for _, i := range inner {
+						if isTempName(i.Name()) {
+							_ = removeUnlessDry(fsys, r, path.Join(p, i.Name()))
+						}
+					}
+				}
+			}
+			if err := removeUnlessDry(fsys, r, p); err != nil {
+				r.warn("could not remove %s, left by an install that did not finish: %v", p, err)
+				continue
+			}
+			r.did("remove", p, "left by an install or uninstall that did not finish")
+		}
+	}
+	return nil
+}
+
+func removeUnlessDry(fsys fileSystem, r *Report, p string) error {
+	if r.DryRun {
+		return nil
+	}
+	err := fsys.Remove(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
