@@ -478,45 +478,6 @@ func TestSampleConfig(t *testing.T) {
 	}
 }
 
-// TestSampleConfigComplete: every key the manual documents (the built-in
-// default block of docs/configuration.md and the [consul] table of
-// docs/consul.md) is in docs/towerd.toml, so the
-// file the package installs does not fall behind the configuration.
-func TestSampleConfigComplete(t *testing.T) {
-	t.Parallel()
-	keys := func(toml string) map[string]bool {
-		out := map[string]bool{}
-		table := ""
-		for _, line := range strings.Split(toml, "\n") {
-			line = strings.TrimPrefix(strings.TrimSpace(line), "#")
-			if m := regexp.MustCompile(`^\[\[?([a-z_]+)\]\]?`).FindStringSubmatch(line); m != nil {
-				table = m[1] + "."
-			} else if m := regexp.MustCompile(`^([a-z_]+) *=`).FindStringSubmatch(line); m != nil {
-				out[table+m[1]] = true
-			}
-		}
-		return out
-	}
-	readme := readFile(t, "../docs/configuration.md")
-	block := regexp.MustCompile("(?s)this is the built-in default:\n\n```toml\n(.*?)```").FindStringSubmatch(readme)
-	if block == nil {
-		t.Fatal("docs/configuration.md has no \"this is the built-in default\" TOML block")
-	}
-	documented := keys(block[1])
-	for _, m := range regexp.MustCompile("(?m)^\\| `(consul\\.[a-z_]+)` \\|").FindAllStringSubmatch(readFile(t, "../docs/consul.md"), -1) {
-		documented[m[1]] = true
-	}
-	if len(documented) < 30 {
-		t.Fatalf("found only %d keys in the manual: %v", len(documented), documented)
-	}
-	sample := keys(readFile(t, "../docs/towerd.toml"))
-	for k := range documented {
-		if !sample[k] {
-			t.Errorf("docs/towerd.toml lacks %s, which the manual documents", k)
-		}
-	}
-}
-
 // TestVersionRule: make's version is the git tag's, Debian's the same
 // without the v, ordered as releases are; a clone without tags still gets
 // a version that names the next release, not a bare hash.

@@ -172,7 +172,7 @@ func Decode(data []byte, path string, cfg *Config) error {
 		e := strict.Errors[0]
 		line, _ := e.Position()
 		return &Error{File: path, Line: line, Key: strings.Join(e.Key(), "."),
-			Msg: "unknown key (see the README's configuration table)"}
+			Msg: "unknown key (every key: towerd.toml(5), docs/configuration.md)"}
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {

@@ -59,7 +59,7 @@ type Zone struct {
 }
 
 // tableOrder is the order tables appear in, that of Config's fields, so a
-// rendered file reads like the README's configuration table.
+// rendered file reads like docs/towerd.toml and the manual's key reference.
 var tableOrder = []string{"", "cache", "serve_stale", "upstream", "tcp", "local", "admin", "consul"}
 
 // Render writes f as TOML that Load reads back. It panics on a value of a
@@ -203,8 +203,8 @@ func (s InstallSettings) File() File {
 	f := File{
 		Header: []string{
 			"Written by `towerd install`; edit freely. `towerd uninstall` removes this",
-			"file only while it is unchanged. Every key and its default: README.md,",
-			`"Configuration". Zone "consul." keeps its default, 127.0.0.1:8600.`,
+			"file only while it is unchanged. Every key and its default: towerd.toml(5),",
+			`docs/configuration.md. Zone "consul." keeps its default, 127.0.0.1:8600.`,
 			"Under towerd.socket the sockets come from systemd; listen still tells",
 			"towerd which addresses are its own, so it never forwards to itself.",
 		},

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -29,20 +28,10 @@ func TestNewRunReloadShutdown(t *testing.T) {
 	next := cfg
 	next.Cache.MinTTL = config.Dur(time.Minute)
 	var loadErr error
-	d, err := New(Options{
+	d, stop := runDaemon(t, Options{
 		Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler), ConfigFile: "test.toml",
 		Load: func() (config.Config, error) { return next, loadErr },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(context.Background()) }()
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	}
 	if addrs := strings.Join(d.Addrs(), " "); !strings.Contains(addrs, "udp/127.0.0.1:") || !strings.Contains(addrs, "tcp/127.0.0.1:") {
 		t.Errorf("Addrs %q, want UDP and TCP on 127.0.0.1", addrs)
 	}
@@ -64,8 +53,7 @@ func TestNewRunReloadShutdown(t *testing.T) {
 		t.Errorf("running cache.min_ttl %v after the good reload, want 1m", d.cfg.Cache.MinTTL)
 	}
 
-	d.Shutdown()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run after Shutdown: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, cacheFileName)); err != nil {

@@ -156,7 +156,7 @@ func Import(source string, dirs []Directive) Result {
 func (im *importer) file() config.File {
 	f := config.File{Header: []string{
 		"towerd configuration imported from " + im.source + " by `towerd import-dnsmasq`.",
-		"Keys not set here keep towerd's defaults (README.md, \"Configuration\").",
+		"Keys not set here keep towerd's defaults (towerd.toml(5), docs/configuration.md).",
 		"Check it with: towerd check -config FILE",
 	}}
 	if len(im.comments) > 0 {
