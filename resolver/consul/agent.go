@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/miekg/dns"
@@ -34,49 +35,93 @@ var ErrUnreachable = errors.New("consul agent unreachable")
 // rate limit hit). The watch shrinks instead of retrying.
 var ErrThrottled = errors.New("consul agent refused the query with 429 (too many requests)")
 
-// newClient builds the API client. Empty fields fall back to Consul's own
+// clients are the two API clients of the watch, on one configuration and
+// one bound on bodies: pooled keeps its connections for the watches' next
+// queries; probe is for the first reads of names not watched yet, on a
+// connection of its own that closes after each read, so that reading names
+// that turn out to be no service leaves no connection behind.
+type clients struct {
+	pooled, probe *api.Client
+}
+
+// newClients builds the API clients. Empty fields fall back to Consul's own
 // environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
 // CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL, CONSUL_CACERT, ...), as every
-// Consul tool does, and then to api's defaults (127.0.0.1:8500, http).
-func newClient(cfg Config) (*api.Client, error) {
-	c := &api.Config{
-		Address:    cfg.Address,
-		Scheme:     cfg.Scheme,
-		Datacenter: "", // always the agent's own: the watch serves the local datacenter
-		Token:      cfg.Token,
-		TokenFile:  cfg.TokenFile,
+// Consul tool does, and then to api's defaults (127.0.0.1:8500, http). Their
+// transport bounds every reply body (boundedTransport).
+func newClients(cfg Config) (clients, error) {
+	c := api.DefaultConfig() // Consul's environment variables
+	c.Datacenter = ""        // always the agent's own: the watch serves the local datacenter
+	if cfg.Address != "" {
+		c.Address = cfg.Address
 	}
-	c.TLSConfig.CAFile = cfg.TLSCAFile
+	if cfg.Scheme != "" {
+		c.Scheme = cfg.Scheme
+	}
+	if cfg.Token != "" {
+		c.Token = cfg.Token
+	}
+	if cfg.TokenFile != "" {
+		c.TokenFile = cfg.TokenFile // read by api.NewClient; it wins over a token
+	}
+	if cfg.TLSCAFile != "" {
+		c.TLSConfig.CAFile = cfg.TLSCAFile
+	}
 	// Every blocking query holds a connection for its whole wait. The
-	// watches, the service list and one spare (/v1/agent/self) are the most
-	// towerd ever has in flight; MaxConnsPerHost makes that a hard bound (a
-	// request past it waits for a connection), well under Consul's
+	// watches and the service list or /v1/agent/self on the pooled client,
+	// one first read on the probe's, are the most towerd ever has open;
+	// MaxConnsPerHost makes that a hard bound of MaxConns (a request past it
+	// waits for a connection), well under Consul's
 	// http_max_conns_per_client (200), which refuses a client's further
 	// connections with 429 and would take the node's other Consul clients
 	// down with it. Idle connections are kept for reuse up to the same
-	// number, so a watch's next query does not open a new one. (A unix
-	// socket agent address gets api's own non-pooled transport: one
-	// connection per query in flight, bounded the same way by the loops.)
+	// number, so a watch's next query does not open a new one.
 	maxWatches := cfg.MaxWatches
 	if maxWatches <= 0 {
 		maxWatches = DefaultMaxWatches
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxConnsPerHost = MaxConns(maxWatches)
-	tr.MaxIdleConnsPerHost = MaxConns(maxWatches)
-	tr.MaxIdleConns = MaxConns(maxWatches)
+	tr.MaxConnsPerHost = MaxConns(maxWatches) - 1
+	tr.MaxIdleConnsPerHost = tr.MaxConnsPerHost
+	tr.MaxIdleConns = tr.MaxConnsPerHost
 	tr.ForceAttemptHTTP2 = false // the agent speaks HTTP/1.1 to API clients
-	c.Transport = tr
-	client, err := api.NewClient(c)
-	if err != nil {
-		return nil, fmt.Errorf("consul client: %w", err)
+	if path, ok := strings.CutPrefix(c.Address, "unix://"); ok {
+		// api would swap in a transport of its own for a unix socket (and
+		// lose the bounds): dial the socket from this one instead.
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}
+		c.Address, c.Scheme = "localhost", "http"
 	}
-	return client, nil
+	single := tr.Clone()
+	single.MaxConnsPerHost, single.DisableKeepAlives = 1, true
+	maxBody := cfg.MaxBody
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBody
+	}
+	budget := &bodyBudget{max: bodyBudgetBodies * maxBody}
+	var out clients
+	for _, side := range []struct {
+		tr     *http.Transport
+		client **api.Client
+	}{{tr, &out.pooled}, {single, &out.probe}} {
+		hc, err := api.NewHttpClient(side.tr, c.TLSConfig)
+		if err != nil {
+			return clients{}, fmt.Errorf("consul client: %w", err)
+		}
+		hc.Transport = &boundedTransport{next: side.tr, maxBody: maxBody, budget: budget}
+		cc := *c
+		cc.Transport, cc.HttpClient = side.tr, hc
+		if *side.client, err = api.NewClient(&cc); err != nil {
+			return clients{}, fmt.Errorf("consul client: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // MaxConns is the most connections the watch opens to the agent for a
 // given max_watches: one per watch, one for the service list or the agent's
-// configuration, one spare.
+// configuration, one for a first read.
 func MaxConns(maxWatches int) int { return maxWatches + 2 }
 
 // displayAddress is the address the client talks to, for logs and State.
@@ -124,6 +169,10 @@ type agentInfo struct {
 	fromAgent    bool   // false: the agent would not say (ACL), defaults used
 }
 
+// agentReadTimeout bounds a read of /v1/agent/self, which the agent
+// answers at once from its own memory.
+const agentReadTimeout = 10 * time.Second
+
 // readAgent asks /v1/agent/self for the datacenter and the DNS settings.
 // Configured datacenter and domain win over the agent's. An ACL refusal is
 // not fatal: the token may be allowed to read services but not the agent;
@@ -139,6 +188,8 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 		info.domain = dns.CanonicalName(cfg.Domain)
 	}
 	var self map[string]map[string]any
+	ctx, cancel := context.WithTimeout(ctx, agentReadTimeout)
+	defer cancel()
 	_, err := client.Raw().Query("/v1/agent/self", &self, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		err = classify(err)
@@ -167,33 +218,60 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 	return info, nil
 }
 
-// classify wraps err with ErrACL or ErrUnreachable when it is one of those,
-// so logs and State say plainly what an operator has to fix.
+// classify wraps err with ErrACL, ErrUnreachable, ErrThrottled or
+// ErrBodyTooLarge when it is one of those, so logs and State say plainly
+// what an operator has to fix. The text of what the agent sent is cut
+// short: it is logged and shown in /stats.
 func classify(err error) error {
 	if err == nil || errors.Is(err, ErrACL) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrThrottled) {
 		return err
 	}
-	var se api.StatusError
-	if errors.As(err, &se) && se.Code == 429 {
-		return fmt.Errorf("%w: %v", ErrThrottled, err)
+	if errors.Is(err, ErrBodyTooLarge) {
+		return err // before net.Error: a *url.Error is one
 	}
-	if strings.Contains(err.Error(), "Unexpected response code: 429") {
-		return fmt.Errorf("%w: %v", ErrThrottled, err)
+	msg := shorten(err.Error())
+	var se api.StatusError
+	if (errors.As(err, &se) && se.Code == 429) || strings.Contains(msg, "Unexpected response code: 429") {
+		return fmt.Errorf("%w: %s", ErrThrottled, msg)
 	}
 	if errors.As(err, &se) && (se.Code == 401 || se.Code == 403) {
 		return fmt.Errorf("%w (HTTP %d: %s): set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
-			"to a token with service:read and node:read", ErrACL, se.Code, se.Body)
+			"to a token with service:read and node:read", ErrACL, se.Code, shorten(se.Body))
 	}
 	// api returns a plain error for non-2xx replies on some paths; the ACL
 	// ones carry Consul's own wording.
-	if msg := err.Error(); strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found") {
-		return fmt.Errorf("%w: %v: set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
-			"to a token with service:read and node:read", ErrACL, err)
+	if strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found") {
+		return fmt.Errorf("%w: %s: set consul.token or consul.token_file (or CONSUL_HTTP_TOKEN) "+
+			"to a token with service:read and node:read", ErrACL, msg)
 	}
 	var ne net.Error
 	var op *net.OpError
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op) || errors.As(err, &ne) {
-		return fmt.Errorf("%w: %v", ErrUnreachable, err)
+		return fmt.Errorf("%w: %s", ErrUnreachable, msg)
+	}
+	if len(msg) < len(err.Error()) {
+		return shortError{msg: msg, err: err}
 	}
 	return err
+}
+
+// shortError is an error whose text was cut short; errors.Is and As still
+// see the whole.
+type shortError struct {
+	msg string
+	err error
+}
+
+func (e shortError) Error() string { return e.msg }
+func (e shortError) Unwrap() error { return e.err }
+
+// maxErrorText is the most of an error's text kept: the agent's reply
+// bodies end up in it.
+const maxErrorText = 512
+
+func shorten(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxErrorText], "") + "… (cut)"
 }

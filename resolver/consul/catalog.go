@@ -73,7 +73,7 @@ func (w *Watcher) applyServiceList(list map[string]string) {
 		if len(w.watches) >= w.limit {
 			break
 		}
-		w.startWatch(key, list[key], false, time.Time{})
+		w.startWatch(key, list[key], false, time.Time{}, nil)
 		if first {
 			w.pending[key] = true
 		}

@@ -55,6 +55,10 @@ func waitState(t *testing.T, w *Watcher, what string, ok func(State) bool) State
 func watchedKeys(w *Watcher) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return watchedKeysLocked(w)
+}
+
+func watchedKeysLocked(w *Watcher) []string {
 	var keys []string
 	for k := range w.watches {
 		keys = append(keys, k)
@@ -63,17 +67,20 @@ func watchedKeys(w *Watcher) []string {
 	return keys
 }
 
-// TestDemandWatch: a question for an unwatched service goes the normal way
-// and starts its watch, the next is answered from memory; the catalog's
-// service list is never read; past max_watches the least recently asked
-// watch ends; idle watches end; a 429 ends the watch that got it and lowers
-// the cap instead of retrying.
+// TestDemandWatch: a service is read from its second question (the first
+// goes the normal way, and so does the second), watched from that read on,
+// and answered from memory after; a name without instances is read once and
+// kept out; with the set full a name asked as often as the least asked
+// watch is refused, one asked clearly more often takes its place; idle
+// watches end; a 429 ends the watch that got it and lowers the cap instead
+// of retrying; the catalog's service list is never read.
 func TestDemandWatch(t *testing.T) {
 	f := newFakeAPI(t)
-	for _, svc := range []string{"a", "b", "c"} {
+	for _, svc := range []string{"a", "b", "c", "d"} {
 		f.script(healthPath(svc), reply{index: 7, body: []any{entry("n1", "10.0.0.1", svc+"1", "", 80, nil)}})
 	}
 	f.script(healthPath("d"), reply{status: http.StatusTooManyRequests})
+	f.script(healthPath("nosuch"), reply{index: 7, body: []any{}})
 	clk := newFakeClock()
 	w := newTestWatcher(t, f, Config{MaxWatches: 2, IdleTimeout: time.Minute}, clk, noJitter)
 	runWatcher(t, w)
@@ -82,72 +89,100 @@ func TestDemandWatch(t *testing.T) {
 		_, _, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA))
 		return ok
 	}
-	if ask("a") {
+	if ask("a") || ask("a") {
 		t.Fatal("a: answered from memory before it was ever watched")
 	}
-	f.waitQueries(t, healthPath("a"), 2) // read once, now blocking
+	got := f.waitQueries(t, healthPath("a"), 2) // read once, now blocking from that read
+	if got[0].index != 0 || got[1].index != 7 {
+		t.Errorf("a's queries at index %d, %d; want 0 (the first read), then 7 (blocking)", got[0].index, got[1].index)
+	}
 	if !ask("a") {
 		t.Fatal("a: not answered from memory after its watch started")
 	}
-	clk.Advance(2 * time.Second)
-	if ask("b") {
-		t.Fatal("b answered before its watch")
+
+	// A name that is no service: read once, no watch, kept out.
+	ask("nosuch")
+	ask("nosuch")
+	st := waitState(t, w, "nosuch read", func(s State) bool { return s.EmptyReads == 1 })
+	if st.Watched != 1 || st.KeptOut != 1 || st.Starts != 1 {
+		t.Errorf("after an empty read: %+v, want 1 watched, 1 kept out, 1 start", st)
 	}
+
+	clk.Advance(2 * time.Second)
+	ask("b")
+	ask("b")
 	f.waitQueries(t, healthPath("b"), 2)
-	clk.Advance(2 * time.Second)
-	if !ask("a") || !ask("b") {
-		t.Fatal("a and b not both answered from memory")
+	for range 3 {
+		if !ask("a") || !ask("b") {
+			t.Fatal("a and b not both answered from memory")
+		}
 	}
-	clk.Advance(2 * time.Second)
-	ask("a") // a is now asked more recently than b
-	if ask("c") {
-		t.Fatal("c answered before its watch")
+	ask("a") // a is now asked more often than b
+	for range 5 {
+		ask("nosuch") // kept out: not read again
+	}
+
+	// The set is full: c, asked as often as b, is refused without a read.
+	ask("c")
+	ask("c")
+	waitState(t, w, "c refused", func(s State) bool { return s.RefusedFrequency >= 1 })
+	if n := len(f.queries(healthPath("c"))); n != 0 {
+		t.Errorf("c read %d times while refused", n)
+	}
+	// Asked clearly more often, it takes the place of b, the least asked.
+	for range 10 {
+		ask("c")
 	}
 	f.waitQueries(t, healthPath("c"), 2)
-	st := waitState(t, w, "c replaces b", func(s State) bool { return s.EvictedCap == 1 })
-	// A name that is no service (its first reply is empty) does not take a
-	// place in the full set.
-	f.script(healthPath("nosuch"), reply{index: 7, body: []any{}})
-	ask("nosuch")
-	f.waitQueries(t, healthPath("nosuch"), 1)
-	waitState(t, w, "nosuch let go", func(s State) bool { return s.Starts == 4 && s.Watched == 2 })
-	if st := w.State(); st.EvictedCap != 1 {
-		t.Errorf("a name without instances evicted a watch: %+v", st)
-	}
+	st = waitState(t, w, "c replaces b", func(s State) bool { return s.EvictedCap == 1 })
 	if got := watchedKeys(w); !slices.Equal(got, []string{"a", "c"}) || st.Watched != 2 {
-		t.Errorf("after the cap: watched %v (%d), want [a c]: b was the least recently asked", got, st.Watched)
+		t.Errorf("after the cap: watched %v (%d), want [a c]: b was the least asked", got, st.Watched)
+	}
+	if n := len(f.queries(healthPath("nosuch"))); n != 1 {
+		t.Errorf("nosuch read %d times, want once (kept out after its empty read)", n)
 	}
 	if n := len(f.queries(servicesPath)); n != 0 {
 		t.Errorf("the demand mode read the catalog's service list %d times", n)
 	}
 
 	clk.Advance(time.Minute)
-	w.expireIdle()
+	w.expire()
 	st = w.State()
 	if st.Watched != 0 || st.EvictedIdle != 2 || len(watchedKeys(w)) != 0 {
 		t.Errorf("after idle_timeout: %+v, want no watch left", st)
 	}
 
-	// The agent refuses d's first query with 429: the watch ends (no retry
-	// loop) and the cap drops to what the set holds.
+	// The agent refuses d's blocking query with 429: the watch ends (no
+	// retry loop) and the cap drops to what the set holds.
 	ask("d")
+	ask("d")
+	t.Cleanup(func() {
+		if t.Failed() {
+			w.mu.Lock()
+			t.Logf("probing %q toProbe %v watches %v recent %v limit %d", w.probing, w.toProbe, watchedKeysLocked(w), w.recent, w.limit)
+			w.mu.Unlock()
+			e, ok := w.cands.table.Peek("d")
+			t.Logf("cand d %+v %v, gate closed %v, queries of d %d", e, ok, w.gate.isClosed(), len(f.queries(healthPath("d"))))
+		}
+	})
 	st = waitState(t, w, "429 counted", func(s State) bool { return s.Agent429s == 1 && s.Evicted429 == 1 })
 	if st.Watched != 0 || st.Limit != 1 || len(watchedKeys(w)) != 0 {
 		t.Errorf("after a 429: %+v, want no watch and the cap at 1", st)
 	}
-	w.expireIdle() // the check that saw the 429 keeps the cap down
+	w.expire() // the check that saw the 429 keeps the cap down
 	if st := w.State(); st.Limit != 1 {
-		t.Errorf("cap at the idle check after the 429: %d, want 1", st.Limit)
+		t.Errorf("cap at the check after the 429: %d, want 1", st.Limit)
 	}
-	w.expireIdle() // no 429 since the last check: the cap grows back by one
+	w.expire() // no 429 since the last check: the cap grows back by one
 	if st := w.State(); st.Limit != 2 {
-		t.Errorf("cap after a quiet idle check: %d, want 2", st.Limit)
+		t.Errorf("cap after a quiet check: %d, want 2", st.Limit)
 	}
 }
 
 // TestWatchSetRestart: a saved set is watched from the start by the next
 // Watcher, Synced waits for it, and its services are answered before any
-// question; pinned services are watched too and not written to the set.
+// question; pinned services are watched too and not written to the set;
+// the views the agent still holds for ended watches count for the next.
 func TestWatchSetRestart(t *testing.T) {
 	f := newFakeAPI(t)
 	clk := newFakeClock()
@@ -157,6 +192,8 @@ func TestWatchSetRestart(t *testing.T) {
 	old.mu.Lock()
 	old.watches["pin"] = &serviceLoop{name: "Pin", pinned: true, cancel: func() {}}
 	old.publish()
+	old.recent["gone"] = clk.Now() // the agent still holds its view
+	old.recent["long-gone"] = clk.Now().Add(-agentViewTTL)
 	old.mu.Unlock()
 	var buf bytes.Buffer
 	if n, err := old.WriteSet(&buf); err != nil || n != 2 {
@@ -175,6 +212,9 @@ func TestWatchSetRestart(t *testing.T) {
 	if n, err := w.ReadSet(strings.NewReader(buf.String())); err != nil || n != 2 {
 		t.Fatalf("ReadSet: %d %v", n, err)
 	}
+	if _, ok := w.recent["gone"]; !ok || len(w.recent) != 1 {
+		t.Errorf("views the agent holds, restored: %v, want gone only (long-gone's view has expired)", w.recent)
+	}
 	runWatcher(t, w)
 	for _, svc := range []string{"web", "db", "pin"} {
 		if _, _, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA)); !ok {
@@ -187,7 +227,7 @@ func TestWatchSetRestart(t *testing.T) {
 	// Not asked since the start: they end one idle timeout after it; the
 	// pinned one stays.
 	clk.Advance(DefaultIdleTimeout)
-	w.expireIdle()
+	w.expire()
 	if got := watchedKeys(w); !slices.Equal(got, []string{"pin"}) {
 		t.Errorf("after the idle timeout: %v, want only the pinned service", got)
 	}
@@ -245,9 +285,9 @@ func TestIdleWatcherPings(t *testing.T) {
 }
 
 // TestDemandWithoutDatacenter: while the datacenter is unknown (a token
-// without agent:read, no consul.datacenter) nothing is answered, but a
-// question still asks for its service's watch, whose reply names the
-// datacenter; a question for another datacenter does not.
+// without agent:read, no consul.datacenter) nothing is answered, but
+// questions still ask for their service's watch (from the second), whose
+// reply names the datacenter; a question for another datacenter does not.
 func TestDemandWithoutDatacenter(t *testing.T) {
 	w, err := New(Config{Address: "127.0.0.1:1"})
 	if err != nil {
@@ -257,8 +297,10 @@ func TestDemandWithoutDatacenter(t *testing.T) {
 	if _, _, ok := w.Lookup(question("web.service.dc2.consul.", dns.TypeA)); ok {
 		t.Fatal("answered without a datacenter")
 	}
-	if _, _, ok := w.Lookup(question("web.service.consul.", dns.TypeA)); ok {
-		t.Fatal("answered without a datacenter")
+	for range 2 {
+		if _, _, ok := w.Lookup(question("web.service.consul.", dns.TypeA)); ok {
+			t.Fatal("answered without a datacenter")
+		}
 	}
 	select {
 	case key := <-w.demand:

@@ -2,6 +2,7 @@ package consul
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -27,6 +28,7 @@ type request struct {
 	cached bool   // ?cached: served by the agent's cache or streaming
 	stale  bool   // ?stale: any server may answer the agent
 	token  string
+	outage bool // answered by the scripted outage
 }
 
 // fakeAPI is an httptest server that plays a Consul agent's HTTP API from
@@ -40,11 +42,18 @@ type fakeAPI struct {
 	seen     chan struct{} // closed and replaced on every request
 	scripted chan struct{} // closed and replaced whenever a script grows
 	self     reply         // the /v1/agent/self reply
+	// outage fails the next outageLeft requests, of any path, with this
+	// status: an agent that is down or not ready.
+	outage     int
+	outageLeft int
+	outages    int // outages started: a blocked query sees a new one and fails
+	blocked    map[string]int
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
 	f := &fakeAPI{
 		scripts:  map[string][]reply{},
+		blocked:  map[string]int{},
 		seen:     make(chan struct{}),
 		scripted: make(chan struct{}),
 		self: reply{body: map[string]any{
@@ -83,10 +92,29 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		stale: q.Has("stale"), token: r.Header.Get("X-Consul-Token")})
 	close(f.seen)
 	f.seen = make(chan struct{})
+	if f.outageLeft > 0 {
+		f.outageLeft--
+		f.requests[len(f.requests)-1].outage = true
+		f.mu.Unlock()
+		http.Error(w, "scripted outage", f.outage)
+		return
+	}
 	f.mu.Unlock()
 	var rep reply
+	f.mu.Lock()
+	outages := f.outages
+	f.mu.Unlock()
 	for {
+		if r.Context().Err() != nil {
+			return // the client gave up: it takes no reply
+		}
 		f.mu.Lock()
+		if f.outages != outages {
+			// The agent went away under this blocked query: it fails.
+			f.mu.Unlock()
+			http.Error(w, "scripted outage", http.StatusServiceUnavailable)
+			return
+		}
 		var ok bool
 		if r.URL.Path == "/v1/agent/self" {
 			rep, ok = f.self, true
@@ -101,9 +129,12 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		// A blocking query: it returns when the script grows (a change)
 		// or when the client gives up.
+		f.setBlocked(r.URL.Path, +1)
 		select {
 		case <-scripted:
+			f.setBlocked(r.URL.Path, -1)
 		case <-r.Context().Done():
+			f.setBlocked(r.URL.Path, -1)
 			return
 		}
 	}
@@ -114,6 +145,66 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Consul-Index", strconv.FormatUint(rep.index, 10))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(rep.body)
+}
+
+// waitRead waits for a read at index 0 of path among its queries after
+// the first from.
+func (f *fakeAPI) waitRead(t *testing.T, path string, from int) {
+	t.Helper()
+	for n := from + 1; ; n++ {
+		if got := f.waitQueries(t, path, n); got[n-1].index == 0 {
+			return
+		}
+	}
+}
+
+func (f *fakeAPI) setBlocked(path string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blocked[path] += d
+}
+
+// waitBlocked waits until exactly n queries of path wait in the server for
+// a change.
+func (f *fakeAPI) waitBlocked(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		got := f.blocked[path]
+		f.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d queries blocked after 10s, want %d", path, got, n)
+		}
+		time.Sleep(time.Millisecond) // polling interval of a bounded wait
+	}
+}
+
+// startOutage fails every blocked query, and every request until
+// endOutage, with status.
+func (f *fakeAPI) startOutage(status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outage, f.outageLeft = status, math.MaxInt
+	f.outages++
+	close(f.scripted) // wake the blocked queries
+	f.scripted = make(chan struct{})
+}
+
+func (f *fakeAPI) endOutage() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outageLeft = 0
+}
+
+// all returns every request seen so far.
+func (f *fakeAPI) all() []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]request(nil), f.requests...)
 }
 
 // queries returns the requests seen on path so far.

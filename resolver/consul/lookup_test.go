@@ -162,18 +162,21 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	}
 
 	// The token is revoked: every query is refused from now on. The blocked
-	// queries return with the first refusal; each loop then fails on the
-	// rest and blocks again when they run out.
+	// queries return with the first refusal; the service loops then wait
+	// for the agent at the gate, one of them probing, and block again when
+	// the refusals run out.
 	denied := reply{status: http.StatusForbidden}
 	f.waitQueries(t, "/v1/health/service/db", 2)
 	f.script("/v1/health/service/db", denied)
-	f.script("/v1/health/service/web", denied, denied, denied)
+	f.script("/v1/health/service/web", denied)
 	f.script(servicesPath, denied, denied, denied)
 	f.waitQueries(t, servicesPath, 5)
-	f.waitQueries(t, "/v1/health/service/web", 6)
-	f.waitQueries(t, "/v1/health/service/db", 3)
+	waitState(t, w, "web's loop refused", func(State) bool {
+		_, stale, _ := w.Lookup(question("web.service.consul.", dns.TypeA))
+		return stale
+	})
+	st = waitState(t, w, "the refusals counted", func(s State) bool { return errors.Is(s.LastErr, ErrACL) })
 	_, stale, ok = w.Lookup(question("web.service.consul.", dns.TypeA))
-	st = w.State()
 	if !errors.Is(st.LastErr, ErrACL) || !stale {
 		t.Fatalf("after the refusals: ok=%v stale=%v state %+v", ok, stale, st)
 	}

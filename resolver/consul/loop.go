@@ -25,6 +25,13 @@ type Timing struct {
 	// brings answers back soon after it restarts at little cost.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// ProbeBase and ProbeMax are the same for the agent as a whole, when
+	// queries fail because of it (see agentGate): one probe at a time, so
+	// the cap is short. Defaults 50 ms and 500 ms: answers are fresh within
+	// about half a second of a restarted agent answering, and a refused
+	// connection to a local agent costs nothing.
+	ProbeBase time.Duration
+	ProbeMax  time.Duration
 }
 
 // Defaults of Timing.
@@ -34,6 +41,8 @@ const (
 	DefaultJitter      = 20 * time.Millisecond
 	DefaultBackoffBase = 250 * time.Millisecond
 	DefaultBackoffMax  = 5 * time.Second
+	DefaultProbeBase   = 50 * time.Millisecond
+	DefaultProbeMax    = 500 * time.Millisecond
 )
 
 func (t Timing) withDefaults() Timing {
@@ -47,6 +56,8 @@ func (t Timing) withDefaults() Timing {
 	def(&t.Jitter, DefaultJitter)
 	def(&t.BackoffBase, DefaultBackoffBase)
 	def(&t.BackoffMax, DefaultBackoffMax)
+	def(&t.ProbeBase, DefaultProbeBase)
+	def(&t.ProbeMax, DefaultProbeMax)
 	return t
 }
 
@@ -98,6 +109,16 @@ type loop[T any] struct {
 	// with the number of consecutive failures so far.
 	contact func(index uint64)
 	failure func(err error, consecutive int)
+	// retry waits after a failure before the next query and returns
+	// ctx.Err() if ctx ends first; nil = the loop's own backoff.
+	retry func(ctx context.Context, err error, consecutive int) error
+
+	// seed, if seeded, is a result read before the loop started (a first
+	// read) and its index: the loop delivers it and goes on from there,
+	// blocking, instead of reading it again.
+	seed      T
+	seedIndex uint64
+	seeded    bool
 }
 
 func randomJitter(n time.Duration) time.Duration {
@@ -115,6 +136,13 @@ func (l *loop[T]) run(ctx context.Context) {
 		have     bool
 		failures int
 	)
+	if l.seeded {
+		index, last, have = max(l.seedIndex, 1), l.seed, true
+		l.deliver(l.seed)
+		if l.contact != nil {
+			l.contact(index)
+		}
+	}
 	for ctx.Err() == nil {
 		start := l.clock.Now()
 		v, got, err := l.fetch(ctx, index)
@@ -130,7 +158,11 @@ func (l *loop[T]) run(ctx context.Context) {
 			if l.failure != nil {
 				l.failure(err, failures)
 			}
-			if l.clock.Sleep(ctx, l.backoff(failures)) != nil {
+			wait := func(ctx context.Context, _ error, n int) error { return l.clock.Sleep(ctx, l.backoff(n)) }
+			if l.retry != nil {
+				wait = l.retry
+			}
+			if wait(ctx, err, failures) != nil {
 				return
 			}
 			continue

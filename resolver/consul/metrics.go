@@ -42,17 +42,39 @@ type State struct {
 	// the cap, and only the first MaxWatches by name are watched.
 	CatalogCapped bool
 	// Starts counts watches started; EvictedCap those ended to make room
-	// for a service asked later, EvictedIdle those ended after IdleTimeout
-	// without a question, Evicted429 those ended by the agent's 429.
-	Starts      uint64
-	EvictedCap  uint64
-	EvictedIdle uint64
-	Evicted429  uint64
+	// for a service asked more often, EvictedIdle those ended after
+	// IdleTimeout without a question, Evicted429 those ended by the agent's
+	// 429, EvictedEmpty those ended EmptyGrace after their last instance
+	// went (or at a restored watch's first read, without any).
+	Starts       uint64
+	EvictedCap   uint64
+	EvictedIdle  uint64
+	Evicted429   uint64
+	EvictedEmpty uint64
 	// Agent429s counts queries the agent refused with HTTP 429.
 	Agent429s uint64
-	// Refused counts services asked for but not watched because the set
-	// was full of pinned services.
-	Refused uint64
+	// Refused* count admissions refused to names asked for: the set full of
+	// pinned services; not asked more often than the least asked watch;
+	// the agent would hold more streaming views than ViewLimit.
+	RefusedPinned    uint64
+	RefusedFrequency uint64
+	RefusedStreams   uint64
+	// EmptyReads counts first reads that found no instance: each keeps its
+	// name out of the set for a while; KeptOut is how many names are out
+	// now.
+	EmptyReads uint64
+	KeptOut    int
+	// AgentViews is how many streaming views (one stream each at a
+	// server) the agent holds for this node by the watch's count: its
+	// blocking watches and those ended within the agent's view idle time
+	// (20 min). ViewLimit is the bound on it: MaxWatches + a quarter.
+	AgentViews int
+	ViewLimit  int
+	// Resyncs counts the times the agent answered again after failing,
+	// and every watch read its service again at once.
+	Resyncs uint64
+	// OversizeBodies counts replies refused for a body past its bound.
+	OversizeBodies uint64
 	// LastIndex is the service list's last X-Consul-Index (catalog mode),
 	// else the highest index of the watched services.
 	LastIndex uint64
@@ -73,7 +95,16 @@ type State struct {
 func (w *Watcher) State() State {
 	w.mu.Lock()
 	s := w.state
+	s.AgentViews = len(w.recent)
+	for _, sl := range w.watches {
+		if sl.viewed.Load() {
+			s.AgentViews++
+		}
+	}
 	w.mu.Unlock()
+	s.ViewLimit = w.cfg.MaxWatches + viewMargin(w.cfg.MaxWatches)
+	s.KeptOut = w.cands.keptOut(w.clock.Now())
+	s.Resyncs = w.gate.resyncs()
 	if info := w.info.Load(); info != nil {
 		s.Datacenter, s.Domain = info.datacenter, info.domain
 	}
@@ -105,6 +136,9 @@ type Collector struct {
 	pinned, maxWatches, limit       *prometheus.Desc
 	catalogCapped, starts           *prometheus.Desc
 	evictions, agent429s, refused   *prometheus.Desc
+	emptyReads, keptOut             *prometheus.Desc
+	agentViews, viewLimit           *prometheus.Desc
+	resyncs, oversize               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -134,10 +168,22 @@ func NewCollector(w *Watcher) *Collector {
 			`1 while consul.services = ["*"] finds more services in the catalog than max_watches and watches only the first.`),
 		starts: d("starts_total", "Service watches started (a question for an unwatched service, a pin, a restore)."),
 		evictions: prometheus.NewDesc("towerd_consul_watch_evictions_total",
-			"Service watches ended: reason cap (room for a service asked later), idle (no question for "+
-				"idle_timeout), 429 (the agent refused the query).", []string{"reason"}, nil),
+			"Service watches ended: reason cap (room for a service asked more often), idle (no question for "+
+				"idle_timeout), 429 (the agent refused the query), empty (no instance left for a minute).",
+			[]string{"reason"}, nil),
 		agent429s: d("agent_429s_total", "Queries the Consul agent refused with HTTP 429 (too many connections or requests)."),
-		refused:   d("refused_total", "Services asked for but not watched: the set is full of pinned services."),
+		refused: prometheus.NewDesc("towerd_consul_watch_refused_total",
+			"Names asked for again but not watched: reason frequency (not asked more often than the least asked "+
+				"watch), streams (the agent would hold more streaming views than the bound), pinned (the set is "+
+				"full of pinned services).", []string{"reason"}, nil),
+		emptyReads: d("empty_reads_total", "First reads of a name asked for that found no instance (the name is kept out of the set)."),
+		keptOut:    d("kept_out_names", "Names kept out of the watch set now because their last read found no instance."),
+		agentViews: d("agent_views",
+			"Streaming views the agent holds for this node, by the watch's count (one server stream each): blocking watches, "+
+				"and watches ended within the agent's 20-minute view idle time."),
+		viewLimit: d("agent_views_limit", "The bound on agent_views: max_watches plus a quarter."),
+		resyncs:   d("resyncs_total", "Times the agent answered again after failing and every watch read its service again."),
+		oversize:  d("oversize_bodies_total", "Replies from the agent refused because their body passed its size bound."),
 	}
 }
 
@@ -145,7 +191,8 @@ func NewCollector(w *Watcher) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.synced, c.connected, c.aclDenied, c.watched, c.services,
 		c.instances, c.index, c.lastSuccess, c.errorsTotal, c.pinned, c.maxWatches, c.limit, c.catalogCapped,
-		c.starts, c.evictions, c.agent429s, c.refused} {
+		c.starts, c.evictions, c.agent429s, c.refused, c.emptyReads, c.keptOut, c.agentViews, c.viewLimit,
+		c.resyncs, c.oversize} {
 		ch <- d
 	}
 }
@@ -172,6 +219,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.maxWatches, float64(s.MaxWatches))
 	gauge(c.limit, float64(s.Limit))
 	gauge(c.catalogCapped, boolValue(s.CatalogCapped))
+	gauge(c.keptOut, float64(s.KeptOut))
+	gauge(c.agentViews, float64(s.AgentViews))
+	gauge(c.viewLimit, float64(s.ViewLimit))
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
@@ -180,8 +230,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evictions, s.EvictedCap, "cap")
 	counter(c.evictions, s.EvictedIdle, "idle")
 	counter(c.evictions, s.Evicted429, "429")
+	counter(c.evictions, s.EvictedEmpty, "empty")
 	counter(c.agent429s, s.Agent429s)
-	counter(c.refused, s.Refused)
+	counter(c.refused, s.RefusedFrequency, refusedFrequency)
+	counter(c.refused, s.RefusedStreams, refusedStreams)
+	counter(c.refused, s.RefusedPinned, refusedPinned)
+	counter(c.emptyReads, s.EmptyReads)
+	counter(c.resyncs, s.Resyncs)
+	counter(c.oversize, s.OversizeBodies)
 }
 
 func boolValue(b bool) float64 {

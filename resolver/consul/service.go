@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -14,21 +15,24 @@ import (
 // One service's watch: starting and stopping its blocking health loop, the
 // loop itself, and the queries it sends to the agent.
 
-// startWatch starts the loop of one service. Callers hold w.mu.
-func (w *Watcher) startWatch(key, name string, pinned bool, asked time.Time) {
+// startWatch starts the loop of one service; seed, if set, is its first
+// read, done already (a probe). Callers hold w.mu.
+func (w *Watcher) startWatch(key, name string, pinned bool, asked time.Time, seed *probeResult) {
 	lctx, cancel := context.WithCancel(w.runCtx)
 	sl := &serviceLoop{name: name, ctx: lctx, cancel: cancel, pinned: pinned}
 	if !asked.IsZero() {
 		sl.asked.Store(asked.UnixNano())
 	}
+	sl.hits.Store(w.cands.take(key))
 	w.watches[key] = sl
+	delete(w.recent, key) // its lingering view, if any, serves the new watch
 	w.publish()
 	w.state.Starts++
 	w.state.Watched = len(w.watches)
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.runService(sl, key, name)
+		w.runService(sl, key, name, seed)
 	}()
 }
 
@@ -41,8 +45,18 @@ func (w *Watcher) publish() {
 	w.view.Store(&view)
 }
 
+// Reasons a watch ends, as counted in State and the metrics ("" = not
+// counted: the catalog mode's list dropped the service).
+const (
+	endCap   = "cap"   // made room for a service asked more often
+	endIdle  = "idle"  // no question for IdleTimeout
+	end429   = "429"   // the agent refused its query
+	endEmpty = "empty" // no instance left for EmptyGrace, or none at its first read
+)
+
 // stopWatch ends the loop of one service and forgets its records, so its
-// questions go the normal way; reason is counted ("" = not an eviction).
+// questions go the normal way. Its count goes back to the candidates, and a
+// watch that blocked leaves the agent a view for a while (recent).
 // Callers hold w.mu.
 func (w *Watcher) stopWatch(key, reason string) {
 	sl := w.watches[key]
@@ -52,19 +66,28 @@ func (w *Watcher) stopWatch(key, reason string) {
 	sl.cancel()
 	delete(w.watches, key)
 	w.publish()
-	if w.probation == key {
-		w.probation = ""
+	now := w.clock.Now()
+	if sl.viewed.Load() {
+		w.recent[key] = now
+	}
+	if !sl.pinned && !w.cfg.watchAll() {
+		w.cands.put(key, sl.hits.Load(), time.Unix(0, w.lastAsked(sl)))
+		if reason == endEmpty {
+			w.cands.keepOut(key, now, w.cfg.IdleTimeout)
+		}
 	}
 	w.store.remove(key)
 	delete(w.pending, key)
 	w.state.Watched = len(w.watches)
 	switch reason {
-	case "cap":
+	case endCap:
 		w.state.EvictedCap++
-	case "idle":
+	case endIdle:
 		w.state.EvictedIdle++
-	case "429":
+	case end429:
 		w.state.Evicted429++
+	case endEmpty:
+		w.state.EvictedEmpty++
 	}
 	if reason != "" {
 		w.log.Debug("consul watch: watch ended", "service", key, "reason", reason)
@@ -84,8 +107,13 @@ func (w *Watcher) stopWatch(key, reason string) {
 func (w *Watcher) queryOptions(ctx context.Context, index uint64) (*api.QueryOptions, context.CancelFunc) {
 	wait := w.cfg.Timing.Wait
 	// The agent holds the query for up to wait plus wait/16 of jitter; past
-	// that plus a margin, a silent agent counts as lost.
-	ctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
+	// that plus a margin, a silent agent counts as lost. A read at index 0
+	// does not block: it gets the margin only.
+	timeout := wait + wait/16 + agentReadTimeout
+	if index == 0 {
+		timeout = agentReadTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	q := &api.QueryOptions{WaitIndex: index, WaitTime: wait, AllowStale: true}
 	return q.WithContext(ctx), cancel
 }
@@ -123,66 +151,154 @@ func (w *Watcher) ensureAgent(ctx context.Context) error {
 }
 
 // runService follows one service's healthy instances until its loop ends.
-func (w *Watcher) runService(sl *serviceLoop, key, name string) {
+func (w *Watcher) runService(sl *serviceLoop, key, name string, seed *probeResult) {
+	probed := false // this loop holds the gate's probe turn (gate.go)
 	l := &loop[[]instance]{
 		timing: w.cfg.Timing,
 		clock:  w.clock,
 		jitter: w.jitter,
 		fetch: func(ctx context.Context, index uint64) ([]instance, uint64, error) {
-			return w.fetchService(ctx, name, index)
+			if index > 0 {
+				sl.viewed.Store(true) // the agent answers it from a streaming view
+				return w.fetchService(ctx, w.client, name, index)
+			}
+			release, err := w.acquireRead(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			defer release()
+			return w.fetchService(ctx, w.client, name, index)
 		},
 		equal: equalInstances,
 		deliver: func(instances []instance) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			if sl.ctx.Err() != nil {
-				return // the watch ended meanwhile; keep it removed
+			if sl.ctx.Err() == nil { // else the watch ended meanwhile; keep it removed
+				w.deliverService(sl, key, instances)
 			}
-			if len(w.cfg.Tags) > 0 && !w.cfg.watchAll() && !slices.ContainsFunc(instances,
-				func(in instance) bool { return anyFold(w.cfg.Tags, in.Tags) }) {
-				instances = nil // filtered out by consul.tags: Consul's DNS answers it
-			}
-			if w.probation == key {
-				w.admit(key, instances)
-				if sl.ctx.Err() != nil {
-					return
-				}
-			}
-			w.store.set(key, instances)
-			if w.pending != nil {
-				delete(w.pending, key)
-				w.checkSynced()
-			}
-			w.log.Debug("consul watch: service changed", "service", name, "instances", len(instances))
 		},
 		contact: func(index uint64) {
+			probed = false
 			w.store.contact(key, false, w.clock.Now())
-			if !w.cfg.watchAll() {
-				w.listContact(index)
-			}
+			w.answered(index)
 		},
 		failure: func(err error, consecutive int) {
-			w.store.contact(key, true, w.clock.Now())
-			w.rereadAgent.Store(true)
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if errors.Is(err, ErrThrottled) {
-				w.recordError(err)
-				w.throttled(key)
-				return
-			}
-			if w.cfg.watchAll() {
-				w.recordError(err)
-			} else {
-				w.failureLocked(err, consecutive)
-			}
-			w.log.Debug("consul watch: service query failed", "service", name, "err", err, "consecutive", consecutive)
+			w.serviceFailed(sl, key, err, consecutive)
 		},
+		retry: w.retryAfter(&probed),
+	}
+	if seed != nil {
+		l.seed, l.seedIndex, l.seeded = seed.instances, seed.index, true
 	}
 	l.run(sl.ctx)
 }
 
-func (w *Watcher) fetchService(ctx context.Context, name string, index uint64) ([]instance, uint64, error) {
+// deliverService takes a service's new instances. A service without any
+// (or none with the wanted tags) is answered by Consul's DNS; in the demand
+// mode its watch ends now if it never had any (a restored one), after
+// EmptyGrace if it had. Callers hold w.mu.
+func (w *Watcher) deliverService(sl *serviceLoop, key string, instances []instance) {
+	instances = w.tagged(instances)
+	switch {
+	case len(instances) > 0:
+		sl.confirmed, sl.emptySince = true, time.Time{}
+	case sl.pinned || w.cfg.watchAll(): // watched whatever it holds
+	case !sl.confirmed:
+		w.state.EmptyReads++
+		w.stopWatch(key, endEmpty)
+		w.log.Debug("consul watch: no instance of a restored service; not watched", "service", key)
+		return
+	case sl.emptySince.IsZero():
+		sl.emptySince = w.clock.Now()
+	}
+	w.store.set(key, instances)
+	if w.pending != nil {
+		delete(w.pending, key)
+		w.checkSynced()
+	}
+	w.log.Debug("consul watch: service changed", "service", sl.name, "instances", len(instances))
+}
+
+// tagged drops every instance when consul.tags is set and none carries one
+// of them: the service is then answered by Consul's DNS.
+func (w *Watcher) tagged(instances []instance) []instance {
+	if len(w.cfg.Tags) > 0 && !w.cfg.watchAll() && !slices.ContainsFunc(instances,
+		func(in instance) bool { return anyFold(w.cfg.Tags, in.Tags) }) {
+		return nil
+	}
+	return instances
+}
+
+// answered records a query that reached the agent: the gate opens if it
+// was closed, and State says the agent answers.
+func (w *Watcher) answered(index uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.answeredLocked(index)
+}
+
+func (w *Watcher) answeredLocked(index uint64) {
+	if w.gate.answered(w.clock.Now()) {
+		w.log.Info("consul watch: the agent answers again; every watch reads its service again",
+			"address", w.address)
+	}
+	if !w.cfg.watchAll() {
+		w.contactLocked(index)
+	}
+}
+
+// serviceFailed records a failed query of sl's loop. A 429 ends the watch
+// (throttled); a reply that broke its bound drops the service's records,
+// so its names go to the agent's DNS, and otherwise the records stay
+// served, marked stale, until MaxStale.
+func (w *Watcher) serviceFailed(sl *serviceLoop, key string, err error, consecutive int) {
+	if ofService(err) {
+		w.store.remove(key)
+	} else {
+		w.store.contact(key, true, w.clock.Now())
+		w.rereadAgent.Store(true)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if errors.Is(err, ErrBodyTooLarge) {
+		w.state.OversizeBodies++
+	}
+	switch {
+	case errors.Is(err, ErrThrottled):
+		w.recordError(err)
+		w.throttled(key)
+		return
+	case ofService(err):
+		w.recordError(err)
+		level := slog.LevelDebug
+		if consecutive == 1 {
+			level = slog.LevelWarn
+		}
+		w.log.Log(context.Background(), level, "consul watch: the agent's reply for a service broke its "+
+			"bound; its names go to the agent's DNS, retrying with backoff", "service", sl.name, "err", err,
+			"consecutive", consecutive)
+		return
+	case w.cfg.watchAll():
+		w.recordError(err)
+	default:
+		w.failureLocked(err, consecutive)
+	}
+	w.log.Debug("consul watch: service query failed", "service", sl.name, "err", err, "consecutive", consecutive)
+}
+
+// acquireRead takes one of the resyncReads slots for a read at index 0.
+func (w *Watcher) acquireRead(ctx context.Context) (func(), error) {
+	select {
+	case w.reads <- struct{}{}:
+		return func() { <-w.reads }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fetchService reads a service's instances through client (w.client, or
+// w.probe for a first read before a watch).
+func (w *Watcher) fetchService(ctx context.Context, client *api.Client, name string, index uint64) ([]instance, uint64, error) {
 	if err := w.ensureAgent(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -194,7 +310,7 @@ func (w *Watcher) fetchService(ctx context.Context, name string, index uint64) (
 	defer cancel()
 	// With only_passing the agent filters; otherwise warning instances stay
 	// and instancesFrom drops the critical ones, as Consul's DNS does.
-	entries, meta, err := w.client.Health().Service(name, "", info.onlyPassing, q)
+	entries, meta, err := client.Health().Service(name, "", info.onlyPassing, q)
 	if err != nil {
 		return nil, 0, classify(fmt.Errorf("health of service %q: %w", name, err))
 	}

@@ -29,15 +29,25 @@ type SavedService struct {
 	LastAsked time.Time `json:"last_asked,omitzero"`
 }
 
+// EndedWatch is a service whose watch ended while the agent had a
+// streaming view for it, and when: the agent keeps the view for 20
+// minutes, so the next towerd counts it against the bound on views.
+type EndedWatch struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+}
+
 type savedSet struct {
 	Version  int            `json:"version"`
 	Saved    time.Time      `json:"saved"`
 	Services []SavedService `json:"services"`
+	Ended    []EndedWatch   `json:"ended,omitempty"`
 }
 
 // WriteSet writes the services watched because they were asked for (not the
 // pinned ones, which the configuration names; nothing in the catalog mode),
-// most recently asked first, as JSON.
+// most recently asked first, and those whose views the agent still holds,
+// as JSON.
 func (w *Watcher) WriteSet(out io.Writer) (int, error) {
 	set := savedSet{Version: setVersion, Saved: w.clock.Now().UTC(), Services: []SavedService{}}
 	if !w.cfg.watchAll() {
@@ -54,9 +64,13 @@ func (w *Watcher) WriteSet(out io.Writer) (int, error) {
 		}
 		// Not yet started by Run: keep what was read, not an empty file.
 		set.Services = append(set.Services, w.restored...)
+		for key, at := range w.recent {
+			set.Ended = append(set.Ended, EndedWatch{Name: key, At: at.UTC()})
+		}
 		w.mu.Unlock()
 	}
 	sortSaved(set.Services)
+	sort.Slice(set.Ended, func(i, j int) bool { return set.Ended[i].Name < set.Ended[j].Name })
 	b, err := json.MarshalIndent(set, "", "  ")
 	if err != nil {
 		return 0, err
@@ -97,8 +111,17 @@ func (w *Watcher) ReadSet(in io.Reader) (int, error) {
 		seen[key] = true
 		keep = append(keep, SavedService{Name: key, LastAsked: s.LastAsked})
 	}
+	now := w.clock.Now()
 	w.mu.Lock()
 	w.restored = keep
+	for _, e := range set.Ended {
+		key := strings.ToLower(e.Name)
+		// Only what the agent may still hold, as many as the bound counts.
+		if validServiceName(key) && now.Sub(e.At) < agentViewTTL && !e.At.After(now) &&
+			len(w.recent) < w.cfg.MaxWatches+viewMargin(w.cfg.MaxWatches) {
+			w.recent[key] = e.At
+		}
+	}
 	w.mu.Unlock()
 	return len(keep), nil
 }

@@ -3,19 +3,22 @@
 // <svc>.service.consul from it with the records Consul's own DNS would give.
 //
 // A Watcher follows the services this node asks for (DESIGN.md, "Consul
-// pre-warm"): the first question for an unwatched service is not answered
-// from memory (it goes the normal way, to the agent's DNS) and starts that
-// service's blocking health loop, so the next one is. A watch ends after
-// Config.IdleTimeout without a question, and the set is capped at
-// Config.MaxWatches: past the cap the least recently asked service loses
-// its watch. Config.Services pins services that are always watched; ["*"]
-// keeps the old mode that follows the catalog's whole service list (for
-// small catalogs, still capped). The set can be saved and restored across
+// pre-warm"): questions for an unwatched service are not answered from
+// memory (they go the normal way, to the agent's DNS); from its second
+// question the service is read once, and watched if it has instances and
+// the set has room for it — or, with the set at Config.MaxWatches, if it is
+// asked clearly more often than the watched service asked least (admit.go).
+// A watch ends after Config.IdleTimeout without a question, and
+// Config.EmptyGrace after its service lost its last instance.
+// Config.Services pins services that are always watched; ["*"] keeps the
+// old mode that follows the catalog's whole service list (for small
+// catalogs, still capped). The set can be saved and restored across
 // restarts (WriteSet, ReadSet). It implements resolver.RecordSource (and
 // lives beside the resolver, as resolver/local does, without importing
-// it: the resolver reads it through that interface). When
-// the agent stops answering, the last known records are served as stale
-// for up to Config.MaxStale.
+// it: the resolver reads it through that interface). When the agent stops
+// answering, the last known records are served as stale for up to
+// Config.MaxStale, and every watch reads its service again the moment the
+// agent answers (gate.go). Every reply body is bounded (body.go).
 package consul
 
 import (
@@ -77,6 +80,15 @@ type Config struct {
 	// IdleTimeout ends a watch after this long without a question for its
 	// service (pinned ones never end); 0 = DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// EmptyGrace is how long a watch whose service has no instance left
+	// keeps running (pinned ones never end); 0 = DefaultEmptyGrace.
+	EmptyGrace time.Duration
+	// Window is the half-life of the question counts admission compares;
+	// 0 = DefaultWindow.
+	Window time.Duration
+	// MaxBody bounds one reply body from the agent, in bytes; 0 =
+	// DefaultMaxBody.
+	MaxBody int64
 	// AnswerTTL is the TTL of every record served; zero = 0 s, as Consul.
 	AnswerTTL time.Duration
 	// MaxStale is how long records stay served after contact with the agent
@@ -96,7 +108,8 @@ func (c Config) watchAll() bool { return len(c.Services) == 1 && c.Services[0] =
 type Watcher struct {
 	cfg     Config
 	address string
-	client  *api.Client
+	client  *api.Client // the watches' (pooled connections)
+	probe   *api.Client // first reads of names not watched (a connection each)
 	log     *slog.Logger
 	clock   clock
 	jitter  func(time.Duration) time.Duration
@@ -112,9 +125,16 @@ type Watcher struct {
 	syncOnce sync.Once
 
 	// demand carries the services asked for but not watched from Lookup to
-	// the loop that starts watches; a full channel drops the signal (the
-	// next question sends it again).
+	// the loop that starts watches, once past the doorkeeper; a full
+	// channel drops the signal (the next question sends it again).
 	demand chan string
+	// cands counts the questions for names not watched (admit.go).
+	cands *candidates
+	// gate is the agent's backoff; reads bounds the reads at index 0.
+	gate  *agentGate
+	reads chan struct{}
+	// probed carries the result of a first read to the demand loop.
+	probed chan probeResult
 
 	// view is a read-only copy of watches for Lookup, replaced (under mu)
 	// on every change: questions read it without a lock, and the set
@@ -129,12 +149,16 @@ type Watcher struct {
 	limit    int                     // the cap in force: MaxWatches, lowered by the agent's 429s
 	throttle bool                    // a 429 since the last idle check
 	listed   bool                    // catalog mode: the first list was applied
-	// probation is a watch started past the cap, waiting for its first
-	// reply: only a service that exists (has instances) takes the least
-	// recently asked one's place, so questions for names that are no
-	// service cannot empty the set. One at a time: it is the one
-	// connection over max_watches that the missing list loop leaves free.
-	probation string
+	// probing is the name being read before it may be watched ("" =
+	// none): one at a time, on the spare connection; toProbe those waiting.
+	probing string
+	toProbe []string
+	// recent holds the services whose watch ended while the agent had a
+	// streaming view for them, and when: the agent keeps the view (and its
+	// stream at a server) for agentViewTTL, so they still count against
+	// the bound on views (admission).
+	recent    map[string]time.Time
+	nextDecay time.Time
 	runCtx    context.Context
 	wg        *sync.WaitGroup
 	state     State
@@ -146,19 +170,38 @@ type serviceLoop struct {
 	cancel context.CancelFunc
 	pinned bool
 	asked  atomic.Int64 // Unix ns of the last question; 0 = none yet
+	hits   atomic.Int64 // questions, decayed (admit.go), in hitUnit
+	// viewed: a blocking query was sent, so the agent holds a streaming
+	// view for the service (until agentViewTTL after the watch ends).
+	viewed atomic.Bool
+	// Under Watcher.mu: confirmed once a reply had instances; emptySince
+	// is when the last one went (zero while there are some).
+	confirmed  bool
+	emptySince time.Time
 }
 
 // New checks cfg and builds the API client; it does not talk to the agent,
 // so towerd starts whether or not an agent runs.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.AnswerTTL < 0 || cfg.MaxStale < 0 || cfg.MaxWatches < 0 || cfg.IdleTimeout < 0 {
-		return nil, errors.New("consul: negative answer TTL, maximum stale age, max_watches or idle timeout")
+	if cfg.AnswerTTL < 0 || cfg.MaxStale < 0 || cfg.MaxWatches < 0 || cfg.IdleTimeout < 0 ||
+		cfg.EmptyGrace < 0 || cfg.Window < 0 || cfg.MaxBody < 0 {
+		return nil, errors.New("consul: negative answer TTL, maximum stale age, max_watches, idle timeout, " +
+			"empty grace, window or body bound")
 	}
 	if cfg.MaxWatches == 0 {
 		cfg.MaxWatches = DefaultMaxWatches
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.EmptyGrace == 0 {
+		cfg.EmptyGrace = DefaultEmptyGrace
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
 	}
 	if !cfg.watchAll() {
 		if slices.Contains(cfg.Services, WatchAll) {
@@ -169,21 +212,27 @@ func New(cfg Config) (*Watcher, error) {
 		}
 	}
 	cfg.Timing = cfg.Timing.withDefaults()
-	client, err := newClient(cfg)
+	clients, err := newClients(cfg)
 	if err != nil {
 		return nil, err
 	}
 	w := &Watcher{
 		cfg:     cfg,
 		address: displayAddress(cfg),
-		client:  client,
+		client:  clients.pooled,
+		probe:   clients.probe,
 		log:     cfg.Log,
 		clock:   realClock{},
 		jitter:  randomJitter,
 		store:   newStore(),
 		synced:  make(chan struct{}),
 		demand:  make(chan string, 64),
+		cands:   newCandidates(),
+		gate:    newAgentGate(),
+		reads:   make(chan struct{}, resyncReads),
+		probed:  make(chan probeResult, 1),
 		watches: map[string]*serviceLoop{},
+		recent:  map[string]time.Time{},
 		limit:   cfg.MaxWatches,
 	}
 	if w.log == nil {
@@ -224,6 +273,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	w.mu.Lock()
 	w.runCtx, w.wg = ctx, &wg
 	w.started = w.clock.Now()
+	w.nextDecay = w.started.Add(w.cfg.Window)
 	w.pending = map[string]bool{}
 	w.mu.Unlock()
 	if w.cfg.watchAll() {
@@ -255,7 +305,7 @@ func (w *Watcher) startInitial() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key, name := range uniqueFold(w.cfg.Services) {
-		w.startWatch(key, name, true, time.Time{})
+		w.startWatch(key, name, true, time.Time{}, nil)
 		w.pending[key] = true
 	}
 	for _, s := range w.restored {
@@ -263,7 +313,7 @@ func (w *Watcher) startInitial() {
 		if _, ok := w.watches[key]; ok || len(w.watches) >= w.limit {
 			continue
 		}
-		w.startWatch(key, key, false, s.LastAsked)
+		w.startWatch(key, key, false, s.LastAsked, nil)
 		w.pending[key] = true
 	}
 	w.restored = nil

@@ -2,18 +2,35 @@ package consul
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 )
 
-// Which services are watched. In the demand mode a question for an
-// unwatched service starts its watch (on probation past the cap), watches
-// nobody asks about end after IdleTimeout, and the agent's 429s shrink the
-// cap until it grows back. In the catalog mode (Config.Services = ["*"]) the
-// catalog's service list is followed, up to the cap.
+// Which services are watched, in the demand mode: questions count in
+// Lookup (noteAsked), a name past the doorkeeper is read once (a probe) and
+// admitted by use (admit.go); watches end after IdleTimeout without a
+// question, EmptyGrace without an instance, or on the agent's 429, which
+// also shrinks the cap until it grows back. The catalog mode is in
+// catalog.go.
 
-// idleCheckEvery is how often idle watches are looked for.
-func (w *Watcher) idleCheckEvery() time.Duration {
-	return min(max(w.cfg.IdleTimeout/4, 10*time.Millisecond), time.Minute)
+// maxToProbe bounds the names waiting for their first read; past it a
+// name waits for its next question.
+const maxToProbe = 64
+
+// probeResult is a first read of a name, before it may be watched.
+type probeResult struct {
+	key       string
+	instances []instance
+	index     uint64
+	err       error
+}
+
+// checkEvery is how often idle and empty watches are looked for (and the
+// counts decayed): a quarter of the shortest of IdleTimeout and EmptyGrace,
+// within [10 ms, 1 min].
+func (w *Watcher) checkEvery() time.Duration {
+	return min(max(min(w.cfg.IdleTimeout, w.cfg.EmptyGrace)/4, 10*time.Millisecond), time.Minute)
 }
 
 // manage runs the demand mode: it reads the agent once (the domain and
@@ -39,7 +56,7 @@ func (w *Watcher) manage(ctx context.Context) {
 	w.mu.Lock()
 	w.checkSynced()
 	w.mu.Unlock()
-	tick := time.NewTicker(w.idleCheckEvery())
+	tick := time.NewTicker(w.checkEvery())
 	defer tick.Stop()
 	pingFailures := 0
 	for {
@@ -47,9 +64,11 @@ func (w *Watcher) manage(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case key := <-w.demand:
-			w.startDemanded(key)
+			w.consider(key)
+		case r := <-w.probed:
+			w.probeDone(r)
 		case <-tick.C:
-			w.expireIdle()
+			w.expire()
 			pingFailures = w.pingIfIdle(ctx, pingFailures)
 		}
 	}
@@ -79,23 +98,25 @@ func (w *Watcher) pingIfIdle(ctx context.Context, failures int) int {
 	return 0
 }
 
-// noteAsked records a question for the service key. It reports whether the
-// service is watched; if not, the demand mode is told to start a watch.
+// noteAsked counts a question for the service key. It reports whether the
+// service is watched; if not, and the name is past the doorkeeper, the
+// demand loop is told to consider it.
 func (w *Watcher) noteAsked(key string) bool {
 	var sl *serviceLoop
 	if view := w.view.Load(); view != nil {
 		sl = (*view)[key]
 	}
 	if sl != nil {
+		sl.hits.Add(hitUnit)
 		now := w.clock.Now().UnixNano()
 		// Stored at most once a second: a hot service's questions do not all
-		// write the same cache line.
+		// write the same cache line twice.
 		if now-sl.asked.Load() > int64(time.Second) {
 			sl.asked.Store(now)
 		}
 		return true
 	}
-	if !w.cfg.watchAll() {
+	if !w.cfg.watchAll() && w.cands.ask(key, w.clock.Now(), w.cfg.IdleTimeout) {
 		select {
 		case w.demand <- key:
 		default:
@@ -104,64 +125,115 @@ func (w *Watcher) noteAsked(key string) bool {
 	return false
 }
 
-// startDemanded starts the watch of a service a question asked for. When
-// the set is full the new watch starts on probation (see Watcher.probation)
-// and its first reply decides whether the least recently asked watch makes
-// room for it (admit).
-func (w *Watcher) startDemanded(key string) {
+// consider queues a name asked for (past the doorkeeper) for its first
+// read, if it may be watched at all now.
+func (w *Watcher) consider(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.watches[key]; ok || w.runCtx == nil || w.runCtx.Err() != nil {
+	if _, ok := w.watches[key]; ok || w.runCtx == nil || w.runCtx.Err() != nil || w.probing == key ||
+		slices.Contains(w.toProbe, key) || len(w.toProbe) >= maxToProbe {
 		return
 	}
-	if len(w.watches) >= w.limit {
-		if _, ok := w.leastRecentlyAsked(""); !ok {
-			w.state.Refused++
-			w.log.Debug("consul watch: set full of pinned services; not watching", "service", key)
-			return
-		}
-		if w.probation != "" {
-			return // one at a time; the next question asks again
-		}
-		w.probation = key
+	if !w.mayProbe(key) {
+		return
 	}
-	w.startWatch(key, key, false, w.clock.Now())
-	w.log.Debug("consul watch: watching a service asked for", "service", key, "watched", len(w.watches),
-		"probation", w.probation == key)
+	w.toProbe = append(w.toProbe, key)
+	w.nextProbe()
 }
 
-// leastRecentlyAsked returns the unpinned watch asked for longest ago,
-// other than except. Callers hold w.mu.
-func (w *Watcher) leastRecentlyAsked(except string) (string, bool) {
-	var victim *serviceLoop
-	var vkey string
-	for k, sl := range w.watches {
-		if sl.pinned || k == except {
+// mayProbe reports whether key may be read now with a view to watching it,
+// counting a refusal. Callers hold w.mu.
+func (w *Watcher) mayProbe(key string) bool {
+	if w.gate.isClosed() {
+		return false // the agent is failing: its DNS answers meanwhile
+	}
+	hits, keptOut := w.cands.hits(key, w.clock.Now())
+	if keptOut {
+		return false
+	}
+	if _, reason := w.admission(key, hits); reason != "" {
+		w.refuse(key, reason)
+		return false
+	}
+	return true
+}
+
+// nextProbe starts the first read of the next name waiting, if none runs.
+// Callers hold w.mu.
+func (w *Watcher) nextProbe() {
+	for w.probing == "" && len(w.toProbe) > 0 {
+		key := w.toProbe[0]
+		w.toProbe = w.toProbe[1:]
+		if _, ok := w.watches[key]; ok || !w.mayProbe(key) {
 			continue
 		}
-		if victim == nil || w.lastAsked(sl) < w.lastAsked(victim) {
-			victim, vkey = sl, k
-		}
+		w.probing = key
+		ctx := w.runCtx
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			r := probeResult{key: key}
+			release, err := w.acquireRead(ctx)
+			if err == nil {
+				r.instances, r.index, r.err = w.fetchService(ctx, w.probe, key, 0)
+				release()
+			}
+			select {
+			case w.probed <- r:
+			case <-ctx.Done():
+			}
+		}()
 	}
-	return vkey, victim != nil
 }
 
-// admit ends a watch's probation with its first reply: a service with
-// instances stays and the least recently asked watch makes room (if the
-// set is still over the cap); one without ends again, leaving the set as
-// it was. Callers hold w.mu.
-func (w *Watcher) admit(key string, instances []instance) {
-	w.probation = ""
-	if len(instances) == 0 {
-		w.stopWatch(key, "")
-		w.log.Debug("consul watch: no instance of a service asked for while the set is full; not kept", "service", key)
+// probeDone takes a first read: a name with instances is watched (from
+// that read on) if it may still be; one without is kept out.
+func (w *Watcher) probeDone(r probeResult) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.probing = ""
+	defer w.nextProbe()
+	now := w.clock.Now()
+	switch {
+	case r.err != nil && (ofService(r.err) || errors.Is(r.err, ErrThrottled)):
+		// Its reply broke a bound, or the agent has no connection left for
+		// it: the agent's DNS answers it, for a while.
+		if errors.Is(r.err, ErrBodyTooLarge) {
+			w.state.OversizeBodies++
+		}
+		if errors.Is(r.err, ErrThrottled) {
+			w.state.Agent429s++
+		}
+		w.recordError(r.err)
+		w.cands.keepOut(r.key, now, w.cfg.IdleTimeout)
+		return
+	case r.err != nil:
+		w.recordError(r.err) // asked again at its next question
 		return
 	}
-	if len(w.watches) > w.limit {
-		if victim, ok := w.leastRecentlyAsked(key); ok {
-			w.stopWatch(victim, "cap")
-		}
+	w.answeredLocked(r.index)
+	r.instances = w.tagged(r.instances)
+	if len(r.instances) == 0 {
+		w.state.EmptyReads++
+		w.cands.keepOut(r.key, now, w.cfg.IdleTimeout)
+		w.log.Debug("consul watch: no instance of a service asked for; not watched", "service", r.key)
+		return
 	}
+	if _, ok := w.watches[r.key]; ok {
+		return
+	}
+	hits, _ := w.cands.hits(r.key, now)
+	victim, reason := w.admission(r.key, hits)
+	if reason != "" {
+		w.refuse(r.key, reason) // the set changed during the read
+		return
+	}
+	if victim != "" {
+		w.stopWatch(victim, endCap)
+	}
+	w.startWatch(r.key, r.key, false, now, &r)
+	w.log.Debug("consul watch: watching a service asked for", "service", r.key, "watched", len(w.watches),
+		"made_room", victim)
 }
 
 // lastAsked is when sl's service was last asked for, counting a watch that
@@ -170,17 +242,23 @@ func (w *Watcher) lastAsked(sl *serviceLoop) int64 {
 	return max(sl.asked.Load(), w.started.UnixNano())
 }
 
-// expireIdle ends the watches nobody asked about for IdleTimeout, and lets
-// the cap grow back by one if the agent sent no 429 since the last check.
-func (w *Watcher) expireIdle() {
+// expire ends the watches nobody asked about for IdleTimeout and those
+// without an instance for EmptyGrace, decays the counts, and lets the cap
+// grow back by one if the agent sent no 429 since the last check.
+func (w *Watcher) expire() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := w.clock.Now().UnixNano()
+	now := w.clock.Now()
 	for key, sl := range w.watches {
-		if !sl.pinned && now-w.lastAsked(sl) >= int64(w.cfg.IdleTimeout) {
-			w.stopWatch(key, "idle")
+		switch {
+		case sl.pinned:
+		case now.UnixNano()-w.lastAsked(sl) >= int64(w.cfg.IdleTimeout):
+			w.stopWatch(key, endIdle)
+		case !sl.emptySince.IsZero() && now.Sub(sl.emptySince) >= w.cfg.EmptyGrace:
+			w.stopWatch(key, endEmpty)
 		}
 	}
+	w.decay(now)
 	if !w.throttle && w.limit < w.cfg.MaxWatches {
 		w.limit++
 	}
@@ -190,13 +268,13 @@ func (w *Watcher) expireIdle() {
 
 // throttled handles a 429 from the agent (too many connections from this
 // client): the watch that got it ends instead of retrying, and the cap
-// shrinks to the set's size, growing back one per idle check without a 429.
-// A pinned watch keeps retrying with backoff. Callers hold w.mu.
+// shrinks to the set's size, growing back one per check without a 429. A
+// pinned watch keeps retrying with backoff. Callers hold w.mu.
 func (w *Watcher) throttled(key string) {
 	w.state.Agent429s++
 	w.throttle = true
 	if sl := w.watches[key]; sl != nil && !sl.pinned {
-		w.stopWatch(key, "429")
+		w.stopWatch(key, end429)
 	}
 	w.limit = max(len(w.watches), w.state.Pinned, 1)
 	w.state.Limit = w.limit

@@ -140,6 +140,10 @@ func Render(w io.Writer, r Report, now time.Time) {
 			if cw.CatalogCapped {
 				fmt.Fprintf(w, " (CATALOG LARGER THAN max_watches: not all watched)")
 			}
+			fmt.Fprintf(w, "; evicted empty %d, refused frequency %d streams %d pinned %d, empty reads %d "+
+				"(%d names kept out), agent views %d/%d, resyncs %d, oversize bodies %d",
+				cw.Evictions["empty"], cw.Refused["frequency"], cw.Refused["streams"], cw.Refused["pinned"],
+				cw.EmptyReads, cw.KeptOut, cw.AgentViews, cw.AgentViewsLimit, cw.Resyncs, cw.OversizeBodies)
 		}
 		if cw.LastError != "" {
 			fmt.Fprintf(w, " (last: %s)", OneLine(cw.LastError))

@@ -128,6 +128,17 @@ type WatchStatus struct {
 	CatalogCapped bool              `json:"catalog_capped,omitempty"`
 	Evictions     map[string]uint64 `json:"evictions,omitempty"`
 	Agent429s     uint64            `json:"agent_429s"`
+	// Admission (issue 24): admissions refused by reason (frequency,
+	// streams, pinned), first reads that found no instance and the names
+	// kept out now, the agent's streaming views for this node and their
+	// bound, resyncs after the agent came back, bodies over their bound.
+	Refused         map[string]uint64 `json:"refused,omitempty"`
+	EmptyReads      uint64            `json:"empty_reads"`
+	KeptOut         int               `json:"kept_out"`
+	AgentViews      int               `json:"agent_views"`
+	AgentViewsLimit int               `json:"agent_views_limit"`
+	Resyncs         uint64            `json:"resyncs"`
+	OversizeBodies  uint64            `json:"oversize_bodies"`
 }
 
 // report builds the /stats document.

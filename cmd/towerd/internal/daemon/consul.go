@@ -134,7 +134,11 @@ func (d *Daemon) reportConsul(w *consul.Watcher) {
 			LastSuccess: s.LastSuccess, Errors: s.Errors, LastError: s.LastError,
 			Mode: s.Mode, Watched: s.Watched, Pinned: s.Pinned, MaxWatches: s.MaxWatches, Limit: s.Limit,
 			CatalogCapped: s.CatalogCapped, Evictions: map[string]uint64{"cap": s.EvictedCap,
-				"idle": s.EvictedIdle, "429": s.Evicted429}, Agent429s: s.Agent429s}
+				"idle": s.EvictedIdle, "429": s.Evicted429, "empty": s.EvictedEmpty}, Agent429s: s.Agent429s,
+			Refused: map[string]uint64{"frequency": s.RefusedFrequency, "streams": s.RefusedStreams,
+				"pinned": s.RefusedPinned},
+			EmptyReads: s.EmptyReads, KeptOut: s.KeptOut, AgentViews: s.AgentViews, AgentViewsLimit: s.ViewLimit,
+			Resyncs: s.Resyncs, OversizeBodies: s.OversizeBodies}
 	})
 }
 

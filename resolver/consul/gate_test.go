@@ -1,0 +1,96 @@
+package consul
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// TestGateResync: when the agent goes away, the watches do not back off
+// each on its own: one probe at a time asks the agent, on the agent's own
+// backoff (here 30 ms doubling up to 500 ms, without jitter the lower half: 15, 30, 60, 120, 240, 250 ms), the
+// others wait and are served stale; the moment the probe is answered every
+// watch reads its service again, at once, and its records are fresh.
+func TestGateResync(t *testing.T) {
+	f := newFakeAPI(t)
+	services := []string{"a", "b", "c", "d", "e"}
+	for i, svc := range services {
+		f.script(healthPath(svc), reply{index: 3, body: []any{entry("n1", fmt.Sprintf("10.0.0.%d", i+1), svc+"1", "", 80, nil)}})
+	}
+	clk := newFakeClock()
+	w := newTestWatcher(t, f, Config{Services: services, MaxStale: 1000 * time.Hour, // the fake clock runs fast
+		Timing: Timing{ProbeBase: 30 * time.Millisecond}}, clk, noJitter)
+	runWatcher(t, w)
+	for _, svc := range services {
+		f.waitQueries(t, healthPath(svc), 2) // read, then blocking at 3
+	}
+
+	// The agent goes: every blocked query breaks, and so does every
+	// request until it comes back.
+	before := len(f.all())
+	f.startOutage(http.StatusServiceUnavailable)
+	waitState(t, w, "every watch failed, served stale", func(State) bool {
+		for _, svc := range services {
+			if _, stale, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA)); !ok || !stale {
+				return false
+			}
+		}
+		return true
+	})
+	waitState(t, w, "a probe failed", func(State) bool {
+		return slices.ContainsFunc(f.all()[before:], func(r request) bool { return r.outage })
+	})
+	// The agent is back, with a change for every service.
+	f.endOutage()
+	for i, svc := range services {
+		f.script(healthPath(svc), reply{index: 9, body: []any{entry("n1", fmt.Sprintf("10.0.1.%d", i+1), svc+"1", "", 80, nil)}})
+	}
+	for _, svc := range services {
+		f.waitQueries(t, healthPath(svc), 4) // the resync, then blocking at 9
+	}
+	// Only the probe asked while the agent was away, one query at a time
+	// (the probe reads /v1/agent/self first, and failed there).
+	probes := 0
+	for _, r := range f.all()[before:] {
+		if r.outage {
+			probes++
+			if r.path != "/v1/agent/self" {
+				t.Errorf("%s asked while the agent was away: only the probe may ask", r.path)
+			}
+		}
+	}
+	for _, svc := range services {
+		q := f.queries(healthPath(svc))
+		if last := q[len(q)-2:]; last[0].index != 0 || last[1].index != 9 {
+			t.Errorf("%s after the outage: indexes %d, %d; want 0 (the resync), 9", svc, last[0].index, last[1].index)
+		}
+		m, stale, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA))
+		if !ok || stale || len(m.Answer) != 1 || !strings.HasPrefix(m.Answer[0].(*dns.A).A.String(), "10.0.1.") {
+			t.Errorf("%s after the resync: ok=%v stale=%v %v, want the new record, fresh", svc, ok, stale, m)
+		}
+	}
+	if st := w.State(); st.Resyncs != 1 || !st.Connected {
+		t.Errorf("after the outage: %+v, want one resync and connected", st)
+	}
+	// The probe waited out the agent's backoff; no watch waited on its own.
+	var waits []time.Duration
+	for _, d := range clk.Sleeps() {
+		if d > 0 && d != w.cfg.Timing.MinInterval { // not the loops' spacing
+			waits = append(waits, d)
+		}
+	}
+	ms := time.Millisecond
+	want := []time.Duration{15 * ms, 30 * ms, 60 * ms, 120 * ms, 240 * ms}
+	for len(want) < probes+1 {
+		want = append(want, 250*ms) // the cap, 500 ms, without jitter
+	}
+	if !slices.Equal(waits, want[:probes+1]) {
+		t.Errorf("waits after failures %v, want the agent's backoff %v (%d failed probes, then one answered)",
+			waits, want[:probes+1], probes)
+	}
+}
