@@ -45,8 +45,9 @@ const (
 // 10 and nothing else: the first sync costs no 429; the server holds at most
 // one stream per asked service for it and no blocking query; 150 writes of
 // an unrelated service cost its agent at most 3 RPCs; an unasked service
-// costs one agent DNS question the first time and none the second, and its
-// watch ends after idle_timeout; after a restart with its state directory,
+// costs two agent DNS questions (the second starts its watch) and none the
+// third, and its watch ends after idle_timeout; after a restart with its
+// state directory,
 // the 10 services are answered from memory with the agent's DNS port
 // unreachable.
 func TestConsulFleetScale(t *testing.T) {
@@ -69,8 +70,9 @@ func TestConsulFleetScale(t *testing.T) {
 	for i := range fleetAsked {
 		name := fleetName(i) + ".service.consul."
 		expectAddress(t, a, name, fleetAddr(i), "first question (the agent's DNS)")
-		if n := proxyA.Count(name); n != 1 {
-			t.Errorf("%s: %d questions reached the agent's DNS, want 1", name, n)
+		expectAddress(t, a, name, fleetAddr(i), "second question (the agent's DNS; the watch starts)")
+		if n := proxyA.Count(name); n != 2 {
+			t.Errorf("%s: %d questions reached the agent's DNS, want 2", name, n)
 		}
 	}
 	waitMetric(t, a, "towerd_consul_watch_services", fleetAsked, 15*time.Second)
@@ -110,9 +112,9 @@ func TestConsulFleetScale(t *testing.T) {
 	}
 	for i := range fleetAsked {
 		name := fleetName(i) + ".service.consul."
-		expectAddress(t, a, name, fleetAddr(i), "second question (from memory)")
-		if n := proxyA.Count(name); n != 1 {
-			t.Errorf("%s: %d questions reached the agent's DNS after its watch started, want still 1", name, n)
+		expectAddress(t, a, name, fleetAddr(i), "third question (from memory)")
+		if n := proxyA.Count(name); n != 2 {
+			t.Errorf("%s: %d questions reached the agent's DNS after its watch started, want still 2", name, n)
 		}
 	}
 
@@ -147,25 +149,26 @@ func TestConsulFleetScale(t *testing.T) {
 		t.Errorf("%d writes of an unrelated service cost agent A %.0f RPCs, want at most %d", fleetWrites, rpcs, fleetRPCBudget)
 	}
 
-	// towerd B, idle_timeout 2 s: an unasked service costs one agent DNS
-	// question, the second is answered from memory, the watch ends when
-	// nobody asks.
+	// towerd B, idle_timeout 2 s: an unasked service costs two agent DNS
+	// questions (the second starts its watch), the third is answered from
+	// memory, the watch ends when nobody asks.
 	proxyB := startConsulDNSProxy(t, agentB.DNSAddr, faultproxy.Faults{}, 2)
 	b := startFleetTowerd(t, agentB, proxyB.Addr(), t.TempDir(), "idle_timeout = \"2s\"\n")
 	unasked := fleetName(100) + ".service.consul."
 	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, first question")
-	waitMetric(t, b, "towerd_consul_watch_services", 1, 10*time.Second)
 	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, second question")
-	if n := proxyB.Count(unasked); n != 1 {
-		t.Errorf("%s: %d questions reached the agent's DNS, want 1 (the first)", unasked, n)
+	waitMetric(t, b, "towerd_consul_watch_services", 1, 10*time.Second)
+	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, third question")
+	if n := proxyB.Count(unasked); n != 2 {
+		t.Errorf("%s: %d questions reached the agent's DNS, want 2 (the first two)", unasked, n)
 	}
 	waitMetric(t, b, `towerd_consul_watch_evictions_total{reason="idle"}`, 1, 15*time.Second)
 	if v := towerdMetric(t, b, "towerd_consul_watch_watched_services"); v != 0 {
 		t.Errorf("after idle_timeout: %v services watched, want 0", v)
 	}
 	expectAddress(t, b, unasked, fleetAddr(100), "after its watch ended")
-	if n := proxyB.Count(unasked); n != 2 {
-		t.Errorf("%s after its watch ended: %d questions reached the agent's DNS, want 2", unasked, n)
+	if n := proxyB.Count(unasked); n != 3 {
+		t.Errorf("%s after its watch ended: %d questions reached the agent's DNS, want 3", unasked, n)
 	}
 
 	// Restart towerd A with its state directory and the agent's DNS

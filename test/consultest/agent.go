@@ -60,10 +60,14 @@ type Agent struct {
 	HTTPAddr, DNSAddr string
 	// Node is the agent's node name.
 	Node string
-	// SerfAddr is the serf LAN ip:port, for clients to join.
-	SerfAddr string
+	// SerfAddr is the serf LAN ip:port, for clients to join; ServerAddr
+	// the server RPC ip:port (a server's: where client agents send their
+	// RPCs and streams).
+	SerfAddr, ServerAddr string
 
 	opts   Options
+	bin    string
+	args   []string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	output *syncBuffer
@@ -99,13 +103,14 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 	}
 	dnsPort, serfPort, serverPort := freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip)
 	a := &Agent{
-		HTTPAddr: net.JoinHostPort(ip, strconv.Itoa(httpPort)),
-		DNSAddr:  net.JoinHostPort(ip, strconv.Itoa(dnsPort)),
-		SerfAddr: net.JoinHostPort(ip, strconv.Itoa(serfPort)),
-		Node:     "towerd-test",
-		opts:     opts,
-		exited:   make(chan struct{}),
-		output:   &syncBuffer{},
+		HTTPAddr:   net.JoinHostPort(ip, strconv.Itoa(httpPort)),
+		DNSAddr:    net.JoinHostPort(ip, strconv.Itoa(dnsPort)),
+		SerfAddr:   net.JoinHostPort(ip, strconv.Itoa(serfPort)),
+		ServerAddr: net.JoinHostPort(ip, strconv.Itoa(serverPort)),
+		Node:       "towerd-test",
+		opts:       opts,
+		bin:        bin,
+		output:     &syncBuffer{},
 	}
 	if opts.Node != "" {
 		a.Node = opts.Node
@@ -129,16 +134,10 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 		args = append(args, "-hcl", fmt.Sprintf(`acl { enabled = true default_policy = "deny" `+
 			`tokens { initial_management = %q agent = %q } }`, opts.ManagementToken, opts.ManagementToken))
 	}
-	a.cmd = exec.Command(bin, args...)
-	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
-	a.cmd.WaitDelay = 5 * time.Second
-	if err := a.cmd.Start(); err != nil {
+	a.args = args
+	if err := a.exec(); err != nil {
 		return nil, err
 	}
-	go func() {
-		_ = a.cmd.Wait() // the exit is read from ProcessState
-		close(a.exited)
-	}()
 	t.Cleanup(func() {
 		a.Stop(t)
 		if t.Failed() {
@@ -150,6 +149,39 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("%w\n%s", err, lastLines(a.output.String(), 30))
 	}
 	return a, nil
+}
+
+// exec starts the agent's process.
+func (a *Agent) exec() error {
+	a.cmd = exec.Command(a.bin, a.args...)
+	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
+	a.cmd.WaitDelay = 5 * time.Second
+	a.exited = make(chan struct{})
+	if err := a.cmd.Start(); err != nil {
+		return err
+	}
+	cmd, exited := a.cmd, a.exited
+	go func() {
+		_ = cmd.Wait() // the exit is read from ProcessState
+		close(exited)
+	}()
+	return nil
+}
+
+// Restart starts an agent stopped by Kill or Stop again: the same node,
+// addresses, ports and data directory, as a node's agent restarted by its
+// service manager. It returns once the process runs, not once it answers:
+// the test measures when it does.
+func (a *Agent) Restart(t testing.TB) {
+	t.Helper()
+	select {
+	case <-a.exited:
+	default:
+		t.Fatalf("consul agent pid %d restarted while still running", a.cmd.Process.Pid)
+	}
+	if err := a.exec(); err != nil {
+		t.Fatalf("restarting consul agent %s: %v", a.Node, err)
+	}
 }
 
 // waitReady polls the HTTP API until a leader is elected and the agent's
@@ -361,6 +393,37 @@ func (a *Agent) Metrics(t testing.TB) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// BytesTo reads what the established TCP connections from a to the server
+// agent's RPC port carried (RPCs and streams alike, multiplexed there):
+// bytes a sent and received, from the kernel's counters (`ss -ti`). A
+// connection closed meanwhile drops out of the sum; client agents keep
+// theirs open.
+func (a *Agent) BytesTo(t testing.TB, server *Agent) (sent, received uint64) {
+	t.Helper()
+	srcIP, _, _ := net.SplitHostPort(a.ServerAddr)
+	out, err := exec.Command("ss", "-tinH", "state", "established", "src", srcIP, "dst", server.ServerAddr).Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	for _, field := range strings.Fields(string(out)) {
+		k, v, ok := strings.Cut(field, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "bytes_sent":
+			sent += n
+		case "bytes_received":
+			received += n
+		}
+	}
+	return sent, received
 }
 
 // Sum adds the values of every series of metric name (any labels).
