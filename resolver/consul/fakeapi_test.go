@@ -99,11 +99,9 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "scripted outage", f.outage)
 		return
 	}
-	f.mu.Unlock()
-	var rep reply
-	f.mu.Lock()
 	outages := f.outages
 	f.mu.Unlock()
+	var rep reply
 	for {
 		if r.Context().Err() != nil {
 			return // the client gave up: it takes no reply
