@@ -2,7 +2,9 @@ package test
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,10 @@ import (
 // refusals from towerd's /metrics. Their values are in docs/fleet-scale.md.
 const (
 	admissionCatalog = 300
+	// scaleEnv, set to a number of services (2000 in docs/fleet-scale.md),
+	// adds a round-robin over that many, 5 times, on two more client agents:
+	// minutes, so not part of make test (make fleet-scale).
+	scaleEnv = "TOWERD_FLEET_SERVICES"
 	// defaultCap is consul.max_watches' default; viewBound the bound on the
 	// agent's streaming views for a node, the cap and a quarter.
 	defaultCap = 64
@@ -69,6 +75,16 @@ func askRoundRobin(t *testing.T, d *towerd, services []int, rounds int) (wrong i
 	return wrong
 }
 
+// run is one round-robin: a number of services asked rounds times, through
+// a towerd with the watch on and one with it off, each on its own agent.
+type run struct {
+	services, rounds int
+	on, off          *consultest.Agent
+	towerdOn         *towerd
+	proxyOn          *faultproxy.Proxy
+	costOn, costOff  cost
+}
+
 func span(from, n int) []int {
 	out := make([]int, n)
 	for i := range out {
@@ -86,9 +102,19 @@ func span(from, n int) []int {
 // registered again is NXDOMAIN and answered again within a second each.
 func TestConsulFleetAdmission(t *testing.T) {
 	t.Parallel()
-	cluster := consultest.StartCluster(t, 4)
+	runs := []*run{{services: 80, rounds: 30}, {services: 200, rounds: 12}}
+	catalog := admissionCatalog
+	if v := os.Getenv(scaleEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a number of services", scaleEnv, v)
+		}
+		runs = append(runs, &run{services: n, rounds: 5})
+		catalog = max(catalog, n)
+	}
+	cluster := consultest.StartCluster(t, 2*len(runs))
 	server := cluster.Server.Client("")
-	registerCatalog(t, server, admissionCatalog)
+	registerCatalog(t, server, catalog)
 	for i := range 5 { // all-critical services: Consul's DNS says NXDOMAIN
 		id := fmt.Sprintf("crit%d", i)
 		if _, err := server.Catalog().Register(&api.CatalogRegistration{Node: "ext", Address: "10.9.0.1",
@@ -98,19 +124,11 @@ func TestConsulFleetAdmission(t *testing.T) {
 		}
 	}
 	for _, c := range cluster.Clients {
-		waitCatalog(t, c.Client(""), fleetName(admissionCatalog-1), func(e []*api.CatalogService) bool { return len(e) == 1 })
+		waitCatalog(t, c.Client(""), fleetName(catalog-1), func(e []*api.CatalogService) bool { return len(e) == 1 })
 	}
 
 	// Round-robin, the watch on (even clients) and off (odd), at the same
 	// time: 80 services 30 times, 200 services 12 times.
-	type run struct {
-		services, rounds int
-		on, off          *consultest.Agent
-		towerdOn         *towerd
-		proxyOn          *faultproxy.Proxy
-		costOn, costOff  cost
-	}
-	runs := []*run{{services: 80, rounds: 30}, {services: 200, rounds: 12}}
 	var wg sync.WaitGroup
 	for k, r := range runs {
 		r.on, r.off = cluster.Clients[2*k], cluster.Clients[2*k+1]

@@ -154,6 +154,7 @@ func TestConsulFleetScale(t *testing.T) {
 	// memory, the watch ends when nobody asks.
 	proxyB := startConsulDNSProxy(t, agentB.DNSAddr, faultproxy.Faults{}, 2)
 	b := startFleetTowerd(t, agentB, proxyB.Addr(), t.TempDir(), "idle_timeout = \"2s\"\n")
+	streamsBefore := consultest.Sum(cluster.Server.Metrics(t), "consul_grpc_server_streams")
 	unasked := fleetName(100) + ".service.consul."
 	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, first question")
 	expectAddress(t, b, unasked, fleetAddr(100), "unasked service, second question")
@@ -162,9 +163,31 @@ func TestConsulFleetScale(t *testing.T) {
 	if n := proxyB.Count(unasked); n != 2 {
 		t.Errorf("%s: %d questions reached the agent's DNS, want 2 (the first two)", unasked, n)
 	}
+	serverStreams := func() float64 {
+		return consultest.Sum(cluster.Server.Metrics(t), "consul_grpc_server_streams") - streamsBefore
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for serverStreams() < 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // polling interval of a bounded wait
+	}
 	waitMetric(t, b, `towerd_consul_watch_evictions_total{reason="idle"}`, 1, 15*time.Second)
 	if v := towerdMetric(t, b, "towerd_consul_watch_watched_services"); v != 0 {
 		t.Errorf("after idle_timeout: %v services watched, want 0", v)
+	}
+	// What the agent keeps after the watch ended: its streaming view, and
+	// with it the server's stream, for 20 minutes (Consul's submatview
+	// idle TTL). Watched for two seconds; towerd counts the view too.
+	lingering := serverStreams()
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		lingering = min(lingering, serverStreams())
+		time.Sleep(100 * time.Millisecond) // sampling interval
+	}
+	views := towerdMetric(t, b, "towerd_consul_watch_agent_views")
+	t.Logf("after B's only watch ended: the server still holds %+.0f stream(s) for it; towerd B counts %v agent view(s)",
+		lingering, views)
+	if lingering != 1 || views != 1 {
+		t.Errorf("after the watch ended: %+.0f server streams, %v views counted, want the agent's view kept (1, 1)",
+			lingering, views)
 	}
 	expectAddress(t, b, unasked, fleetAddr(100), "after its watch ended")
 	if n := proxyB.Count(unasked); n != 3 {

@@ -36,9 +36,12 @@ import (
 // halving keeps fractions of a question.
 const hitUnit = 16
 
-// maxCandidates bounds the table of names asked for but not watched; past
-// it the least recently asked is forgotten (its count starts again).
-const maxCandidates = 1024
+// maxCandidates bounds the table of names asked for but not watched (about
+// 1.5 MB when full); past it the least recently asked is forgotten, its
+// count starting again. A node that cycles through more names than this
+// between two questions for one of them watches none of those: it pays
+// what it would without the watch.
+const maxCandidates = 4096
 
 // agentViewTTL is how long a Consul agent keeps a streaming view (and its
 // subscription at a server) after the last blocking query for it ended:

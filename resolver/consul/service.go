@@ -239,8 +239,7 @@ func (w *Watcher) answered(index uint64) {
 
 func (w *Watcher) answeredLocked(index uint64) {
 	if w.gate.answered(w.clock.Now()) {
-		w.log.Info("consul watch: the agent answers again; every watch reads its service again",
-			"address", w.address)
+		w.log.Debug("consul watch: every watch reads its service again (resync)", "address", w.address)
 	}
 	if !w.cfg.watchAll() {
 		w.contactLocked(index)

@@ -42,9 +42,10 @@ type ConsulConfig struct {
 	// these; empty = no tag filter.
 	Tags []string `toml:"tags"`
 	// MaxWatches: cap on watched services (each holds one HTTP connection
-	// to the agent while it blocks).
+	// to the agent while it blocks); at the cap the most asked are watched.
 	MaxWatches int `toml:"max_watches"`
-	// IdleTimeout: a watch ends after this long without a question.
+	// IdleTimeout: a watch ends after this long without a question; a
+	// service asked twice within it is watched.
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// AnswerTTL: TTL of the answers served from the watch.
 	AnswerTTL Duration `toml:"answer_ttl"`
