@@ -100,11 +100,7 @@ func newCandidates() *candidates {
 func (c *candidates) ask(key string, now time.Time, idle time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.table.Get(key)
-	if !ok {
-		e = &candidate{}
-		c.table.Add(key, e)
-	}
+	e := c.entry(key, true)
 	seen := !e.lastAsked.IsZero() && now.Sub(e.lastAsked) < idle
 	e.hits += hitUnit
 	e.lastAsked = now
@@ -139,12 +135,24 @@ func (c *candidates) take(key string) int64 {
 func (c *candidates) put(key string, hits int64, lastAsked time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.table.Peek(key)
+	e := c.entry(key, false)
+	e.hits, e.lastAsked = hits, lastAsked
+}
+
+// entry returns key's candidate, added if missing; asked moves it to the
+// front of the table (a question), else its place stays. Callers hold
+// c.mu.
+func (c *candidates) entry(key string, asked bool) *candidate {
+	get := c.table.Peek
+	if asked {
+		get = c.table.Get
+	}
+	e, ok := get(key)
 	if !ok {
 		e = &candidate{}
 		c.table.Add(key, e)
 	}
-	e.hits, e.lastAsked = hits, lastAsked
+	return e
 }
 
 // keepOut marks key as found without instances at now: kept out for
@@ -152,10 +160,9 @@ func (c *candidates) put(key string, hits int64, lastAsked time.Time) {
 func (c *candidates) keepOut(key string, now time.Time, longest time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.table.Peek(key)
-	if !ok {
-		e = &candidate{lastAsked: now}
-		c.table.Add(key, e)
+	e := c.entry(key, false)
+	if e.lastAsked.IsZero() {
+		e.lastAsked = now
 	}
 	hold := emptyHold
 	for i := 0; i < e.empties && hold < longest; i++ {

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,16 +63,7 @@ func TestBodyBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.clock, w.jitter = clk, noJitter
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	startWatcher(t, w) // no first sync: web's reads all fail
 	st := waitState(t, w, "a body over the bound", func(s State) bool { return s.OversizeBodies >= 2 })
 	if !errors.Is(st.LastErr, ErrBodyTooLarge) || st.Services != 0 {
 		t.Errorf("after an endless body: %+v, want ErrBodyTooLarge and nothing held", st)

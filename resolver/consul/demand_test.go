@@ -13,8 +13,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// runWatcher runs w until the test ends and waits for its first sync.
-func runWatcher(t *testing.T, w *Watcher) {
+// startWatcher runs w until the test ends.
+func startWatcher(t *testing.T, w *Watcher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -26,6 +26,12 @@ func runWatcher(t *testing.T, w *Watcher) {
 		cancel()
 		<-done
 	})
+}
+
+// runWatcher runs w until the test ends and waits for its first sync.
+func runWatcher(t *testing.T, w *Watcher) {
+	t.Helper()
+	startWatcher(t, w)
 	select {
 	case <-w.Synced():
 	case <-time.After(10 * time.Second):

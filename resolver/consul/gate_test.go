@@ -94,3 +94,50 @@ func TestGateResync(t *testing.T) {
 			waits, want[:probes+1], probes)
 	}
 }
+
+// TestGateTurnPassesOn: the probe's turn is held by one loop at a time; a
+// loop that ends while holding it gives it back and another waiting loop
+// probes (else the others would wait for an agent nobody asks); when the
+// agent answers, every waiting loop goes at once.
+func TestGateTurnPassesOn(t *testing.T) {
+	g := newAgentGate()
+	clk := newFakeClock()
+	backoff := func(int) time.Duration { return time.Millisecond }
+	type result struct {
+		id    int
+		probe bool
+	}
+	results := make(chan result, 3)
+	for id := range 3 {
+		go func() {
+			probe, err := g.wait(t.Context(), clk.Now(), clk, backoff, false)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- result{id, probe}
+		}()
+	}
+	first := <-results
+	if !first.probe {
+		t.Fatalf("loop %d left the gate without the agent answering or a turn", first.id)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("loop %d left the gate while loop %d held the turn", r.id, first.id)
+	case <-time.After(50 * time.Millisecond): // nothing may come: a bounded look
+	}
+	g.giveBack() // the prober's watch ended
+	second := <-results
+	if !second.probe {
+		t.Fatalf("after the turn was given back, loop %d left without it", second.id)
+	}
+	if !g.answered(clk.Now()) {
+		t.Fatal("the gate was not closed")
+	}
+	if last := <-results; last.probe {
+		t.Errorf("loop %d probed after the agent answered; it should just go", last.id)
+	}
+	if g.isClosed() || g.resyncs() != 1 {
+		t.Errorf("after the answer: closed %v, %d resyncs; want open, 1", g.isClosed(), g.resyncs())
+	}
+}

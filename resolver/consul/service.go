@@ -191,6 +191,11 @@ func (w *Watcher) runService(sl *serviceLoop, key, name string, seed *probeResul
 		l.seed, l.seedIndex, l.seeded = seed.instances, seed.index, true
 	}
 	l.run(sl.ctx)
+	if probed {
+		// The watch ended during its probe (evicted, or towerd stops):
+		// another waiting loop takes the turn.
+		w.gate.giveBack()
+	}
 }
 
 // deliverService takes a service's new instances. A service without any

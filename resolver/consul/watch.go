@@ -188,21 +188,11 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, errors.New("consul: negative answer TTL, maximum stale age, max_watches, idle timeout, " +
 			"empty grace, window or body bound")
 	}
-	if cfg.MaxWatches == 0 {
-		cfg.MaxWatches = DefaultMaxWatches
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.EmptyGrace == 0 {
-		cfg.EmptyGrace = DefaultEmptyGrace
-	}
-	if cfg.Window == 0 {
-		cfg.Window = DefaultWindow
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = DefaultMaxBody
-	}
+	orDefault(&cfg.MaxWatches, DefaultMaxWatches)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.EmptyGrace, DefaultEmptyGrace)
+	orDefault(&cfg.Window, DefaultWindow)
+	orDefault(&cfg.MaxBody, DefaultMaxBody)
 	if !cfg.watchAll() {
 		if slices.Contains(cfg.Services, WatchAll) {
 			return nil, errors.New(`consul: "*" in services must be the only entry`)
@@ -249,6 +239,14 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w.rereadAgent.Store(true)
 	return w, nil
+}
+
+// orDefault sets *v to d when it is zero (the documented "0 = default").
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 func uniqueFold(list []string) map[string]string {

@@ -144,8 +144,11 @@ func (w *Watcher) consider(key string) {
 // mayProbe reports whether key may be read now with a view to watching it,
 // counting a refusal. Callers hold w.mu.
 func (w *Watcher) mayProbe(key string) bool {
-	if w.gate.isClosed() {
-		return false // the agent is failing: its DNS answers meanwhile
+	if w.gate.isClosed() && len(w.watches) > 0 {
+		// The agent is failing and a watch waits for it at the gate: its
+		// DNS answers meanwhile. (With no watch left, nobody probes: a
+		// first read is then the probe, and opens the gate.)
+		return false
 	}
 	hits, keptOut := w.cands.hits(key, w.clock.Now())
 	if keptOut {
@@ -197,14 +200,15 @@ func (w *Watcher) probeDone(r probeResult) {
 	switch {
 	case r.err != nil && (ofService(r.err) || errors.Is(r.err, ErrThrottled)):
 		// Its reply broke a bound, or the agent has no connection left for
-		// it: the agent's DNS answers it, for a while.
+		// it (the cap then shrinks, as for a watch's 429): the agent's DNS
+		// answers it, for a while.
 		if errors.Is(r.err, ErrBodyTooLarge) {
 			w.state.OversizeBodies++
 		}
-		if errors.Is(r.err, ErrThrottled) {
-			w.state.Agent429s++
-		}
 		w.recordError(r.err)
+		if errors.Is(r.err, ErrThrottled) {
+			w.throttled(r.key)
+		}
 		w.cands.keepOut(r.key, now, w.cfg.IdleTimeout)
 		return
 	case r.err != nil:
