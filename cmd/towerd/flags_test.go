@@ -5,23 +5,15 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-func writeFile(t *testing.T, name, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestFlagsOverrideFile(t *testing.T) {
-	path := writeFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
+	path := dnstest.WriteFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
 	o, err := parseFlags([]string{"-config", path, "-cache-size", "7", "-upstream", "192.0.2.9:5300, 192.0.2.8",
 		"-listen", "127.0.0.1:1053"}, os.Stderr)
 	if err != nil {
@@ -81,7 +73,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 	}
 
 	// An address never turns on a watch the configuration turned off.
-	path := writeFile(t, "towerd.toml", "[consul]\nenabled = false\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "[consul]\nenabled = false\n")
 	o, err := parseFlags([]string{"-config", path, "-consul-http", "127.0.0.1:18500"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +89,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 
 // -admin overrides the file and goes through the same checks.
 func TestAdminFlag(t *testing.T) {
-	path := writeFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
 	for _, tc := range []struct {
 		flag, want, wantErr string
 	}{
@@ -160,12 +152,12 @@ func TestStatsCommandWithoutDaemon(t *testing.T) {
 // The address comes from the config file's [admin] table unless -admin
 // names one; an admin server turned off there is said so.
 func TestStatsCommandReadsConfig(t *testing.T) {
-	off := writeFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n")
+	off := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n")
 	code, _, errOut := runStats("-config", off)
 	if code != exitFail || !strings.Contains(errOut, "admin server is off") {
 		t.Errorf("admin off: exit %d, stderr %q", code, errOut)
 	}
-	bad := writeFile(t, "towerd.toml", "[admin]\nlisten = 9253\n")
+	bad := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = 9253\n")
 	if code, _, errOut := runStats("-config", bad); code != exitConfig || !strings.Contains(errOut, "admin.listen") {
 		t.Errorf("bad config: exit %d, stderr %q; want 2 naming admin.listen", code, errOut)
 	}

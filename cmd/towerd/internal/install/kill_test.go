@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // errKilled is what faultFS panics with: the process died here.
@@ -85,7 +87,7 @@ var killFixtures = map[string]killFixture{
 	"resolved node": {build: resolvedRoot},
 	"foreign files": {build: func(t *testing.T) string {
 		root := t.TempDir()
-		writeTree(t, root, map[string]string{
+		dnstest.WriteTree(t, root, map[string]string{
 			"etc/resolv.conf":                   "nameserver 192.0.2.1\nsearch corp.example\n",
 			"usr/local/bin/towerd":              "an older towerd, installed by hand\n",
 			"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd\n",
@@ -94,7 +96,7 @@ var killFixtures = map[string]killFixture{
 	}},
 	"debian12 with docker and a token": {docker: true, build: func(t *testing.T) string {
 		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
-		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		dnstest.WriteTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
 		return root
 	}},
 	"networkmanager": {build: func(t *testing.T) string {
@@ -124,9 +126,9 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 			doInstall := func(fsys fileSystem) error { _, err := install(fsys, withRenderer(opts)); return err }
 
 			clean := fixture(t)
-			before := treeOf(t, clean)
+			before := dnstest.Tree(t, clean)
 			mustInstall(t, rootOf(t, clean), opts)
-			installed := treeOf(t, clean)
+			installed := dnstest.Tree(t, clean)
 
 			steps := 0
 			for ; ; steps++ {
@@ -136,7 +138,7 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				}
 				r := mustUninstall(t, rootOf(t, undone))
 				t.Run("uninstall after kill", func(t *testing.T) {
-					diffTrees(t, before, treeOf(t, undone))
+					dnstest.DiffTrees(t, before, dnstest.Tree(t, undone))
 					if len(r.Warnings) != 0 {
 						t.Errorf("kill after %d steps: uninstall warns %q", steps, r.Warnings)
 					}
@@ -146,11 +148,11 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				killedAfter(t, steps, rootOf(t, finished), doInstall)
 				mustInstall(t, rootOf(t, finished), opts)
 				t.Run("install after kill", func(t *testing.T) {
-					diffTrees(t, installed, treeOf(t, finished))
+					dnstest.DiffTrees(t, installed, dnstest.Tree(t, finished))
 				})
 				mustUninstall(t, rootOf(t, finished))
 				t.Run("install after kill, then uninstall", func(t *testing.T) {
-					diffTrees(t, before, treeOf(t, finished))
+					dnstest.DiffTrees(t, before, dnstest.Tree(t, finished))
 				})
 				if t.Failed() {
 					t.Fatalf("install killed after %d changes (see above)", steps)
@@ -176,13 +178,13 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 			steps := 0
 			for ; ; steps++ {
 				root := fixture(t)
-				before := treeOf(t, root)
+				before := dnstest.Tree(t, root)
 				mustInstall(t, rootOf(t, root), opts)
 				if killedAfter(t, steps, rootOf(t, root), doUninstall) {
 					break
 				}
 				r := mustUninstall(t, rootOf(t, root))
-				diffTrees(t, before, treeOf(t, root))
+				dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 				if len(r.Warnings) != 0 {
 					t.Errorf("uninstall after the kill warns %q", r.Warnings)
 				}

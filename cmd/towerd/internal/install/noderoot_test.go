@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The file layer on its own, below install's logic: what NodeRoot's doc
@@ -19,9 +21,9 @@ import (
 func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
+	dnstest.WriteTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"run/real/resolv.conf": "inside\n",
 		"usr/lib/x":            "inside\n",
 		"etc/abs":              "->/run/real/resolv.conf",
@@ -90,7 +92,7 @@ func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 func TestNodeRootReadsNoFIFO(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{"etc/": ""})
+	dnstest.WriteTree(t, root, map[string]string{"etc/": ""})
 	if err := syscall.Mkfifo(filepath.Join(root, "etc/resolv.conf"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +123,10 @@ func TestNodeRootReadsNoFIFO(t *testing.T) {
 func TestNodeRootChangesNothingOutside(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
-	outsideBefore := treeOf(t, outside)
+	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+	outsideBefore := dnstest.Tree(t, outside)
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"usr/sbin/":    "",
 		"sbin":         "->usr/sbin",
 		"abs":          "->/usr/sbin",
@@ -169,7 +171,7 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 	if _, err := n.Lstat("/etc/loopdir/x"); !errors.Is(err, syscall.ELOOP) {
 		t.Errorf("Lstat below a loop = %v, want ELOOP", err)
 	}
-	diffTrees(t, outsideBefore, treeOf(t, outside))
+	dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 }
 
 // TestNodeRootModesIgnoreTheUmask: a file or directory gets exactly the
@@ -193,7 +195,7 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	if err := n.Rename(tmp, "/etc/resolv.conf"); err != nil {
 		t.Fatal(err)
 	}
-	tree := treeOf(t, root)
+	tree := dnstest.Tree(t, root)
 	if got := tree["etc"]; got.Kind != "dir" || got.Mode != 0o755 {
 		t.Errorf("directory: %+v, want mode 0755", got)
 	}
@@ -203,7 +205,7 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	if err := n.Overwrite("/etc/resolv.conf", []byte("x\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if got := treeOf(t, root)["etc/resolv.conf"]; got.Mode != 0o640 || got.Data != "x\n" {
+	if got := dnstest.Tree(t, root)["etc/resolv.conf"]; got.Mode != 0o640 || got.Data != "x\n" {
 		t.Errorf("after Overwrite: %+v", got)
 	}
 }
@@ -215,8 +217,8 @@ func TestNodeRootStaysOnItsDirectory(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
-	writeTree(t, root, map[string]string{"etc/hosts": "inside\n"})
-	writeTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/hosts": "inside\n"})
+	dnstest.WriteTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
 	n := rootOf(t, root)
 	if err := os.Rename(root, filepath.Join(base, "moved")); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestPlantedSymlinksCannotSteerInstall: issue 13 item 2. Someone who
@@ -80,17 +82,17 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			outside := t.TempDir()
-			writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+			dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
 			if err := os.Chmod(filepath.Join(outside, "victim"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			outsideBefore := treeOf(t, outside)
+			outsideBefore := dnstest.Tree(t, outside)
 			root := resolvedRoot(t)
 			for name := range tt.plant(outside) {
 				os.Remove(filepath.Join(root, name)) // resolv.conf is a link already
 			}
-			writeTree(t, root, tt.plant(outside))
-			before := treeOf(t, root)
+			dnstest.WriteTree(t, root, tt.plant(outside))
+			before := dnstest.Tree(t, root)
 			fsys := rootOf(t, root)
 
 			opts := InstallOptions{Binary: fakeBinary(t)}
@@ -106,8 +108,8 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused)):
 				t.Fatalf("install = %v, want a refusal saying %q", err, tt.refused)
 			}
-			diffTrees(t, outsideBefore, treeOf(t, outside))
-			if n := treeOf(t, root)["etc/resolv.conf"]; tt.refused == "" && n.Kind != "file" {
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
+			if n := dnstest.Tree(t, root)["etc/resolv.conf"]; tt.refused == "" && n.Kind != "file" {
 				t.Errorf("resolv.conf is %+v after install, want towerd's file", n)
 			}
 			if strings.HasPrefix(tt.name, "the record") {
@@ -115,11 +117,11 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 				if _, err := uninstall(fsys, UninstallOptions{}); err == nil || !strings.Contains(err.Error(), tt.refused) {
 					t.Errorf("uninstall = %v, want a refusal saying %q", err, tt.refused)
 				}
-				diffTrees(t, outsideBefore, treeOf(t, outside))
+				dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 				return
 			}
 			mustUninstall(t, fsys)
-			diffTrees(t, outsideBefore, treeOf(t, outside))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 			if tt.replaced {
 				for link := range tt.plant(outside) {
 					if strings.Contains(link, "pre-towerd") {
@@ -127,7 +129,7 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 					}
 				}
 			}
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 		})
 	}
 }
@@ -136,14 +138,14 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 // removes; a link in its place is refused, not followed.
 func TestUninstallRefusesAPlantedRecord(t *testing.T) {
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"record.json": `{"files":[{"path":"/etc/hosts","sum":"x"}]}`})
+	dnstest.WriteTree(t, outside, map[string]string{"record.json": `{"files":[{"path":"/etc/hosts","sum":"x"}]}`})
 	root := resolvedRoot(t)
-	writeTree(t, root, map[string]string{"etc/towerd/install-state.json": "->" + outside + "/record.json"})
-	before := treeOf(t, root)
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/install-state.json": "->" + outside + "/record.json"})
+	before := dnstest.Tree(t, root)
 	if _, err := uninstall(rootOf(t, root), UninstallOptions{}); err == nil || !strings.Contains(err.Error(), "is a symlink") {
 		t.Fatalf("uninstall = %v, want a refusal of the linked record", err)
 	}
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestTempNamesAreUnpredictable: two temp names for one path differ, and
@@ -170,9 +172,9 @@ func TestTempNamesAreUnpredictable(t *testing.T) {
 // install's logic.
 func TestNodeRootRefusesToFollowOut(t *testing.T) {
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"victim": "precious\n"})
+	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n"})
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"out":        "->" + outside,
 		"etc/link":   "->" + outside + "/victim",
 		"etc/inside": "->../data/file",
@@ -209,7 +211,7 @@ func TestNodeRootRefusesToFollowOut(t *testing.T) {
 func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 	debian := func(t *testing.T) string {
 		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
-		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		dnstest.WriteTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
 		return root
 	}
 	nm := func(t *testing.T) string { root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM}); return root }
@@ -242,12 +244,12 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			outside := t.TempDir()
-			writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
-			outsideBefore := treeOf(t, outside)
+			dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+			outsideBefore := dnstest.Tree(t, outside)
 			root := tt.fixture(t)
 			os.RemoveAll(filepath.Join(root, tt.link))
-			writeTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
-			before := treeOf(t, root)
+			dnstest.WriteTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
+			before := dnstest.Tree(t, root)
 			fsys := rootOf(t, root)
 
 			// Only the Debian fixture has Docker: --docker there.
@@ -259,18 +261,18 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused)):
 				t.Fatalf("install = %v, want a refusal saying %q", err, tt.refused)
 			}
-			diffTrees(t, outsideBefore, treeOf(t, outside))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 			if tt.refused == "" {
 				if c := changeFor(r, "/"+tt.link); c.Action == "" && !tt.replaced {
 					t.Errorf("the report says nothing of %s: %+v", tt.link, r.Changes)
 				}
-				if n := treeOf(t, root)[tt.link]; tt.replaced != (n.Kind == "file") {
+				if n := dnstest.Tree(t, root)[tt.link]; tt.replaced != (n.Kind == "file") {
 					t.Errorf("%s after install: %+v (replaced: %v)", tt.link, n, tt.replaced)
 				}
 			}
 			mustUninstall(t, fsys)
-			diffTrees(t, outsideBefore, treeOf(t, outside))
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 		})
 	}
 }
