@@ -3,6 +3,8 @@ package install
 import (
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 func TestDetectDnsmasqOnTheNodes(t *testing.T) {
@@ -77,7 +79,7 @@ func TestDetectDnsmasqVariants(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			nodeTree{files: tc.files}.write(t, root)
-			n, err := OpenNodeRoot(root)
+			n, err := nodefs.Open(root)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -39,9 +40,9 @@ func resolvedRoot(t *testing.T) string {
 }
 
 // rootOf opens dir as a node's root for one test.
-func rootOf(t *testing.T, dir string) *NodeRoot {
+func rootOf(t *testing.T, dir string) *nodefs.Root {
 	t.Helper()
-	n, err := OpenNodeRoot(dir)
+	n, err := nodefs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

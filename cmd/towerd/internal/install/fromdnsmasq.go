@@ -7,6 +7,7 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // importForInstall reads the node's dnsmasq configuration for install
@@ -17,7 +18,7 @@ import (
 func importForInstall(root, path string, stderr io.Writer) (config.File, *ImportedConfig, int) {
 	paths := []string{path}
 	if path == "" {
-		n, err := OpenNodeRoot(root)
+		n, err := nodefs.Open(root)
 		if err != nil {
 			fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
 			return config.File{}, nil, exitFail

@@ -11,7 +11,7 @@
 // recorded before it is made, so uninstall undoes exactly that.
 //
 // The detectors (DetectResolvConfManager, DetectDnsmasq, PlanDocker) only
-// read, through the node's files opened with OpenNodeRoot, and serve tools
+// read, through the node's files opened with nodefs.Open, and serve tools
 // that inspect a node without changing it.
 package install
 
@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 	"github.com/towerd/towerd/upstream"
 )
@@ -107,7 +108,7 @@ type InstallConfig struct {
 // anything: Report.Next says what to run (Activate runs it).
 //
 // Every path is resolved inside opts.Root without following a link out of
-// it (NodeRoot), and every change is recorded in install-state.json before it
+// it (nodefs.Root), and every change is recorded in install-state.json before it
 // is made, so an install killed at any point is finished by the next
 // Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
@@ -115,7 +116,7 @@ func Install(opts InstallOptions) (*Report, error) {
 		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
 			"install there without --activate and start towerd inside that system", opts.Root)
 	}
-	n, err := OpenNodeRoot(opts.Root)
+	n, err := nodefs.Open(opts.Root)
 	if err != nil {
 		return &Report{DryRun: opts.DryRun}, err
 	}

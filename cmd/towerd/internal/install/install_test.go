@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -97,7 +98,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 // bindMountFS refuses to rename over target, as the kernel does for a file
 // that is a mount point (Docker and Kubernetes bind-mount /etc/resolv.conf).
 type bindMountFS struct {
-	*NodeRoot
+	*nodefs.Root
 	target string
 	errno  syscall.Errno
 }
@@ -106,14 +107,14 @@ func (b bindMountFS) Rename(oldName, newName string) error {
 	if newName == b.target {
 		return &os.LinkError{Op: "rename", Old: oldName, New: newName, Err: b.errno}
 	}
-	return b.NodeRoot.Rename(oldName, newName)
+	return b.Root.Rename(oldName, newName)
 }
 
 func (b bindMountFS) Remove(name string) error {
 	if name == b.target {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.EBUSY}
 	}
-	return b.NodeRoot.Remove(name)
+	return b.Root.Remove(name)
 }
 
 func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
@@ -127,7 +128,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 			}
 			before := dnstest.Tree(t, root)
 			ino := inode(t, filepath.Join(root, "etc/resolv.conf"))
-			fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: errno}
+			fsys := bindMountFS{Root: rootOf(t, root), target: ResolvConfPath, errno: errno}
 
 			r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 			if got := read(t, root, "etc/resolv.conf"); !strings.HasPrefix(got, resolvConfMarker) || !strings.Contains(got, "search corp.example") {
@@ -153,7 +154,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 	t.Run("other errors stop the install", func(t *testing.T) {
 		root := t.TempDir()
 		dnstest.WriteTree(t, root, map[string]string{"etc/resolv.conf": original})
-		fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: syscall.EPERM}
+		fsys := bindMountFS{Root: rootOf(t, root), target: ResolvConfPath, errno: syscall.EPERM}
 		if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)})); !errors.Is(err, syscall.EPERM) {
 			t.Fatalf("install = %v, want EPERM", err)
 		}

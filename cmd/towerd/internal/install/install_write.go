@@ -12,6 +12,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // writeOwned puts data at name unless it is there already. A file towerd
@@ -168,7 +170,7 @@ func (in *installer) saveManifest() error {
 	if !slices.Contains(in.m.Dirs, dir) {
 		in.m.Dirs = append(in.m.Dirs, dir)
 	}
-	tmp := tempName(dir)
+	tmp := nodefs.TempName(dir)
 	if err := in.fsys.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", tmp, err)
 	}

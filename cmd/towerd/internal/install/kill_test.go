@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -209,7 +210,7 @@ func TestNoTempFileIsLeft(t *testing.T) {
 	})
 	var temps []string
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && isTempName(d.Name()) {
+		if err == nil && nodefs.IsTempName(d.Name()) {
 			temps = append(temps, p)
 		}
 		return err

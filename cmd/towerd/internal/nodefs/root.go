@@ -1,4 +1,9 @@
-package install
+// Package nodefs is the one way towerd's node tools reach a node's files:
+// `towerd install` and `uninstall` (their writes and their detectors), and
+// whatever else reads a node as it stands under a root directory, a copied
+// one included. A Root never reaches outside its root directory, whatever
+// links were planted in it (Root's doc says how).
+package nodefs
 
 import (
 	"errors"
@@ -12,9 +17,8 @@ import (
 	"syscall"
 )
 
-// NodeRoot is a node's file system under a root directory ("/" for the live
-// system), and the one way install, uninstall and the detectors touch it.
-// Install runs as root and writes where other users may have planted
+// Root is a node's file system under a root directory ("/" for the live
+// system). Install runs as root and writes where other users may have planted
 // symlinks (issue 13: a link at the temp name made it overwrite a file
 // outside the root; a symlinked /etc/systemd/system put the units outside
 // it), so nothing is ever reached outside the root:
@@ -33,22 +37,20 @@ import (
 //     a symlink there points at, in a directory whose path may follow a
 //     relative link that stays inside (/bin -> usr/bin on merged-/usr
 //     systems) but not one that leads out of the root: that is refused, and
-//     the error says so (errEscapesRoot), as openat2's RESOLVE_BENEATH would;
-//   - files are created O_CREAT|O_EXCL under a random name (tempName),
+//     the error says so (ErrEscapesRoot), as openat2's RESOLVE_BENEATH would;
+//   - files are created O_CREAT|O_EXCL under a random name (TempName),
 //     written ones opened O_NOFOLLOW, and modes set with fchmod on the open
 //     file, so the installing shell's umask decides nothing.
 //
 // Names are absolute, as the node sees them ("/etc/resolv.conf"). A
-// NodeRoot is safe for use by one goroutine at a time; Close it when done.
-type NodeRoot struct {
+// Root is safe for use by one goroutine at a time; Close it when done.
+type Root struct {
 	root *os.Root
 }
 
-var _ fileSystem = (*NodeRoot)(nil)
-
-// OpenNodeRoot opens dir as a node's root ("" is "/"). The root itself is
+// Open opens dir as a node's root ("" is "/"). The root itself is
 // the operator's choice and may be reached through a link.
-func OpenNodeRoot(dir string) (*NodeRoot, error) {
+func Open(dir string) (*Root, error) {
 	if dir == "" {
 		dir = "/"
 	}
@@ -56,14 +58,14 @@ func OpenNodeRoot(dir string) (*NodeRoot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening root %s: %w", dir, err)
 	}
-	return &NodeRoot{root: r}, nil
+	return &Root{root: r}, nil
 }
 
 // Close releases the root directory.
-func (n *NodeRoot) Close() error { return n.root.Close() }
+func (n *Root) Close() error { return n.root.Close() }
 
-// errEscapesRoot is wrapped when a path leads out of the root.
-var errEscapesRoot = errors.New("a symlinked directory on the path leads out of the root; refusing to follow it")
+// ErrEscapesRoot is wrapped when a path leads out of the root.
+var ErrEscapesRoot = errors.New("a symlinked directory on the path leads out of the root; refusing to follow it")
 
 // maxLinks is how many symlinks one path may pass through, as on Linux.
 const maxLinks = 40
@@ -81,9 +83,9 @@ func rel(name string) string {
 // taken as the node would take it: an absolute target starts again at the
 // root, and ".." at the root stays there. Without, a link that leads out of
 // the root (an absolute one, or one with enough "..") is refused with
-// errEscapesRoot. A missing element ends the walk: the rest is appended as
+// ErrEscapesRoot. A missing element ends the walk: the rest is appended as
 // it is, so the operation that follows reports fs.ErrNotExist.
-func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
+func (n *Root) resolve(name string, inRoot bool) (string, error) {
 	todo := strings.Split(rel(name), "/")
 	done := "/"
 	for links := 0; len(todo) > 0; {
@@ -93,7 +95,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 		case elem == "" || elem == ".":
 			continue
 		case elem == ".." && done == "/" && !inRoot:
-			return "", errEscapesRoot
+			return "", ErrEscapesRoot
 		case elem == "..":
 			done = path.Dir(done)
 			continue
@@ -116,7 +118,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 		}
 		if strings.HasPrefix(target, "/") {
 			if !inRoot {
-				return "", errEscapesRoot
+				return "", ErrEscapesRoot
 			}
 			done = "/"
 		}
@@ -127,7 +129,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 
 // entry is name relative to the root with its directory resolved (not
 // inRoot): the path the operations on the last element act on.
-func (n *NodeRoot) entry(name string) (string, error) {
+func (n *Root) entry(name string) (string, error) {
 	clean := path.Clean("/" + name)
 	if clean == "/" {
 		return ".", nil
@@ -150,7 +152,7 @@ func named(err error, name string) error {
 }
 
 // Lstat describes name itself, not what a symlink there points at.
-func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) {
+func (n *Root) Lstat(name string) (fs.FileInfo, error) {
 	p, err := n.entry(name)
 	if err != nil {
 		return nil, err
@@ -160,7 +162,7 @@ func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) {
 }
 
 // Readlink returns the target of the symlink name, as written.
-func (n *NodeRoot) Readlink(name string) (string, error) {
+func (n *Root) Readlink(name string) (string, error) {
 	p, err := n.entry(name)
 	if err != nil {
 		return "", err
@@ -172,7 +174,7 @@ func (n *NodeRoot) Readlink(name string) (string, error) {
 // ReadFile reads the regular file name, following symlinks inside the
 // root: a FIFO or device planted at the name neither blocks nor feeds
 // install.
-func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
+func (n *Root) ReadFile(name string) ([]byte, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -194,7 +196,7 @@ func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
 
 // ReadDir lists the directory name, following symlinks inside the root,
 // sorted by entry name.
-func (n *NodeRoot) ReadDir(name string) ([]fs.DirEntry, error) {
+func (n *Root) ReadDir(name string) ([]fs.DirEntry, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}

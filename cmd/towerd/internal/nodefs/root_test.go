@@ -1,4 +1,4 @@
-package install
+package nodefs
 
 import (
 	"errors"
@@ -13,12 +13,22 @@ import (
 	"github.com/towerd/towerd/test/dnstest"
 )
 
-// The file layer on its own, below install's logic: what NodeRoot's doc
-// promises, one case per rule.
+// What Root's doc promises, one case per rule.
 
-// TestNodeRootReadsAsTheNodeWould: reads follow links the way the node
+// openTest opens dir as a node's root for one test.
+func openTest(t *testing.T, dir string) *Root {
+	t.Helper()
+	n, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// TestRootReadsAsTheNodeWould: reads follow links the way the node
 // itself would, with the root as "/", and never outside it.
-func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
+func TestRootReadsAsTheNodeWould(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
 	dnstest.WriteTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
@@ -36,7 +46,7 @@ func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 		"etc/loop2":            "->loop",
 		"etc/sub/":             "",
 	})
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	for name, want := range map[string]string{
 		"/etc/abs":                "inside\n", // absolute: from the root
 		"/etc/rel":                "inside\n",
@@ -87,16 +97,16 @@ func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 	}
 }
 
-// TestNodeRootReadsNoFIFO: a FIFO planted where install reads neither
+// TestRootReadsNoFIFO: a FIFO planted where install reads neither
 // blocks it nor feeds it.
-func TestNodeRootReadsNoFIFO(t *testing.T) {
+func TestRootReadsNoFIFO(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dnstest.WriteTree(t, root, map[string]string{"etc/": ""})
 	if err := syscall.Mkfifo(filepath.Join(root, "etc/resolv.conf"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.ReadFile("/etc/resolv.conf")
@@ -115,12 +125,12 @@ func TestNodeRootReadsNoFIFO(t *testing.T) {
 	}
 }
 
-// TestNodeRootChangesNothingOutside: every change acts on the last element
+// TestRootChangesNothingOutside: every change acts on the last element
 // itself, through directories that stay inside the root; a directory on the
 // way that leads out (an absolute link, even to a place inside, or a
-// relative one that climbs out) is refused with errEscapesRoot, and a
+// relative one that climbs out) is refused with ErrEscapesRoot, and a
 // relative link that stays inside (merged /usr) is followed.
-func TestNodeRootChangesNothingOutside(t *testing.T) {
+func TestRootChangesNothingOutside(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
 	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
@@ -137,7 +147,7 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 		"etc/loopdir":  "->loopdir",
 		"etc/resolved": "",
 	})
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	changes := map[string]func(dir string) error{
 		"WriteTemp": func(dir string) error { _, err := n.WriteTemp(dir+"/f", []byte("x"), 0o644); return err },
 		"Mkdir":     func(dir string) error { return n.Mkdir(dir+"/d", 0o755) },
@@ -149,8 +159,8 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 	}
 	for op, change := range changes {
 		for _, dir := range []string{"/out", "/climb", "/abs"} {
-			if err := change(dir); !errors.Is(err, errEscapesRoot) {
-				t.Errorf("%s in %s = %v, want errEscapesRoot", op, dir, err)
+			if err := change(dir); !errors.Is(err, ErrEscapesRoot) {
+				t.Errorf("%s in %s = %v, want ErrEscapesRoot", op, dir, err)
 			} else if !strings.Contains(err.Error(), "leads out of the root") {
 				t.Errorf("%s in %s: %q does not say why", op, dir, err)
 			}
@@ -174,14 +184,14 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 	dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 }
 
-// TestNodeRootModesIgnoreTheUmask: a file or directory gets exactly the
+// TestRootModesIgnoreTheUmask: a file or directory gets exactly the
 // mode asked for, set on the open file, whatever the installing shell's
 // umask. Not parallel: the umask is the process's.
-func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
+func TestRootModesIgnoreTheUmask(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	root := t.TempDir()
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	if err := n.Mkdir("/etc", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +199,7 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isTempName(filepath.Base(tmp)) {
+	if !IsTempName(filepath.Base(tmp)) {
 		t.Errorf("temp name %q is not one the sweep recognises", tmp)
 	}
 	if err := n.Rename(tmp, "/etc/resolv.conf"); err != nil {
@@ -210,16 +220,16 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	}
 }
 
-// TestNodeRootStaysOnItsDirectory: the root is held open, so a root
-// directory renamed (or replaced by a link) after OpenNodeRoot does not
-// move what the NodeRoot reaches.
-func TestNodeRootStaysOnItsDirectory(t *testing.T) {
+// TestRootStaysOnItsDirectory: the root is held open, so a root
+// directory renamed (or replaced by a link) after Open does not
+// move what the Root reaches.
+func TestRootStaysOnItsDirectory(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	dnstest.WriteTree(t, root, map[string]string{"etc/hosts": "inside\n"})
 	dnstest.WriteTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	if err := os.Rename(root, filepath.Join(base, "moved")); err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +238,39 @@ func TestNodeRootStaysOnItsDirectory(t *testing.T) {
 	}
 	if data, err := n.ReadFile("/etc/hosts"); err != nil || string(data) != "inside\n" {
 		t.Errorf("ReadFile after the root moved = %q, %v", data, err)
+	}
+}
+
+// TestRootRefusesToFollowOut: issue 13's planted links, at the file
+// operations themselves.
+func TestRootRefusesToFollowOut(t *testing.T) {
+	outside := t.TempDir()
+	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n"})
+	root := t.TempDir()
+	dnstest.WriteTree(t, root, map[string]string{
+		"out":        "->" + outside,
+		"etc/link":   "->" + outside + "/victim",
+		"etc/inside": "->../data/file",
+		"data/file":  "inside\n",
+		"etc/fifo/":  "",
+	})
+	fsys := openTest(t, root)
+	if _, err := fsys.WriteTemp("/out/x", []byte("x"), 0o644); !errors.Is(err, ErrEscapesRoot) {
+		t.Errorf("WriteTemp through a link out = %v, want ErrEscapesRoot", err)
+	}
+	if err := fsys.Overwrite("/etc/link", []byte("x"), 0o644); err == nil {
+		t.Error("Overwrite wrote through a symlink")
+	}
+	if data, err := fsys.ReadFile("/etc/inside"); err != nil || string(data) != "inside\n" {
+		t.Errorf("ReadFile through a link inside = %q, %v", data, err)
+	}
+	if _, err := fsys.ReadFile("/etc/link"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadFile of a link out = %v, want it resolved inside the root (not found)", err)
+	}
+	if err := fsys.Mkdir("/out/new", 0o755); !errors.Is(err, ErrEscapesRoot) {
+		t.Errorf("Mkdir through a link out = %v, want ErrEscapesRoot", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(data) != "precious\n" {
+		t.Errorf("outside file: %q, %v", data, err)
 	}
 }
