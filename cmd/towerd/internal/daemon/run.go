@@ -321,11 +321,8 @@ func (d *Daemon) startAdmin() {
 // adminView captures the running configuration for the admin server, with
 // the [admin] table that actually runs.
 func (d *Daemon) adminView() *admin.View {
-	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now()}
+	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now(), StaleUntil: staleAge(d.cfg)}
 	v.Config.Admin = d.adminCfg
-	if d.cfg.ServeStale.Enabled {
-		v.StaleUntil = d.cfg.ServeStale.MaxAge.Duration
-	}
 	return v
 }
 
