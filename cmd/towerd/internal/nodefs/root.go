@@ -27,7 +27,7 @@ import (
 //     which walks a path one element at a time and refuses any step out of
 //     it (an absolute symlink, or ".." above the root), whatever the
 //     kernel: no openat2 needed;
-//   - reads (ReadFile, ReadDir) follow symlinks the way the node itself
+//   - reads (ReadFile, ReadDir, Stat) follow symlinks the way the node itself
 //     would, an absolute target taken from the root and ".." stopping there
 //     (resolve, as openat2's RESOLVE_IN_ROOT or chroot(2) would), so
 //     /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf is read
@@ -171,9 +171,17 @@ func (n *Root) Readlink(name string) (string, error) {
 	return target, named(err, name)
 }
 
+// MaxFileSize bounds what ReadFile reads: well above the largest file
+// install compares (towerd's own binary, about 20 MB), so a file planted
+// under the root, or a copied node's, cannot make a reader hold gigabytes.
+const MaxFileSize = 64 << 20
+
+// ErrTooLarge is wrapped when a file is larger than MaxFileSize.
+var ErrTooLarge = fmt.Errorf("larger than %d MiB", MaxFileSize>>20)
+
 // ReadFile reads the regular file name, following symlinks inside the
-// root: a FIFO or device planted at the name neither blocks nor feeds
-// install.
+// root: a FIFO or device planted at the name neither blocks nor feeds the
+// reader, and a file over MaxFileSize is refused (ErrTooLarge).
 func (n *Root) ReadFile(name string) ([]byte, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
@@ -191,7 +199,26 @@ func (n *Root) ReadFile(name string) ([]byte, error) {
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (%v)", name, info.Mode().Type())
 	}
-	return io.ReadAll(f)
+	if info.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%s: %w", name, ErrTooLarge)
+	}
+	// A file that grows while it is read stops at the bound all the same.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err == nil && len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: %w", name, ErrTooLarge)
+	}
+	return data, err
+}
+
+// Stat describes what name names, following symlinks inside the root as
+// ReadFile does.
+func (n *Root) Stat(name string) (fs.FileInfo, error) {
+	p, err := n.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	info, err := n.root.Lstat(rel(p))
+	return info, named(err, name)
 }
 
 // ReadDir lists the directory name, following symlinks inside the root,
