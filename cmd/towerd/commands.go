@@ -40,7 +40,7 @@ func init() {
 		{"log-queries", "[on|off]", "switch the query log of a running towerd, or show its state", logQueriesCommand},
 		{"install", "[--root DIR] [--dry-run] [flags]", "make towerd the node's resolver (files only, unless --activate)", install.Run},
 		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did", install.RunUninstall},
-		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", dnsmasqimport.Run},
+		{"import-dnsmasq", "[--root DIR] [FILE|DIR ...]", "turn the node's dnsmasq configuration into towerd's", dnsmasqimport.Run},
 		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drill.Run},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},

@@ -80,17 +80,11 @@ var unsupported = map[string]string{
 	"except-interface": "towerd listens on addresses (listen), not interfaces",
 	"bind-interfaces":  "towerd binds exactly the listen addresses anyway",
 	"bind-dynamic":     "towerd binds exactly the listen addresses anyway",
-	"log-queries":      "towerd logs to stderr by log_level; there is no query log",
 	"user":             "towerd.service runs towerd as its own unprivileged user",
 	"group":            "towerd.service runs towerd as its own unprivileged user",
 	"pid-file":         "systemd tracks towerd's process",
 	"expand-hosts":     "towerd answers hosts files' names as written, without adding the domain",
-	"domain":           "towerd serves no local domain",
-	"cname":            "towerd serves no records of its own",
-	"srv-host":         "towerd serves no records of its own",
-	"txt-record":       "towerd serves no records of its own",
-	"ptr-record":       "towerd serves no records of its own",
-	"host-record":      "towerd serves no records of its own",
+	"domain":           "the domain of dnsmasq's DHCP clients, which towerd does not serve; with expand-hosts dnsmasq also adds it to hosts names, towerd does not",
 	"dnssec":           "towerd does not validate DNSSEC (it passes the DO and CD bits on)",
 	"clear-on-reload":  "towerd keeps its cache across reloads",
 	"all-servers":      "towerd asks one server at a time, the next after a timeout taken from the round-trip time; it never races them",
@@ -289,11 +283,20 @@ func (im *importer) apply(d Directive) {
 	case "strict-order":
 		im.comment(d, "towerd always tries servers in the order listed")
 	case "no-poll":
-		im.comment(d, "towerd reads resolv.conf at start and on SIGHUP only")
+		im.noteAs(d, true, false, "towerd follows the resolv.conf zone \".\" forwards to as it changes (inotify, and a poll every second); no key turns that off")
+	case "log-queries":
+		im.set(d, "", "log_queries", true)
+		if d.Has {
+			im.noteAs(d, true, false, "towerd's query log has one format (client, name, type, rcode, source, upstream, duration); "+d.Value+" adds nothing to it")
+		}
+	case "domain":
+		im.dhcpDomain(d)
 	default:
 		why, ok := unsupported[d.Name]
 		switch {
 		case ok:
+		case strings.HasPrefix(d.Name, "-"):
+			why = "a one-letter option the import does not read: write it as --name=value"
 		case strings.HasPrefix(d.Name, "dhcp"):
 			why = "towerd does not serve DHCP"
 		default:
@@ -301,6 +304,25 @@ func (im *importer) apply(d Directive) {
 		}
 		im.note(d, false, why)
 	}
+}
+
+// dhcpDomain handles domain=DOMAIN[,RANGE[,local]]: the domain of the
+// DHCP clients, which towerd does not serve; with ",local" it is also
+// local=/DOMAIN/ and local= for RANGE's reverse zones (dnsmasq(8)).
+func (im *importer) dhcpDomain(d Directive) {
+	fields := strings.Split(d.Value, ",")
+	if len(fields) != 3 || strings.TrimSpace(fields[2]) != "local" {
+		im.note(d, false, unsupported["domain"])
+		return
+	}
+	p, err := netip.ParsePrefix(strings.TrimSpace(fields[1]))
+	if err != nil {
+		im.note(d, false, fmt.Sprintf("%q is not an address prefix", strings.TrimSpace(fields[1])))
+		return
+	}
+	domains := append([]string{strings.TrimSpace(fields[0])}, reverseZones(p.Masked())...)
+	im.server(Directive{File: d.File, Line: d.Line, Name: "local", Value: "/" + strings.Join(domains, "/") + "/", Has: true})
+	im.noteAs(d, true, false, "carried over as local domains (the \",local\" part); "+unsupported["domain"])
 }
 
 // server handles server= and local=: "ADDR[#PORT][@SOURCE]" for every name,

@@ -27,6 +27,9 @@ type nodeFiles interface {
 	// ReadDir lists a directory sorted by name, following symlinks inside
 	// the root.
 	ReadDir(name string) ([]fs.DirEntry, error)
+	// Stat describes what name leads to, following symlinks inside the
+	// root.
+	Stat(name string) (fs.FileInfo, error)
 }
 
 // fileSystem is every file operation install and uninstall make: the reads

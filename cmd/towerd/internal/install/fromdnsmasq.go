@@ -1,6 +1,7 @@
 package install
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,28 +13,38 @@ import (
 
 // importForInstall reads the node's dnsmasq configuration for install
 // --from-dnsmasq: path (a file or a conf-dir, as the node sees it), else
-// the files dnsmasq reads there (DetectDnsmasq). The import must make a
-// valid towerd.toml before install changes anything; what it does not
-// carry over is listed on stderr, as import-dnsmasq does.
+// what dnsmasq reads there (dnsmasqimport.ReadNode), each file read named on
+// stderr. The import must make a valid towerd.toml before install changes
+// anything; what it does not carry over is listed on stderr, as
+// import-dnsmasq does.
 func importForInstall(root, path string, stderr io.Writer) (config.File, *ImportedConfig, int) {
-	paths := []string{path}
-	if path == "" {
-		n, err := nodefs.Open(root)
-		if err != nil {
-			fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
-			return config.File{}, nil, exitFail
-		}
-		paths = DetectDnsmasq(n).ConfigFiles
-		n.Close()
-		if len(paths) == 0 {
-			fmt.Fprintln(stderr, "towerd install: --from-dnsmasq: no dnsmasq configuration found (/etc/dnsmasq.conf, /etc/dnsmasq.d); name it: --from-dnsmasq FILE")
-			return config.File{}, nil, exitConfig
-		}
-	}
-	dirs, err := dnsmasqimport.ReadUnder(root, paths)
+	n, err := nodefs.Open(root)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
 		return config.File{}, nil, exitFail
+	}
+	defer n.Close()
+	var read dnsmasqimport.Reading
+	if path == "" {
+		read, err = dnsmasqimport.ReadNode(n)
+	} else {
+		read, err = dnsmasqimport.Read(n, []string{path})
+	}
+	for _, f := range read.Files {
+		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: read %s: %s\n", f.Path, f.Why)
+	}
+	switch {
+	case errors.Is(err, dnsmasqimport.ErrNoConfig):
+		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v; name it: --from-dnsmasq FILE\n", err)
+		return config.File{}, nil, exitConfig
+	case err != nil:
+		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
+		return config.File{}, nil, exitFail
+	}
+	// The source is what was named, or every file dnsmasq reads.
+	paths, dirs := read.Paths(), read.Directives
+	if path != "" {
+		paths = []string{path}
 	}
 	source := "dnsmasq's " + strings.Join(paths, ", ")
 	im := dnsmasqimport.Import(strings.Join(paths, ", "), dirs)
