@@ -81,8 +81,9 @@ func TestInstallFromDnsmasq(t *testing.T) {
 	if stop < 0 || start < 0 || stop > start {
 		t.Errorf("dnsmasq's stop command must be printed before towerd's start:\n%s", out)
 	}
-	for _, want := range []string{"found           dnsmasq: dnsmasq configuration: /etc/dnsmasq.conf, /etc/dnsmasq.d/10-consul",
-		"imported from dnsmasq's /etc/dnsmasq.conf, /etc/dnsmasq.d/10-consul",
+	// dnsmasq's order: Debian's command line (CONFIG_DIR) before its file.
+	for _, want := range []string{"found           dnsmasq: dnsmasq configuration: /etc/default/dnsmasq, /etc/dnsmasq.d/10-consul, /etc/dnsmasq.d/README, /etc/dnsmasq.conf",
+		"imported from dnsmasq's /etc/default/dnsmasq, /etc/dnsmasq.d/10-consul, /etc/dnsmasq.d/README, /etc/dnsmasq.conf",
 		"wrote           /etc/dhcp/dhclient-enter-hooks.d/towerd"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install output lacks %q:\n%s", want, out)

@@ -88,7 +88,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if len(paths) > 0 {
-		warnNamed(stderr, files, read, rootDir != "/", under)
+		warnNamed(stderr, files, paths, read, rootDir != "/", under)
 	}
 	source := strings.Join(read.Paths(), ", ") + under
 	dirs := read.Directives
@@ -158,9 +158,9 @@ func nodePaths(root string, paths []string) (string, []string, error) {
 // dnsmasq also reads there that were left out (Debian's CONFIG_DIR, most
 // often: an import of /etc/dnsmasq.conf alone misses /etc/dnsmasq.d). When
 // it is not, and there is no --root, which files its includes took from
-// this machine: a configuration copied from another node names that node's
-// paths.
-func warnNamed(stderr io.Writer, files Files, read Reading, ownRoot bool, under string) {
+// this machine outside the directories named: a configuration copied from
+// another node names that node's paths (conf-dir=/etc/dnsmasq.d).
+func warnNamed(stderr io.Writer, files Files, named []string, read Reading, ownRoot bool, under string) {
 	node, err := ReadNode(files)
 	if err != nil {
 		node = Reading{}
@@ -179,10 +179,27 @@ func warnNamed(stderr io.Writer, files Files, read Reading, ownRoot bool, under 
 		}
 	case !ownRoot:
 		for _, f := range read.Files {
-			if !strings.HasPrefix(f.Why, "named") {
+			if !strings.HasPrefix(f.Why, "named") && !inAny(files, f.Path, named) {
 				fmt.Fprintf(stderr, "warning: %s was read from this machine (%s): if the configuration comes from "+
 					"another node, import a copy of that node's root with --root\n", f.Path, f.Why)
 			}
 		}
 	}
+}
+
+// inAny reports whether file is in one of the directories of paths (a
+// file's own directory, or a directory named), at any depth.
+func inAny(files Files, file string, paths []string) bool {
+	for _, p := range paths {
+		dir := p
+		if !strings.HasSuffix(p, "/") {
+			if info, err := files.Stat(p); err != nil || !info.IsDir() {
+				dir = filepath.Dir(p)
+			}
+		}
+		if rel, err := filepath.Rel(dir, file); err == nil && !strings.HasPrefix(rel, "..") {
+			return true
+		}
+	}
+	return false
 }
