@@ -77,7 +77,7 @@ func activateOn(t *testing.T, kind nodeKind, act Activation) (root string, befor
 	t.Helper()
 	root, _ = buildNode(t, nodeCase{kind: kind})
 	before = dnstest.Tree(t, root)
-	r, err = install(rootOf(t, root), withRenderer(InstallOptions{Binary: fakeBinary(t), Activate: &act}))
+	r, err = install(rootOf(t, root), InstallOptions{Binary: fakeBinary(t), Activate: &act})
 	return root, before, dnstest.Tree(t, root), r, err
 }
 
@@ -166,7 +166,7 @@ func TestActivateRefusals(t *testing.T) {
 		t.Errorf("install --activate with dnsmasq enabled = %v", err)
 	}
 	dnstest.DiffTrees(t, before, after)
-	if _, err := Install(InstallOptions{Root: root, Binary: fakeBinary(t), Activate: &Activation{}, RenderConfig: withRenderer(InstallOptions{}).RenderConfig}); err == nil ||
+	if _, err := Install(InstallOptions{Root: root, Binary: fakeBinary(t), Activate: &Activation{}}); err == nil ||
 		!strings.Contains(err.Error(), "--root") {
 		t.Errorf("install --activate --root = %v", err)
 	}

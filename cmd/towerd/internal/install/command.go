@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 // Exit codes, as every towerd subcommand's (cmd/towerd).
@@ -126,26 +124,14 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 		opts := InstallOptions{
 			Root: *root, Binary: exe, Upstreams: splitServers(*upstreams), DryRun: *dryRun, Docker: *docker,
 		}
-		var imported *config.File
 		if fromDnsmasq.set {
-			f, info, code := importForInstall(*root, fromDnsmasq.path, stderr)
-			if code != exitOK {
+			var code int
+			if opts.Import, code = importForInstall(*root, fromDnsmasq.path, stderr); code != exitOK {
 				return code
 			}
-			imported, opts.Imported = &f, info
 		}
 		if *activate {
 			opts.Activate = &Activation{Timeout: *activateTimeout}
-		}
-		opts.RenderConfig = func(c InstallConfig) []byte {
-			s := config.InstallSettings{
-				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
-				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn,
-			}
-			if imported != nil {
-				return s.Complete(*imported).Render()
-			}
-			return s.File().Render()
 		}
 		report, err = Install(opts)
 	}

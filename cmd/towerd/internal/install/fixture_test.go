@@ -5,8 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -86,30 +84,4 @@ func inode(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
-}
-
-// withRenderer gives opts a stand-in for towerd's config renderer
-// (cmd/towerd/internal/config): it writes what install decided in the shape
-// the tests look for. The real
-// renderer's output is tested there and by test/'s install tests.
-func withRenderer(opts InstallOptions) InstallOptions {
-	if opts.RenderConfig == nil {
-		opts.RenderConfig = func(c InstallConfig) []byte {
-			quoted := make([]string, len(c.Servers))
-			for i, s := range c.Servers {
-				quoted[i] = strconv.Quote(s)
-			}
-			out := fmt.Sprintf("# from %s\nlisten = [%q]\n", c.Source, strings.Join(append([]string{c.Listen}, c.ExtraListen...), " "))
-			if c.Allow != nil {
-				out += fmt.Sprintf("allow = %q\n", strings.Join(c.Allow, " "))
-			}
-			if c.ResolvConf != "" {
-				out += fmt.Sprintf("resolv_conf = %q\n", c.ResolvConf)
-			} else {
-				out += fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%s]\n", strings.Join(quoted, ", "))
-			}
-			return []byte(out)
-		}
-	}
-	return opts
 }

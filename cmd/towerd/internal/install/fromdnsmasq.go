@@ -17,11 +17,11 @@ import (
 // stderr. The import must make a valid towerd.toml before install changes
 // anything; what it does not carry over is listed on stderr, as
 // import-dnsmasq does.
-func importForInstall(root, path string, stderr io.Writer) (config.File, *ImportedConfig, int) {
+func importForInstall(root, path string, stderr io.Writer) (*Import, int) {
 	n, err := nodefs.Open(root)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
-		return config.File{}, nil, exitFail
+		return nil, exitFail
 	}
 	defer n.Close()
 	var read dnsmasqimport.Reading
@@ -36,38 +36,29 @@ func importForInstall(root, path string, stderr io.Writer) (config.File, *Import
 	switch {
 	case errors.Is(err, dnsmasqimport.ErrNoConfig):
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v; name it: --from-dnsmasq FILE\n", err)
-		return config.File{}, nil, exitConfig
+		return nil, exitConfig
 	case err != nil:
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
-		return config.File{}, nil, exitFail
+		return nil, exitFail
 	}
 	// The source is what was named, or every file dnsmasq reads.
-	paths, dirs := read.Paths(), read.Directives
+	imp := &Import{Source: strings.Join(read.Paths(), ", "), Directives: read.Directives}
 	if path != "" {
-		paths = []string{path}
-	}
-	source := "dnsmasq's " + strings.Join(paths, ", ")
-	im := dnsmasqimport.Import(strings.Join(paths, ", "), dirs)
-	im.File.Header[0] = "towerd configuration imported from " + strings.Join(paths, ", ") + " by `towerd install --from-dnsmasq`."
-	info := &ImportedConfig{Source: source}
-	for _, z := range im.File.Zones {
-		if z.Name == "." && len(z.Servers) > 0 {
-			info.RootServers = true
-		}
+		imp.Source = path
 	}
 	// The import, completed the way install will, must be a config towerd
 	// starts with.
-	check := config.InstallSettings{Listen: []string{"127.0.0.1:53"}, ResolvConf: "/dev/null"}.Complete(im.File).Render()
+	check := renderConfig(config.InstallSettings{Listen: []string{"127.0.0.1:53"}, ResolvConf: "/dev/null"}, imp)
 	cfg := config.DefaultConfig()
 	if err := config.Decode(check, "(imported)", &cfg); err == nil {
 		err = cfg.Validate()
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: the imported configuration is not valid: %v\n", err)
-		return config.File{}, nil, exitFail
+		return nil, exitFail
 	}
-	for _, n := range im.Notes {
+	for _, n := range dnsmasqimport.Import(imp.Source, imp.Directives).Notes {
 		fmt.Fprintln(stderr, n)
 	}
-	return im.File, info, exitOK
+	return imp, exitOK
 }

@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 	"github.com/towerd/towerd/upstream"
@@ -42,9 +43,9 @@ type InstallOptions struct {
 	// docker0's address, and the bridge in allow. Without it, a Docker
 	// that is present only gets a warning.
 	Docker bool
-	// Imported, when set, says RenderConfig writes a configuration imported
-	// from elsewhere (--from-dnsmasq) rather than install's own.
-	Imported *ImportedConfig
+	// Import, when set, is a dnsmasq configuration (--from-dnsmasq):
+	// install writes it as towerd.toml, completed with what it decides.
+	Import *Import
 	// Activate, when set, runs systemctl once the files are in place and
 	// rolls everything back when towerd does not answer (--activate).
 	// Only on the live system: Install refuses it with a Root other than
@@ -52,44 +53,16 @@ type InstallOptions struct {
 	Activate *Activation
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
-	// RenderConfig writes the towerd.toml install puts in place when there
-	// is none. Required: the config file's syntax belongs to towerd's
-	// config package, and the caller renders it.
-	RenderConfig func(InstallConfig) []byte
 }
 
-// ImportedConfig describes the configuration RenderConfig imports.
-type ImportedConfig struct {
-	// Source names it for the report, e.g. "dnsmasq's /etc/dnsmasq.conf".
-	Source string
-	// RootServers: it names servers for zone "." itself, so install needs
-	// to find none.
-	RootServers bool
-}
-
-// InstallConfig is what install decided for the towerd.toml it writes.
-type InstallConfig struct {
-	// Listen is towerd's listen address (ip:port), the one resolv.conf
-	// points at.
-	Listen string
-	// ExtraListen are further addresses of towerd's (docker0's), which
-	// the socket units bind; listed so towerd never forwards to itself.
-	ExtraListen []string
-	// Allow, when set, replaces the default allow list (it then names the
-	// loopback networks itself).
-	Allow []string
-	// ResolvConf, when set, is the file zone "." follows (resolv_conf):
-	// the one the node's DHCP client or network manager keeps current.
-	// Servers is then empty.
-	ResolvConf string
-	// Servers are zone "."'s upstreams, host:port, when they are pinned
-	// (--upstream) or copied from a static resolv.conf.
-	Servers []string
-	// Source names where Servers came from: a file, or "--upstream".
-	Source string
-	// DropIn: the file goes to ConfigDropIn, over a towerd.toml that sets
-	// nothing (the package's sample), not to towerd.toml itself.
-	DropIn bool
+// Import is a dnsmasq configuration install carries over as towerd.toml.
+type Import struct {
+	// Source names what was read, as the node sees it: the path named, or
+	// every file dnsmasq reads.
+	Source string `json:"source"`
+	// Directives are what was read there (dnsmasqimport), in dnsmasq's
+	// order: Import maps them again whenever install renders the file.
+	Directives []dnsmasqimport.Directive `json:"directives"`
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
@@ -164,9 +137,6 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	}
 	if in.m == nil {
 		in.m = &manifest{}
-	}
-	if opts.RenderConfig == nil {
-		return in.r, errors.New("InstallOptions.RenderConfig is not set")
 	}
 	p, err := in.detect(opts)
 	if err != nil {
@@ -298,13 +268,13 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 		switch {
 		case len(opts.Upstreams) > 0:
 			return p, errors.New("--upstream cannot take effect: " + why + "; set zone \".\"'s servers there, or move it away to have install write one")
-		case opts.Imported != nil:
-			return p, errors.New("--from-dnsmasq cannot take effect: " + why + "; move it away to import " + opts.Imported.Source)
+		case opts.Import != nil:
+			return p, errors.New("--from-dnsmasq cannot take effect: " + why + "; move it away to import dnsmasq's " + opts.Import.Source)
 		}
 		return p, nil
 	}
-	if opts.Imported != nil && opts.Imported.RootServers && len(opts.Upstreams) > 0 {
-		return p, errors.New("--upstream cannot take effect: the configuration imported from " + opts.Imported.Source +
+	if opts.Import.namesRootServers() && len(opts.Upstreams) > 0 {
+		return p, errors.New("--upstream cannot take effect: the configuration imported from dnsmasq's " + opts.Import.Source +
 			" names zone \".\"'s servers itself; change them there, or leave out --upstream")
 	}
 	p.found, err = in.upstreams(opts, p.manager)
@@ -325,8 +295,8 @@ func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovere
 		}
 		return d, nil
 	}
-	if opts.Imported != nil && opts.Imported.RootServers {
-		return discovered{source: opts.Imported.Source}, nil
+	if opts.Import.namesRootServers() {
+		return discovered{source: "dnsmasq's " + opts.Import.Source}, nil
 	}
 	if plan.Follow != "" {
 		seeded := slices.ContainsFunc(plan.Files, func(f PlannedFile) bool { return f.Path == plan.Follow })

@@ -44,7 +44,7 @@ func TestInstallNeedsAnUpstream(t *testing.T) {
 		"run/systemd/resolve/stub-resolv.conf": stubResolvConf,
 	})
 	before := dnstest.Tree(t, root)
-	_, err := install(rootOf(t, root), withRenderer(InstallOptions{Binary: fakeBinary(t)}))
+	_, err := install(rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if err == nil || !strings.Contains(err.Error(), "--upstream") {
 		t.Fatalf("install = %v, want an error that suggests --upstream", err)
 	}

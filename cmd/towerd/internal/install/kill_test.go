@@ -124,7 +124,7 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 			t.Parallel()
 			binary := fakeBinary(t)
 			opts := InstallOptions{Binary: binary, Docker: kf.docker}
-			doInstall := func(fsys fileSystem) error { _, err := install(fsys, withRenderer(opts)); return err }
+			doInstall := func(fsys fileSystem) error { _, err := install(fsys, opts); return err }
 
 			clean := fixture(t)
 			before := dnstest.Tree(t, clean)
@@ -205,7 +205,7 @@ func TestNoTempFileIsLeft(t *testing.T) {
 	root := resolvedRoot(t)
 	steps := 3
 	killedAfter(t, steps, rootOf(t, root), func(fsys fileSystem) error {
-		_, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
+		_, err := install(fsys, InstallOptions{Binary: fakeBinary(t)})
 		return err
 	})
 	var temps []string

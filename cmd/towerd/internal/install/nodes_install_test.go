@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/systemd"
 	"github.com/towerd/towerd/test/dnstest"
 )
@@ -127,7 +128,7 @@ func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]dn
 		nodeDhclient:       DhclientResolvConf,
 		nodeConsulDnsmasq:  DhclientResolvConf,
 	}[c.node.kind]
-	if !strings.Contains(cfg, `resolv_conf = "`+wantFollow+`"`) || strings.Contains(cfg, "servers") {
+	if !strings.Contains(cfg, `resolv_conf = "`+wantFollow+`"`) || strings.Contains(cfg, "[[zone]]") {
 		t.Errorf("towerd.toml does not follow %s:\n%s", wantFollow, cfg)
 	}
 	if !strings.Contains(resolv, "\nnameserver 127.0.0.1\n") || strings.Count(resolv, "nameserver") != 1 {
@@ -190,7 +191,7 @@ func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]dn
 		if !hasDropIn || !strings.Contains(dropIn.Data, "ListenDatagram=172.17.0.1:53\n") {
 			t.Errorf("socket drop-in: %+v", dropIn)
 		}
-		if !strings.Contains(cfg, `allow = "127.0.0.0/8 ::1/128 172.17.0.0/16"`) || !strings.Contains(cfg, "172.17.0.1:53") {
+		if !strings.Contains(cfg, `allow       = ["127.0.0.0/8", "::1/128", "172.17.0.0/16"]`) || !strings.Contains(cfg, `"172.17.0.1:53"]`) {
 			t.Errorf("towerd.toml lacks the bridge:\n%s", cfg)
 		}
 		if !strings.Contains(next, "systemctl restart docker") || warned {
@@ -274,11 +275,11 @@ func TestFlagsThatCannotTakeEffect(t *testing.T) {
 	before := dnstest.Tree(t, root)
 	for name, opts := range map[string]InstallOptions{
 		"--upstream":     {Upstreams: []string{"192.0.2.1"}},
-		"--from-dnsmasq": {Imported: &ImportedConfig{Source: "dnsmasq"}},
+		"--from-dnsmasq": {Import: &Import{Source: "dnsmasq"}},
 		"--docker":       {Docker: true},
 	} {
 		opts.Binary = fakeBinary(t)
-		if _, err := install(fsys, withRenderer(opts)); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := install(fsys, opts); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("install %s = %v, want a refusal naming the flag", name, err)
 		}
 		dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
@@ -301,20 +302,21 @@ func TestUpstreamWithAnImport(t *testing.T) {
 	dnstest.WriteTree(t, root, map[string]string{"etc/resolv.conf": "nameserver 127.0.0.1\n"})
 	fsys := rootOf(t, root)
 	before := dnstest.Tree(t, root)
-	imported := &ImportedConfig{Source: "dnsmasq's /etc/dnsmasq.conf"}
-	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported})); err == nil ||
+	imported := &Import{Source: "/etc/dnsmasq.conf", Directives: []dnsmasqimport.Directive{
+		{File: "/etc/dnsmasq.conf", Line: 1, Name: "server", Value: "/consul/127.0.0.1#8600", Has: true}}}
+	namingRoot := &Import{Source: "/etc/dnsmasq.conf", Directives: append(slices.Clone(imported.Directives),
+		dnsmasqimport.Directive{File: "/etc/dnsmasq.conf", Line: 2, Name: "server", Value: "192.0.2.9", Has: true})}
+	if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Import: imported}); err == nil ||
 		!strings.Contains(err.Error(), "--upstream") {
 		t.Errorf("an import without servers on a node with none = %v, want a hint at --upstream", err)
 	}
-	imported.RootServers = true
-	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})); err == nil ||
+	if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Import: namingRoot, Upstreams: []string{"192.0.2.1"}}); err == nil ||
 		!strings.Contains(err.Error(), "--upstream cannot take effect") {
 		t.Errorf("--upstream over an import naming \".\" = %v", err)
 	}
 	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
-	imported.RootServers = false
-	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})
-	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.1:53"]`) {
+	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), Import: imported, Upstreams: []string{"192.0.2.1"}})
+	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.1:53"]`) || !strings.Contains(cfg, `servers = ["127.0.0.1:8600"]`) {
 		t.Errorf("config:\n%s", cfg)
 	}
 	mustUninstall(t, fsys)

@@ -101,7 +101,7 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 				// (outside the root) cannot be read.
 				opts.Upstreams = []string{"192.0.2.1"}
 			}
-			_, err := install(fsys, withRenderer(opts))
+			_, err := install(fsys, opts)
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)
@@ -220,7 +220,7 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 
 			// Only the Debian fixture has Docker: --docker there.
 			docker := nodeHas(fsys, DockerDaemonJSON)
-			r, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Docker: docker}))
+			r, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Docker: docker})
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)
