@@ -16,6 +16,7 @@
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -108,6 +109,11 @@ type installer struct {
 	// seed marks the record of the file write is about to write as a
 	// seed (PlannedFile.Seed).
 	seed bool
+	// config goes into the record of the file write is about to write:
+	// towerd.toml's (writeConfig), and unchanged is the report's detail
+	// when that file is already what it would write.
+	config    *configRecord
+	unchanged string
 }
 
 // nodePlan is everything install detected before it changes anything.
@@ -124,9 +130,14 @@ type nodePlan struct {
 	// ConfigDropIn over the package's sample (configTarget).
 	configPath string
 	// keepConfig: a config at configPath that is not install's own (or
-	// changed since) is there, and wins.
+	// changed since) is there, and wins; keepWhy says why, for the report.
 	keepConfig bool
-	found      discovered
+	keepWhy    string
+	// imp is the import the config holds: --from-dnsmasq's, else the one
+	// an earlier install imported (its record keeps it), so a re-run
+	// renders it again rather than losing it (issue 25 item 1).
+	imp   *Import
+	found discovered
 }
 
 func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
@@ -263,8 +274,22 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 	}
 	rec := in.m.file(p.configPath)
 	p.keepConfig = cur.exists && (rec == nil || (cur.sum() != rec.Sum && !rec.Pending))
+	p.imp = opts.Import
+	switch {
+	case p.imp != nil || rec == nil || p.keepConfig:
+	case rec.Config != nil:
+		p.imp = rec.Config.Import
+	case cur.exists && !cur.isLink() && bytes.Contains(cur.data, []byte(importedBy)):
+		// An older towerd's import, whose record does not keep what it
+		// read: a re-render could only lose it.
+		p.keepConfig = true
+		p.keepWhy = "imported from dnsmasq by an earlier towerd install, whose record does not keep the import"
+	}
 	if p.keepConfig {
 		why := p.configPath + " exists and install keeps it (it is not the one install wrote, or it changed since)"
+		if p.keepWhy != "" {
+			why = p.configPath + " was " + p.keepWhy + "; install keeps it"
+		}
 		switch {
 		case len(opts.Upstreams) > 0:
 			return p, errors.New("--upstream cannot take effect: " + why + "; set zone \".\"'s servers there, or move it away to have install write one")
@@ -273,17 +298,21 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 		}
 		return p, nil
 	}
-	if opts.Import.namesRootServers() && len(opts.Upstreams) > 0 {
-		return p, errors.New("--upstream cannot take effect: the configuration imported from dnsmasq's " + opts.Import.Source +
-			" names zone \".\"'s servers itself; change them there, or leave out --upstream")
+	if p.imp.namesRootServers() && len(opts.Upstreams) > 0 {
+		what := "the configuration imported from dnsmasq's " + p.imp.Source
+		if opts.Import == nil {
+			what = p.configPath + " holds what an earlier install imported from dnsmasq's " + p.imp.Source + ", which"
+		}
+		return p, errors.New("--upstream cannot take effect: " + what + " names zone \".\"'s servers itself; change them there, or leave out --upstream")
 	}
-	p.found, err = in.upstreams(opts, p.manager)
+	p.found, err = in.upstreams(opts, p)
 	return p, err
 }
 
 // upstreams decides zone "."'s servers before anything is written, so an
 // install that could only produce a resolver without upstreams stops early.
-func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovered, error) {
+func (in *installer) upstreams(opts InstallOptions, p nodePlan) (discovered, error) {
+	plan := p.manager
 	if len(opts.Upstreams) > 0 {
 		d := discovered{source: "--upstream"}
 		for _, s := range opts.Upstreams {
@@ -295,8 +324,8 @@ func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovere
 		}
 		return d, nil
 	}
-	if opts.Import.namesRootServers() {
-		return discovered{source: "dnsmasq's " + opts.Import.Source}, nil
+	if p.imp.namesRootServers() {
+		return discovered{source: "dnsmasq's " + p.imp.Source}, nil
 	}
 	if plan.Follow != "" {
 		seeded := slices.ContainsFunc(plan.Files, func(f PlannedFile) bool { return f.Path == plan.Follow })

@@ -16,7 +16,10 @@ import (
 func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 	if p.keepConfig {
 		msg := "an existing config wins"
-		if rec := in.m.file(p.configPath); rec != nil {
+		switch rec := in.m.file(p.configPath); {
+		case p.keepWhy != "":
+			msg = p.keepWhy + ": kept as it is; to change what install decides, edit it, or run install --from-dnsmasq again"
+		case rec != nil:
 			msg = "changed since towerd install wrote it"
 		}
 		switch {
@@ -31,21 +34,25 @@ func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 		return nil
 	}
 	s := in.settings(opts, p)
-	var detail string
+	rec := in.m.file(p.configPath)
+	var prev *configRecord
+	if rec != nil {
+		prev = rec.Config
+	}
+	detail := zoneDetail(s, p)
 	switch {
+	case opts.Import != nil && prev != nil && prev.Import != nil:
+		detail = "imported again from dnsmasq's " + opts.Import.Source + ", in place of the import from " + prev.Import.Source + "; " + detail
 	case opts.Import != nil:
-		detail = "imported from dnsmasq's " + opts.Import.Source
-		if !opts.Import.namesRootServers() {
-			if s.ResolvConf != "" {
-				detail += "; zone \".\" follows " + s.ResolvConf
-			} else {
-				detail += "; zone \".\" -> " + strings.Join(s.Servers, ", ") + " (from " + s.Source + ")"
-			}
+		detail = "imported from dnsmasq's " + opts.Import.Source + "; " + detail
+	case p.imp != nil:
+		// Install's own settings changed (--upstream, --docker, what the
+		// node's DHCP client writes): the earlier import is rendered
+		// again with them, and nothing it carried over is lost.
+		detail = "merged: what an earlier install imported from dnsmasq's " + p.imp.Source + " is kept; " + detail
+		if prev != nil {
+			detail += " (was: " + zoneDetail(prev.Settings, p) + ")"
 		}
-	case s.ResolvConf != "":
-		detail = "zone \".\" follows " + s.ResolvConf + " (resolv_conf), which " + string(p.manager.Manager) + " keeps current"
-	default:
-		detail = "zone \".\" -> " + strings.Join(s.Servers, ", ") + " (from " + s.Source + ")"
 	}
 	if opts.Docker {
 		detail += "; listen adds " + p.docker.Listen + ", allow adds " + p.docker.Allow
@@ -56,8 +63,29 @@ func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
 			in.r.same("found", o, "read after "+ConfigDropIn+": what it sets wins")
 		}
 	}
-	return in.write(p.configPath, renderConfig(s, opts.Import), 0o644, detail, "", nil)
+	in.config = &configRecord{Settings: s, Import: p.imp}
+	if p.imp != nil && opts.Import == nil {
+		in.unchanged = "holds what an earlier install imported from dnsmasq's " + p.imp.Source + ", and install's settings in it still hold"
+	}
+	defer func() { in.config, in.unchanged = nil, "" }()
+	return in.write(p.configPath, renderConfig(s, p.imp), 0o644, detail, "", nil)
 }
+
+// zoneDetail says where zone "." gets its servers under settings s.
+func zoneDetail(s config.InstallSettings, p nodePlan) string {
+	switch {
+	case p.imp.namesRootServers():
+		return "zone \".\" as the import names it"
+	case s.ResolvConf != "":
+		return "zone \".\" follows " + s.ResolvConf + " (resolv_conf), which " + string(p.manager.Manager) + " keeps current"
+	}
+	return "zone \".\" -> " + strings.Join(s.Servers, ", ") + " (from " + s.Source + ")"
+}
+
+// importedBy ends the first line of every towerd.toml install imported
+// (Import.file): how an older towerd's import, whose record does not keep
+// the directives, is recognised.
+const importedBy = "by `towerd install --from-dnsmasq`."
 
 // settings are what install decided for towerd.toml on this node.
 func (in *installer) settings(opts InstallOptions, p nodePlan) config.InstallSettings {
@@ -84,7 +112,7 @@ func renderConfig(s config.InstallSettings, imp *Import) []byte {
 // towerd.toml's keys and zones, its header naming install.
 func (imp *Import) file() config.File {
 	f := dnsmasqimport.Import(imp.Source, imp.Directives).File
-	f.Header[0] = "towerd configuration imported from " + imp.Source + " by `towerd install --from-dnsmasq`."
+	f.Header[0] = "towerd configuration imported from " + imp.Source + " " + importedBy
 	return f
 }
 

@@ -75,6 +75,9 @@ func killedAfter(t *testing.T, steps int, fsys fileSystem, op func(fileSystem) e
 type killFixture struct {
 	build  func(t *testing.T) string
 	docker bool
+	// fromDnsmasq: install imports the node's dnsmasq configuration, whose
+	// directives go into the record (issue 25 item 1).
+	fromDnsmasq bool
 }
 
 // killFixtures are the nodes install is killed on: resolved's (resolv.conf
@@ -108,6 +111,10 @@ var killFixtures = map[string]killFixture{
 		root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
 		return root
 	}},
+	"dnsmasq, imported": {fromDnsmasq: true, build: func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeConsulDnsmasq})
+		return root
+	}},
 	// The package's program, units and sample config: install writes
 	// its drop-in in a directory of its own under /etc/towerd.
 	"packaged dhclient": {build: packagedDhclientNode},
@@ -127,6 +134,9 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 			doInstall := func(fsys fileSystem) error { _, err := install(fsys, opts); return err }
 
 			clean := fixture(t)
+			if kf.fromDnsmasq {
+				opts.Import = dnsmasqNodeImport(t, rootOf(t, clean))
+			}
 			before := dnstest.Tree(t, clean)
 			mustInstall(t, rootOf(t, clean), opts)
 			installed := dnstest.Tree(t, clean)
@@ -175,6 +185,9 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			opts := InstallOptions{Binary: fakeBinary(t), Docker: kf.docker}
+			if kf.fromDnsmasq {
+				opts.Import = dnsmasqNodeImport(t, rootOf(t, fixture(t)))
+			}
 			doUninstall := func(fsys fileSystem) error { _, err := uninstall(fsys, UninstallOptions{}); return err }
 			steps := 0
 			for ; ; steps++ {

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 // Change is one decision install or uninstall made about one path.
@@ -122,6 +124,16 @@ type fileRecord struct {
 	// (PlannedFile.Seed). Uninstall removes it whatever it holds by then:
 	// the name is towerd's, and only the hook rewrites it.
 	Seed bool `json:"seed,omitempty"`
+	// Config is what install rendered into towerd.toml (or its drop-in),
+	// so a later install can render it again and lose nothing.
+	Config *configRecord `json:"config,omitempty"`
+}
+
+// configRecord is what install put into towerd.toml: its own settings
+// and, with --from-dnsmasq, the import they complete (issue 25 item 1).
+type configRecord struct {
+	Settings config.InstallSettings `json:"settings"`
+	Import   *Import                `json:"import,omitempty"`
 }
 
 func (m *manifest) file(name string) *fileRecord {
