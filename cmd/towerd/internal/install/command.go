@@ -136,7 +136,7 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 		report, err = Install(opts)
 	}
 	if report != nil {
-		report.Print(stdout, stderr)
+		report.Print(stdout, stderr, err != nil)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd %s: %v\n", name, err)

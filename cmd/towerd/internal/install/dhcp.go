@@ -418,6 +418,38 @@ func planDhclient(files nodeFiles, replaced string) ManagerPlan {
 	return plan
 }
 
+// pinned is the plan for a node whose zone "." does not follow the file
+// the manager maintains (--upstream, or an import that names its
+// servers): the manager must still leave /etc/resolv.conf alone, but
+// nothing needs to hand towerd the servers it learns. Only dhclient's
+// plan writes such a file: its hook then keeps resolv.conf and writes
+// nothing else, and no file is seeded.
+func (plan ManagerPlan) pinned() ManagerPlan {
+	if plan.Manager != ManagerDhclient {
+		return plan
+	}
+	plan.Follow = ""
+	plan.Reason = "dhclient maintains resolv.conf; zone \".\" has servers of its own, so towerd's dhclient hook only keeps " +
+		ResolvConfPath + " from being rewritten at every lease"
+	plan.Files = []PlannedFile{{
+		Path: DhclientHook, Data: []byte(dhclientKeepScript), Mode: 0o644,
+		Reason: DhclientHook + ": dhclient leaves " + ResolvConfPath + " alone (zone \".\" is pinned: the lease's servers are not followed)",
+	}}
+	return plan
+}
+
+// dhclientKeepScript is the hook of a pinned zone ".": make_resolv_conf,
+// which Debian's dhclient-script calls at every lease to write
+// /etc/resolv.conf, does nothing.
+const dhclientKeepScript = `# towerd: keep /etc/resolv.conf pointed at towerd (127.0.0.1). Zone "." has
+# servers of its own in towerd.toml, so the lease's are not needed.
+# Written by ` + "`towerd install`" + `; ` + "`towerd uninstall`" + ` removes it. Sourced by
+# dhclient-script, which calls make_resolv_conf at every new lease.
+make_resolv_conf() {
+	:
+}
+`
+
 // dhclientHookScript is sourced by dhclient-script (as root, with the
 // lease in new_* variables). It writes the file atomically, so towerd's
 // watcher never reads it half-written, and adds the interface to an IPv6

@@ -228,21 +228,11 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	if err := in.writeNsswitch(); err != nil {
 		return in.r, err
 	}
+	in.r.Undo = in.undoSteps(p)
 	if act != nil {
 		return in.r, in.activate(act, *opts.Activate, p)
 	}
-	in.r.Next = append(in.r.Next, "systemctl daemon-reload")
-	if resolved {
-		in.r.Next = append(in.r.Next, "systemctl restart systemd-resolved   # stub listener off")
-	}
-	if in.m.file(NMDropIn) != nil {
-		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
-	}
-	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
-	in.r.Next = append(in.r.Next, "systemctl enable --now "+systemd.SocketUnitName)
-	if opts.Docker && p.docker.Next != "" {
-		in.r.Next = append(in.r.Next, p.docker.Next)
-	}
+	in.nextSteps(opts, p, resolved)
 	return in.r, nil
 }
 
@@ -305,8 +295,15 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 		}
 		return p, errors.New("--upstream cannot take effect: " + what + " names zone \".\"'s servers itself; change them there, or leave out --upstream")
 	}
-	p.found, err = in.upstreams(opts, p)
-	return p, err
+	if p.found, err = in.upstreams(opts, p); err != nil {
+		return p, err
+	}
+	if p.found.follow == "" {
+		// Zone "." has servers of its own: the lease's are not followed,
+		// and no file needs writing for towerd to read (issue 25 item 7).
+		p.manager = p.manager.pinned()
+	}
+	return p, nil
 }
 
 // upstreams decides zone "."'s servers before anything is written, so an
