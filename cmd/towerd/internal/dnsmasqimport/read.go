@@ -12,13 +12,14 @@ import (
 )
 
 // Directive is one "option" or "option=value" line of a dnsmasq
-// configuration, with where it came from for the report.
+// configuration, with where it came from for the report. install keeps
+// an import's directives in its record, as JSON.
 type Directive struct {
-	File  string // the file it was read from
-	Line  int    // its line in File, from 1
-	Name  string // the option, e.g. "server"
-	Value string // after "=", unquoted; "" without one
-	Has   bool   // "=" was present (use-stale-cache vs use-stale-cache=0)
+	File  string `json:"file"`            // the file it was read from
+	Line  int    `json:"line"`            // its line in File, from 1
+	Name  string `json:"name"`            // the option, e.g. "server"
+	Value string `json:"value,omitempty"` // after "=", unquoted; "" without one
+	Has   bool   `json:"has,omitempty"`   // "=" was present (use-stale-cache vs use-stale-cache=0)
 }
 
 // String is the directive as written, "name" or "name=value".

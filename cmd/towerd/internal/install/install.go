@@ -82,9 +82,9 @@ type Import struct {
 // anything: Report.Next says what to run (Activate runs it).
 //
 // Every path is resolved inside opts.Root without following a link out of
-// it (nodefs.Root), and every change is recorded in install-state.json before it
-// is made, so an install killed at any point is finished by the next
-// Install or undone by Uninstall.
+// it (nodefs.Root), and every change is recorded in install-state.json
+// before it is made, so an install killed at any point is finished by the
+// next Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
 	if opts.Activate != nil && opts.Root != "" && opts.Root != "/" {
 		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
