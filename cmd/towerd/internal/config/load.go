@@ -367,19 +367,11 @@ func (c *Config) Validate() error {
 // that file does not exist, "." is returned without servers (and source
 // still names the file): the daemon follows the file and waits for it.
 func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
-	byName := map[string]ZoneConfig{}
-	var order []string
-	for _, z := range append(append([]ZoneConfig(nil), defaultZones...), c.Zones...) {
-		name := dns.CanonicalName(z.Name)
-		if _, ok := byName[name]; !ok {
-			order = append(order, name)
-		}
-		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
-	}
 	var source string
-	out := make([]ZoneConfig, 0, len(order))
-	for _, name := range order {
-		z := byName[name]
+	zones := c.MergedZones()
+	out := make([]ZoneConfig, 0, len(zones))
+	for _, z := range zones {
+		name := z.Name
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
@@ -417,6 +409,26 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName})
 	}
 	return out, source, nil
+}
+
+// MergedZones are the configured zones merged over the defaults by name
+// (canonical names, the defaults' order first), as written: zone "."
+// without servers stays without, and nothing is left out or normalized.
+func (c *Config) MergedZones() []ZoneConfig {
+	byName := map[string]ZoneConfig{}
+	var order []string
+	for _, z := range append(append([]ZoneConfig(nil), defaultZones...), c.Zones...) {
+		name := dns.CanonicalName(z.Name)
+		if _, ok := byName[name]; !ok {
+			order = append(order, name)
+		}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
+	}
+	out := make([]ZoneConfig, 0, len(order))
+	for _, name := range order {
+		out = append(out, byName[name])
+	}
+	return out
 }
 
 // readResolvConf reads the file named by the resolv_conf key, or the system's.
