@@ -14,7 +14,7 @@ import (
 // How towerd's subcommand table lists doctor.
 const (
 	Name     = "doctor"
-	Synopsis = "[--root DIR] [-json] [-consul ADDR] [-rules DIR|URL] [flags]"
+	Synopsis = "[--root DIR] [-json] [-consul ADDR] [-rules FILE|DIR|URL] [flags]"
 	Summary  = "audit this node for the settings that fail services together when the shared resolver is slow"
 )
 
@@ -35,7 +35,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ConfigPath, "config", defaultConfigPath, "towerd's config file, as the node sees it (read under --root)")
 	fs.StringVar(&o.AdminAddr, "admin", "", "ip:port of the running towerd's admin server (default: the config's admin.listen)")
 	fs.StringVar(&o.ConsulAddr, "consul", "", "the local Consul agent's HTTP API, host:port, http(s)://host:port or unix:///path (default: the config's consul.address, else CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
-	fs.StringVar(&o.Rules, "rules", "", "Prometheus alert rules to check for the golden signals: a rules file or directory (on this machine), or a Prometheus URL")
+	fs.StringVar(&o.Rules, "rules", "", "Prometheus alert rules to check for the golden signals: a `FILE|DIR|URL` (a rules file or directory on this machine, or a running Prometheus)")
 	fs.DurationVar(&o.Timeout, "timeout", 3*time.Second, "bound on each HTTP exchange (towerd's /stats, each Consul request, Prometheus)")
 	asJSON := fs.Bool("json", false, "print the report as JSON (schema "+Schema+", documented in docs/doctor.md)")
 	list := fs.Bool("list", false, "print every finding doctor can report, and exit")
