@@ -186,12 +186,8 @@ func (n *Node) hostsFileNames() map[string]bool {
 	if !n.Hosts.ok() {
 		return out
 	}
-	if n.Nsswitch.ok() {
-		for _, f := range checkNsswitch(n) {
-			if f.ID == "nsswitch-files-after-dns" {
-				return out
-			}
-		}
+	if !n.filesBeforeDNS() {
+		return out
 	}
 	for _, line := range strings.Split(string(n.Hosts.Data), "\n") {
 		line, _, _ = strings.Cut(line, "#")

@@ -11,25 +11,11 @@ import (
 // nsswitch.conf, or without a hosts: line, glibc's built-in order asks
 // dns and files; there is nothing to say.
 func checkNsswitch(n *Node) []Finding {
-	if !n.Nsswitch.ok() {
-		return nil
-	}
-	sources, ok := install.HostsSources(n.Nsswitch.Data)
+	h, ok := n.hostsOrder()
 	if !ok {
 		return nil
 	}
-	line := hostsLine(sources)
-	index := func(match func(string) bool) int {
-		for i, s := range sources {
-			if match(s.Name) {
-				return i
-			}
-		}
-		return -1
-	}
-	dns := index(func(s string) bool { return s == "dns" })
-	files := index(func(s string) bool { return s == "files" })
-	resolve := index(func(s string) bool { return s == "resolve" })
+	sources, line, dns, files, resolve := h.sources, h.line, h.dns, h.files, h.resolve
 	var out []Finding
 	switch {
 	case !n.Towerd.Installed:
@@ -59,6 +45,44 @@ func checkNsswitch(n *Node) []Finding {
 		}
 	}
 	return out
+}
+
+// hostsOrder is nsswitch.conf's hosts: line: its sources in order, and
+// where dns, files and resolve stand (-1: absent).
+type hostsOrder struct {
+	sources             []install.NssSource
+	line                string
+	dns, files, resolve int
+}
+
+// hostsOrder reads the hosts: line; ok is false without nsswitch.conf or
+// without the line (glibc's built-in order then asks dns and files).
+func (n *Node) hostsOrder() (hostsOrder, bool) {
+	if !n.Nsswitch.ok() {
+		return hostsOrder{}, false
+	}
+	sources, ok := install.HostsSources(n.Nsswitch.Data)
+	if !ok {
+		return hostsOrder{}, false
+	}
+	h := hostsOrder{sources: sources, line: hostsLine(sources), dns: -1, files: -1, resolve: -1}
+	for i := len(sources) - 1; i >= 0; i-- {
+		switch sources[i].Name {
+		case "dns":
+			h.dns = i
+		case "files":
+			h.files = i
+		case "resolve":
+			h.resolve = i
+		}
+	}
+	return h, true
+}
+
+// filesBeforeDNS: glibc (and Go) read /etc/hosts before asking DNS.
+func (n *Node) filesBeforeDNS() bool {
+	h, ok := n.hostsOrder()
+	return !ok || (h.files >= 0 && (h.dns < 0 || h.files < h.dns))
 }
 
 // returnsOnNotFound tells whether the action items end the lookup when

@@ -9,6 +9,8 @@ import (
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 // How towerd's subcommand table lists doctor.
@@ -32,7 +34,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("towerd doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Root, "root", "/", "directory that stands for the node's /: a node image; its running towerd, Consul agent and /proc are then not asked unless -admin or -consul names them")
-	fs.StringVar(&o.ConfigPath, "config", defaultConfigPath, "towerd's config file, as the node sees it (read under --root)")
+	fs.StringVar(&o.ConfigPath, "config", config.DefaultPath, "towerd's config file, as the node sees it (read under --root)")
 	fs.StringVar(&o.AdminAddr, "admin", "", "ip:port of the running towerd's admin server (default: the config's admin.listen)")
 	fs.StringVar(&o.ConsulAddr, "consul", "", "the local Consul agent's HTTP API, host:port, http(s)://host:port or unix:///path (default: the config's consul.address, else CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
 	fs.StringVar(&o.Rules, "rules", "", "Prometheus alert rules to check for the golden signals: a `FILE|DIR|URL` (a rules file or directory on this machine, or a running Prometheus)")

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
@@ -116,6 +115,3 @@ func Diagnose(n *Node) Report {
 	r.Summary = summarize(r.Findings)
 	return r
 }
-
-// defaultConfigPath is towerd's config file as the node sees it.
-const defaultConfigPath = config.DefaultPath

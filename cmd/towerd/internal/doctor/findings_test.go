@@ -166,6 +166,15 @@ func TestEachFindingAppearsExactlyWithItsCause(t *testing.T) {
 		{"state_dir empty", withConfig("state_dir = \"\"\n"), []string{"towerd-state-dir:warning"}},
 		{"state_dir missing", withConfig("state_dir = \"/srv/towerd\"\n"), []string{"towerd-state-dir:warning"}},
 		{"state_dir-ok: there", all(withConfig("state_dir = \"/srv/towerd\"\n"), func(f *fixture) { f.dirs = append(f.dirs, "/srv/towerd") }), nil},
+		{"state_dir-ok: systemd's link for a DynamicUser=", func(f *fixture) {
+			f.dirs = append(f.dirs, "/var/lib/private/towerd")
+			f.links["/var/lib/towerd"] = "private/towerd"
+		}, nil},
+		{"state_dir a link to a directory without write access", func(f *fixture) {
+			f.files["/var/lib/private/towerd/.keep"] = ""
+			f.links["/var/lib/towerd"] = "private/towerd"
+			f.readOnlyDirs = append(f.readOnlyDirs, "/var/lib/private/towerd")
+		}, []string{"towerd-state-dir:warning"}},
 		{"state_dir a file", all(withConfig("state_dir = \"/srv/towerd\"\n"), func(f *fixture) { f.files["/srv/towerd"] = "" }),
 			[]string{"towerd-state-dir:warning"}},
 		{"state_dir-ok: default without the unit's StateDirectory but there", all(func(f *fixture) {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/systemd"
 )
 
@@ -24,6 +25,8 @@ type fixture struct {
 	links map[string]string
 	dirs  []string
 	modes map[string]os.FileMode
+	// readOnlyDirs get mode 0555 once everything is written.
+	readOnlyDirs []string
 }
 
 const towerdResolvConf = resolvConfMarkerLine + "nameserver 127.0.0.1\n"
@@ -87,6 +90,12 @@ func (f fixture) write(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	for _, d := range f.readOnlyDirs {
+		if err := os.Chmod(filepath.Join(root, d), 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Chmod(filepath.Join(root, d), 0o755) })
+	}
 	return root
 }
 
@@ -97,7 +106,7 @@ func diagnose(t *testing.T, root string, o Options) Report {
 	t.Helper()
 	o.Root = root
 	if o.ConfigPath == "" {
-		o.ConfigPath = defaultConfigPath
+		o.ConfigPath = config.DefaultPath
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second

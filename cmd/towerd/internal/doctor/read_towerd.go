@@ -134,24 +134,23 @@ func readStateDir(nr *install.NodeRoot, dir string) stateDir {
 	if dir == "" {
 		return s
 	}
-	// A symlink (systemd's /var/lib/towerd -> private/towerd for a
-	// DynamicUser=) is followed inside the root by listing it.
 	s.Info, s.Err = nr.Lstat(dir)
-	if s.Err == nil && s.Info.Mode()&fs.ModeSymlink != 0 {
-		if _, err := nr.ReadDir(dir); err != nil {
-			s.Err = err
-		} else {
-			s.Info = dirInfo{s.Info}
+	// A DynamicUser= service's StateDirectory= is a link systemd makes,
+	// /var/lib/towerd -> private/towerd: what counts is where it leads.
+	for hops := 0; s.Err == nil && s.Info.Mode()&fs.ModeSymlink != 0; hops++ {
+		target, err := nr.Readlink(dir)
+		if err != nil || hops == 8 {
+			s.Info, s.Err = nil, fmt.Errorf("%s: a symlink that does not resolve", s.Path)
+			break
 		}
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(dir), target)
+		}
+		dir = target
+		s.Info, s.Err = nr.Lstat(dir)
 	}
 	return s
 }
-
-// dirInfo reports a symlink that leads to a directory as a directory.
-type dirInfo struct{ fs.FileInfo }
-
-func (dirInfo) IsDir() bool         { return true }
-func (d dirInfo) Mode() fs.FileMode { return fs.ModeDir | d.FileInfo.Mode().Perm() }
 
 // readRootZone finds zone "."'s servers the way config.ForwardZones does
 // (configured servers; else resolv_conf; else resolved's file, else
