@@ -18,21 +18,28 @@ import (
 
 func nodeKind(kind string, docker bool) fixture {
 	f := fixture{files: map[string]string{}, links: map[string]string{}, modes: map[string]os.FileMode{}}
+	// resolved's stub in resolv.conf, its uplink file with the DHCP servers.
+	resolved := func(search, servers string) {
+		f.links["/etc/resolv.conf"] = "../run/systemd/resolve/stub-resolv.conf"
+		f.files["/run/systemd/resolve/stub-resolv.conf"] = "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch " + search + "\n"
+		f.files["/run/systemd/resolve/resolv.conf"] = servers + "search " + search + "\n"
+		f.files["/lib/systemd/system/systemd-resolved.service"] = "[Unit]\n"
+	}
+	// dhclient with Debian's dhclient-script.
+	dhclient := func(conf string) {
+		f.files["/etc/dhcp/dhclient.conf"] = conf
+		f.files["/sbin/dhclient-script"] = "#!/bin/sh\n"
+		f.files["/etc/dhcp/dhclient-enter-hooks.d/debug"] = "RUN=\"no\"\n"
+	}
 	switch kind {
 	case "debian12-resolved":
-		f.links["/etc/resolv.conf"] = "../run/systemd/resolve/stub-resolv.conf"
-		f.files["/run/systemd/resolve/stub-resolv.conf"] = "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch corp.example\n"
-		f.files["/run/systemd/resolve/resolv.conf"] = "nameserver 10.0.0.2\nnameserver 10.0.0.3\nsearch corp.example\n"
+		resolved("corp.example", "nameserver 10.0.0.2\nnameserver 10.0.0.3\n")
 		f.files["/etc/systemd/resolved.conf"] = "[Resolve]\n#DNS=\n#DNSStubListener=yes\n"
-		f.files["/lib/systemd/system/systemd-resolved.service"] = "[Unit]\n"
 		f.links["/etc/systemd/system/sysinit.target.wants/systemd-resolved.service"] = "/lib/systemd/system/systemd-resolved.service"
 		f.files["/etc/nsswitch.conf"] = "passwd: files systemd\nhosts:          files resolve [!UNAVAIL=return] dns myhostname\n"
 	case "ubuntu-networkmgr":
-		f.links["/etc/resolv.conf"] = "../run/systemd/resolve/stub-resolv.conf"
-		f.files["/run/systemd/resolve/stub-resolv.conf"] = "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n"
-		f.files["/run/systemd/resolve/resolv.conf"] = "nameserver 192.168.1.1\nsearch lan\n"
+		resolved("lan", "nameserver 192.168.1.1\n")
 		f.files["/etc/systemd/resolved.conf"] = "[Resolve]\n"
-		f.files["/lib/systemd/system/systemd-resolved.service"] = "[Unit]\n"
 		f.files["/etc/NetworkManager/NetworkManager.conf"] = "[main]\nplugins=ifupdown,keyfile\n"
 		f.files["/run/NetworkManager/no-stub-resolv.conf"] = "search lan\nnameserver 192.168.1.1\n"
 		f.files["/lib/systemd/system/NetworkManager.service"] = "[Unit]\n"
@@ -40,16 +47,12 @@ func nodeKind(kind string, docker bool) fixture {
 		f.files["/etc/nsswitch.conf"] = "hosts:          files mdns4_minimal [NOTFOUND=return] dns\n"
 	case "dhclient-plain":
 		f.files["/etc/resolv.conf"] = "domain corp.example\nsearch corp.example lab.corp.example\nnameserver 10.1.0.2\nnameserver 10.1.0.3\n"
-		f.files["/etc/dhcp/dhclient.conf"] = "request domain-name-servers, domain-search;\n"
-		f.files["/sbin/dhclient-script"] = "#!/bin/sh\n"
-		f.files["/etc/dhcp/dhclient-enter-hooks.d/debug"] = "RUN=\"no\"\n"
+		dhclient("request domain-name-servers, domain-search;\n")
 		f.files["/var/lib/dhcp/dhclient.eth0.leases"] = "lease {}\n"
 		f.files["/etc/nsswitch.conf"] = "hosts:          files dns\n"
 	case "consul-dnsmasq":
 		f.files["/etc/resolv.conf"] = "domain ec2.internal\nsearch ec2.internal\nnameserver 127.0.0.1\nnameserver 10.2.0.2\n"
-		f.files["/etc/dhcp/dhclient.conf"] = "prepend domain-name-servers 127.0.0.1;\n"
-		f.files["/sbin/dhclient-script"] = "#!/bin/sh\n"
-		f.files["/etc/dhcp/dhclient-enter-hooks.d/debug"] = "RUN=\"no\"\n"
+		dhclient("prepend domain-name-servers 127.0.0.1;\n")
 		f.files["/etc/network/interfaces"] = "auto eth0\niface eth0 inet dhcp\n"
 		f.files["/etc/dnsmasq.conf"] = "#port=5353\n"
 		f.files["/etc/dnsmasq.d/10-consul"] = "server=/consul/127.0.0.1#8600\n"

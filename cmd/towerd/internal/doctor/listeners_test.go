@@ -52,17 +52,7 @@ func TestListenersFromProc(t *testing.T) {
 	f.links["/proc/640/fd/12"] = "socket:[2222]"
 	f.files["/proc/1/comm"] = "systemd\n"
 	f.links["/proc/1/fd/40"] = "socket:[4444]"
-	root := f.write(t)
-	nr, err := install.OpenNodeRoot(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nr.Close()
-	ls, err := readListeners(nr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &Node{Listeners: ls}
+	n := &Node{Listeners: listenersUnder(t, f.write(t))}
 	n.Towerd.Installed = true
 	n.Towerd.Config.Listen = []string{"127.0.0.1:53", "[::1]:53"}
 	var ids []string
@@ -94,7 +84,22 @@ func TestListenersLive(t *testing.T) {
 		t.Skipf("no free 127.0.53.x:53: %v", err)
 	}
 	defer pc.Close()
-	nr, err := install.OpenNodeRoot("/")
+	comm, _ := os.ReadFile("/proc/self/comm")
+	for _, l := range listenersUnder(t, "/") {
+		if l.Proto == "udp" && l.Addr.String() == pc.LocalAddr().String() {
+			if len(l.Owners) != 1 || l.Owners[0].PID != os.Getpid() || l.Owners[0].Comm != strings.TrimSpace(string(comm)) {
+				t.Errorf("owners of %s: %+v, want this process (%d)", l.Addr, l.Owners, os.Getpid())
+			}
+			return
+		}
+	}
+	t.Errorf("%s not among the sockets on port 53", pc.LocalAddr())
+}
+
+// listenersUnder reads the sockets on port 53 of the /proc under root.
+func listenersUnder(t *testing.T, root string) []listener {
+	t.Helper()
+	nr, err := install.OpenNodeRoot(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,16 +108,7 @@ func TestListenersLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comm, _ := os.ReadFile("/proc/self/comm")
-	for _, l := range ls {
-		if l.Proto == "udp" && l.Addr.String() == pc.LocalAddr().String() {
-			if len(l.Owners) != 1 || l.Owners[0].PID != os.Getpid() || l.Owners[0].Comm != strings.TrimSpace(string(comm)) {
-				t.Errorf("owners of %s: %+v, want this process (%d)", l.Addr, l.Owners, os.Getpid())
-			}
-			return
-		}
-	}
-	t.Errorf("%s not among %+v", pc.LocalAddr(), ls)
+	return ls
 }
 
 func TestOverlapsListen(t *testing.T) {
