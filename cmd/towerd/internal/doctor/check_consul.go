@@ -147,8 +147,8 @@ func checkAgentDNS(c *consulView) []Finding {
 		out = append(out, newFinding("consul-dns-allow-stale-off", Warning, "dns_config.allow_stale = false"))
 	}
 	out = append(out, newFinding("consul-dns-config", Info,
-		"only_passing = %t, allow_stale = %t (max_stale %s), use_cache = %t (cache_max_age %s), soa.min_ttl = %d",
-		d.OnlyPassing, d.AllowStale, d.MaxStale, d.UseCache, d.CacheMaxAge, d.SOAMinTTL))
+		"agent %s (datacenter %s): only_passing = %t, allow_stale = %t (max_stale %s), use_cache = %t (cache_max_age %s), soa.min_ttl = %d",
+		c.Node, c.Datacenter, d.OnlyPassing, d.AllowStale, d.MaxStale, d.UseCache, d.CacheMaxAge, d.SOAMinTTL))
 	return out
 }
 

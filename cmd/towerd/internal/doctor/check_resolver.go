@@ -140,12 +140,12 @@ func checkResolvConf(n *Node) []Finding {
 	}
 	servers := p.conf.Nameservers
 	if n.Towerd.Installed && !p.viaTowerd {
-		f := newFinding("resolv-conf-bypasses-towerd", Problem, "towerd listens on %s; resolv.conf's nameservers are not it", strings.Join(listen, ", "))
-		if len(servers) == 0 {
-			f.Saw = "resolv.conf names no nameserver, and towerd does not listen on 127.0.0.1:53, where glibc then asks"
-		} else {
-			f.Saw = fmt.Sprintf("the first nameserver glibc asks is %s, %s", servers[0], describeNameserver(servers[0], listen))
+		saw := "resolv.conf names no nameserver, and towerd (on " + strings.Join(listen, ", ") + ") is not at 127.0.0.1:53, where glibc then asks"
+		if len(servers) > 0 {
+			saw = fmt.Sprintf("the first nameserver glibc asks is %s, %s; towerd listens on %s",
+				servers[0], describeNameserver(servers[0], listen), strings.Join(listen, ", "))
 		}
+		f := newFinding("resolv-conf-bypasses-towerd", Problem, "%s", saw)
 		for _, s := range servers {
 			f = f.with(s, describeNameserver(s, listen))
 		}

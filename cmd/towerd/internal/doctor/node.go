@@ -98,13 +98,12 @@ type process struct {
 type towerdFiles struct {
 	// Installed: a towerd binary, unit or config file is on the node.
 	Installed bool
-	// ConfigPath is the config file as the node sees it; ConfigFound
-	// whether it exists. Config holds the defaults, the file and its
-	// drop-ins; ConfigErr is why it does not load.
-	ConfigPath  string
-	ConfigFound bool
-	Config      config.Config
-	ConfigErr   error
+	// ConfigPath is the config file as the node sees it. Config holds
+	// the defaults, the file and its drop-ins; ConfigErr is why they do
+	// not load.
+	ConfigPath string
+	Config     config.Config
+	ConfigErr  error
 	// RootZone is zone "."'s servers as towerd would start with them.
 	RootZone rootZone
 	// SocketEnabled: towerd.socket is wanted by sockets.target.
@@ -128,10 +127,9 @@ type rootZone struct {
 }
 
 type stateDir struct {
-	Path  string
-	Info  fs.FileInfo // nil when it does not exist
-	Err   error
-	Under string // the root-relative path read
+	Path string
+	Info fs.FileInfo // nil when it does not exist
+	Err  error
 }
 
 // runningTowerd is what a running towerd's admin server said.

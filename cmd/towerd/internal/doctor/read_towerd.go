@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
@@ -34,7 +36,6 @@ func readTowerdFiles(nr *install.NodeRoot, n *Node, configPath string, mustExist
 		t.Installed = t.Installed || exists(nr, p)
 	}
 	files, err := readConfigFiles(nr, configPath, mustExist)
-	t.ConfigFound = len(files) > 0 && files[0].Path == configPath
 	if err == nil {
 		t.Config, err = config.Parse(files)
 	}
@@ -220,13 +221,17 @@ const maxTokenFile = 4096
 // consulToken is the token towerd's watch sends: consul.token, else the
 // file consul.token_file names (its ${CREDENTIALS_DIRECTORY} being the
 // LoadCredential= source in towerd.service's drop-ins, by default
-// /etc/towerd/consul-token), read under the root.
+// /etc/towerd/consul-token), read under the root, else CONSUL_HTTP_TOKEN.
 func consulToken(nr *install.NodeRoot, c config.ConsulConfig, credentialSource string) (token, source string) {
 	if c.Token != "" {
 		return c.Token, "consul.token"
 	}
 	file := c.TokenFile
 	if file == "" {
+		// As the watch does, through the API client's own fallback.
+		if tok := os.Getenv(api.HTTPTokenEnvName); tok != "" {
+			return tok, api.HTTPTokenEnvName
+		}
 		return "", ""
 	}
 	for _, v := range []string{"${CREDENTIALS_DIRECTORY}/", "$CREDENTIALS_DIRECTORY/"} {
