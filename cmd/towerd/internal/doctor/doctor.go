@@ -4,8 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"time"
-
-	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
 // Options say where doctor looks.
@@ -38,7 +36,7 @@ func (o Options) live() bool { return filepath.Clean(o.Root) == "/" }
 // Consul agent and Prometheus answer. Only a root that cannot be opened
 // is an error; anything else it could not read is in the Node.
 func Read(ctx context.Context, o Options) (*Node, error) {
-	nr, err := install.OpenNodeRoot(o.Root)
+	nr, err := openRoot(o.Root)
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
 const procNetUDP = `   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
@@ -99,7 +97,7 @@ func TestListenersLive(t *testing.T) {
 // listenersUnder reads the sockets on port 53 of the /proc under root.
 func listenersUnder(t *testing.T, root string) []listener {
 	t.Helper()
-	nr, err := install.OpenNodeRoot(root)
+	nr, err := openRoot(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,24 @@ import (
 
 // The node's files are read through install's NodeRoot: symlinks resolved
 // inside the root, only regular files, opened without blocking, each at
-// most install.MaxNodeFile bytes (maxConfigFile for towerd's own
-// configuration). Install's detectors (resolv.conf's manager, Docker,
-// dnsmasq) read through the same value, so doctor sees the node as
-// install does.
+// most maxNodeFile bytes (maxConfigFile for towerd's own configuration).
+// Install's detectors (resolv.conf's manager, Docker, dnsmasq) read
+// through the same value, so doctor sees the node as install does.
+
+// maxNodeFile bounds every other file doctor reads under the root: the
+// files of a node's resolver plumbing are a few KiB; the bound leaves room
+// for a large /etc/hosts or /proc/net/tcp.
+const maxNodeFile = 4 << 20
+
+// openRoot opens dir for doctor's reads, with doctor's bound.
+func openRoot(dir string) (*install.NodeRoot, error) {
+	nr, err := install.OpenNodeRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	nr.SetReadLimit(maxNodeFile)
+	return nr, nil
+}
 
 // maxConfigFile bounds towerd.toml and each drop-in: a config is a few KiB.
 const maxConfigFile = 1 << 20

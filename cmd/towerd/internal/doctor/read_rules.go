@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
 // Prometheus's rules, from a running Prometheus (-rules http://host:9090:
@@ -89,7 +87,7 @@ func readRuleFiles(v *rulesView, source string) {
 	if !info.IsDir() {
 		dir, names = filepath.Dir(source), []string{filepath.Base(source)}
 	}
-	nr, err := install.OpenNodeRoot(dir)
+	nr, err := openRoot(dir)
 	if err != nil {
 		v.Err = err
 		return
