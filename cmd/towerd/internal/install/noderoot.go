@@ -42,6 +42,8 @@ import (
 // NodeRoot is safe for use by one goroutine at a time; Close it when done.
 type NodeRoot struct {
 	root *os.Root
+	// readLimit bounds ReadFile (MaxNodeFile unless SetReadLimit).
+	readLimit int64
 }
 
 var _ fileSystem = (*NodeRoot)(nil)
@@ -56,7 +58,7 @@ func OpenNodeRoot(dir string) (*NodeRoot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening root %s: %w", dir, err)
 	}
-	return &NodeRoot{root: r}, nil
+	return &NodeRoot{root: r, readLimit: MaxNodeFile}, nil
 }
 
 // Close releases the root directory.
@@ -169,10 +171,34 @@ func (n *NodeRoot) Readlink(name string) (string, error) {
 	return target, named(err, name)
 }
 
+// MaxNodeFile bounds every file ReadFile reads, unless SetReadLimit sets
+// another bound: install compares the towerd program it replaces (tens
+// of MB) before it writes; a file larger than that under a root is
+// planted or broken.
+const MaxNodeFile = 256 << 20
+
+// ErrNotRegular and ErrTooLarge are wrapped by ReadFile for what it
+// refuses to read.
+var (
+	ErrNotRegular = errors.New("not a regular file")
+	ErrTooLarge   = errors.New("larger than the bound on a node file")
+)
+
+// SetReadLimit sets the bound of ReadFile, for a reader that needs only a
+// node's configuration files (towerd doctor: 4 MiB).
+func (n *NodeRoot) SetReadLimit(max int64) { n.readLimit = max }
+
 // ReadFile reads the regular file name, following symlinks inside the
-// root: a FIFO or device planted at the name neither blocks nor feeds
-// install.
-func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
+// root, up to the read limit (MaxNodeFile).
+func (n *NodeRoot) ReadFile(name string) ([]byte, error) { return n.ReadFileMax(name, n.readLimit) }
+
+// ReadFileMax reads name as ReadFile does, refusing more than max bytes.
+// Only a regular file is read, and it is opened without blocking: a FIFO
+// or device planted at the name (/dev/zero at /etc/resolv.conf) neither
+// hangs the reader nor feeds it without end, and a sparse file of many
+// GiB is refused by its size. /proc's files say they are regular and of
+// size 0: they are read up to the bound.
+func (n *NodeRoot) ReadFileMax(name string, max int64) ([]byte, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -183,13 +209,19 @@ func (n *NodeRoot) ReadFile(name string) ([]byte, error) {
 	}
 	defer f.Close()
 	info, err := f.Stat()
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, named(err, name)
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("%s: %w (%v)", name, ErrNotRegular, info.Mode().Type())
+	case info.Size() > max:
+		return nil, fmt.Errorf("%s: %d bytes: %w (%d)", name, info.Size(), ErrTooLarge, max)
 	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%v)", name, info.Mode().Type())
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: %w (%d)", name, ErrTooLarge, max)
 	}
-	return io.ReadAll(f)
+	return data, named(err, name)
 }
 
 // ReadDir lists the directory name, following symlinks inside the root,
