@@ -19,7 +19,7 @@ import (
 
 // allSubcommands is the table `towerd help` must list, in its order.
 var allSubcommands = []string{"serve", "check", "stats", "reload", "flush", "cache list", "cache dump", "cache load",
-	"lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "completion", "version", "help"}
+	"lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "doctor", "completion", "version", "help"}
 
 // closedAdminAddr is a loopback address where nothing listens.
 func closedAdminAddr(t *testing.T) string {

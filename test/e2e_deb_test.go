@@ -22,7 +22,7 @@ import (
 // The commands towerd has today; the package test also requires every
 // command the packaged binary's `towerd help` lists, so commands added
 // later are checked without touching this list.
-var packagedCommands = []string{"serve", "check", "stats", "reload", "flush", "cache", "lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "completion", "version", "help"}
+var packagedCommands = []string{"serve", "check", "stats", "reload", "flush", "cache", "lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "doctor", "completion", "version", "help"}
 
 // commandTimeout bounds every program these tests run but make deb's build.
 const commandTimeout = 60 * time.Second
@@ -248,6 +248,9 @@ func TestDebPackage(t *testing.T) {
 		}
 		if got := complete("-con"); strings.Join(got, " ") != "-config -consul-dns -consul-http" {
 			t.Errorf("towerd -con<TAB> offers %v", got)
+		}
+		if got := complete("doctor", "-"); strings.Join(got, " ") != "-admin -config -consul -json -list -root -rules -timeout" {
+			t.Errorf("towerd doctor -<TAB> offers %v", got)
 		}
 		if got := complete("drill", "-clients", ""); len(got) != 0 {
 			t.Errorf("towerd drill -clients <TAB> offers %v, want nothing (a number)", got)

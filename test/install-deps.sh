@@ -7,7 +7,8 @@ need=""
 command -v dig >/dev/null 2>&1 || need="$need bind9-dnsutils"
 # promtool checks and unit-tests the alert rules in monitoring/. Debian ships
 # it only inside the server package (on a systemd machine that also starts a
-# Prometheus on :9090: `systemctl disable --now prometheus` if unwanted).
+# Prometheus on :9090: `systemctl disable --now prometheus` if unwanted);
+# towerd doctor's tests run that server on a loopback port of their own.
 command -v promtool >/dev/null 2>&1 || need="$need prometheus"
 # The systemd tests run the real systemd-socket-activate and systemd-analyze
 # (packages systemd and install; nothing is started by systemd itself), and compare

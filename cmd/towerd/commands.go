@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
+	"github.com/towerd/towerd/cmd/towerd/internal/doctor"
 	"github.com/towerd/towerd/cmd/towerd/internal/drill"
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
@@ -42,6 +43,7 @@ func init() {
 		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did", install.RunUninstall},
 		{"import-dnsmasq", "[--root DIR] [FILE|DIR ...]", "turn the node's dnsmasq configuration into towerd's", dnsmasqimport.Run},
 		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drill.Run},
+		{doctor.Name, doctor.Synopsis, doctor.Summary, doctor.Run},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},
 		{"help", "[SUBCOMMAND]", "list the subcommands, or show one's usage and flags", helpCommand},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +56,13 @@ func TestHelpJSON(t *testing.T) {
 	}
 	if got := byName["cache list"].Flags; len(got) != 5 || got[3] != (flagDoc{"stale", "", "only entries past their TTL (served stale, or expired)"}) {
 		t.Errorf("cache list flags %+v", got)
+	}
+	var doctorFlags []string
+	for _, f := range byName["doctor"].Flags {
+		doctorFlags = append(doctorFlags, f.Name+"="+valueKind(f))
+	}
+	if got := strings.Join(doctorFlags, " "); got != "admin=value config=file consul=value json= list= root=dir rules=file timeout=value" {
+		t.Errorf("doctor flags: %s", got)
 	}
 	// Flags come sorted by name, each with the kind of value it takes.
 	if got := byName["drill"].Flags; len(got) < 2 || got[1].Name != "clients" || got[1].Value != "int" {

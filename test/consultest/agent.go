@@ -52,6 +52,16 @@ type Options struct {
 	// Join, if set, makes a client agent (not -dev) that joins the server
 	// whose serf LAN address (ip:port) this is.
 	Join string
+	// HCL are more configuration fragments, one -hcl each (recursors,
+	// dns_config, ...).
+	HCL []string
+	// DataDir is the agent's data_dir; "" = a fresh temporary directory.
+	DataDir string
+	// ResolvConf, if set, is a file bind-mounted over /etc/resolv.conf in
+	// a private mount namespace of the agent's own (unshare -m; needs
+	// root): an agent that runs checks by host name then asks the servers
+	// that file names, never this machine's resolver.
+	ResolvConf string
 }
 
 // Agent is a running agent.
@@ -65,12 +75,15 @@ type Agent struct {
 	// RPCs and streams).
 	SerfAddr, ServerAddr string
 
-	opts   Options
-	bin    string
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	output *syncBuffer
+	opts Options
+	bin  string
+	args []string
+	// resolvConf, if set, is bind-mounted over /etc/resolv.conf in a
+	// private mount namespace the agent runs in (Options.ResolvConf).
+	resolvConf string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	output     *syncBuffer
 }
 
 // Start runs an agent and waits until it has a leader and its node is in the
@@ -119,8 +132,12 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 	if opts.Join != "" {
 		args = []string{"agent", "-retry-join", opts.Join, "-retry-interval", "1s"}
 	}
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
 	args = append(args, "-bind", ip, "-client", ip,
-		"-node", a.Node, "-data-dir", t.TempDir(), "-log-level", "debug",
+		"-node", a.Node, "-data-dir", dataDir, "-log-level", "debug",
 		"-http-port", strconv.Itoa(httpPort), "-dns-port", strconv.Itoa(dnsPort),
 		"-serf-lan-port", strconv.Itoa(serfPort), "-server-port", strconv.Itoa(serverPort),
 		// Everything else off, so parallel agents cannot collide.
@@ -134,7 +151,10 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 		args = append(args, "-hcl", fmt.Sprintf(`acl { enabled = true default_policy = "deny" `+
 			`tokens { initial_management = %q agent = %q } }`, opts.ManagementToken, opts.ManagementToken))
 	}
-	a.args = args
+	for _, h := range opts.HCL {
+		args = append(args, "-hcl", h)
+	}
+	a.args, a.resolvConf = args, opts.ResolvConf
 	if err := a.exec(); err != nil {
 		return nil, err
 	}
@@ -154,6 +174,12 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 // exec starts the agent's process.
 func (a *Agent) exec() error {
 	a.cmd = exec.Command(a.bin, a.args...)
+	if a.resolvConf != "" {
+		// unshare and sh exec in turn: the agent keeps the PID that Stop
+		// signals.
+		a.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$1" /etc/resolv.conf && shift && exec "$@"`, "sh", a.resolvConf, a.bin}, a.args...)...)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = a.output, a.output
 	a.cmd.WaitDelay = 5 * time.Second
 	a.exited = make(chan struct{})

@@ -97,6 +97,10 @@ towerd cannot run (a port it cannot bind, an upstream it cannot set up), or a co
 .TP
 .B 2
 a bad flag or configuration; the message names the key and the line
+.PP
+.B towerd doctor
+exits 0 when it found nothing above a note, 1 with warnings, 2 with
+problems (or when it could not run), so that a deploy can be gated on it.
 .SH SIGNALS
 .TP
 .BR SIGTERM ", " SIGINT

@@ -62,7 +62,7 @@ func Load(path string, optional bool) (Config, error) {
 	case err != nil:
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
-	files := []loadedFile{{path, data}}
+	files := []Source{{path, data}}
 	if data == nil {
 		files = nil
 	}
@@ -75,36 +75,52 @@ func Load(path string, optional bool) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("reading config: %w", err)
 		}
-		files = append(files, loadedFile{p, d})
+		files = append(files, Source{p, d})
 	}
+	if cfg, err = Parse(files); err != nil {
+		return cfg, err
+	}
+	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
+		cfg.Consul.TokenFile = p
+	}
+	return cfg, Attribute(cfg.Validate(), files, path)
+}
+
+// Source is one file of the configuration: the config file or a drop-in,
+// with the path its errors name.
+type Source struct {
+	Path string
+	Data []byte
+}
+
+// Parse decodes files over the defaults in order (the config file, then
+// its drop-ins), as Load does once it has read them. It does not validate:
+// towerd doctor, which reads the files of a node under a root itself, runs
+// Validate and Attribute as Load does.
+func Parse(files []Source) (Config, error) {
+	cfg := DefaultConfig()
 	for _, f := range files {
 		if err := decodeOver(f, &cfg); err != nil {
 			return cfg, err
 		}
 	}
-	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
-		cfg.Consul.TokenFile = p
-	}
-	if err := cfg.Validate(); err != nil {
-		var ce *Error
-		if errors.As(err, &ce) {
-			// The last file that names the key set it.
-			for _, f := range slices.Backward(files) {
-				if line := lineOfKey(f.data, ce.Key); line > 0 || f.path == path {
-					ce.File, ce.Line = f.path, line
-					break
-				}
-			}
-		}
-		return cfg, err
-	}
 	return cfg, nil
 }
 
-// loadedFile is one file Load read: towerd.toml or a drop-in.
-type loadedFile struct {
-	path string
-	data []byte
+// Attribute sets the file and line of a validation error (*Error) to the
+// last of files that names its key, else to the config file main; other
+// errors, and nil, are returned as they are.
+func Attribute(err error, files []Source, main string) error {
+	var ce *Error
+	if errors.As(err, &ce) {
+		for _, f := range slices.Backward(files) {
+			if line := lineOfKey(f.Data, ce.Key); line > 0 || f.Path == main {
+				ce.File, ce.Line = f.Path, line
+				break
+			}
+		}
+	}
+	return err
 }
 
 // DropInDirName is the directory of drop-ins beside the config file:
@@ -138,10 +154,10 @@ func DropIns(path string) ([]string, error) {
 // decodeOver reads one file over cfg. A key it sets replaces the value so
 // far; its zones merge by name, as they merge over the defaults: a zone it
 // names replaces that zone, the others stay.
-func decodeOver(f loadedFile, cfg *Config) error {
+func decodeOver(f Source, cfg *Config) error {
 	zones := cfg.Zones
 	cfg.Zones = nil
-	if err := Decode(f.data, f.path, cfg); err != nil {
+	if err := Decode(f.Data, f.Path, cfg); err != nil {
 		return err
 	}
 	// A zone named twice in one file stays twice, for Validate to refuse.
@@ -351,19 +367,11 @@ func (c *Config) Validate() error {
 // that file does not exist, "." is returned without servers (and source
 // still names the file): the daemon follows the file and waits for it.
 func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
-	byName := map[string]ZoneConfig{}
-	var order []string
-	for _, z := range append(append([]ZoneConfig(nil), defaultZones...), c.Zones...) {
-		name := dns.CanonicalName(z.Name)
-		if _, ok := byName[name]; !ok {
-			order = append(order, name)
-		}
-		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
-	}
 	var source string
-	out := make([]ZoneConfig, 0, len(order))
-	for _, name := range order {
-		z := byName[name]
+	zones := c.MergedZones()
+	out := make([]ZoneConfig, 0, len(zones))
+	for _, z := range zones {
+		name := z.Name
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
@@ -401,6 +409,26 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName})
 	}
 	return out, source, nil
+}
+
+// MergedZones are the configured zones merged over the defaults by name
+// (canonical names, the defaults' order first), as written: zone "."
+// without servers stays without, and nothing is left out or normalized.
+func (c *Config) MergedZones() []ZoneConfig {
+	byName := map[string]ZoneConfig{}
+	var order []string
+	for _, z := range append(append([]ZoneConfig(nil), defaultZones...), c.Zones...) {
+		name := dns.CanonicalName(z.Name)
+		if _, ok := byName[name]; !ok {
+			order = append(order, name)
+		}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
+	}
+	out := make([]ZoneConfig, 0, len(order))
+	for _, name := range order {
+		out = append(out, byName[name])
+	}
+	return out
 }
 
 // readResolvConf reads the file named by the resolv_conf key, or the system's.

@@ -192,3 +192,37 @@ func trailingBlank(s string) string {
 	t := strings.TrimRight(s, " \t")
 	return s[len(t):]
 }
+
+// NssSource is one source of a hosts: line ("files", "resolve") with the
+// [action] items that follow it, as written ("[!UNAVAIL=return]").
+type NssSource struct {
+	Name    string
+	Actions []string
+}
+
+// HostsSources returns the sources of nsswitch.conf's first hosts: line in
+// order, parsed as RewriteNsswitch parses them, and whether there is such a
+// line. towerd doctor reads the order from it: what glibc asks before dns,
+// and whether dns is asked at all.
+func HostsSources(data []byte) ([]NssSource, bool) {
+	for _, line := range strings.Split(string(data), "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		db, rest, found := strings.Cut(strings.TrimSpace(line), ":")
+		if !found || strings.TrimSpace(db) != "hosts" {
+			continue
+		}
+		var out []NssSource
+		for _, it := range nssItems(rest) {
+			switch {
+			case !it.action:
+				out = append(out, NssSource{Name: it.text})
+			case len(out) > 0:
+				out[len(out)-1].Actions = append(out[len(out)-1].Actions, it.text)
+			}
+		}
+		return out, true
+	}
+	return nil, false
+}

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -72,5 +73,17 @@ func TestRewriteNsswitch(t *testing.T) {
 				t.Error("no report line")
 			}
 		})
+	}
+}
+
+func TestHostsSources(t *testing.T) {
+	got, ok := HostsSources([]byte("passwd: files\n# hosts: dns\nhosts:  files mdns4_minimal [NOTFOUND=return] resolve [!UNAVAIL=return] dns # c\nhosts: dns\n"))
+	want := []NssSource{{Name: "files"}, {Name: "mdns4_minimal", Actions: []string{"[NOTFOUND=return]"}},
+		{Name: "resolve", Actions: []string{"[!UNAVAIL=return]"}}, {Name: "dns"}}
+	if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("HostsSources = %v, %v; want %v", got, ok, want)
+	}
+	if _, ok := HostsSources([]byte("passwd: files\n")); ok {
+		t.Error("a file without hosts: has a hosts line")
 	}
 }

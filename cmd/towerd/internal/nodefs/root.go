@@ -46,6 +46,8 @@ import (
 // Root is safe for use by one goroutine at a time; Close it when done.
 type Root struct {
 	root *os.Root
+	// readLimit bounds ReadFile (MaxNodeFile unless SetReadLimit).
+	readLimit int64
 }
 
 // Open opens dir as a node's root ("" is "/"). The root itself is
@@ -58,7 +60,7 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening root %s: %w", dir, err)
 	}
-	return &Root{root: r}, nil
+	return &Root{root: r, readLimit: MaxNodeFile}, nil
 }
 
 // Close releases the root directory.
@@ -171,18 +173,35 @@ func (n *Root) Readlink(name string) (string, error) {
 	return target, named(err, name)
 }
 
-// MaxFileSize bounds what ReadFile reads: well above the largest file
-// install compares (towerd's own binary, about 20 MB), so a file planted
-// under the root, or a copied node's, cannot make a reader hold gigabytes.
-const MaxFileSize = 64 << 20
+// MaxNodeFile bounds every file ReadFile reads, unless SetReadLimit sets
+// another bound: install compares the towerd program it replaces (tens
+// of MB) before it writes; a file larger than that under a root is
+// planted or broken, and a copied node's cannot make a reader hold
+// gigabytes.
+const MaxNodeFile = 256 << 20
 
-// ErrTooLarge is wrapped when a file is larger than MaxFileSize.
-var ErrTooLarge = fmt.Errorf("larger than %d MiB", MaxFileSize>>20)
+// ErrNotRegular and ErrTooLarge are wrapped by ReadFile for what it
+// refuses to read.
+var (
+	ErrNotRegular = errors.New("not a regular file")
+	ErrTooLarge   = errors.New("larger than the bound on a node file")
+)
+
+// SetReadLimit sets the bound of ReadFile, for a reader that needs only a
+// node's configuration files (towerd doctor: 4 MiB).
+func (n *Root) SetReadLimit(max int64) { n.readLimit = max }
 
 // ReadFile reads the regular file name, following symlinks inside the
-// root: a FIFO or device planted at the name neither blocks nor feeds the
-// reader, and a file over MaxFileSize is refused (ErrTooLarge).
-func (n *Root) ReadFile(name string) ([]byte, error) {
+// root, up to the read limit (MaxNodeFile).
+func (n *Root) ReadFile(name string) ([]byte, error) { return n.ReadFileMax(name, n.readLimit) }
+
+// ReadFileMax reads name as ReadFile does, refusing more than max bytes.
+// Only a regular file is read, and it is opened without blocking: a FIFO
+// or device planted at the name (/dev/zero at /etc/resolv.conf) neither
+// hangs the reader nor feeds it without end, and a sparse file of many
+// GiB is refused by its size. /proc's files say they are regular and of
+// size 0: they are read up to the bound.
+func (n *Root) ReadFileMax(name string, max int64) ([]byte, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -193,21 +212,19 @@ func (n *Root) ReadFile(name string) ([]byte, error) {
 	}
 	defer f.Close()
 	info, err := f.Stat()
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, named(err, name)
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("%s: %w (%v)", name, ErrNotRegular, info.Mode().Type())
+	case info.Size() > max:
+		return nil, fmt.Errorf("%s: %d bytes: %w (%d)", name, info.Size(), ErrTooLarge, max)
 	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%v)", name, info.Mode().Type())
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: %w (%d)", name, ErrTooLarge, max)
 	}
-	if info.Size() > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w", name, ErrTooLarge)
-	}
-	// A file that grows while it is read stops at the bound all the same.
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err == nil && len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w", name, ErrTooLarge)
-	}
-	return data, err
+	return data, named(err, name)
 }
 
 // Stat describes what name names, following symlinks inside the root as
