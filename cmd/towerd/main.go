@@ -2,9 +2,11 @@
 // to the local agent, everything else to the site's resolvers), an LRU cache
 // that serves stale answers when the upstream fails, and never caches NXDOMAIN.
 //
-// This package only dispatches subcommands and parses their flags; the work
-// is in internal/config, daemon, admin, drill and dnsmasqimport, after the
-// Go toolchain's cmd/go/internal layout (issue 16).
+// This package dispatches subcommands and parses the flags of those it
+// runs itself; the work is in internal/config, daemon and admin, and
+// install, import-dnsmasq, drill and doctor are their packages' own
+// (internal/install, dnsmasqimport, drill, doctor), after the Go
+// toolchain's cmd/go/internal layout (issues 16, 26).
 package main
 
 import (

@@ -1,8 +1,12 @@
-// Package dnsmasqimport turns a dnsmasq configuration into towerd's: Read
-// collects the directives of a file and the files it includes, and Import,
-// which touches no file, maps them to towerd keys and zones, with a note
-// for every directive not carried over, or only partly, naming its file
-// and line. `towerd import-dnsmasq` prints the result (issue 16).
+// Package dnsmasqimport turns a dnsmasq configuration into towerd's.
+// ReadNode reads what dnsmasq reads on a node (Debian's defaults file
+// turned into its command line, then its configuration file, in dnsmasq's
+// order) and Read the files or directories named, both through a node's
+// root (nodefs) and naming every file read; Import, which touches no file,
+// maps the directives to towerd keys and zones, with a note for every
+// directive not carried over, or only partly, naming its file and line.
+// Run is `towerd import-dnsmasq`; install's --from-dnsmasq reads through
+// the same functions (issues 16, 25).
 package dnsmasqimport
 
 import (
