@@ -1,7 +1,7 @@
 package cache
 
 // The wire store's name comparisons (wirestore.go). Names, A/AAAA lengths
-// and the OPT record are read with upstream/dnswire, as the upstream's wire
+// and the OPT record are read with resolver/dnswire, as the upstream's wire
 // check reads them.
 
 // sameNameFold reports whether wire (uncompressed wire form) spells name

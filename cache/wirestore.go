@@ -6,7 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/dnswire"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The wire store (issue 17) makes an entry straight from an upstream

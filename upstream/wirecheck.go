@@ -5,7 +5,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream/dnswire"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The wire check decides, on a reply's bytes, that Scrub would leave it as

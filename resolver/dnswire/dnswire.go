@@ -4,8 +4,10 @@
 // miekg/dns reads it and compares as its strings do, so a caller that finds
 // a reply clean on the wire finds what the dns.Msg path would. The cache's
 // wire store and the upstream's wire check both read with it; it imports
-// only miekg/dns (under upstream/ because the top level is fixed and every
-// user may import that tree).
+// only miekg/dns. It sits under resolver/, beside the other leaves the
+// resolver's neighbours share (dnslisten, consul, local): the top level is
+// fixed, and a leaf that imports nothing of towerd keeps cache and upstream
+// knowing nothing of each other or of the resolver's code.
 package dnswire
 
 import (
