@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Kind says what sort of answer an entry holds.
@@ -102,7 +104,7 @@ func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
 	// new Consul service, say) is seen at once. SERVFAIL, REFUSED and the rest are
 	// failures, and a failure must never replace a good entry.
 	if m.Rcode != dns.RcodeSuccess {
-		return prepared{}, "rcode " + rcodeName(m.Rcode)
+		return prepared{}, "rcode " + dnswire.RcodeName(m.Rcode)
 	}
 
 	// A shallow copy is enough: only the header, the question and the list
@@ -246,13 +248,4 @@ func rrTTL(seconds uint32) time.Duration {
 		return 0
 	}
 	return time.Duration(seconds) * time.Second
-}
-
-// rcodeName gives the mnemonic of an rcode ("NXDOMAIN"), or its number when
-// the rcode has no name.
-func rcodeName(rcode int) string {
-	if name, ok := dns.RcodeToString[rcode]; ok {
-		return name
-	}
-	return fmt.Sprintf("%d", rcode)
 }

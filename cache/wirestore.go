@@ -107,7 +107,7 @@ func (c *Cache) PrepareWire(k Key, raw []byte) (WireAnswer, bool) {
 func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 	if a.rcode != dns.RcodeSuccess {
 		c.stats.refused.Add(1)
-		return false, "rcode " + rcodeName(a.rcode)
+		return false, "rcode " + dnswire.RcodeName(a.rcode)
 	}
 	c.store(k, a.prepared)
 	return true, ""

@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Where an answer came from, for metrics and logs.
@@ -321,7 +322,7 @@ func (h *Handler) settle(zone Zone, key cache.Key, reply *dns.Msg, server string
 type errUpstreamRcode struct{ rcode int }
 
 func (e errUpstreamRcode) Error() string {
-	return "upstream answered " + RcodeLabel(e.rcode)
+	return "upstream answered " + dnswire.RcodeName(e.rcode)
 }
 
 // upstreamQuery builds the question towerd sends for key: recursion desired,

@@ -12,9 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Upstream is anything a query can be forwarded to. The shape follows AdGuard
@@ -62,7 +63,7 @@ type RcodeError struct {
 
 // Error implements error.
 func (e *RcodeError) Error() string {
-	return fmt.Sprintf("upstream %s answered %s", e.Server, rcodeName(e.Rcode))
+	return fmt.Sprintf("upstream %s answered %s", e.Server, dnswire.RcodeName(e.Rcode))
 }
 
 // isFailureRcode reports the rcodes that mean "this server could not answer"
@@ -70,13 +71,6 @@ func (e *RcodeError) Error() string {
 // serves stale on SERVFAIL and REFUSED, never on NXDOMAIN).
 func isFailureRcode(rcode int) bool {
 	return rcode == dns.RcodeServerFailure || rcode == dns.RcodeRefused
-}
-
-func rcodeName(rcode int) string {
-	if name, ok := dns.RcodeToString[rcode]; ok {
-		return name
-	}
-	return "RCODE" + strconv.Itoa(rcode)
 }
 
 // Error kinds returned by ErrorKind; they become metric label values, so the
