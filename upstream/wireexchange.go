@@ -36,8 +36,9 @@ type WireReply struct {
 //
 // The resolution gives up at deadline (the zero time: ctx's deadline, else
 // 5 s) or when ctx is done. The deadline is a parameter, not a context of
-// its own, because context.WithTimeout costs four allocations, a quarter
-// of a wire miss's (docs/benchmarks.md). It is StartWire, waited for.
+// its own, because context.WithTimeout costs four allocations, as many as
+// most of a whole wire miss (docs/benchmarks.md). It is StartWire, waited
+// for.
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
 	ch := make(wireWait, 1)
 	c := new(WireCall)
