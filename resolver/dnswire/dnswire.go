@@ -16,9 +16,6 @@ import (
 	"github.com/miekg/dns"
 )
 
-// MaxNameLen is the longest name in wire form (RFC 1035 section 2.3.4).
-const MaxNameLen = 255
-
 // AddressLen is the RDATA length of an A or AAAA record.
 func AddressLen(rtype uint16) int {
 	if rtype == dns.TypeA {
