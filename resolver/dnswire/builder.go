@@ -19,14 +19,16 @@ import (
 // has the size miekg/dns would pack the same records to, which is what a
 // general-path answer is packed with.
 //
-// Its tables are arrays, so a Builder kept on its caller's stack costs no
-// allocation; a message with more distinct suffixes than it holds is
-// written with less compression, never wrong.
+// Its buffer and tables are arrays, so a Builder kept on its caller's
+// stack costs no allocation for a message of up to inlineBytes; a larger
+// one grows on the heap. A message with more distinct suffixes than the
+// table holds is written with less compression, never wrong.
 type Builder struct {
-	buf     []byte // the caller's buffer; the message starts at base
-	base    int
-	counts  [4]uint16 // question, answer, authority, additional
-	section int       // the section records are added to now
+	out     [inlineBytes]byte
+	n       int    // bytes of out written
+	ext     []byte // the message, once it outgrew out
+	counts  [4]uint16
+	section int // the section records are added to now
 	suffix  [maxSuffixes]struct {
 		at uint16 // from the message's start
 		n  uint8  // the suffix's uncompressed length
@@ -34,6 +36,10 @@ type Builder struct {
 	nsuffix int
 	err     error
 }
+
+// inlineBytes is the message a Builder writes without allocating: more
+// than an answer over UDP (1232 bytes) takes.
+const inlineBytes = 2048
 
 // maxSuffixes bounds the compression table: a reply of a few dozen names
 // of four labels fills a quarter of it.
@@ -48,20 +54,45 @@ var ErrTooLong = errors.New("DNS message too long")
 
 var errOrder = errors.New("records added out of section order")
 
-// Start begins a message after dst's bytes: a header with id and flags
-// (rcode included) and no records yet.
-func (b *Builder) Start(dst []byte, id, flags uint16) {
-	*b = Builder{buf: dst, base: len(dst)}
-	b.buf = binary.BigEndian.AppendUint16(b.buf, id)
-	b.buf = binary.BigEndian.AppendUint16(b.buf, flags)
-	b.buf = append(b.buf, 0, 0, 0, 0, 0, 0, 0, 0)
+// Start begins a message: a header with id and flags (rcode included) and
+// no records yet.
+func (b *Builder) Start(id, flags uint16) {
+	b.n, b.ext, b.counts, b.section, b.nsuffix, b.err = 0, nil, [4]uint16{}, 0, 0, nil
+	b.put([]byte{byte(id >> 8), byte(id), byte(flags >> 8), byte(flags), 0, 0, 0, 0, 0, 0, 0, 0})
+}
+
+// bytes is the message so far.
+func (b *Builder) bytes() []byte {
+	if b.ext != nil {
+		return b.ext
+	}
+	return b.out[:b.n]
+}
+
+// size is the length of the message so far.
+func (b *Builder) size() int {
+	if b.ext != nil {
+		return len(b.ext)
+	}
+	return b.n
+}
+
+// put appends p to the message.
+func (b *Builder) put(p []byte) {
+	if b.ext == nil {
+		if b.n+len(p) <= len(b.out) {
+			b.n += copy(b.out[b.n:], p)
+			return
+		}
+		b.ext = append(make([]byte, 0, 2*(b.n+len(p))), b.out[:b.n]...)
+	}
+	b.ext = append(b.ext, p...)
 }
 
 // Question adds the question: name in uncompressed wire form.
 func (b *Builder) Question(name []byte, qtype, qclass uint16) {
 	b.name(name, true)
-	b.buf = binary.BigEndian.AppendUint16(b.buf, qtype)
-	b.buf = binary.BigEndian.AppendUint16(b.buf, qclass)
+	b.put([]byte{byte(qtype >> 8), byte(qtype), byte(qclass >> 8), byte(qclass)})
 	b.counts[0]++
 }
 
@@ -75,68 +106,72 @@ func (b *Builder) Record(s Section, m *Msg, i int) int {
 		b.err = errOrder
 	}
 	b.section = int(s)
-	rr := &m.RRs[i]
+	rr := m.RR(i)
 	var name [MaxNameLen]byte
 	b.name(m.Owner(i, name[:0]), true)
-	ttlAt := len(b.buf) - b.base + 4
-	b.buf = append(b.buf, m.Raw[rr.TTLAt-4:rr.TTLAt+4]...) // type, class, TTL
-	rdlenAt := len(b.buf)
-	b.buf = append(b.buf, 0, 0)
+	ttlAt := b.size() + 4
+	b.put(m.Raw[rr.TTLAt-4 : rr.TTLAt+4]) // type, class, TTL
+	rdlenAt := b.size()
+	b.put([]byte{0, 0})
 	var names rdataNames
 	if names.find(m.Raw, rr) {
 		msg := m.Raw[:rr.End]
 		from := int(rr.Data)
 		for _, at := range names.at[:names.n] {
-			b.buf = append(b.buf, msg[from:at]...)
+			b.put(msg[from:at])
 			n, next, _ := ReadName(msg, at, name[:0])
 			b.name(n, names.compress)
 			from = next
 		}
-		b.buf = append(b.buf, msg[from:]...)
+		b.put(msg[from:])
 	} else {
-		b.buf = append(b.buf, m.RData(i)...)
+		b.put(m.RData(i))
 	}
-	binary.BigEndian.PutUint16(b.buf[rdlenAt:], uint16(len(b.buf)-rdlenAt-2))
+	binary.BigEndian.PutUint16(b.bytes()[rdlenAt:], uint16(b.size()-rdlenAt-2))
 	b.counts[1+s]++
 	return ttlAt
 }
 
-// Finish writes the counts into the header and returns dst with the
-// message appended.
-func (b *Builder) Finish() ([]byte, error) {
-	if b.err == nil && len(b.buf)-b.base > MaxMessageLen {
+// Finish writes the counts into the header and reports the message's
+// length, or why it cannot be written.
+func (b *Builder) Finish() (int, error) {
+	if b.err == nil && b.size() > MaxMessageLen {
 		b.err = ErrTooLong
 	}
 	if b.err != nil {
-		return b.buf[:b.base], b.err
+		return 0, b.err
 	}
+	msg := b.bytes()
 	for i, n := range b.counts {
-		binary.BigEndian.PutUint16(b.buf[b.base+4+2*i:], n)
+		binary.BigEndian.PutUint16(msg[4+2*i:], n)
 	}
-	return b.buf, nil
+	return len(msg), nil
 }
+
+// AppendTo appends the finished message to dst.
+func (b *Builder) AppendTo(dst []byte) []byte { return append(dst, b.bytes()...) }
 
 // name writes name (uncompressed wire form) as miekg/dns's packDomainName
 // does; see Builder. The root is one zero byte, never looked up nor
 // remembered.
 func (b *Builder) name(name []byte, compress bool) {
 	if len(name) <= 1 {
-		b.buf = append(b.buf, 0)
+		b.put([]byte{0})
 		return
 	}
 	for i := 0; name[i] != 0; i += 1 + int(name[i]) {
 		if at, ok := b.find(name[i:]); ok {
 			if compress {
-				b.buf = append(b.buf, byte(at>>8)|0xC0, byte(at))
+				b.put([]byte{byte(at>>8) | 0xC0, byte(at)})
 				return
 			}
-		} else if off := len(b.buf) - b.base; off < 0x4000 && b.nsuffix < len(b.suffix) {
+		} else if off := b.size(); off < 0x4000 && b.nsuffix < len(b.suffix) {
 			b.suffix[b.nsuffix].at, b.suffix[b.nsuffix].n = uint16(off), uint8(len(name)-i)
 			b.nsuffix++
 		}
-		b.buf = append(b.buf, name[i:i+1+int(name[i])]...)
+		b.put(name[i : i+1+int(name[i])])
 	}
-	b.buf = append(b.buf, 0)
+	b.put([]byte{0})
 }
 
 // find returns where suffix (uncompressed wire form) was written before.
@@ -152,7 +187,7 @@ func (b *Builder) find(suffix []byte) (int, bool) {
 // writtenIs reports whether the name written at at (from the message's
 // start, perhaps ending in a pointer) is name, byte for byte.
 func (b *Builder) writtenIs(at int, name []byte) bool {
-	msg := b.buf[b.base:]
+	msg := b.bytes()
 	for j := 0; ; {
 		c := msg[at]
 		if c&0xC0 == 0xC0 {

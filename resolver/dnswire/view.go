@@ -118,15 +118,28 @@ type Msg struct {
 	QType, QClass uint16
 	// Counts are the records of each Section.
 	Counts [3]int
-	// RRs are the records, answer, authority and additional in order.
-	RRs []RR
-	// OPT is the index in RRs of the additional section's first OPT
-	// record, -1 without one; OPTs counts them (RFC 6891 section 6.1.1
-	// allows one).
+	// OPT is the index (RR) of the additional section's first OPT record,
+	// -1 without one; OPTs counts them (RFC 6891 section 6.1.1 allows one).
 	OPT  int
 	OPTs int
 
+	// The records, answer, authority and additional in order: n of them in
+	// inline, or all in more for a message of more than inlineRRs. (Not a
+	// slice of inline: a Msg pointing into itself would live on the heap.)
+	n      int
 	inline [inlineRRs]RR
+	more   []RR
+}
+
+// Len is the number of records.
+func (m *Msg) Len() int { return m.n }
+
+// RR is record i (answer, authority and additional in order).
+func (m *Msg) RR(i int) *RR {
+	if m.more != nil {
+		return &m.more[i]
+	}
+	return &m.inline[i]
 }
 
 // inlineRRs is how many records a Msg holds without allocating: replies of
@@ -148,7 +161,7 @@ var errQuestions = errors.New("more than one question")
 // are when it ends on a record's boundary: a reply that lies about its
 // length is not one to trust).
 func (m *Msg) Parse(raw []byte) error {
-	m.Raw, m.RRs, m.OPT, m.OPTs = raw, m.inline[:0], -1, 0
+	m.Raw, m.n, m.more, m.OPT, m.OPTs = raw, 0, nil, -1, 0
 	if len(raw) < HeaderLen {
 		return ErrMalformed
 	}
@@ -179,8 +192,8 @@ func (m *Msg) Parse(raw []byte) error {
 	if total > (len(raw)-off)/11 {
 		return ErrMalformed
 	}
-	if total > cap(m.RRs) {
-		m.RRs = make([]RR, 0, total)
+	if total > inlineRRs {
+		m.more = make([]RR, total)
 	}
 	for i := range total {
 		name := off
@@ -200,11 +213,12 @@ func (m *Msg) Parse(raw []byte) error {
 		}
 		if rr.Type == TypeOPT && i >= m.Counts[0]+m.Counts[1] {
 			if m.OPTs == 0 {
-				m.OPT = len(m.RRs)
+				m.OPT = i
 			}
 			m.OPTs++
 		}
-		m.RRs = append(m.RRs, rr)
+		*m.RR(i) = rr
+		m.n++
 		off = end
 	}
 	return nil
@@ -215,12 +229,12 @@ func (m *Msg) Parse(raw []byte) error {
 func (m *Msg) Rcode() int {
 	rcode := int(m.Flags & 0xF)
 	if m.OPT >= 0 {
-		rcode |= int(m.Raw[m.RRs[m.OPT].TTLAt]) << 4
+		rcode |= int(m.Raw[m.RR(m.OPT).TTLAt]) << 4
 	}
 	return rcode
 }
 
-// Range is the indexes in RRs of section s's records: RRs[from:to].
+// Range is the indexes (RR) of section s's records: from to to-1.
 func (m *Msg) Range(s Section) (from, to int) {
 	for i := range s {
 		from += m.Counts[i]
@@ -240,11 +254,11 @@ func (m *Msg) SectionOf(i int) Section {
 }
 
 // TTL is record i's TTL field as sent.
-func (m *Msg) TTL(i int) uint32 { return binary.BigEndian.Uint32(m.Raw[m.RRs[i].TTLAt:]) }
+func (m *Msg) TTL(i int) uint32 { return binary.BigEndian.Uint32(m.Raw[m.RR(i).TTLAt:]) }
 
 // Owner appends record i's owner name, uncompressed, to dst.
 func (m *Msg) Owner(i int, dst []byte) []byte {
-	name, _, _ := ReadName(m.Raw, int(m.RRs[i].Name), dst)
+	name, _, _ := ReadName(m.Raw, int(m.RR(i).Name), dst)
 	return name
 }
 
@@ -277,32 +291,48 @@ func (m *Msg) QuestionCompressed() bool {
 // uncompressed, to dst, and reports false when the rdata has no such name.
 func (m *Msg) Target(i, k int, dst []byte) ([]byte, bool) {
 	var names rdataNames
-	if !names.find(m.Raw, &m.RRs[i]) || k >= names.n {
+	if !names.find(m.Raw, m.RR(i)) || k >= names.n {
 		return dst, false
 	}
-	name, _, _ := ReadName(m.Raw[:m.RRs[i].End], names.at[k], dst)
+	name, _, _ := ReadName(m.Raw[:m.RR(i).End], names.at[k], dst)
 	return name, true
+}
+
+// SOAMinimum is SOA record i's MINIMUM field (RFC 1035 section 3.3.13;
+// RFC 2308's negative TTL), 0 when the rdata ends before it, as miekg/dns
+// reads such an SOA.
+func (m *Msg) SOAMinimum(i int) uint32 {
+	var names rdataNames
+	rr := m.RR(i)
+	if !names.find(m.Raw, rr) || names.n < 2 {
+		return 0
+	}
+	after, _ := skipName(m.Raw[:rr.End], names.at[1])
+	if int(rr.End)-after != 20 {
+		return 0
+	}
+	return binary.BigEndian.Uint32(m.Raw[rr.End-4:])
 }
 
 // RData is record i's rdata as it is in Raw (names in it may be
 // compression pointers into the rest of the message).
-func (m *Msg) RData(i int) []byte { rr := &m.RRs[i]; return m.Raw[rr.Data:rr.End] }
+func (m *Msg) RData(i int) []byte { rr := m.RR(i); return m.Raw[rr.Data:rr.End] }
 
 // The OPT record's fields (RFC 6891 section 6.1.2). Call them only when
 // m.OPT >= 0.
 
 // UDPSize is the OPT record's requestor's payload size (its class field).
-func (m *Msg) UDPSize() uint16 { return m.RRs[m.OPT].Class }
+func (m *Msg) UDPSize() uint16 { return m.RR(m.OPT).Class }
 
 // EDNSVersion is the OPT record's version.
-func (m *Msg) EDNSVersion() uint8 { return m.Raw[m.RRs[m.OPT].TTLAt+1] }
+func (m *Msg) EDNSVersion() uint8 { return m.Raw[m.RR(m.OPT).TTLAt+1] }
 
 // DO is the OPT record's DNSSEC OK bit (RFC 3225).
-func (m *Msg) DO() bool { return m.Raw[m.RRs[m.OPT].TTLAt+2]&0x80 != 0 }
+func (m *Msg) DO() bool { return m.Raw[m.RR(m.OPT).TTLAt+2]&0x80 != 0 }
 
 // OPTOwnerRoot reports whether the OPT record's owner is the root, as RFC
 // 6891 section 6.1.2 requires.
-func (m *Msg) OPTOwnerRoot() bool { return m.Raw[m.RRs[m.OPT].Name] == 0 }
+func (m *Msg) OPTOwnerRoot() bool { return m.Raw[m.RR(m.OPT).Name] == 0 }
 
 // EachOption calls fn with the code and data of each option of the OPT
 // record, until fn returns false, and reports false when fn did or the

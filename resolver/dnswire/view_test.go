@@ -54,19 +54,18 @@ func rebuild(tb testing.TB, raw []byte) []byte {
 		tb.Fatalf("parse: %v", err)
 	}
 	var b Builder
-	b.Start(nil, m.ID, m.Flags)
+	b.Start(m.ID, m.Flags)
 	if m.QDCount == 1 {
 		var q [MaxNameLen]byte
 		b.Question(m.Question(q[:0]), m.QType, m.QClass)
 	}
-	for i := range m.RRs {
+	for i := range m.Len() {
 		b.Record(m.SectionOf(i), &m, i)
 	}
-	out, err := b.Finish()
-	if err != nil {
+	if _, err := b.Finish(); err != nil {
 		tb.Fatal(err)
 	}
-	return out
+	return b.AppendTo(nil)
 }
 
 // The Builder packs what miekg/dns packs, byte for byte: whatever
@@ -110,7 +109,7 @@ func TestBuilderDecompressesRData(t *testing.T) {
 	if err := v.Parse(raw); err != nil {
 		t.Fatal(err)
 	}
-	rr := v.RRs[0]
+	rr := *v.RR(0)
 	target := int(rr.Data) + 6
 	forged := append([]byte(nil), raw[:target]...)
 	forged = append(forged, 4, 'h', 'o', 's', 't', 0xC0, 12+1+2+1+4) // -> "example.com." in the question
@@ -214,8 +213,8 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		checked := true
-		for _, rr := range v.RRs {
-			checked = checked && rr.Checked
+		for i := range v.Len() {
+			checked = checked && v.RR(i).Checked
 		}
 		if checked && merr != nil {
 			t.Fatalf("Parse read as checked what miekg/dns refuses: %v", merr)
