@@ -243,8 +243,8 @@ func (fl *flight) wireOutcome(wr upstream.WireReply, err error) (o outcome, ok b
 			o, ok = fl.panicOutcome(v, debug.Stack()), true
 		}
 	}()
-	if err != nil || wr.Raw == nil {
-		return o, false
+	if err != nil || wr.Raw == nil || wr.Scrub.ChaseName != "" {
+		return o, false // a failure, or a chain to chase into another zone
 	}
 	res, key := &fl.wireRes, fl.key
 	h, s, zone := res.h, res.s, res.zone
@@ -282,15 +282,16 @@ func (fl *flight) msgOutcome(wr upstream.WireReply, err error) (o outcome) {
 	defer fl.recoverInto(&o)
 	res, key := &fl.wireRes, fl.key
 	h, s, zone := res.h, res.s, res.zone
+	var msg *dns.Msg
 	if err == nil && wr.Raw != nil {
-		wr.Msg = new(dns.Msg)
-		if err = wr.Msg.Unpack(wr.Raw); err != nil {
-			wr.Msg = nil
+		msg = new(dns.Msg)
+		if err = msg.Unpack(wr.Raw); err != nil {
+			msg = nil
 		}
 	}
 	ctx, cancel := context.WithDeadline(fl.f.ctx, res.deadline)
 	defer cancel()
-	reply, server, err := h.chase(ctx, s, zone, key, wr.Msg, wr.Server, wr.Scrub.ChaseName, err)
+	reply, server, err := h.chase(ctx, s, zone, key, msg, wr.Server, wr.Scrub.ChaseName, err)
 	return h.settle(zone, key, reply, server, err)
 }
 

@@ -1,3 +1,20 @@
+// Package dnswire is towerd's one reading and one writing of DNS messages
+// in wire form (issue 22): Msg, a strict view that parses a message once,
+// without allocating, into where its question and each record's owner,
+// type, class, TTL and rdata are; Builder, the one encoder, which writes
+// messages of records copied out of views and compresses their names as
+// miekg/dns does; and the names' rules (ReadName, EqualName, InZone,
+// AppendText). The fast path reads client queries with it, the upstream
+// its replies and the scrubber its judgement, the cache its entries and
+// snapshots: no other code reads a name or walks records by hand.
+//
+// It reads what miekg/dns reads (FuzzParse holds the two together), so
+// that what a route judges on the wire is what the dns.Msg path would
+// have judged. It imports only miekg/dns. It sits under resolver/, beside
+// the other leaves the resolver's neighbours share (dnslisten, consul,
+// local): the top level is fixed, and a leaf that imports nothing of
+// towerd keeps cache and upstream knowing nothing of each other or of the
+// resolver's code.
 package dnswire
 
 import (
@@ -161,30 +178,9 @@ var errQuestions = errors.New("more than one question")
 // are when it ends on a record's boundary: a reply that lies about its
 // length is not one to trust).
 func (m *Msg) Parse(raw []byte) error {
-	m.Raw, m.n, m.more, m.OPT, m.OPTs = raw, 0, nil, -1, 0
-	if len(raw) < HeaderLen {
-		return ErrMalformed
-	}
-	m.ID = binary.BigEndian.Uint16(raw)
-	m.Flags = binary.BigEndian.Uint16(raw[2:])
-	m.QDCount = int(binary.BigEndian.Uint16(raw[4:]))
-	for s := range m.Counts {
-		m.Counts[s] = int(binary.BigEndian.Uint16(raw[6+2*s:]))
-	}
-	off := HeaderLen
-	m.QName, m.QEnd, m.QType, m.QClass = off, off, 0, 0
-	switch m.QDCount {
-	case 0:
-	case 1:
-		var err error
-		if off, err = skipName(raw, off); err != nil || off+4 > len(raw) {
-			return ErrMalformed
-		}
-		m.QType, m.QClass = binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
-		off += 4
-		m.QEnd = off
-	default:
-		return errQuestions
+	off, err := m.parseQuestion(raw)
+	if err != nil {
+		return err
 	}
 	total := m.Counts[0] + m.Counts[1] + m.Counts[2]
 	// Each record takes 11 bytes at least: a count the message cannot hold
@@ -224,6 +220,50 @@ func (m *Msg) Parse(raw []byte) error {
 	return nil
 }
 
+// ParseQuestion reads raw's header and question into m, and nothing
+// after them (Len is 0): what a socket checks of a reply before anything
+// else, so that a reply cut short, as a truncated one may be, is still
+// known for whose it is.
+func (m *Msg) ParseQuestion(raw []byte) error {
+	_, err := m.parseQuestion(raw)
+	return err
+}
+
+// QuestionIs reports whether the question's name is name (uncompressed
+// wire form), letters compared without case.
+func (m *Msg) QuestionIs(name []byte) bool { return m.QDCount == 1 && m.nameIs(m.QName, name) }
+
+// parseQuestion reads the header and the question and returns the offset
+// after them.
+func (m *Msg) parseQuestion(raw []byte) (int, error) {
+	m.Raw, m.n, m.more, m.OPT, m.OPTs = raw, 0, nil, -1, 0
+	if len(raw) < HeaderLen {
+		return 0, ErrMalformed
+	}
+	m.ID = binary.BigEndian.Uint16(raw)
+	m.Flags = binary.BigEndian.Uint16(raw[2:])
+	m.QDCount = int(binary.BigEndian.Uint16(raw[4:]))
+	for s := range m.Counts {
+		m.Counts[s] = int(binary.BigEndian.Uint16(raw[6+2*s:]))
+	}
+	off := HeaderLen
+	m.QName, m.QEnd, m.QType, m.QClass = off, off, 0, 0
+	switch m.QDCount {
+	case 0:
+	case 1:
+		var err error
+		if off, err = skipName(raw, off); err != nil || off+4 > len(raw) {
+			return 0, ErrMalformed
+		}
+		m.QType, m.QClass = binary.BigEndian.Uint16(raw[off:]), binary.BigEndian.Uint16(raw[off+2:])
+		off += 4
+		m.QEnd = off
+	default:
+		return 0, errQuestions
+	}
+	return off, nil
+}
+
 // Rcode is the message's rcode: the header's four bits and, with an OPT
 // record, its extended rcode above them (RFC 6891 section 6.1.3).
 func (m *Msg) Rcode() int {
@@ -260,6 +300,39 @@ func (m *Msg) TTL(i int) uint32 { return binary.BigEndian.Uint32(m.Raw[m.RR(i).T
 func (m *Msg) Owner(i int, dst []byte) []byte {
 	name, _, _ := ReadName(m.Raw, int(m.RR(i).Name), dst)
 	return name
+}
+
+// OwnerIs reports whether record i's owner is name (uncompressed wire
+// form), letters compared without case, without copying it.
+func (m *Msg) OwnerIs(i int, name []byte) bool { return m.nameIs(int(m.RR(i).Name), name) }
+
+// SameOwner reports whether records i and j have the same owner, letters
+// compared without case.
+func (m *Msg) SameOwner(i, j int) bool {
+	var name [MaxNameLen]byte
+	return m.OwnerIs(i, m.Owner(j, name[:0]))
+}
+
+// nameIs compares the name at off, which Parse checked, with name.
+func (m *Msg) nameIs(off int, name []byte) bool {
+	for j := 0; ; {
+		c := m.Raw[off]
+		if c&0xC0 == 0xC0 {
+			off = int(c&0x3F)<<8 | int(m.Raw[off+1])
+			continue
+		}
+		if j >= len(name) || c != name[j] {
+			return false
+		}
+		if c == 0 {
+			return j == len(name)-1
+		}
+		if !EqualName(m.Raw[off+1:off+1+int(c)], name[j+1:j+1+int(c)]) {
+			return false
+		}
+		off += 1 + int(c)
+		j += 1 + int(c)
+	}
 }
 
 // Question appends the question's name, uncompressed, to dst (the root
