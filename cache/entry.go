@@ -28,8 +28,8 @@ import (
 // for it is written from, whether it is stored or not (NXDOMAIN, TTL 0).
 type WireAnswer struct {
 	prepared
-	rcode  int
-	cnames int // CNAME records in the answer
+	rcode     int
+	truncated bool // TC: answered, never stored
 }
 
 // Rcode is the reply's rcode: NOERROR or NXDOMAIN.
@@ -41,7 +41,8 @@ func (a *WireAnswer) TTL() time.Duration { return a.ttl }
 // prepareAnswer is the store policy and the entry builder: it reads raw, a
 // reply to k's question, and makes the answer of NOERROR and NXDOMAIN
 // replies, TTLs clamped by bounds; anything else it refuses with a short
-// reason (truncated, rcode ..., malformed, too large). It is a pure
+// reason (rcode ..., malformed, too large). Which of the answers it makes
+// may be stored is storable's call (NOERROR, not truncated). It is a pure
 // function (no clock, no cache state), so every rule can be checked by a
 // table test. raw is only read.
 func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
@@ -51,11 +52,6 @@ func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
 	var m dnswire.Msg
 	if m.Parse(raw) != nil {
 		return WireAnswer{}, reasonMalformed
-	}
-	// A TC reply is a fragment of the real answer; cached, the fragment
-	// would be served as if it were the whole RRset.
-	if m.Flags&dnswire.FlagTC != 0 {
-		return WireAnswer{}, reasonTruncated
 	}
 	// Only NOERROR is stored. NXDOMAIN in particular is never cached,
 	// though RFC 2308 §5 allows it: the product promises that a name that
@@ -79,7 +75,6 @@ func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
 	var ttlsInline [64]uint16
 	ttls := ttlsInline[:0]
 	checked := true
-	cnames := 0
 	smallest, found := time.Duration(0), false
 	soa := -1 // the first SOA of the authority section
 	for i := range m.Len() {
@@ -94,9 +89,6 @@ func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
 		}
 		ttls = append(ttls, uint16(b.Record(section, &m, i)))
 		checked = checked && rr.Checked
-		if section == dnswire.Answer && rr.Type == dns.TypeCNAME {
-			cnames++
-		}
 		if section == dnswire.Authority && rr.Type == dns.TypeSOA && soa < 0 {
 			soa = i
 		}
@@ -128,7 +120,7 @@ func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
 		data = binary.BigEndian.AppendUint16(data, at)
 	}
 	return WireAnswer{prepared: prepared{data: data, wireLen: uint16(len(wire)), answerAt: uint16(answerAt),
-		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode, cnames: cnames}, ""
+		kind: kind, ttl: bounds.clamp(ttl)}, rcode: rcode, truncated: m.Flags&dnswire.FlagTC != 0}, ""
 }
 
 // questionOf is the entry's question name for k: the reply's own, when it

@@ -87,36 +87,6 @@ func (p *prepared) wire() []byte {
 	return p.data[:p.wireLen:p.wireLen]
 }
 
-// Shape returns a copy of m as a cache hit would show it had m just been
-// stored: the entry builder's message (prepareAnswer), without OPT and
-// TSIG, every TTL the entry's (replyTTL, clamped by MinTTL and MaxTTL, in
-// whole seconds rounded up). The resolver sends
-// an upstream's reply to the clients waiting for it through Shape, stored
-// or not (NXDOMAIN, a TTL-0 answer), so the first answer and every later
-// hit look alike (issue 11: one reply shape). m is not modified.
-func (c *Cache) Shape(m *dns.Msg) *dns.Msg {
-	return shape(m, c.policy.Load().bounds)
-}
-
-func shape(m *dns.Msg, bounds ttlBounds) *dns.Msg {
-	var k Key
-	if len(m.Question) == 1 {
-		k = NewKey(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false, false)
-	}
-	a, reason := prepareMsg(k, m, bounds)
-	if reason != "" {
-		// A reply the entry builder refuses is relayed as it came, without
-		// the transport's records (an unpackable one never gets here: the
-		// upstream unpacked it).
-		out := m.Copy()
-		out.Extra = withoutTransportRRs(out.Extra)
-		return out
-	}
-	out := a.Message()
-	out.Id = m.Id
-	return out
-}
-
 // rrTTL converts a wire TTL in seconds, treating values with the top bit
 // set as 0 (RFC 2181 §8).
 func rrTTL(seconds uint32) time.Duration {
@@ -126,7 +96,7 @@ func rrTTL(seconds uint32) time.Duration {
 	return time.Duration(seconds) * time.Second
 }
 
-// prepareMsg is prepareAnswer for a reply as a dns.Msg (Set, Shape): it
+// prepareMsg is prepareAnswer for a reply as a dns.Msg (Set): it
 // packs m, without its OPT and TSIG records (what the entry drops anyway;
 // packing them would also write m's extended rcode into its OPT), and
 // makes the entry from the bytes, as from an upstream's. m is not
@@ -152,9 +122,14 @@ func prepareMsg(k Key, m *dns.Msg, bounds ttlBounds) (WireAnswer, string) {
 }
 
 // storable says why a prepared answer is not stored, or "": only NOERROR
-// is (NXDOMAIN is answered, never cached).
+// is (NXDOMAIN is answered, never cached), and never a TC reply, which is
+// a fragment of the real answer: cached, the fragment would be served as
+// if it were the whole RRset.
 func (a *WireAnswer) storable() string {
-	if a.rcode != dns.RcodeSuccess {
+	switch {
+	case a.truncated:
+		return reasonTruncated
+	case a.rcode != dns.RcodeSuccess:
 		return "rcode " + dnswire.RcodeName(a.rcode)
 	}
 	return ""

@@ -12,44 +12,18 @@ import (
 // reply's bytes by the entry builder (entry.go), stored and answered as
 // bytes, never unpacked into a dns.Msg.
 
-// CNAMEs is the number of CNAME records in the answer.
-func (a *WireAnswer) CNAMEs() int { return a.cnames }
-
-// CNAMETargets calls yield with the target of each CNAME record in the
-// answer, in order, in canonical form (cache.NewKey's: lower case, fully
-// qualified; the name is only valid during the call), until yield returns
-// false; it reports whether every call returned true. The resolver checks
-// with it that no target lies in another of its zones.
-func (a *WireAnswer) CNAMETargets(yield func(name []byte) bool) bool {
-	var m dnswire.Msg
-	if m.Parse(a.wire()) != nil {
-		return false
-	}
-	var buf [dnswire.MaxNameLen]byte
-	var text [4 * dnswire.MaxNameLen]byte
-	for i := range m.Counts[dnswire.Answer] {
-		if m.RR(i).Type != dns.TypeCNAME {
-			continue
-		}
-		target, ok := m.Target(i, 0, buf[:0])
-		if !ok || !yield(dnswire.AppendText(text[:0], target, true)) {
-			return false
-		}
-	}
-	return true
-}
-
-// PrepareWire makes the entry for k from raw, an upstream's reply to k's
-// question, as Set makes it from the reply unpacked: NOERROR or NXDOMAIN,
-// not truncated, the TTL clamps applied. It reports false for anything
-// else. raw is only read.
-func (c *Cache) PrepareWire(k Key, raw []byte) (WireAnswer, bool) {
-	a, reason := prepareAnswer(k, raw, c.policy.Load().bounds)
-	return a, reason == ""
+// PrepareAnswer makes the entry for k from raw, an upstream's reply to k's
+// question, as Set makes it from the reply unpacked: the answer of a
+// NOERROR or NXDOMAIN reply, the TTL clamps applied, whether it may be
+// stored or not (SetWire says). For anything else it gives the reason.
+// raw is only read.
+func (c *Cache) PrepareAnswer(k Key, raw []byte) (WireAnswer, string) {
+	return prepareAnswer(k, raw, c.policy.Load().bounds)
 }
 
 // SetWire stores a under k, as Set stores the reply a was prepared from:
-// NOERROR only (NXDOMAIN is never cached), counted the same way.
+// NOERROR only (NXDOMAIN is never cached), not truncated, counted the same
+// way.
 func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 	if reason := a.storable(); reason != "" {
 		c.stats.refused.Add(1)
@@ -66,8 +40,8 @@ func (a *WireAnswer) AppendRecords(dst []byte, limit int) ([]byte, WireHit, bool
 	return a.appendRecords(dst, shownTTL(a.ttl, 0), limit)
 }
 
-// Message is the answer as a dns.Msg the caller owns, as Shape makes it
-// from the reply: every TTL the entry's, no OPT.
+// Message is the answer as a dns.Msg the caller owns, as a hit right after
+// storing shows it: every TTL the entry's, no OPT.
 func (a *WireAnswer) Message() *dns.Msg {
 	m := new(dns.Msg)
 	if err := m.Unpack(a.wire()); err != nil {

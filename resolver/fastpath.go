@@ -32,8 +32,9 @@ type plainQuery struct {
 	question []byte // the question section as sent (name, type, class)
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
-	// replier, when set (by a UDP socket's reader), lets a miss take the
-	// wire miss path (wiremiss.go); parse leaves it as it is.
+	// replier, when set (by a UDP socket's reader or a TCP connection's
+	// loop), lets a miss take the wire miss path (wiremiss.go); parse
+	// leaves it as it is.
 	replier wireReplier
 }
 
@@ -191,8 +192,9 @@ func appendOPT(dst []byte, do bool, ede uint16) []byte {
 // plain query whose answer is fresh in the cache, by appending the reply to
 // dst. tcp says the query came over TCP (its message without the length
 // prefix): the reply then has TCP's size limit. A miss with nothing in the
-// cache goes the wire miss path when q.replier is set (UDP readers): it
-// reports true with nothing appended, and the flight answers later. It
+// cache goes the wire miss path when q.replier is set (UDP readers, TCP
+// connections): it reports true with nothing appended, and the flight
+// answers later, through q.replier. It
 // reports false, having written nothing and counted nothing, for every
 // other packet: the caller then unpacks it and calls ServeDNS. q is the
 // caller's scratch space, reused from packet to packet.
@@ -227,7 +229,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		if h.flights.full(s.MaxInflight) {
 			return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
 		}
-		if q.replier != nil && !tcp && h.missPacket(pkt, from, q, name, s, zone, start) {
+		if q.replier != nil && h.missPacket(pkt, from, q, name, s, zone, start) {
 			return dst[:headerAt], true // answered later, by the flight
 		}
 		return dst[:headerAt], false

@@ -192,7 +192,7 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 			results = make(chan attemptResult, g.opts.MaxAttempts)
 		}
 		// A copy: the next attempt writes its own ID into packed.
-		go g.exchangeTCP(tcpCtx, a, append([]byte(nil), packed...), results)
+		go g.exchangeTCP(tcpCtx, a, append([]byte(nil), packed...), &call.scope, results)
 	}
 
 	var (
@@ -242,7 +242,7 @@ loop:
 					d.sock.rearm()
 					continue
 				}
-				g.judge(a.server.plain, &m, d.raw, &r)
+				g.judge(a.server.plain, &m, d.raw, &call.scope, &r)
 			}
 		case r = <-results:
 			if r.attempt.state == waitingTCP {
@@ -322,17 +322,17 @@ loop:
 // (SERVFAIL, REFUSED) fails the attempt, with the reply as it came; any
 // other reply is an answer, scrubbed. raw is the caller's: an answer the
 // scrubber leaves alone is raw itself.
-func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, r *attemptResult) {
+func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *attemptResult) {
 	if rcode := m.Rcode(); isFailureRcode(rcode) {
 		r.raw, r.err = raw, &RcodeError{Server: p.addr, Rcode: rcode}
 		return
 	}
-	r.raw, r.scrub = g.scrubRaw(m, raw)
+	r.raw, r.scrub = g.scrubRaw(m, raw, scope)
 }
 
 // exchangeTCP asks a's server query again over TCP and hands the result
 // to out.
-func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, out chan<- attemptResult) {
+func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, out chan<- attemptResult) {
 	p := a.server.plain
 	raw, err := p.exchangeTCP(ctx, query)
 	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
@@ -341,7 +341,7 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, out c
 		if perr := m.Parse(raw); perr != nil {
 			r.err = fmt.Errorf("reading from %s over tcp: %w: %w", p.addr, ErrNetwork, perr)
 		} else {
-			g.judge(p, &m, raw, &r)
+			g.judge(p, &m, raw, scope, &r)
 		}
 	}
 	out <- r

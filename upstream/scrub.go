@@ -58,15 +58,15 @@ func (r ScrubResult) Dropped() int { return r.Answer + r.Authority + r.Additiona
 // zones configured below it; every name is inside "."), with the RRSIGs
 // that cover a kept RRset. Names compare case-insensitively.
 
-// scrubRaw scrubs raw, a reply whose view is m, for the group's scope, and
-// counts what it dropped: raw itself when nothing is, else the reply
-// written again without it.
-func (g *Group) scrubRaw(m *dnswire.Msg, raw []byte) ([]byte, ScrubResult) {
+// scrubRaw scrubs raw, a reply whose view is m, for scope, and counts what
+// it dropped: raw itself when nothing is, else the reply written again
+// without it.
+func (g *Group) scrubRaw(m *dnswire.Msg, raw []byte, scope *Scope) ([]byte, ScrubResult) {
 	if m.QDCount != 1 {
 		return raw, ScrubResult{}
 	}
 	var keep keepSet
-	result := scrubReply(m, &g.scope, &keep)
+	result := scrubReply(m, scope, &keep)
 	if result.Dropped() == 0 {
 		return raw, result
 	}

@@ -70,7 +70,7 @@ func scrubBytes(t testing.TB, raw []byte, zone string) ([]byte, ScrubResult) {
 	if err := m.Parse(raw); err != nil {
 		t.Fatal(err)
 	}
-	return g.scrubRaw(&m, raw)
+	return g.scrubRaw(&m, raw, &g.scope)
 }
 
 func TestScrub(t *testing.T) {
@@ -408,5 +408,39 @@ func scrubSeeds(tb testing.TB) []*dns.Msg {
 		mk("_s._tcp.example.", dns.TypeSRV, 0, []string{"_s._tcp.example. 60 IN SRV 1 1 80 h.example."}, []string{"example. 60 IN NSEC a.example. A"},
 			[]string{"h.example. 60 IN A 192.0.2.8", "h.example. 60 IN TXT x"}),
 		mk("www.example.", dns.TypeA, 0, []string{"www.example. 60 IN CNAME www.other.", "www.other. 60 IN A 6.6.6.6"}, []string{"other. 60 IN NS ns.other."}, []string{"www.other. 60 IN A 6.6.6.6"}),
+	}
+}
+
+// A zone configured below the group's is out of its scope: a chain that
+// enters it is left to be chased there, and what the group's servers say
+// about its names is dropped (the servers of "." are not believed about
+// "consul.").
+func TestScrubLeavesZonesBelow(t *testing.T) {
+	g, err := NewGroup(".", []string{"127.0.0.1:53"}, GroupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("www.example.", dns.TypeA)
+	m.Response = true
+	m.Answer = rrs(t, "www.example. 60 IN CNAME web.service.consul.", "web.service.consul. 60 IN A 6.6.6.6")
+	m.Extra = rrs(t, "web.service.consul. 60 IN A 6.6.6.6")
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v dnswire.Msg
+	if err := v.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	consul, _ := dnswire.AppendWireName(nil, "consul.")
+	kept, result := g.scrubRaw(&v, raw, &Scope{Zone: g.scope.Zone, Below: [][]byte{consul}})
+	out := new(dns.Msg)
+	if err := out.Unpack(kept); err != nil {
+		t.Fatal(err)
+	}
+	if result.ChaseName != "web.service.consul." || len(out.Answer) != 1 || out.Answer[0].Header().Rrtype != dns.TypeCNAME ||
+		len(out.Extra) != 0 {
+		t.Errorf("kept %v, chase %q; want the CNAME alone and web.service.consul. to chase", out, result.ChaseName)
 	}
 }

@@ -34,6 +34,24 @@ type WireReceiver interface {
 	ReceiveWire(wr WireReply, err error)
 }
 
+// WireQuery is what StartWire resolves.
+type WireQuery struct {
+	// Ctx's end (shutdown) ends the resolution (see Kick).
+	Ctx context.Context
+	// Packed is the query, one question, uncompressed: its ID is
+	// overwritten by each attempt, and it is not kept after StartWire.
+	Packed []byte
+	// Deadline ends the resolution: the zero time is Ctx's deadline, else
+	// 5 s. A parameter, not a context of its own: context.WithTimeout
+	// costs four allocations (docs/benchmarks.md).
+	Deadline time.Time
+	// Below are the zones configured below the group's (uncompressed wire
+	// form): the servers are not believed about names there, and a chain
+	// that enters one is left for its own zone to answer (Scope,
+	// ScrubResult.ChaseName).
+	Below [][]byte
+}
+
 // WireCall is one StartWire resolution. Its zero value is ready for
 // StartWire, once; it must not be copied (a caller may keep it inside a
 // struct of its own, which saves an allocation per miss).
@@ -45,6 +63,7 @@ type WireCall struct {
 	recv     WireReceiver
 	query    []byte // a copy of the caller's: the sockets match replies against it
 	qend     int
+	scope    Scope // what the servers are believed about
 
 	first    attempt
 	firstErr error   // the first attempt could not be sent
@@ -74,12 +93,14 @@ const (
 	callDone
 )
 
-// StartWire starts resolving query with c, a zero WireCall (as ExchangeWire:
-// query's ID is overwritten, query is not kept), and returns at once; recv
-// gets the outcome. Kick makes the resolution notice that ctx is done;
-// nothing else watches ctx until a goroutine takes the resolution over.
-func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadline time.Time, recv WireReceiver) {
+// StartWire starts resolving q with c, a zero WireCall, and returns at
+// once; recv gets the outcome. Kick makes the resolution notice that q.Ctx
+// is done; nothing else watches it until a goroutine takes the resolution
+// over.
+func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
+	ctx, query, deadline := q.Ctx, q.Packed, q.Deadline
 	c.g, c.ctx, c.recv = g, ctx, recv
+	c.scope = Scope{Zone: g.scope.Zone, Below: q.Below}
 	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
 		deadline = ctxDeadline
 	}
@@ -175,7 +196,7 @@ func (c *WireCall) datagram(d datagram) {
 	c.timer.stop()
 	a := &c.first
 	a.state = ended
-	raw, scrub := c.g.scrubRaw(&m, d.raw)
+	raw, scrub := c.g.scrubRaw(&m, d.raw, &c.scope)
 	c.ended[0] = attemptResult{attempt: a, raw: raw, rtt: c.g.opts.Now().Sub(a.start)}
 	a.sock.close()
 	c.g.account(c.ctx, c.ended[:], nil, true)
@@ -245,7 +266,7 @@ func (c *WireCall) expire() {
 // done (shutdown); it does nothing to one already handed over or ended.
 func (c *WireCall) Kick() {
 	c.mu.Lock()
-	if c.state != callInline {
+	if c.g == nil || c.state != callInline { // never started by a Group (a test's upstream), or not inline
 		c.mu.Unlock()
 		return
 	}

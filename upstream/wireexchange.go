@@ -35,7 +35,7 @@ type WireReply struct {
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
 	ch := make(wireWait, 1)
 	c := new(WireCall)
-	g.StartWire(c, ctx, query, deadline, ch)
+	g.StartWire(c, WireQuery{Ctx: ctx, Packed: query, Deadline: deadline}, ch)
 	var o wireOutcome
 	select {
 	case o = <-ch:

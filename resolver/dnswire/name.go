@@ -1,6 +1,10 @@
 package dnswire
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/miekg/dns"
+)
 
 // Names on the wire (RFC 1035 section 3.1 and 4.1.4): labels of up to 63
 // bytes, each with its length byte, ended by the root's zero byte, or by a
@@ -166,25 +170,15 @@ func PlainLabels(name []byte) bool {
 }
 
 // AppendWireName appends the uncompressed wire form of text, a name in
-// presentation form without escapes (fully qualified or not), to dst; it
-// reports false for a name that cannot be one (an empty label, a label
-// over 63 bytes, a name over MaxNameLen). For names towerd made itself
-// (cache keys, zone names); anything read from outside is read with
-// ReadName.
+// presentation form (escapes as miekg/dns writes them, fully qualified or
+// not), to dst; it reports false for text that is no name. For names
+// towerd holds as text (cache keys, zone names, the upstream query's);
+// anything read from outside is read with ReadName.
 func AppendWireName(dst []byte, text string) ([]byte, bool) {
-	start := len(dst)
-	for text != "" && text != "." {
-		i := 0
-		for i < len(text) && text[i] != '.' {
-			i++
-		}
-		if i == 0 || i > 63 {
-			return dst[:start], false
-		}
-		dst = append(dst, byte(i))
-		dst = append(dst, text[:i]...)
-		text = text[min(i+1, len(text)):]
+	var buf [MaxNameLen]byte
+	n, err := dns.PackDomainName(dns.Fqdn(text), buf[:], 0, nil, false)
+	if err != nil {
+		return dst, false
 	}
-	dst = append(dst, 0)
-	return dst, len(dst)-start <= MaxNameLen
+	return append(dst, buf[:n]...), true
 }
