@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The wire miss path (issue 17; TCP since issue 22): a plain query read
@@ -139,7 +140,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	case fl.wireOK:
 		reserve := 0
 		if sh.opt {
-			reserve = optLen
+			reserve = dnswire.OPTLen
 		}
 		var hit cache.WireHit
 		var ok bool
@@ -151,7 +152,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		extra := hit.Extra
 		if sh.opt {
 			extra++
-			dst = appendOPT(dst, sh.do, 0)
+			dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
 		}
 		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 		q.upstream = fl.server

@@ -146,17 +146,21 @@ func (r *rdataNames) find(msg []byte, rr *RR) bool {
 // AAAA by their length, TXT as a run of character strings; and reports
 // whether it read it as miekg/dns would (RR.Checked).
 func checkRData(msg []byte, rr *RR) (bool, error) {
+	rdlen := int(rr.End) - int(rr.Data)
+	switch rr.Type { // the common ones first, without a map lookup
+	case typeA:
+		return true, lengthIs(rdlen, 4)
+	case typeAAAA:
+		return true, lengthIs(rdlen, 16)
+	case TypeOPT:
+		return false, nil // never stored; its options are its reader's
+	}
 	var names rdataNames
 	known, exact, err := names.read(msg, rr)
 	if known {
 		return exact, err
 	}
-	rdlen := int(rr.End) - int(rr.Data)
 	switch rr.Type {
-	case typeA:
-		return true, lengthIs(rdlen, 4)
-	case typeAAAA:
-		return true, lengthIs(rdlen, 16)
 	case typeTXT:
 		for off := int(rr.Data); off < int(rr.End); off += 1 + int(msg[off]) {
 			if off+1+int(msg[off]) > int(rr.End) {
