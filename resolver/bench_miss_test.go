@@ -101,6 +101,24 @@ func (benchReplier) missPanicked(v any, _ []byte)          { panic(v) }
 // bytes and the answer written from it (issue 17's target: at most 10
 // allocations per miss).
 func BenchmarkWireMissLoopback(b *testing.B) {
+	r := benchReplier{answered: make(chan int, 1)}
+	benchWireMiss(b, false, r, func() int { return <-r.answered })
+}
+
+// BenchmarkTCPMissLoopback is BenchmarkWireMissLoopback for a query read
+// from a TCP connection (issue 22: TCP misses take the wire path; the
+// answer is handed to the connection's goroutine, which writes it).
+func BenchmarkTCPMissLoopback(b *testing.B) {
+	miss := &tcpMiss{}
+	benchWireMiss(b, true, miss, func() int {
+		<-miss.ended()
+		return len(miss.answer)
+	})
+}
+
+// benchWireMiss asks new names through answerPacket, over TCP or UDP, with
+// replier, and waits for each answer's length.
+func benchWireMiss(b *testing.B, tcp bool, replier wireReplier, answered func() int) {
 	newHandler := loopbackHandlers(b)
 	h := newHandler()
 	pkts := make([][]byte, 0, 1<<16)
@@ -111,8 +129,7 @@ func BenchmarkWireMissLoopback(b *testing.B) {
 		}
 		pkts = append(pkts, p)
 	}
-	r := benchReplier{answered: make(chan int, 1)}
-	q := plainQuery{replier: r}
+	q := plainQuery{replier: replier}
 	from := netip.MustParseAddrPort("127.0.0.1:53000")
 	dst := make([]byte, 0, 4096)
 	b.ReportAllocs()
@@ -124,51 +141,12 @@ func BenchmarkWireMissLoopback(b *testing.B) {
 			i = 0
 			b.StartTimer()
 		}
-		reply, ok := h.answerPacket(dst[:0], pkts[i], from, false, &q)
+		reply, ok := h.answerPacket(dst[:0], pkts[i], from, tcp, &q)
 		if !ok || len(reply) != 0 {
 			b.Fatalf("packet %d: not a wire miss", i)
 		}
-		if n := <-r.answered; n < 12+16+16 {
+		if n := answered(); n < 12+16+16 {
 			b.Fatalf("answer of %d bytes", n)
-		}
-		i++
-	}
-}
-
-// BenchmarkTCPMissLoopback is BenchmarkWireMissLoopback for a query read
-// from a TCP connection (issue 22: TCP misses take the wire path; the
-// answer is handed to the connection's goroutine, which writes it).
-func BenchmarkTCPMissLoopback(b *testing.B) {
-	newHandler := loopbackHandlers(b)
-	h := newHandler()
-	pkts := make([][]byte, 0, 1<<16)
-	for i := range cap(pkts) {
-		p, err := benchQuery(fmt.Sprintf("t%d.bench.test.", i)).Pack()
-		if err != nil {
-			b.Fatal(err)
-		}
-		pkts = append(pkts, p)
-	}
-	miss := &tcpMiss{}
-	q := plainQuery{replier: miss}
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	dst := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if i == len(pkts) {
-			b.StopTimer()
-			h = newHandler()
-			i = 0
-			b.StartTimer()
-		}
-		reply, ok := h.answerPacket(dst[:0], pkts[i], from, true, &q)
-		if !ok || len(reply) != 0 {
-			b.Fatalf("packet %d: not a wire miss", i)
-		}
-		<-miss.ended()
-		if len(miss.answer) < 12+16+16 {
-			b.Fatalf("answer of %d bytes", len(miss.answer))
 		}
 		i++
 	}

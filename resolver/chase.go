@@ -45,7 +45,7 @@ func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.K
 		}
 		seen[target] = true
 		next := s.router.route(target)
-		wr, err := h.ask(ctx, s, next, cache.Key{Name: target, Type: key.Type, Class: key.Class, DO: key.DO, CD: key.CD})
+		wr, err := h.ask(ctx, next, cache.Key{Name: target, Type: key.Type, Class: key.Class, DO: key.DO, CD: key.CD})
 		if err != nil {
 			return nil, fmt.Errorf("chasing %s in zone %s: %w", target, next.Name, err)
 		}

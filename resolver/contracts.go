@@ -51,7 +51,10 @@ type Upstream interface {
 	Address() string
 }
 
-var _ Upstream = (*upstream.Group)(nil)
+var (
+	_ Upstream         = (*upstream.Group)(nil)
+	_ upstream.Starter = Upstream(nil)
+)
 
 // packetAnswerer is a dns.Handler that also answers queries from their
 // bytes (the fast path). Server gives a UDP socket bound to one address a

@@ -196,31 +196,8 @@ func appendUpstreamQuery(dst []byte, key cache.Key) []byte {
 
 // ask resolves key through zone and waits for the reply: a chase's later
 // steps (chase.go), on a goroutine that may wait.
-func (h *Handler) ask(ctx context.Context, s *settings, zone Zone, key cache.Key) (upstream.WireReply, error) {
+func (h *Handler) ask(ctx context.Context, zone Zone, key cache.Key) (upstream.WireReply, error) {
 	deadline, _ := ctx.Deadline()
-	ch := make(askReply, 1)
-	var c upstream.WireCall
-	zone.Upstream.StartWire(&c, upstream.WireQuery{Ctx: ctx, Packed: appendUpstreamQuery(nil, key), Deadline: deadline,
-		Below: zone.below}, ch)
-	var o askOutcome
-	select {
-	case o = <-ch:
-	case <-ctx.Done():
-		c.Kick()
-		o = <-ch
-	}
-	return o.wr, o.err
-}
-
-// askReply is ask's receiver.
-type askReply chan askOutcome
-
-type askOutcome struct {
-	wr  upstream.WireReply
-	err error
-}
-
-func (r askReply) ReceiveWire(wr upstream.WireReply, err error) {
-	wr.Raw = append([]byte(nil), wr.Raw...) // the reader's buffer
-	r <- askOutcome{wr, err}
+	return upstream.Wait(zone.Upstream, upstream.WireQuery{Ctx: ctx, Packed: appendUpstreamQuery(nil, key),
+		Deadline: deadline, Below: zone.below})
 }

@@ -33,13 +33,25 @@ type WireReply struct {
 // most of a whole wire miss (docs/benchmarks.md). It is StartWire, waited
 // for.
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
+	return Wait(g, WireQuery{Ctx: ctx, Packed: query, Deadline: deadline})
+}
+
+// Starter starts resolutions: a Group, or what stands in front of one
+// (the resolver's zones).
+type Starter interface {
+	StartWire(c *WireCall, q WireQuery, recv WireReceiver)
+}
+
+// Wait starts q on s and waits for the reply, Kicking the resolution when
+// q.Ctx is done; the reply's bytes are the caller's.
+func Wait(s Starter, q WireQuery) (WireReply, error) {
 	ch := make(wireWait, 1)
 	c := new(WireCall)
-	g.StartWire(c, WireQuery{Ctx: ctx, Packed: query, Deadline: deadline}, ch)
+	s.StartWire(c, q, ch)
 	var o wireOutcome
 	select {
 	case o = <-ch:
-	case <-ctx.Done():
+	case <-q.Ctx.Done():
 		c.Kick()
 		o = <-ch
 	}
