@@ -84,8 +84,7 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	var wire [dnswire.MaxNameLen]byte
-	name := m.Question(wire[:0])
+	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}

@@ -72,12 +72,46 @@ func ReadName(msg []byte, off int, dst []byte) ([]byte, int, error) {
 	}
 }
 
-// skipName checks the name at off in msg as ReadName reads it, without
+// skipName checks the name at off in msg by ReadName's rules, without
 // copying it, and returns the offset just past it where it starts.
 func skipName(msg []byte, off int) (int, error) {
-	var buf [MaxNameLen]byte
-	_, next, err := ReadName(msg, off, buf[:0])
-	return next, err
+	next := -1
+	budget := MaxNameLen
+	for pointers := 0; ; {
+		if off >= len(msg) {
+			return 0, ErrName
+		}
+		c := int(msg[off])
+		switch c & 0xC0 {
+		case 0x00:
+			if c == 0 {
+				if next < 0 {
+					next = off + 1
+				}
+				return next, nil
+			}
+			if off+1+c > len(msg) {
+				return 0, ErrName
+			}
+			if budget -= c + 1; budget <= 0 {
+				return 0, ErrName
+			}
+			off += 1 + c
+		case 0xC0:
+			if off+1 >= len(msg) {
+				return 0, ErrName
+			}
+			if next < 0 {
+				next = off + 2
+			}
+			if pointers++; pointers > maxPointers {
+				return 0, ErrName
+			}
+			off = (c&0x3F)<<8 | int(msg[off+1])
+		default:
+			return 0, ErrName
+		}
+	}
 }
 
 // lower is c in ASCII lower case: names compare without case in ASCII
