@@ -10,7 +10,7 @@ import (
 )
 
 // The entry builder (issue 22): every entry, whether its reply came as an
-// upstream's bytes (PrepareWire, the wire miss path), as a dns.Msg (Set,
+// upstream's bytes (PrepareAnswer, the resolver's settle), as a dns.Msg (Set,
 // which packs it first) or from a snapshot (Load), is made here, from a
 // dnswire view of the bytes, by dnswire's one encoder. So an entry is the
 // same bytes whichever way its reply came, by construction.
@@ -23,7 +23,7 @@ import (
 // the question stay valid behind any spelling of it a client sends: every
 // spelling of a name has its wire length.
 
-// WireAnswer is an upstream reply prepared from its bytes (PrepareWire):
+// WireAnswer is an upstream reply prepared from its bytes (PrepareAnswer):
 // what an entry keeps, and what the first answer to the clients waiting
 // for it is written from, whether it is stored or not (NXDOMAIN, TTL 0).
 type WireAnswer struct {

@@ -23,7 +23,7 @@ import (
 // bytes, already scrubbed for the zone less the zones configured below it.
 // An answer of the zone's own is settled where it comes, on the
 // upstream's attempt reader when the first attempt's reply is the first:
-// the entry is made from its bytes (cache.PrepareWire, the one entry
+// the entry is made from its bytes (cache.PrepareAnswer, the one entry
 // builder), stored or removed by rcode, and the wire waiters answered from
 // it; no dns.Msg is made and no goroutine woken. A chain that leaves the
 // zone is chased on a goroutine that may wait (chase.go: unpack, ask the
