@@ -69,7 +69,7 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 // the first packet arrives after the third was sent is still heard. The
 // resolution ends then, when ctx is done (only the caller's deadline gives
 // up on a slow server; without one, 5s does), or when every attempt has
-// failed. The reply is scrubbed (Scrub, with the group's name as zone) and
+// failed. The reply is scrubbed (with the group's zone as its scope) and
 // carries m's ID. Without an answer, the last SERVFAIL or REFUSED reply is
 // returned with a *RcodeError, else an error wrapping ErrTimeout or
 // ErrNetwork, or the context's error when the caller cancelled.
@@ -78,17 +78,9 @@ func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, Scr
 	return reply, result, err
 }
 
-// ExchangeScrubbedFrom is ExchangeScrubbed that also names the server
-// (host:port) whose reply it returns, "" when there is none: the resolver
-// chases CNAMEs across zones and logs which upstream answered (issues 11
-// and 15).
-func (g *Group) ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
-	return g.exchange(ctx, m)
-}
-
-// exchange is Exchange, ExchangeScrubbed and ExchangeScrubbedFrom: the one
-// resolution (ExchangeWire) of m packed, its reply unpacked for a caller
-// that wants a dns.Msg.
+// exchange is Exchange and ExchangeScrubbed: the one resolution
+// (ExchangeWire) of m packed, its reply unpacked for a caller that wants a
+// dns.Msg.
 func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))

@@ -4,8 +4,10 @@
 // classic DNS over UDP with a TCP retry when the reply is truncated; Group
 // puts several of them behind one zone with per-server RTT-derived
 // retransmission, attempts that wait for each other, health tracking, and
-// Scrub, which drops what a server says about names it was not asked
-// about. NormalizeAddress turns a configured server into host:port.
+// the scrubber (scrubwire.go), which drops what a server says about names
+// it was not asked about. A Group's one resolution is StartWire
+// (wirecall.go), on bytes: ExchangeWire and Exchange wait for it.
+// NormalizeAddress turns a configured server into host:port.
 package upstream
 
 import (
