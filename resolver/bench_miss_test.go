@@ -121,14 +121,7 @@ func BenchmarkTCPMissLoopback(b *testing.B) {
 func benchWireMiss(b *testing.B, tcp bool, replier wireReplier, answered func() int) {
 	newHandler := loopbackHandlers(b)
 	h := newHandler()
-	pkts := make([][]byte, 0, 1<<16)
-	for i := range cap(pkts) {
-		p, err := benchQuery(fmt.Sprintf("w%d.bench.test.", i)).Pack()
-		if err != nil {
-			b.Fatal(err)
-		}
-		pkts = append(pkts, p)
-	}
+	pkts := benchPackets(b, "w", 1<<16)
 	q := plainQuery{replier: replier}
 	from := netip.MustParseAddrPort("127.0.0.1:53000")
 	dst := make([]byte, 0, 4096)
@@ -221,4 +214,17 @@ func benchRefresh(b *testing.B, advance time.Duration) {
 		}
 		i++
 	}
+}
+
+// benchPackets packs n A queries for new names starting with prefix.
+func benchPackets(b *testing.B, prefix string, n int) [][]byte {
+	pkts := make([][]byte, 0, n)
+	for i := range n {
+		p, err := benchQuery(fmt.Sprintf("%s%d.bench.test.", prefix, i)).Pack()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pkts = append(pkts, p)
+	}
+	return pkts
 }

@@ -32,6 +32,18 @@ var ErrName = errors.New("malformed domain name")
 // MaxNameLen bytes), so that a message this package reads is one the
 // dns.Msg path would read too.
 func ReadName(msg []byte, off int, dst []byte) ([]byte, int, error) {
+	return walkName(msg, off, dst, true)
+}
+
+// skipName checks the name at off in msg by ReadName's rules, without
+// copying it, and returns the offset just past it where it starts.
+func skipName(msg []byte, off int) (int, error) {
+	_, next, err := walkName(msg, off, nil, false)
+	return next, err
+}
+
+// walkName is ReadName, appending the labels to dst only when keep is set.
+func walkName(msg []byte, off int, dst []byte, keep bool) ([]byte, int, error) {
 	next := -1
 	budget := MaxNameLen // as miekg/dns counts: every label and its length byte
 	for pointers := 0; ; {
@@ -45,7 +57,10 @@ func ReadName(msg []byte, off int, dst []byte) ([]byte, int, error) {
 				if next < 0 {
 					next = off + 1
 				}
-				return append(dst, 0), next, nil
+				if keep {
+					dst = append(dst, 0)
+				}
+				return dst, next, nil
 			}
 			if off+1+c > len(msg) {
 				return nil, 0, ErrName
@@ -53,7 +68,9 @@ func ReadName(msg []byte, off int, dst []byte) ([]byte, int, error) {
 			if budget -= c + 1; budget <= 0 {
 				return nil, 0, ErrName
 			}
-			dst = append(dst, msg[off:off+1+c]...)
+			if keep {
+				dst = append(dst, msg[off:off+1+c]...)
+			}
 			off += 1 + c
 		case 0xC0:
 			if off+1 >= len(msg) {
@@ -68,48 +85,6 @@ func ReadName(msg []byte, off int, dst []byte) ([]byte, int, error) {
 			off = (c&0x3F)<<8 | int(msg[off+1])
 		default:
 			return nil, 0, ErrName
-		}
-	}
-}
-
-// skipName checks the name at off in msg by ReadName's rules, without
-// copying it, and returns the offset just past it where it starts.
-func skipName(msg []byte, off int) (int, error) {
-	next := -1
-	budget := MaxNameLen
-	for pointers := 0; ; {
-		if off >= len(msg) {
-			return 0, ErrName
-		}
-		c := int(msg[off])
-		switch c & 0xC0 {
-		case 0x00:
-			if c == 0 {
-				if next < 0 {
-					next = off + 1
-				}
-				return next, nil
-			}
-			if off+1+c > len(msg) {
-				return 0, ErrName
-			}
-			if budget -= c + 1; budget <= 0 {
-				return 0, ErrName
-			}
-			off += 1 + c
-		case 0xC0:
-			if off+1 >= len(msg) {
-				return 0, ErrName
-			}
-			if next < 0 {
-				next = off + 2
-			}
-			if pointers++; pointers > maxPointers {
-				return 0, ErrName
-			}
-			off = (c&0x3F)<<8 | int(msg[off+1])
-		default:
-			return 0, ErrName
 		}
 	}
 }
