@@ -67,12 +67,9 @@ FUZZTIME ?= 100000x
 # smaller budget (about 30 s).
 FUZZTIME_TCP ?= 10000x
 
+# Every fuzz target in the tree, found by test/fuzz.sh with go test -list.
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzServeDNS$$' -fuzztime=$(FUZZTIME) ./resolver
-	$(GO) test -run='^$$' -fuzz='^FuzzFastPath$$' -fuzztime=$(FUZZTIME) ./resolver
-	$(GO) test -run='^$$' -fuzz='^FuzzTCPStream$$' -fuzztime=$(FUZZTIME_TCP) ./resolver
-	$(GO) test -run='^$$' -fuzz='^FuzzCacheSet$$' -fuzztime=$(FUZZTIME) ./cache
-	$(GO) test -run='^$$' -fuzz='^FuzzCacheLoad$$' -fuzztime=$(FUZZTIME) ./cache
+	GO='$(GO)' FUZZTIME='$(FUZZTIME)' FUZZTIME_TCP='$(FUZZTIME_TCP)' test/fuzz.sh
 
 vet:
 	$(GO) vet ./...

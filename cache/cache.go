@@ -12,7 +12,6 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,12 +168,15 @@ func (c *Cache) Get(k Key) (Result, bool) {
 // on refusal, and then leaves any existing entry for k untouched: a failure
 // never replaces a good entry. m is copied; the caller keeps ownership.
 func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
-	p, reason := prepare(withQuestion(m, k), c.policy.Load().bounds)
+	a, reason := prepareMsg(k, m, c.policy.Load().bounds)
+	if reason == "" {
+		reason = a.storable()
+	}
 	if reason != "" {
 		c.stats.refused.Add(1)
 		return false, reason
 	}
-	c.store(k, p)
+	c.store(k, a.prepared)
 	return true, ""
 }
 
@@ -195,24 +197,6 @@ func (c *Cache) store(k Key, p prepared) {
 func (c *Cache) clock() instant {
 	now := c.now()
 	return instant{Time: now, sinceEpoch: now.Sub(c.epoch)}
-}
-
-// withQuestion returns m with k's question: a stored entry is packed behind
-// its key's name so that the records' compression pointers fit any spelling
-// of the name a client sends (see wire.go). m is not modified; when its
-// question already is k's (in any letter case: same wire length) it is
-// returned as is.
-func withQuestion(m *dns.Msg, k Key) *dns.Msg {
-	if m == nil {
-		return nil
-	}
-	if len(m.Question) == 1 && m.Question[0].Qtype == k.Type && m.Question[0].Qclass == k.Class &&
-		strings.EqualFold(m.Question[0].Name, k.Name) {
-		return m
-	}
-	c := *m
-	c.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
-	return &c
 }
 
 // ttlPolicy is the part of Config a running cache may change.

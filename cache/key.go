@@ -142,8 +142,8 @@ func (c *Cache) inspectKeys(keys []Key) []Info {
 // searched outside it. The copy holds the lock, and so stalls every query,
 // for about 3.5 ms per 100,000 entries on a 2-core VM (BenchmarkKeysOf;
 // 0.2 ms at the default cache.size of 10,000). A rare admin call can afford
-// that: Dump, every state_save_interval, holds the lock ten times as long
-// for the same copy and a lookup of every key.
+// that: Dump, every state_save_interval, holds it for the same copy and a
+// walk of the values beside it (persist.go).
 func (c *Cache) keysOf(name string) []Key {
 	return c.keysWhere(func(n string) bool { return n == name })
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // A snapshot is the cache written out so that a restarted towerd still has
@@ -338,34 +340,41 @@ func (d *snapshotDecoder) entry() (snapshotEntry, string, error) {
 	if err != nil {
 		return snapshotEntry{}, "", err
 	}
-	m := new(dns.Msg)
-	if err := m.Unpack(wire); err != nil {
+	var m dnswire.Msg
+	if err := m.Parse(wire); err != nil {
 		return snapshotEntry{}, "", fmt.Errorf("%w: message of %s: %w", ErrBadSnapshot, k, err)
 	}
-	if reason := entryRejection(k, m, stored, d.now.Time); reason != "" {
+	if reason := entryRejection(k, &m, stored, d.now.Time); reason != "" {
 		return snapshotEntry{}, reason, nil
 	}
-	// The TTL in the file is the one the entry was stored with (clamps of
-	// that time included), so only the policy's verdict and kind are taken
-	// from prepare, not its TTL; Load clamps it to today's MaxTTL.
-	p, reason := prepare(m, ttlBounds{})
+	// The entry is made again by the entry builder, as if the message had
+	// come from an upstream: the policy's verdict and the kind are taken
+	// from it, not its TTL: the TTL in the file is the one the entry was
+	// stored with (clamps of that time included); Load clamps it to today's
+	// MaxTTL.
+	a, reason := prepareAnswer(k, wire, ttlBounds{})
+	if reason == "" {
+		reason = a.storable()
+	}
 	if reason != "" {
 		return snapshotEntry{}, rejectPolicy, nil
 	}
-	p.ttl = ttl
-	return snapshotEntry{key: k, item: &item{prepared: p, stored: d.now.fromTime(stored)}}, "", nil
+	a.ttl = ttl
+	return snapshotEntry{key: k, item: &item{prepared: a.prepared, stored: d.now.fromTime(stored)}}, "", nil
 }
 
 // entryRejection says why an entry that decodes must not be served, or "".
-// Dump writes every message packed behind its key's question (withQuestion),
-// so a message asking anything else was put there by someone else: loaded,
-// it would answer k with records about another name or type. A stored time
+// Dump writes every message behind its key's question (entry.go), so a
+// message asking anything else was put there by someone else: loaded, it
+// would answer k with records about another name or type. A stored time
 // after now is not an age at all; it would keep the entry fresh for as long
 // as the writer liked (a clock stepped back since the save loses those
 // entries, which is the safe side).
-func entryRejection(k Key, m *dns.Msg, stored, now time.Time) string {
-	if len(m.Question) != 1 || m.Question[0].Qtype != k.Type || m.Question[0].Qclass != k.Class ||
-		canonicalName(m.Question[0].Name) != k.Name {
+func entryRejection(k Key, m *dnswire.Msg, stored, now time.Time) string {
+	var name [dnswire.MaxNameLen]byte
+	var text [4 * dnswire.MaxNameLen]byte
+	if m.QDCount != 1 || m.QType != k.Type || m.QClass != k.Class ||
+		string(dnswire.AppendText(text[:0], m.Question(name[:0]), true)) != k.Name {
 		return rejectOtherQuestion
 	}
 	if stored.After(now) {

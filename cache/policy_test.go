@@ -57,6 +57,23 @@ func soa(ttl, minimum int) string {
 	return fmt.Sprintf(soaRR, ttl, minimum)
 }
 
+// prepare is Set's store policy for m, a reply to its own question: the
+// entry prepareMsg makes, or why it is refused.
+func prepare(m *dns.Msg, bounds ttlBounds) (prepared, string) {
+	var k Key
+	if m != nil && len(m.Question) == 1 {
+		k = NewKey(m.Question[0].Name, m.Question[0].Qtype, m.Question[0].Qclass, false, false)
+	}
+	a, reason := prepareMsg(k, m, bounds)
+	if reason == "" {
+		reason = a.storable()
+	}
+	if reason != "" {
+		return prepared{}, reason
+	}
+	return a.prepared, ""
+}
+
 func TestPrepareRefuses(t *testing.T) {
 	positive := sections{answer: []string{"www.example.com. 300 IN A 192.0.2.1"}}
 	negative := sections{ns: []string{soa(3600, 300)}}

@@ -1,8 +1,6 @@
 package cache
 
 import (
-	"encoding/binary"
-	"errors"
 	"time"
 	"unsafe"
 )
@@ -17,81 +15,6 @@ import (
 // length as any spelling of it a client sends, so compression pointers into
 // the question stay valid when a reply is built behind the client's own
 // question.
-
-const headerLen = 12
-
-var errMalformed = errors.New("malformed stored message")
-
-// recordLayout walks a packed message and returns where its answer section
-// starts and the offset of each record's TTL field. It accepts only what
-// dns.Msg.Pack writes: uncompressed or pointer-compressed names, no extended
-// label types.
-func recordLayout(wire []byte) (answerAt int, ttlOffsets []uint16, err error) {
-	if len(wire) < headerLen {
-		return 0, nil, errMalformed
-	}
-	qd := int(binary.BigEndian.Uint16(wire[4:]))
-	rrs := int(binary.BigEndian.Uint16(wire[6:])) + int(binary.BigEndian.Uint16(wire[8:])) +
-		int(binary.BigEndian.Uint16(wire[10:]))
-	off := headerLen
-	for range qd {
-		if off, err = skipName(wire, off); err != nil {
-			return 0, nil, err
-		}
-		off += 4 // type, class
-	}
-	if off > len(wire) {
-		return 0, nil, errMalformed
-	}
-	answerAt = off
-	ttlOffsets = make([]uint16, 0, rrs)
-	for range rrs {
-		if off, err = skipName(wire, off); err != nil {
-			return 0, nil, err
-		}
-		if off+10 > len(wire) {
-			return 0, nil, errMalformed
-		}
-		ttlOffsets = append(ttlOffsets, uint16(off+4))
-		off += 10 + int(binary.BigEndian.Uint16(wire[off+8:]))
-	}
-	if off != len(wire) {
-		return 0, nil, errMalformed
-	}
-	return answerAt, ttlOffsets, nil
-}
-
-// withTTLOffsets returns a copy of wire with the TTL offsets appended, two
-// bytes each, big-endian: the data of a prepared reply. The copy is sized
-// exactly, which also drops the spare capacity Pack leaves (it allocates for
-// the message uncompressed).
-func withTTLOffsets(wire []byte, ttlOffsets []uint16) []byte {
-	data := make([]byte, len(wire), len(wire)+2*len(ttlOffsets))
-	copy(data, wire)
-	for _, off := range ttlOffsets {
-		data = binary.BigEndian.AppendUint16(data, off)
-	}
-	return data
-}
-
-// skipName returns the offset just past the name starting at off.
-func skipName(wire []byte, off int) (int, error) {
-	for {
-		if off >= len(wire) {
-			return 0, errMalformed
-		}
-		b := int(wire[off])
-		switch {
-		case b == 0:
-			return off + 1, nil
-		case b&0xC0 == 0xC0: // compression pointer: the name ends here
-			return off + 2, nil
-		case b&0xC0 != 0:
-			return 0, errMalformed // extended label types (RFC 6891 §5)
-		}
-		off += 1 + b
-	}
-}
 
 // WireHit describes a fresh entry whose records AppendFresh wrote.
 type WireHit struct {

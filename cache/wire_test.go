@@ -129,34 +129,36 @@ func TestAppendFreshReplyWithOtherQuestion(t *testing.T) {
 	}
 }
 
-func TestRecordLayout(t *testing.T) {
+// The entry keeps where its answer starts and every record's TTL field;
+// a message cut anywhere makes none.
+func TestEntryLayout(t *testing.T) {
 	m := reply(t, dns.RcodeSuccess, sections{
 		answer: []string{"www.example.com. 1 IN A 192.0.2.1", "www.example.com. 2 IN A 192.0.2.2"},
 		ns:     []string{"example.com. 3 IN NS ns1.example.com."},
 		extra:  []string{"ns1.example.com. 4 IN AAAA 2001:db8::53"},
 	})
-	m.Compress = true
-	wire, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
+	p, reason := prepare(m, ttlBounds{})
+	if reason != "" {
+		t.Fatal(reason)
 	}
-	answerAt, offsets, err := recordLayout(wire)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if answerAt != 12+len("www.example.com.")+1+4 {
-		t.Errorf("answerAt = %d", answerAt)
+	if p.answerAt != uint16(12+len("www.example.com.")+1+4) {
+		t.Errorf("answerAt = %d", p.answerAt)
 	}
 	var ttls []uint32
-	for _, off := range offsets {
-		ttls = append(ttls, binary.BigEndian.Uint32(wire[off:]))
+	wire := p.wire()
+	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
+		ttls = append(ttls, binary.BigEndian.Uint32(wire[binary.BigEndian.Uint16(offsets):]))
 	}
 	if !slices.Equal(ttls, []uint32{1, 2, 3, 4}) {
 		t.Errorf("TTLs at the offsets = %v, want 1 2 3 4", ttls)
 	}
-	for _, cut := range []int{5, answerAt, len(wire) - 1} {
-		if _, _, err := recordLayout(wire[:cut]); err == nil {
-			t.Errorf("message cut at %d bytes accepted", cut)
+	packed, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{5, int(p.answerAt), len(packed) - 1} {
+		if _, reason := prepareAnswer(keyA("www.example.com."), packed[:cut], ttlBounds{}); reason != reasonMalformed {
+			t.Errorf("message cut at %d bytes: %q, want %q", cut, reason, reasonMalformed)
 		}
 	}
 }

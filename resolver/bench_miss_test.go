@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
@@ -99,18 +101,28 @@ func (benchReplier) missPanicked(v any, _ []byte)          { panic(v) }
 // bytes and the answer written from it (issue 17's target: at most 10
 // allocations per miss).
 func BenchmarkWireMissLoopback(b *testing.B) {
+	r := benchReplier{answered: make(chan int, 1)}
+	benchWireMiss(b, false, r, func() int { return <-r.answered })
+}
+
+// BenchmarkTCPMissLoopback is BenchmarkWireMissLoopback for a query read
+// from a TCP connection (issue 22: TCP misses take the wire path; the
+// answer is handed to the connection's goroutine, which writes it).
+func BenchmarkTCPMissLoopback(b *testing.B) {
+	miss := &tcpMiss{}
+	benchWireMiss(b, true, miss, func() int {
+		<-miss.ended()
+		return len(miss.answer)
+	})
+}
+
+// benchWireMiss asks new names through answerPacket, over TCP or UDP, with
+// replier, and waits for each answer's length.
+func benchWireMiss(b *testing.B, tcp bool, replier wireReplier, answered func() int) {
 	newHandler := loopbackHandlers(b)
 	h := newHandler()
-	pkts := make([][]byte, 0, 1<<16)
-	for i := range cap(pkts) {
-		p, err := benchQuery(fmt.Sprintf("w%d.bench.test.", i)).Pack()
-		if err != nil {
-			b.Fatal(err)
-		}
-		pkts = append(pkts, p)
-	}
-	r := benchReplier{answered: make(chan int, 1)}
-	q := plainQuery{replier: r}
+	pkts := benchPackets(b, "w", 1<<16)
+	q := plainQuery{replier: replier}
 	from := netip.MustParseAddrPort("127.0.0.1:53000")
 	dst := make([]byte, 0, 4096)
 	b.ReportAllocs()
@@ -122,13 +134,97 @@ func BenchmarkWireMissLoopback(b *testing.B) {
 			i = 0
 			b.StartTimer()
 		}
-		reply, ok := h.answerPacket(dst[:0], pkts[i], from, false, &q)
+		reply, ok := h.answerPacket(dst[:0], pkts[i], from, tcp, &q)
 		if !ok || len(reply) != 0 {
 			b.Fatalf("packet %d: not a wire miss", i)
 		}
-		if n := <-r.answered; n < 12+16+16 {
+		if n := answered(); n < 12+16+16 {
 			b.Fatalf("answer of %d bytes", n)
 		}
 		i++
 	}
+}
+
+// BenchmarkPrefetchLoopback is a prefetch: a hit in the last tenth of its
+// entry's TTL, on the fast path, starts the entry's refresh, which runs
+// the one resolution over loopback with nobody waiting (issue 22). The
+// benchmark waits for each refresh to end; its allocations are the hit's
+// (none) and the refresh's.
+func BenchmarkPrefetchLoopback(b *testing.B) { benchRefresh(b, 3599*time.Second) }
+
+// BenchmarkRefreshLoopback is a stale answer's refresh: ServeDNS asked for
+// an entry expired a moment ago answers it stale at once (its refresh
+// runs behind the answer, staleAtOnce) and the refresh runs the one
+// resolution. The allocations are ServeDNS's stale answer (a dns.Msg) and
+// the refresh's.
+func BenchmarkRefreshLoopback(b *testing.B) { benchRefresh(b, 3601*time.Second) }
+
+// benchRefresh asks names cached an hour ago (TTL 1 h) after advance: a
+// prefetch on the fast path (fresh, near expiry), or a stale answer on
+// ServeDNS's (expired), each starting one refresh the benchmark waits for.
+func benchRefresh(b *testing.B, advance time.Duration) {
+	g, err := upstream.NewGroup(".", []string{answeringResponder(b)}, upstream.GroupOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	clock := newFakeClock()
+	const names = 1 << 12
+	newHandler := func() (*Handler, [][]byte) {
+		c, err := cache.New(cache.Config{Capacity: 2 * names, MaxStaleAge: 24 * time.Hour, Now: clock.Now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, err := NewHandler(Config{Zones: []Zone{{Name: ".", Upstream: g}}, ServeStale: true, Prefetch: true,
+			StaleClientTimeout: 1800 * time.Millisecond, StaleAnswerTTL: 30 * time.Second, FailureRecheck: 30 * time.Second,
+			Now: clock.Now}, c, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(h.Close)
+		pkts := make([][]byte, names)
+		w := &benchWriter{buf: make([]byte, 0, 4096)}
+		for i := range pkts {
+			m := benchQuery(fmt.Sprintf("r%d.bench.test.", i))
+			h.ServeDNS(w, m) // cached, TTL 1 h
+			pkts[i], _ = m.Pack()
+		}
+		clock.Advance(advance)
+		return h, pkts
+	}
+	h, pkts := newHandler()
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	w := &benchWriter{buf: make([]byte, 0, 4096)}
+	var q plainQuery
+	dst := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == len(pkts) {
+			b.StopTimer()
+			h, pkts = newHandler()
+			i = 0
+			b.StartTimer()
+		}
+		if _, ok := h.answerPacket(dst[:0], pkts[i], from, false, &q); !ok {
+			servePacket(h, pkts[i], w, func(error) {})
+		}
+		for h.Inflight() != 0 {
+			time.Sleep(time.Microsecond) // parks: the poller runs, the reply is read
+		}
+		i++
+	}
+}
+
+// benchPackets packs n A queries for new names starting with prefix.
+func benchPackets(b *testing.B, prefix string, n int) [][]byte {
+	pkts := make([][]byte, 0, n)
+	for i := range n {
+		p, err := benchQuery(fmt.Sprintf("%s%d.bench.test.", prefix, i)).Pack()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pkts = append(pkts, p)
+	}
+	return pkts
 }

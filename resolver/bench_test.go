@@ -11,7 +11,6 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/test/dnstest"
-	"github.com/towerd/towerd/upstream"
 )
 
 // The benchmarks of issue 6: what one query costs the handler, in memory (no
@@ -63,11 +62,11 @@ var benchUpstream = dnstest.ExchangeFunc(func(_ context.Context, q *dns.Msg) (*d
 // an in-memory upstream and a cache of capacity entries.
 func benchHandler(b *testing.B, capacity int) *Handler {
 	b.Helper()
-	return benchHandlerOver(b, capacity, benchUpstream)
+	return benchHandlerOver(b, capacity, overLoopback(b, ".", benchUpstream))
 }
 
 // benchHandlerOver is benchHandler over the upstream u.
-func benchHandlerOver(b *testing.B, capacity int, u upstream.Upstream) *Handler {
+func benchHandlerOver(b *testing.B, capacity int, u Upstream) *Handler {
 	b.Helper()
 	c, err := cache.New(cache.Config{Capacity: capacity, MaxStaleAge: 24 * time.Hour})
 	if err != nil {

@@ -38,7 +38,8 @@ type Config struct {
 	Records RecordSource
 
 	// Prefetch refreshes an entry in the background when it is hit in the
-	// last tenth of its TTL, so popular names rarely expire at all.
+	// last tenth of its TTL, or for a short TTL within prefetchLead of its
+	// expiry (wantsPrefetch), so popular names rarely expire at all.
 	Prefetch bool
 
 	// ServeStale answers from expired entries when refreshing fails (RFC 8767).

@@ -1,9 +1,7 @@
 package resolver
 
 import (
-	"context"
 	"net/netip"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -32,42 +30,30 @@ type RecordSource interface {
 	Covers(name []byte) bool
 }
 
-// HealthReporter is an upstream that tracks its servers' health
-// (upstream.Group). A zone whose upstream reports it lets a client waiting
-// with a stale answer have it as soon as every server is marked down
-// (RFC 8767 §5), instead of after the client response timer. An upstream
-// without it is treated as always up.
-type HealthReporter interface {
-	// AllDown reports whether every server is marked down now.
+// Upstream is what a zone forwards to: the one contract between the
+// resolver and its upstreams (issue 22), implemented by *upstream.Group.
+// Every capability the resolver uses is in it, so a wrapper must provide
+// them all: nothing is discovered by a type assertion that a wrapper
+// would silently lose.
+type Upstream interface {
+	// StartWire starts one resolution (upstream.Group.StartWire): the
+	// query packed, its reply scrubbed for the zone less the zones below
+	// it (WireQuery.Below), handed to the receiver as bytes.
+	StartWire(c *upstream.WireCall, q upstream.WireQuery, recv upstream.WireReceiver)
+	// AllDown reports whether every server is marked down now. A client
+	// waiting with a stale answer gets it as soon as every server is
+	// down (RFC 8767 §5), instead of after the client response timer.
 	AllDown() bool
 	// AllDownSignal returns a channel closed once every server is marked
 	// down; a new one is handed out after a server comes back.
 	AllDownSignal() <-chan struct{}
-}
-
-// scrubbingExchanger is an upstream that scrubs its replies, says where a
-// question's CNAME chain left its zone (upstream.Group, issue 11), and
-// which of its servers replied: the resolver then chases the target
-// through the zone that owns it (chase.go), and the query log and `towerd
-// lookup` name the server (issue 15). An upstream without it is taken at
-// its word and logged by its Address alone.
-type scrubbingExchanger interface {
-	ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (reply *dns.Msg, server string, result upstream.ScrubResult, err error)
-}
-
-// wireExchanger is an upstream that hands back a reply needing no
-// scrubbing as its bytes (upstream.Group, issue 17): the wire miss path
-// (wiremiss.go) stores and answers it without a dns.Msg. Zones whose
-// upstream lacks it keep the general path for their misses.
-type wireExchanger interface {
-	StartWire(c *upstream.WireCall, ctx context.Context, query []byte, deadline time.Time, recv upstream.WireReceiver)
+	// Address names the upstream in logs.
+	Address() string
 }
 
 var (
-	_ upstream.Upstream  = (*upstream.Group)(nil)
-	_ HealthReporter     = (*upstream.Group)(nil)
-	_ scrubbingExchanger = (*upstream.Group)(nil)
-	_ wireExchanger      = (*upstream.Group)(nil)
+	_ Upstream         = (*upstream.Group)(nil)
+	_ upstream.Starter = Upstream(nil)
 )
 
 // packetAnswerer is a dns.Handler that also answers queries from their

@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -200,14 +199,8 @@ func TestFastRejectMatchesServeDNSVaried(t *testing.T) {
 	for _, src := range diffSources {
 		t.Run(src.name, func(t *testing.T) {
 			h, _ := variedHandler(t, src.rs, func(c *Config) { c.MaxInflight = 1 })
-			release := make(chan struct{})
-			defer close(release)
 			// A resolution that holds the one slot until the test ends.
-			busy := cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false)
-			h.flights.join(busy, 1, func(context.Context) outcome {
-				<-release
-				return outcome{err: context.Canceled}
-			}, false)
+			holdSlot(t, h, cache.NewKey("busy.example.", dns.TypeA, dns.ClassINET, false, false))
 			for _, name := range []string{"new.example.", "new.service.consul.", "web.service.consul."} {
 				for _, qtype := range append([]uint16{dns.TypeA, dns.TypeAAAA}, diffQtypes...) {
 					pkt := variant{name: name, qtype: qtype, edns: true, size: 4096}.pack(t)
@@ -238,7 +231,7 @@ func TestFastPathDeclinesNamesLocalDataGained(t *testing.T) {
 	}
 	clock.Advance(10 * time.Millisecond)
 	chain := Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
-	if err := h.Reconfigure(Config{Zones: []Zone{{Name: ".", Upstream: diffUpstream}}, Allow: diffAllow,
+	if err := h.Reconfigure(Config{Zones: []Zone{{Name: ".", Upstream: overLoopback(t, ".", diffUpstream)}}, Allow: diffAllow,
 		Records: chain, ServeStale: true, StaleClientTimeout: time.Second, StaleAnswerTTL: 30 * time.Second,
 		FailureRecheck: 30 * time.Second, Now: clock.Now}); err != nil {
 		t.Fatal(err)

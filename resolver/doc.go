@@ -13,8 +13,8 @@
 //     one address (udp.go) or by a TCP connection's loop (tcp.go).
 //  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss while
 //     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
-//  3. UDP general (udp.go servePacket → ServeDNS): everything the fast
-//     path declines on such a socket, on a goroutine of its own (a
+//  3. UDP general (udp.go servePacket → ServeDNS): everything routes 1,
+//     2 and 6 decline on such a socket, on a goroutine of its own (a
 //     reused one: workers.go).
 //  4. TCP general (tcp.go serveConn → servePacket → ServeDNS): everything
 //     the fast path declines on a TCP connection, on the connection's
@@ -24,21 +24,20 @@
 //  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
 //     to 0.0.0.0 or ::, which must answer from the address each query was
 //     sent to) → ServeDNS.
-//  6. Wire miss (wiremiss.go, issue 17): the reader of route 1, on a miss
-//     whose question has no entry in the cache at all, keeps the packet's
-//     bytes in a pooled waiter that starts or joins the question's flight;
-//     the reader that starts it packs the upstream query into a pooled
-//     buffer and sends its first attempt (upstream.Group.StartWire); when
-//     that attempt's reply is the first and its wire check finds nothing to
-//     scrub, the upstream's attempt reader makes the entry from its bytes
-//     (cache.PrepareWire, byte for byte cache.Set's) and answers every wire
-//     waiter from it with route 1's writer (flight.ReceiveWire): no
-//     dns.Msg, no goroutine woken. Retransmissions, TC, failures and the
-//     deadline run the resolution on a goroutine; what the wire checks
-//     decline is unpacked and scrubbed on one and answered with ServeDNS's
-//     code; failures and the client's query_timeout give SERVFAIL (one
-//     deadline heap and timer per handler). General-path clients of the
-//     question share the flight.
+//  6. Wire miss (wiremiss.go, issues 17 and 22): the readers of route 1,
+//     a UDP socket's and a TCP connection's, on a miss whose question has
+//     no entry in the cache at all, keep the packet's bytes in a pooled
+//     waiter that starts or joins the question's flight; the reader that
+//     starts it sends the first attempt itself (flight.start). When the
+//     flight ends (on the upstream's attempt reader for a first reply
+//     that is an answer of the zone's own: no goroutine woken, no
+//     dns.Msg), each waiter is answered from the prepared entry with
+//     route 1's writer: over UDP by a raw non-blocking sendto, over TCP
+//     handed to the connection's goroutine (tcpMiss). An answer that does
+//     not fit the client's size is truncated by ServeDNS's code on a
+//     goroutine; failures and the client's query_timeout give SERVFAIL
+//     (one deadline heap and timer per handler). General-path clients of
+//     the question share the flight.
 //
 // Every rule lives once, and every route uses it (request.go):
 //
@@ -72,24 +71,30 @@
 //     (flight.started).
 //   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
 //     is settings.wantsPrefetch.
-//   - Upstream exchange (resolutions only, whichever route started them):
-//     Handler.exchange (chase.go) scrubs through the zone's upstream and
-//     chases a CNAME chain that leaves the zone through the zone that owns
-//     the target, joining the answers; AD is set on every upstream query
-//     (upstreamQuery).
-//   - First answer: the clients waiting for a resolution get the reply as
-//     cache.Shape makes it, the TTLs and records of a hit right after
-//     storing; compression is the reply core's, on every route. Route 6
-//     writes it from the prepared entry itself (cache.WireAnswer).
+//   - The resolution (resolution.go), one for every miss, prefetch and
+//     refresh, whichever route started it: the upstream query
+//     (appendUpstreamQuery: RD, AD always, RFC 6840 §5.7, the key's CD
+//     and DO), the zone's Upstream.StartWire (attempts, RTO, health, TC →
+//     TCP, the scrubber, told the zones configured below: a chain that
+//     enters one is chased there, chase.go, never believed), and one
+//     settle (Handler.settle): the entry made by the cache's one entry
+//     builder from the reply's bytes (cache.PrepareAnswer, which Set and
+//     the snapshot loader use too), stored, removed or failed by rcode.
+//   - First answer: every waiter gets the reply as the prepared entry
+//     shows it, a hit's TTLs and records right after storing; route 6
+//     writes its bytes, ServeDNS unpacks them (WireAnswer.Message).
+//   - DNS bytes: read and written by resolver/dnswire only (the view
+//     Msg, the encoder Builder, the names' rules, AppendOPT).
 //   - Observation: Handler.observe, once per answer, before it is written.
 //
 // The contracts the resolver relies on are named interfaces with
-// compile-time checks (contracts.go): RecordSource, HealthReporter, the
-// fast path's packetAnswerer, the chase's (and query log's)
-// scrubbingExchanger and the wire miss path's wireExchanger.
-// TestFastPathMatchesServeDNS*, TestFastRejectMatchesServeDNS* and
-// FuzzFastPath hold the fast routes to ServeDNS's answers byte for byte,
-// over UDP and TCP, across client prefixes, query types and Records
-// sources; TestWireMissMatchesServeDNS and FuzzWireMiss hold route 6 to
+// compile-time checks (contracts.go): RecordSource, Upstream (a zone's one
+// upstream contract, upstream.Group's: nothing is found by a type
+// assertion that a wrapper would lose) and the fast path's
+// packetAnswerer. TestFastPathMatchesServeDNS*,
+// TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
+// ServeDNS's answers, over UDP and TCP, across client prefixes, query
+// types and Records sources; TestWireMissMatchesServeDNS,
+// TestWireMissOverTCPMatchesServeDNS and FuzzWireMiss hold route 6 to
 // ServeDNS's answer for the same upstream reply.
 package resolver

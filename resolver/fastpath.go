@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The fast path answers the query most nodes send most of the time — one
@@ -32,8 +33,10 @@ type plainQuery struct {
 	question []byte // the question section as sent (name, type, class)
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
-	// replier, when set (by a UDP socket's reader), lets a miss take the
-	// wire miss path (wiremiss.go); parse leaves it as it is.
+	view     dnswire.Msg          // the packet, as parse read it
+	// replier, when set (by a UDP socket's reader or a TCP connection's
+	// loop), lets a miss take the wire miss path (wiremiss.go); parse
+	// leaves it as it is.
 	replier wireReplier
 }
 
@@ -45,12 +48,15 @@ const (
 	optionPadding = 12
 )
 
-// parse reads p into q. It accepts only a query whose header passes
-// acceptHeader, with no answer or authority records and at most one OPT
-// record, whose name is uncompressed and made of letters, digits, '-' and
-// '_'. The rest of admission (admit) is the caller's.
+// parse reads p into q with the wire view. It accepts only a query whose
+// header passes acceptHeader, with no answer or authority records and at
+// most one record in the additional section, an OPT with the root as its
+// owner and no option but a cookie or padding; whose name is uncompressed
+// and made of letters, digits, '-' and '_' (its canonical text, the cache
+// key's name, is then its bytes lower-cased with dots); and nothing after
+// the last record. The rest of admission (admit) is the caller's.
 func (q *plainQuery) parse(p []byte) bool {
-	if len(p) < 12+1+4 {
+	if len(p) < dnswire.HeaderLen+1+4 {
 		return false
 	}
 	q.request = request{
@@ -61,97 +67,36 @@ func (q *plainQuery) parse(p []byte) bool {
 	if acceptHeader(q.flags, q.qdcount) != dns.MsgAccept {
 		return false
 	}
-	if binary.BigEndian.Uint16(p[6:]) != 0 || binary.BigEndian.Uint16(p[8:]) != 0 {
-		return false
-	}
-	extra := binary.BigEndian.Uint16(p[10:])
-	if extra > 1 {
+	m := &q.view
+	if m.Parse(p) != nil || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
+		m.Counts[dnswire.Additional] > 1 || m.QuestionCompressed() {
 		return false // a second OPT (FORMERR) or other records: the general path's
 	}
-	off, ok := q.readName(p, 12)
-	if !ok || off+4 > len(p) {
-		return false
-	}
-	q.qtype = binary.BigEndian.Uint16(p[off:])
-	q.qclass = binary.BigEndian.Uint16(p[off+2:])
-	off += 4
-	q.question = p[12:off]
-	if extra == 1 {
-		if off, ok = q.readOPT(p, off); !ok {
+	end := m.QEnd
+	if m.Counts[dnswire.Additional] == 1 {
+		if m.OPT != 0 || !m.OPTOwnerRoot() || !m.EachOption(fastOption) {
 			return false
 		}
+		q.udpSize, q.version, q.do = m.UDPSize(), m.EDNSVersion(), m.DO() // RFC 3225
+		q.opts, q.edns = 1, true
+		end = int(m.RR(0).End)
 	}
-	return off == len(p)
+	if end != len(p) {
+		return false
+	}
+	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
+	if !dnswire.PlainLabels(name) {
+		return false // would need escaping in presentation form
+	}
+	q.nameLen = len(dnswire.AppendText(q.name[:0], name, true))
+	q.qtype, q.qclass = m.QType, m.QClass
+	q.question = p[dnswire.HeaderLen:m.QEnd]
+	return true
 }
 
-// readName copies the name at off into q.name in canonical form and returns
-// the offset after it.
-func (q *plainQuery) readName(p []byte, off int) (int, bool) {
-	n := 0
-	for {
-		if off >= len(p) {
-			return 0, false
-		}
-		l := int(p[off])
-		off++
-		if l == 0 {
-			break
-		}
-		// Compression pointers and extended label types have no business in
-		// a question; the general path judges them.
-		if l > 63 || off+l > len(p) || n+l+1 > maxNameLen {
-			return 0, false
-		}
-		for _, c := range p[off : off+l] {
-			switch {
-			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-			case 'A' <= c && c <= 'Z':
-				c += 'a' - 'A'
-			default:
-				return 0, false // would need escaping in presentation form
-			}
-			q.name[n] = c
-			n++
-		}
-		q.name[n] = '.'
-		n++
-		off += l
-	}
-	if n == 0 {
-		q.name[0] = '.'
-		n = 1
-	}
-	q.nameLen = n
-	return off, true
-}
-
-// readOPT reads the OPT record at off (RFC 6891 §6.1.2).
-func (q *plainQuery) readOPT(p []byte, off int) (int, bool) {
-	if off+11 > len(p) || p[off] != 0 || binary.BigEndian.Uint16(p[off+1:]) != dns.TypeOPT {
-		return 0, false
-	}
-	q.udpSize = binary.BigEndian.Uint16(p[off+3:])
-	q.version = p[off+6]
-	flags := binary.BigEndian.Uint16(p[off+7:])
-	rdlen := int(binary.BigEndian.Uint16(p[off+9:]))
-	off += 11
-	if off+rdlen > len(p) {
-		return 0, false
-	}
-	for opts := p[off : off+rdlen]; len(opts) > 0; {
-		if len(opts) < 4 {
-			return 0, false
-		}
-		code, l := binary.BigEndian.Uint16(opts), int(binary.BigEndian.Uint16(opts[2:]))
-		if (code != optionCookie && code != optionPadding) || 4+l > len(opts) {
-			return 0, false
-		}
-		opts = opts[4+l:]
-	}
-	q.opts, q.edns = 1, true
-	q.do = flags&0x8000 != 0 // RFC 3225
-	return off + rdlen, true
-}
+// fastOption is the EDNS options the fast path takes (optionCookie,
+// optionPadding).
+func fastOption(code uint16, _ []byte) bool { return code == optionCookie || code == optionPadding }
 
 // putHeader writes a reply's header into hdr[:12]: one question, and the
 // records of each section.
@@ -164,35 +109,13 @@ func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
 	binary.BigEndian.PutUint16(hdr[10:], extra)
 }
 
-// optLen is the size of the OPT record towerd appends to a fresh answer:
-// root name, type, class (UDP size), TTL (extended rcode, version, flags),
-// empty RDATA.
-const optLen = 1 + 2 + 2 + 4 + 2
-
-// appendOPT appends towerd's OPT record (RFC 6891): its UDP size, the
-// client's DO bit, and an Extended DNS Error option when ede is not 0.
-func appendOPT(dst []byte, do bool, ede uint16) []byte {
-	var flags, rdlen byte
-	if do {
-		flags = 0x80
-	}
-	if ede != 0 {
-		rdlen = 6
-	}
-	dst = append(dst, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), advertisedUDPSize>>8, advertisedUDPSize&0xFF,
-		0, 0, flags, 0, 0, rdlen)
-	if ede != 0 {
-		dst = append(dst, byte(dns.EDNS0EDE>>8), byte(dns.EDNS0EDE&0xFF), 0, 2, byte(ede>>8), byte(ede))
-	}
-	return dst
-}
-
 // answerPacket answers the query in pkt from a client at from, if it is a
 // plain query whose answer is fresh in the cache, by appending the reply to
 // dst. tcp says the query came over TCP (its message without the length
 // prefix): the reply then has TCP's size limit. A miss with nothing in the
-// cache goes the wire miss path when q.replier is set (UDP readers): it
-// reports true with nothing appended, and the flight answers later. It
+// cache goes the wire miss path when q.replier is set (UDP readers, TCP
+// connections): it reports true with nothing appended, and the flight
+// answers later, through q.replier. It
 // reports false, having written nothing and counted nothing, for every
 // other packet: the caller then unpacks it and calls ServeDNS. q is the
 // caller's scratch space, reused from packet to packet.
@@ -217,7 +140,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	sh := s.replyShape(&q.request)
 	reserve := 0
 	if sh.opt {
-		reserve = optLen
+		reserve = dnswire.OPTLen
 	}
 	headerAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
@@ -227,7 +150,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		if h.flights.full(s.MaxInflight) {
 			return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
 		}
-		if q.replier != nil && !tcp && h.missPacket(pkt, from, q, name, s, zone, start) {
+		if q.replier != nil && h.missPacket(pkt, from, q, name, s, zone, start) {
 			return dst[:headerAt], true // answered later, by the flight
 		}
 		return dst[:headerAt], false
@@ -236,7 +159,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	extra := hit.Extra
 	if sh.opt {
 		extra++
-		dst = appendOPT(dst, sh.do, 0) // a fresh hit carries no EDE
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0) // a fresh hit carries no EDE
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 
@@ -285,7 +208,7 @@ func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *set
 	var extra uint16
 	if sh.opt {
 		extra = 1
-		dst = appendOPT(dst, sh.do, sh.ede(rcode, false))
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, false))
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
 	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)

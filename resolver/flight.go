@@ -3,7 +3,7 @@ package resolver
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +14,16 @@ import (
 	"github.com/towerd/towerd/upstream"
 )
 
-// flight is one upstream resolution shared by every client that asks the same
-// question (same cache key) while it runs.
+// flight is one upstream resolution shared by every client that asks the
+// same question (same cache key) while it runs: ServeDNS's clients, the
+// wire waiters of the fast path's readers (UDP and TCP), or nobody (a
+// prefetch, a stale answer's refresh). Every flight runs the same
+// resolution (resolution.go) and ends in the same settle; only its
+// waiters differ.
 type flight struct {
 	done chan struct{} // closed when the outcome is set
-	// finished makes finish run once: a wire flight whose start panicked
-	// is ended by the recovery, and its upstream call may still report.
+	// finished makes finish run once: a flight whose start panicked is
+	// ended by the recovery, and its upstream call may still report.
 	finished atomic.Bool
 	outcome
 	// waiters are the clients of the wire miss path waiting for the flight
@@ -29,23 +33,26 @@ type flight struct {
 	wireDone bool
 	inline   [1]*wireWaiter // waiters' first room: most flights have one client
 
-	// What the flight's goroutine runs (flight.run): resolve; or, for the
-	// wire miss path, which has no goroutine of its own (wiremiss.go),
-	// wireRes's parameters, kept here rather than in a closure: one
-	// allocation less per miss.
-	f       *flights
-	key     cache.Key
-	resolve resolveFunc
-	wireRes wireResolution
-	// wireCall is the wire resolution's upstream side (wiremiss.go), in
-	// the flight's allocation (wireFlight); callStarted, under flights.mu,
-	// says it runs: close kicks it.
-	wireCall    *upstream.WireCall
+	f   *flights
+	key cache.Key
+	// res is what the resolution needs (resolution.go), kept here rather
+	// than in a closure: one allocation less per miss.
+	res resolution
+	// call is the resolution's upstream side, in the flight's allocation
+	// (wireFlight); callStarted, under flights.mu, says it runs: close
+	// kicks it.
+	call        *upstream.WireCall
 	callStarted bool
 	// started is when the resolution began, by the real clock (the one
 	// the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
 	started time.Time
+}
+
+// wireFlight is a flight with its upstream call: one allocation for both.
+type wireFlight struct {
+	flight
+	call upstream.WireCall
 }
 
 // flights coalesces identical misses and caps how many resolutions run at
@@ -63,11 +70,11 @@ type flights struct {
 	ctx     context.Context // cancelled by close: shutdown abandons resolutions
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	workers *workers // the resolutions' goroutines
+	workers *workers // goroutines for what may wait (a chase, a general answer)
 
 	// deadlines are the waiting wire waiters by query_timeout, a min-heap
 	// under mu, and expiry the one timer, set to the earliest
-	// (wiremiss.go): no timer per flight or per client.
+	// (wiredeadlines.go): no timer per flight or per client.
 	deadlines wireDeadlines
 	expiry    *time.Timer
 
@@ -87,21 +94,20 @@ func newFlights(c *cache.Cache) *flights {
 	return f
 }
 
-// outcome is how a resolution ended: the reply (msg, or wire when it came
-// and was prepared as bytes), the upstream server that replied ("" when
-// unknown) and the error.
+// outcome is how a resolution ended: the answer prepared from the reply's
+// bytes (wire, when wireOK; read-only once the flight is done), the
+// upstream server that replied ("" when unknown) and the error. msg is set
+// instead of wire only for a flight join made of a fresh cache entry.
 type outcome struct {
-	msg *dns.Msg // the upstream's reply; shared, so read-only for waiters
-	// wire is the reply prepared from its bytes (the wire miss path), when
-	// wireOK; read-only once the flight is done.
 	wire   cache.WireAnswer
 	wireOK bool
+	msg    *dns.Msg
 	server string
 	err    error
 }
 
-// message is the reply as a dns.Msg for a general-path waiter: msg itself
-// (shared, read-only), or a copy made from the wire answer.
+// message is the answer as a dns.Msg for a general-path waiter: a copy
+// made from the prepared answer, as a hit right after storing shows it.
 func (o *outcome) message() *dns.Msg {
 	if o.msg == nil && o.wireOK {
 		return o.wire.Message()
@@ -109,12 +115,10 @@ func (o *outcome) message() *dns.Msg {
 	return o.msg
 }
 
-// resolveFunc performs one resolution; it must honour ctx.
-type resolveFunc func(ctx context.Context) outcome
-
-// join returns the flight for key, starting it with resolve when none runs.
-// started reports whether this call started it (for prefetch accounting);
-// ok is false when a new flight was needed but limit flights already run.
+// join returns the flight for key, making one that will run res when none
+// runs (started: the caller then calls its start, outside the lock); ok
+// is false when a new flight was needed but limit flights already run.
+// started also tells prefetch accounting that this call started it.
 //
 // A client's miss (fromCache) first looks at the cache, under the lock
 // that a finishing flight takes to leave running: a flight stores its
@@ -122,17 +126,17 @@ type resolveFunc func(ctx context.Context) outcome
 // that flight ended finds the answer here rather than asking the upstream a
 // second time; a fresh entry comes back as a flight already done. A
 // prefetch does not look: its entry is fresh, and it is meant to refresh it.
-func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, fromCache bool) (fl *flight, started, ok bool) {
+func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, found := f.running[key]; found {
 		return fl, false, true
 	}
 	if fromCache {
-		if res, fresh := f.cache.Fresh(key); fresh {
+		if r, fresh := f.cache.Fresh(key); fresh {
 			done := make(chan struct{})
 			close(done)
-			return &flight{done: done, outcome: outcome{msg: res.Msg}, started: time.Now()}, false, true
+			return &flight{done: done, outcome: outcome{msg: r.Msg}, started: time.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {
@@ -142,39 +146,57 @@ func (f *flights) join(key cache.Key, limit int, resolve resolveFunc, fromCache 
 		f.rejected.Add(1)
 		return nil, false, false
 	}
-	return f.startLocked(key, resolve), true, true
+	return f.newLocked(key, res), true, true
 }
 
-// startLocked starts a flight for key running resolve; f.mu is held.
-func (f *flights) startLocked(key cache.Key, resolve resolveFunc) *flight {
-	fl := &flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, resolve: resolve}
-	f.launchLocked(fl)
-	return fl
+// joinWire adds w to the flight for key (which may alias a packet: it is
+// only looked up), making one that will run res when none runs (started:
+// the caller then calls its start). It reports false, having changed
+// nothing, when a new flight is needed but the cache has an entry for key
+// since the caller looked (a flight that just ended stored it: ServeDNS
+// answers from it), the flights are closing, or limit flights run
+// (ServeDNS's miss decision then answers).
+func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res resolution) (fl *flight, started, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl, found := f.running[key]
+	if !found {
+		if f.cache.Has(key) || f.ctx.Err() != nil || f.inflight.Load() >= int64(limit) {
+			return nil, false, false
+		}
+		// The flight's key is kept: a string of its own.
+		key.Name = strings.Clone(key.Name)
+		fl = f.newLocked(key, res)
+		started = true
+	}
+	if fl.waiters == nil {
+		fl.waiters = fl.inline[:0]
+	}
+	fl.waiters = append(fl.waiters, w)
+	w.fl = fl
+	if f.deadlines.push(w) {
+		f.expiry.Reset(time.Until(w.deadline))
+	}
+	return fl, started, true
 }
 
-// launchLocked counts fl in and hands it to a goroutine; f.mu is held.
-func (f *flights) launchLocked(fl *flight) {
-	f.addLocked(fl)
-	f.workers.run(fl)
-}
-
-// addLocked counts fl in; f.mu is held. It ends with finish.
-func (f *flights) addLocked(fl *flight) {
+// newLocked makes and counts in the flight for key running res; f.mu is
+// held. It ends with finish.
+func (f *flights) newLocked(key cache.Key, res resolution) *flight {
+	wf := &wireFlight{flight: flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, res: res}}
+	fl := &wf.flight
+	fl.call = &wf.call
 	f.inflight.Add(1)
-	f.running[fl.key] = fl
+	f.running[key] = fl
 	f.wg.Add(1)
-}
-
-// run is the flight's goroutine: the resolution, then finish.
-func (fl *flight) run() {
-	fl.finish(fl.resolveRecovered())
+	return fl
 }
 
 // finish ends the flight with o: it leaves the running set, its
 // general-path waiters are woken and its wire waiters answered.
 func (fl *flight) finish(o outcome) {
 	if !fl.finished.CompareAndSwap(false, true) {
-		return // ended already (startWire's recovery, then a late reply)
+		return // ended already (start's recovery, then a late reply)
 	}
 	f := fl.f
 	defer f.wg.Done()
@@ -191,22 +213,6 @@ func (fl *flight) finish(o outcome) {
 	close(fl.done)
 	for _, w := range waiters {
 		w.h.answerWire(fl, w, false)
-	}
-}
-
-// resolveRecovered runs the flight's resolution. A panic in it fails the
-// resolution instead of the process: its waiters get SERVFAIL (or stale),
-// as ServeDNS's recoverer gives a query whose handler panicked, and
-// flights.onPanic is told.
-func (fl *flight) resolveRecovered() (o outcome) {
-	defer fl.recoverInto(&o)
-	return fl.resolve(fl.f.ctx)
-}
-
-// recoverInto, deferred, turns a panic in a resolution into its failure.
-func (fl *flight) recoverInto(o *outcome) {
-	if v := recover(); v != nil {
-		*o = fl.panicOutcome(v, debug.Stack())
 	}
 }
 
@@ -245,12 +251,12 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 func (f *flights) close() {
 	f.cancel()
 	f.expiry.Stop()
-	// A wire resolution waiting for its first reply has no goroutine
-	// watching the context: one takes it over.
+	// A resolution waiting for its first reply has no goroutine watching
+	// the context: one takes it over.
 	f.mu.Lock()
 	for _, fl := range f.running {
 		if fl.callStarted {
-			fl.wireCall.Kick()
+			fl.call.Kick()
 		}
 	}
 	f.mu.Unlock()

@@ -43,7 +43,7 @@ func FuzzServeDNS(f *testing.F) {
 		f.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones: []Zone{{Name: ".", Upstream: memUpstream}, {Name: "consul.", Upstream: memUpstream}},
+		Zones: []Zone{{Name: ".", Upstream: overLoopback(f, ".", memUpstream)}, {Name: "consul.", Upstream: overLoopback(f, "consul.", memUpstream)}},
 		// Local data and a pushed source, chained as the daemon does:
 		// every name a client sends reaches their Lookup.
 		Records:            Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}},

@@ -1,8 +1,6 @@
 package resolver
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -168,15 +166,12 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		if s.staleAtOnce(res.TTL, res.Expired) {
 			wait = 0 // just expired: the refresh runs behind the stale answer
 		}
-		if hr, ok := zone.Upstream.(HealthReporter); ok {
-			zoneDown = hr.AllDownSignal()
-			if hr.AllDown() {
-				// Every server of the zone has failed repeatedly: waiting
-				// out the client response timer would only delay the stale
-				// answer it will get anyway. The refresh still runs, as a
-				// probe.
-				wait = 0
-			}
+		zoneDown = zone.Upstream.AllDownSignal()
+		if zone.Upstream.AllDown() {
+			// Every server of the zone has failed repeatedly: waiting out
+			// the client response timer would only delay the stale answer
+			// it will get anyway. The refresh still runs, as a probe.
+			wait = 0
 		}
 	}
 	if wait == 0 && stale != nil {
@@ -217,7 +212,10 @@ func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining
 	if !s.wantsPrefetch(ttl, remaining) {
 		return false
 	}
-	_, started, _ := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), false)
+	fl, started, _ := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, false)
+	if started {
+		fl.start()
+	}
 	return started
 }
 
@@ -255,10 +253,13 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg
 		}
 		return nil, missDecline
 	}
-	fl, _, ok := h.flights.join(key, s.MaxInflight, h.resolver(s, zone, key), true)
+	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, true)
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback
+	}
+	if started {
+		fl.start()
 	}
 	return fl, missWait
 }
@@ -274,72 +275,4 @@ func (h *Handler) fail(a answer, stale *dns.Msg, record func(string, int, bool))
 	}
 	record(SourceUpstream, dns.RcodeServerFailure, false)
 	a.rcode(dns.RcodeServerFailure)
-}
-
-// resolver returns the function a flight runs for key: ask the zone's
-// upstream, then apply the store policy.
-func (h *Handler) resolver(s *settings, zone Zone, key cache.Key) resolveFunc {
-	return func(ctx context.Context) outcome {
-		ctx, cancel := context.WithTimeout(ctx, s.UpstreamTimeout)
-		defer cancel()
-		reply, server, err := h.exchange(ctx, s, zone, key)
-		return h.settle(zone, key, reply, server, err)
-	}
-}
-
-// settle applies the store policy to a resolution's reply (or error) and
-// makes its outcome for the waiting clients.
-func (h *Handler) settle(zone Zone, key cache.Key, reply *dns.Msg, server string, err error) outcome {
-	if err == nil {
-		// The clients waiting get the reply shaped as a later hit will
-		// show it (TTLs clamped, RFC 2308's negative TTL), stored or
-		// not: one reply shape (issue 11).
-		switch reply.Rcode {
-		case dns.RcodeSuccess:
-			if stored, reason := h.cache.Set(key, reply); !stored {
-				h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
-			}
-			return outcome{msg: h.cache.Shape(reply), server: server}
-		case dns.RcodeNameError:
-			// NXDOMAIN is an answer, not a failure: it is passed on and
-			// never cached, and an old entry for the name must not come
-			// back later as stale (the name is gone).
-			h.cache.Remove(key)
-			return outcome{msg: h.cache.Shape(reply), server: server}
-		default:
-			err = errUpstreamRcode{reply.Rcode}
-		}
-	}
-	h.cache.MarkRefreshFailed(key)
-	if !errors.Is(err, context.Canceled) {
-		h.log.Debug("upstream failed", "zone", zone.Name, "name", key.Name,
-			"type", dns.TypeToString[key.Type], "err", err)
-	}
-	return outcome{server: server, err: err}
-}
-
-type errUpstreamRcode struct{ rcode int }
-
-func (e errUpstreamRcode) Error() string {
-	return "upstream answered " + RcodeLabel(e.rcode)
-}
-
-// upstreamQuery builds the question towerd sends for key: recursion desired,
-// AD, the client's DO and CD bits, and an EDNS buffer of 1232 bytes (the DNS
-// flag day 2020 value, which avoids IP fragmentation).
-//
-// AD is always set (RFC 6840 §5.7: AD in a query asks for AD in the reply
-// without the DNSSEC records of DO), so a validating upstream's AD reaches
-// the clients that ask for it, glibc's `options trust-ad` among them. The
-// cache key has no AD bit: which client filled an entry must not decide
-// what the next one sees; whether a client gets AD is the reply core's rule
-// (replyShape.adOK).
-func upstreamQuery(key cache.Key) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetQuestion(key.Name, key.Type)
-	m.Question[0].Qclass = key.Class
-	m.AuthenticatedData = true
-	m.CheckingDisabled = key.CD
-	m.SetEdns0(advertisedUDPSize, key.DO)
-	return m
 }

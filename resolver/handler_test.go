@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 func TestTTLCountsDownOnHits(t *testing.T) {
@@ -144,10 +145,11 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	key := cache.NewKey("joined.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, _, _ := e.h.flights.join(key, 10, func(context.Context) outcome {
+	fl, _, _ := e.h.flights.join(key, 10, resolution{}, false) // never started: ended below
+	go func() {
 		<-release
-		return outcome{err: context.Canceled}
-	}, false)
+		fl.finish(outcome{err: context.Canceled})
+	}()
 	e.h.flights.mu.Lock()                       // the handler reads it after its own join
 	fl.started = time.Now().Add(-2 * time.Hour) // running past the timer
 	e.h.flights.mu.Unlock()
@@ -301,24 +303,26 @@ func TestCoalescing(t *testing.T) {
 }
 
 // deadUpstream never answers and says all its servers are down, as an
-// upstream.Group does after repeated failures.
+// upstream.Group does after repeated failures. Its resolutions end with
+// their context (shutdown).
 type deadUpstream struct{ asked chan struct{} }
 
-func (d deadUpstream) Exchange(ctx context.Context, _ *dns.Msg) (*dns.Msg, error) {
+func (d deadUpstream) StartWire(_ *upstream.WireCall, q upstream.WireQuery, recv upstream.WireReceiver) {
 	d.asked <- struct{}{}
-	<-ctx.Done()
-	return nil, ctx.Err()
+	go func() {
+		<-q.Ctx.Done()
+		recv.ReceiveWire(upstream.WireReply{}, q.Ctx.Err())
+	}()
 }
 func (deadUpstream) Address() string { return "dead" }
-func (deadUpstream) Close() error    { return nil }
 func (deadUpstream) AllDown() bool   { return true }
 
 // AllDownSignal: already all down, so no client ever waits for the signal.
 func (deadUpstream) AllDownSignal() <-chan struct{} { return nil }
 
 var (
-	_ HealthReporter = deadUpstream{}
-	_ HealthReporter = downingUpstream{}
+	_ Upstream = deadUpstream{}
+	_ Upstream = downingUpstream{}
 )
 
 // When every server of the zone is known down, a client with a stale answer

@@ -196,3 +196,38 @@ func hasEDE(r *dns.Msg, code uint16) bool {
 	}
 	return false
 }
+
+// overLoopback serves fn on a loopback upstream of the test kit and returns
+// a group for zone over it: the upstream of a test that answers from a
+// function (since issue 22 a zone's upstream is a Group: every resolution
+// is the one the daemon runs, scrubber included). An error from fn is a
+// SERVFAIL.
+func overLoopback(tb testing.TB, zone string, fn dnstest.ExchangeFunc) *upstream.Group {
+	tb.Helper()
+	u := dnstest.NewUpstream(tb)
+	u.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
+		m, err := fn(context.Background(), q)
+		if err != nil || m == nil {
+			m = new(dns.Msg)
+			m.SetRcode(q, dns.RcodeServerFailure)
+		}
+		return m
+	})
+	g, err := upstream.NewGroup(zone, []string{u.Addr}, upstream.GroupOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { g.Close() })
+	return g
+}
+
+// holdSlot makes a flight for key that never starts, holding one in-flight
+// slot until the test ends (then it is ended, so the handler can close).
+func holdSlot(tb testing.TB, h *Handler, key cache.Key) {
+	tb.Helper()
+	fl, started, ok := h.flights.join(key, h.settings.Load().MaxInflight, resolution{}, false)
+	if !ok || !started {
+		tb.Fatal("no slot to hold")
+	}
+	tb.Cleanup(func() { fl.finish(outcome{err: context.Canceled}) })
+}

@@ -3,12 +3,13 @@ package resolver
 import (
 	"errors"
 	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // DurationBuckets are the bounds of towerd's latency histograms, in seconds:
@@ -38,15 +39,6 @@ func QtypeLabel(qtype uint16) string {
 	return "other"
 }
 
-// RcodeLabel returns the label value of an rcode: its mnemonic ("NXDOMAIN"),
-// or its number when it has none.
-func RcodeLabel(rcode int) string {
-	if name, ok := dns.RcodeToString[rcode]; ok {
-		return name
-	}
-	return strconv.Itoa(rcode)
-}
-
 // Metrics counts answered queries for Prometheus. It implements Observer;
 // hand it to NewHandler, then Instrument the handler and its server so the
 // gauges that are read at scrape time can find them.
@@ -65,7 +57,7 @@ type Metrics struct {
 	// lookups in the vectors (hashing, a read lock each), which weighed on
 	// the fast path's hit (docs/benchmarks.md). The map is replaced, never
 	// changed, under seriesMu; label values come from closed sets (see
-	// QtypeLabel, RcodeLabel, configured zones), so it stays small.
+	// QtypeLabel, dnswire.RcodeName, configured zones), so it stays small.
 	series   atomic.Pointer[map[seriesKey]*querySeries]
 	seriesMu sync.Mutex
 }
@@ -142,7 +134,7 @@ func (m *Metrics) seriesOf(k seriesKey) *querySeries {
 	}
 	s := &querySeries{
 		requests:  m.requests.WithLabelValues(k.proto, k.qtype),
-		responses: m.responses.WithLabelValues(k.zone, k.source, RcodeLabel(k.rcode)),
+		responses: m.responses.WithLabelValues(k.zone, k.source, dnswire.RcodeName(k.rcode)),
 		duration:  m.duration.WithLabelValues(k.source),
 	}
 	next[k] = s

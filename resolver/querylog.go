@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The query log (issue 15): one structured line per answered query, in the
@@ -53,7 +55,7 @@ func (h *Handler) logQuery(r *request, q Query) {
 		slog.String("client", r.client.Unmap().String()),
 		slog.String("name", strings.Clone(strings.ToLower(dns.Fqdn(r.qname)))),
 		slog.String("type", qtype),
-		slog.String("rcode", RcodeLabel(q.Rcode)),
+		slog.String("rcode", dnswire.RcodeName(q.Rcode)),
 		slog.String("source", q.Source),
 	)
 	if q.Server != "" {

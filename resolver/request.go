@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // This file is the one admission step and the one reply core of every
@@ -13,21 +15,6 @@ import (
 // decides what a request gets without going further, replyShape frames the
 // reply, and observe counts it. The routes differ only in how they read
 // the packet and how they write the reply (bytes or dns.Msg).
-
-// Header flag bits (RFC 1035 §4.1.1; RFC 4035 §3.2 for AD and CD).
-const (
-	flagQR = 1 << 15
-	flagAA = 1 << 10
-	flagTC = 1 << 9
-	flagRD = 1 << 8
-	flagRA = 1 << 7
-	flagZ  = 1 << 6
-	flagAD = 1 << 5
-	flagCD = 1 << 4
-)
-
-// opcodeOf is the opcode field of a header's flags.
-func opcodeOf(flags uint16) int { return int(flags>>11) & 0xF }
 
 // advertisedUDPSize is the EDNS buffer towerd offers to clients and asks of
 // upstreams (DNS flag day 2020: 1232 bytes fits any path without IP
@@ -94,34 +81,34 @@ func msgFlags(m *dns.Msg) uint16 {
 			f |= flag
 		}
 	}
-	set(m.Response, flagQR)
-	set(m.Authoritative, flagAA)
-	set(m.Truncated, flagTC)
-	set(m.RecursionDesired, flagRD)
-	set(m.RecursionAvailable, flagRA)
-	set(m.Zero, flagZ)
-	set(m.AuthenticatedData, flagAD)
-	set(m.CheckingDisabled, flagCD)
+	set(m.Response, dnswire.FlagQR)
+	set(m.Authoritative, dnswire.FlagAA)
+	set(m.Truncated, dnswire.FlagTC)
+	set(m.RecursionDesired, dnswire.FlagRD)
+	set(m.RecursionAvailable, dnswire.FlagRA)
+	set(m.Zero, dnswire.FlagZ)
+	set(m.AuthenticatedData, dnswire.FlagAD)
+	set(m.CheckingDisabled, dnswire.FlagCD)
 	return f
 }
 
 // setMsgFlags is msgFlags the other way: m's header from a flags word
 // (dns.Msg.setHdr is not exported).
 func setMsgFlags(m *dns.Msg, f uint16) {
-	m.Response = f&flagQR != 0
-	m.Opcode = opcodeOf(f)
-	m.Authoritative = f&flagAA != 0
-	m.Truncated = f&flagTC != 0
-	m.RecursionDesired = f&flagRD != 0
-	m.RecursionAvailable = f&flagRA != 0
-	m.Zero = f&flagZ != 0
-	m.AuthenticatedData = f&flagAD != 0
-	m.CheckingDisabled = f&flagCD != 0
+	m.Response = f&dnswire.FlagQR != 0
+	m.Opcode = dnswire.Opcode(f)
+	m.Authoritative = f&dnswire.FlagAA != 0
+	m.Truncated = f&dnswire.FlagTC != 0
+	m.RecursionDesired = f&dnswire.FlagRD != 0
+	m.RecursionAvailable = f&dnswire.FlagRA != 0
+	m.Zero = f&dnswire.FlagZ != 0
+	m.AuthenticatedData = f&dnswire.FlagAD != 0
+	m.CheckingDisabled = f&dnswire.FlagCD != 0
 	m.Rcode = int(f & 0xF)
 }
 
 // cd is the request's Checking Disabled bit, part of the cache key.
-func (r *request) cd() bool { return r.flags&flagCD != 0 }
+func (r *request) cd() bool { return r.flags&dnswire.FlagCD != 0 }
 
 func (r *request) proto() string {
 	if r.tcp {
@@ -136,10 +123,10 @@ func (r *request) proto() string {
 // queries, and answering them could be used for reflection), opcodes other
 // than QUERY get NOTIMP, anything but exactly one question gets FORMERR.
 func acceptHeader(flags uint16, qdcount int) dns.MsgAcceptAction {
-	if flags&flagQR != 0 {
+	if flags&dnswire.FlagQR != 0 {
 		return dns.MsgIgnore
 	}
-	if opcodeOf(flags) != dns.OpcodeQuery {
+	if dnswire.Opcode(flags) != dns.OpcodeQuery {
 		return dns.MsgRejectNotImplemented
 	}
 	if qdcount != 1 {
@@ -156,7 +143,7 @@ func acceptHeader(flags uint16, qdcount int) dns.MsgAcceptAction {
 func admit(s *settings, r *request) (rcode int, ok bool) {
 	// QR is the listener's to judge (it drops responses before parsing); a
 	// message handed to ServeDNS directly is judged as the query it carries.
-	switch acceptHeader(r.flags&^flagQR, r.qdcount) {
+	switch acceptHeader(r.flags&^dnswire.FlagQR, r.qdcount) {
 	case dns.MsgRejectNotImplemented:
 		return dns.RcodeNotImplemented, false
 	case dns.MsgReject:
@@ -200,8 +187,8 @@ type replyShape struct {
 // TCP carries up to a message's maximum.
 func (s *settings) replyShape(r *request) replyShape {
 	sh := replyShape{
-		flags: uint16(flagQR|flagRA) | r.flags&(flagRD|flagCD),
-		adOK:  r.do || r.flags&flagAD != 0,
+		flags: uint16(dnswire.FlagQR|dnswire.FlagRA) | r.flags&(dnswire.FlagRD|dnswire.FlagCD),
+		adOK:  r.do || r.flags&dnswire.FlagAD != 0,
 		opt:   r.edns,
 		do:    r.do,
 		limit: dns.MinMsgSize,
@@ -220,7 +207,7 @@ func (s *settings) replyShape(r *request) replyShape {
 func (sh replyShape) header(rcode int, ad bool) uint16 {
 	f := sh.flags | uint16(rcode&0xF)
 	if ad && sh.adOK {
-		f |= flagAD
+		f |= dnswire.FlagAD
 	}
 	return f
 }
@@ -247,9 +234,9 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 	f := sh.header(out.Rcode, ad)
 	out.Response = true
 	out.RecursionAvailable = true
-	out.RecursionDesired = f&flagRD != 0
-	out.CheckingDisabled = f&flagCD != 0
-	out.AuthenticatedData = f&flagAD != 0
+	out.RecursionDesired = f&dnswire.FlagRD != 0
+	out.CheckingDisabled = f&dnswire.FlagCD != 0
+	out.AuthenticatedData = f&dnswire.FlagAD != 0
 	if sh.opt {
 		out.SetEdns0(advertisedUDPSize, sh.do)
 		if code := sh.ede(out.Rcode, stale); code != 0 {

@@ -7,15 +7,19 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/upstream"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Zone sends the queries for names at or below Name to Upstream.
 type Zone struct {
 	// Name is the zone apex, e.g. "consul." or "." for everything else.
 	Name string
-	// Upstream answers the zone's queries; usually an *upstream.Group.
-	Upstream upstream.Upstream
+	// Upstream answers the zone's queries: an *upstream.Group.
+	Upstream Upstream
+
+	// below are the zones configured below this one, in wire form: its
+	// servers are not believed about their names (upstream.WireQuery).
+	below [][]byte
 }
 
 // router picks the zone of a query name by longest suffix, comparing labels
@@ -51,6 +55,17 @@ func newRouter(zones []Zone) (*router, error) {
 	sort.SliceStable(sorted, func(i, j int) bool {
 		return dns.CountLabel(sorted[i].Name) > dns.CountLabel(sorted[j].Name)
 	})
+	for i := range sorted {
+		for _, z := range sorted {
+			if z.Name != sorted[i].Name && dns.IsSubDomain(sorted[i].Name, z.Name) {
+				wire, ok := dnswire.AppendWireName(nil, z.Name)
+				if !ok {
+					return nil, fmt.Errorf("zone %q is not a domain name", z.Name)
+				}
+				sorted[i].below = append(sorted[i].below, wire)
+			}
+		}
+	}
 	return &router{zones: sorted}, nil
 }
 

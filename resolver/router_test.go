@@ -1,20 +1,24 @@
 package resolver
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/upstream"
 )
 
 // named is an upstream that is never asked; routing only looks at names.
 type named string
 
-func (n named) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) { panic("not used") }
-func (n named) Address() string                                      { return string(n) }
-func (n named) Close() error                                         { return nil }
+func (n named) StartWire(*upstream.WireCall, upstream.WireQuery, upstream.WireReceiver) {
+	panic("not used")
+}
+func (n named) AllDown() bool                  { return false }
+func (n named) AllDownSignal() <-chan struct{} { return nil }
+func (n named) Address() string                { return string(n) }
 
 func TestRouteLongestSuffix(t *testing.T) {
 	r, err := newRouter([]Zone{

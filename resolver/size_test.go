@@ -34,7 +34,7 @@ func sizeServer(t *testing.T, maxUDP int) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream}}, MaxUDPSize: maxUDP}, c, nil, nil)
+	h, err := NewHandler(Config{Zones: []Zone{{Name: ".", Upstream: overLoopback(t, ".", manyUpstream)}}, MaxUDPSize: maxUDP}, c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestMaxUDPSize(t *testing.T) {
 		}
 	}
 	for _, bad := range []int{511, 65536, -1} {
-		if _, err := newSettings(Config{Zones: []Zone{{Name: ".", Upstream: manyUpstream}}, MaxUDPSize: bad}); err == nil {
+		if _, err := newSettings(Config{Zones: []Zone{{Name: ".", Upstream: named(".")}}, MaxUDPSize: bad}); err == nil {
 			t.Errorf("MaxUDPSize %d accepted", bad)
 		}
 	}

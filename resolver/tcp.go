@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -68,6 +69,8 @@ const (
 	DefaultTCPReadTimeout = 2 * time.Second
 	// DefaultTCPWriteTimeout bounds writing one reply.
 	DefaultTCPWriteTimeout = 2 * time.Second
+	// tcpReadBuffer is a connection's read buffer.
+	tcpReadBuffer = 4096
 	// MaxTCPQuerySize is the longest query towerd reads over TCP: one
 	// question with an OPT record and its options fits many times over. A
 	// longer length prefix closes the connection without reading on.
@@ -179,6 +182,13 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 	var query []byte // MaxTCPQuerySize, allocated with the first query
 	var out []byte
 	var q plainQuery
+	miss := tcpMiss{report: t.onPanic}
+	q.replier = &miss
+	// Queries are read through a buffer: a client that sends several
+	// without waiting (as stub resolvers and dnsperf do) costs one read
+	// for all that arrived, not three per query. The deadlines are the
+	// connection's, for whatever the buffer must wait for.
+	rd := bufio.NewReaderSize(c, tcpReadBuffer)
 	for {
 		// Idle: only now may the cap close this connection for a newer one.
 		if !t.budget.setIdle(tc) {
@@ -186,7 +196,7 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 			return
 		}
 		_ = c.SetReadDeadline(time.Now().Add(t.limits.idle))
-		if _, err := io.ReadFull(c, prefix[:1]); err != nil {
+		if _, err := io.ReadFull(rd, prefix[:1]); err != nil {
 			switch {
 			case isTimeout(err):
 				reason = tcpClosedIdle
@@ -199,7 +209,7 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 			return // closed for a newer connection or by shutdown meanwhile
 		}
 		_ = c.SetReadDeadline(time.Now().Add(t.limits.read))
-		if _, err := io.ReadFull(c, prefix[1:]); err != nil {
+		if _, err := io.ReadFull(rd, prefix[1:]); err != nil {
 			reason = readFailure(err)
 			return
 		}
@@ -211,7 +221,7 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 		if query == nil {
 			query = make([]byte, MaxTCPQuerySize)
 		}
-		if _, err := io.ReadFull(c, query[:n]); err != nil {
+		if _, err := io.ReadFull(rd, query[:n]); err != nil {
 			reason = readFailure(err)
 			return
 		}
@@ -245,6 +255,16 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 func (t *tcpServer) answer(c net.Conn, out, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, error) {
 	if t.fast != nil {
 		if reply, ok := t.answerFast(append(out[:0], 0, 0), pkt, from, q); ok {
+			if len(reply) == 2 {
+				// A wire miss: its flight hands the answer over (tcpMiss);
+				// the connection's goroutine writes it, as it writes a hit.
+				miss := q.replier.(*tcpMiss)
+				<-miss.ended()
+				if len(miss.answer) == 0 {
+					return reply[:0], nil // nothing to send (the waiter panicked)
+				}
+				reply = append(reply, miss.answer...)
+			}
 			binary.BigEndian.PutUint16(reply, uint16(len(reply)-2))
 			_ = c.SetWriteDeadline(time.Now().Add(t.limits.write))
 			_, err := c.Write(reply)
@@ -341,3 +361,43 @@ func (w *tcpWriter) Close() error        { return w.conn.Close() }
 func (w *tcpWriter) TsigStatus() error   { return nil }
 func (w *tcpWriter) TsigTimersOnly(bool) {}
 func (w *tcpWriter) Hijack()             {}
+
+// tcpMiss is a TCP connection's side of the wire miss path (wiremiss.go): a
+// query whose answer is not in the cache waits for its flight like a UDP
+// client's, and whoever ends the flight hands the answer over here instead
+// of writing it (the connection's writes may block; the flight's end may be
+// the upstream's attempt reader). The connection's goroutine, which answers
+// one query at a time, waits for it and writes it.
+type tcpMiss struct {
+	answer []byte
+	done   chan struct{}
+	report func(v any, stack []byte) // the server's onPanic
+}
+
+var _ wireReplier = (*tcpMiss)(nil)
+
+// ended is where the answer's end is signalled, once per miss.
+func (m *tcpMiss) ended() <-chan struct{} { return m.done }
+
+func (m *tcpMiss) beginMiss() bool {
+	if m.done == nil {
+		m.done = make(chan struct{}, 1)
+	}
+	select {
+	case <-m.done: // a miss the flights turned away ended without an answer
+	default:
+	}
+	m.answer = m.answer[:0]
+	return true
+}
+
+// sendMiss keeps a copy of the answer: b is the caller's buffer.
+func (m *tcpMiss) sendMiss(b []byte, _ netip.AddrPort) { m.answer = append(m.answer[:0], b...) }
+
+func (m *tcpMiss) endMiss() { m.done <- struct{}{} }
+
+func (m *tcpMiss) missPanicked(v any, stack []byte) {
+	if m.report != nil {
+		m.report(v, stack)
+	}
+}

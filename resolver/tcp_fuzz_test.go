@@ -43,7 +43,7 @@ func FuzzTCPStream(f *testing.F) {
 		f.Fatal(err)
 	}
 	h, err := NewHandler(Config{
-		Zones:              []Zone{{Name: ".", Upstream: memUpstream}, {Name: "consul.", Upstream: memUpstream}},
+		Zones:              []Zone{{Name: ".", Upstream: overLoopback(f, ".", memUpstream)}, {Name: "consul.", Upstream: overLoopback(f, "consul.", memUpstream)}},
 		ServeStale:         true,
 		StaleClientTimeout: time.Second,
 		StaleAnswerTTL:     30 * time.Second,

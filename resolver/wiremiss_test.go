@@ -218,12 +218,18 @@ func TestWireMissMatchesServeDNS(t *testing.T) {
 	}
 }
 
-// The upstream query the wire path packs is upstreamQuery's.
+// The upstream query is what miekg/dns packs for the rules of
+// appendUpstreamQuery's comment: RD, AD, the key's CD, EDNS 1232 with its DO.
 func TestAppendUpstreamQuery(t *testing.T) {
-	for _, name := range []string{"www.example.", "a.", "."} {
+	for _, name := range []string{"www.example.", "a.", ".", `a\.b.example.`} {
 		for _, flags := range []struct{ do, cd bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 			key := cache.NewKey(name, dns.TypeAAAA, dns.ClassINET, flags.do, flags.cd)
-			want, err := upstreamQuery(key).Pack()
+			m := new(dns.Msg)
+			m.SetQuestion(key.Name, key.Type)
+			m.AuthenticatedData = true
+			m.CheckingDisabled = key.CD
+			m.SetEdns0(advertisedUDPSize, key.DO)
+			want, err := m.Pack()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -386,19 +392,27 @@ func TestWireDeadlines(t *testing.T) {
 }
 
 // A resolution that panics fails like one that errs: the process lives,
-// the waiting clients get SERVFAIL, and onPanic hears of it.
+// the waiting ServeDNS client gets SERVFAIL, and onPanic hears of it.
 func TestResolutionPanicIsRecovered(t *testing.T) {
-	h, _ := diffHandler(t, nil)
-	var told any
-	h.flights.onPanic = func(v any, _ []byte) { told = v }
-	key := cache.NewKey("boom.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, _, ok := h.flights.join(key, 10, func(context.Context) outcome { panic("boom") }, false)
-	if !ok {
-		t.Fatal("not started")
+	u := wireUpstream(t)
+	g, err := upstream.NewGroup(".", []string{u.Addr}, upstream.GroupOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	<-fl.done
-	if fl.err == nil || told != "boom" {
-		t.Fatalf("err %v, told %v", fl.err, told)
+	t.Cleanup(func() { g.Close() })
+	h, _ := diffHandlerWith(t, nil, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: &panickingWire{Group: g}}}
+		c.Allow = diffAllow
+	})
+	var told atomic.Value
+	h.flights.onPanic = func(v any, _ []byte) { told.Store(v) }
+	pkt := variant{name: "boom.example.", qtype: dns.TypeA, rd: true}.pack(t)
+	got := new(dns.Msg)
+	if err := got.Unpack(generalReply(h, pkt)); err != nil {
+		t.Fatal(err)
+	}
+	if got.Rcode != dns.RcodeServerFailure || told.Load() != "wire start" {
+		t.Fatalf("rcode %s, told %v", dns.RcodeToString[got.Rcode], told.Load())
 	}
 }
 
@@ -409,9 +423,9 @@ type panickingWire struct {
 	calls atomic.Int32
 }
 
-func (p *panickingWire) StartWire(c *upstream.WireCall, ctx context.Context, query []byte, deadline time.Time, recv upstream.WireReceiver) {
+func (p *panickingWire) StartWire(c *upstream.WireCall, q upstream.WireQuery, recv upstream.WireReceiver) {
 	p.calls.Add(1)
-	p.Group.StartWire(c, ctx, query, deadline, recv)
+	p.Group.StartWire(c, q, recv)
 	panic("wire start")
 }
 
@@ -457,5 +471,43 @@ func TestWireStartPanicEndsTheFlight(t *testing.T) {
 	}
 	if up.calls.Load() != 2 || told.Load() != 2 {
 		t.Fatalf("%d starts, %d panics told; want 2 and 2", up.calls.Load(), told.Load())
+	}
+}
+
+// TestWireMissOverTCPMatchesServeDNS: a TCP client's miss takes the wire
+// path too (issue 22: its answer handed to the connection's goroutine,
+// tcpMiss) and gets the answer ServeDNS gives over TCP for the same
+// upstream reply, with TCP's size limit.
+func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
+	u := wireUpstream(t)
+	hw, _ := wireHandler(t, u.Addr, nil, nil)
+	hg, _ := wireHandler(t, u.Addr, nil, nil)
+	from := diffClients[0].addr
+	miss := &tcpMiss{}
+	wireAnswered := 0
+	for i, v := range wireVariants() {
+		if i%3 != 0 {
+			continue
+		}
+		pkt := v.pack(t)
+		q := plainQuery{replier: miss}
+		reply, ok := hw.answerPacket(nil, pkt, from, true, &q)
+		var first []byte
+		switch {
+		case ok && len(reply) == 0:
+			<-miss.ended()
+			first = append([]byte(nil), miss.answer...)
+			wireAnswered++
+		case ok:
+			first = reply
+		default:
+			first = generalReplyOver(hw, pkt, from, true)
+		}
+		if diff, same := sameReply(first, generalReplyOver(hg, pkt, from, true)); !same {
+			t.Errorf("%s %s: %s", v.name, dns.TypeToString[v.qtype], diff)
+		}
+	}
+	if wireAnswered < 30 {
+		t.Errorf("only %d TCP queries took the wire miss path", wireAnswered)
 	}
 }

@@ -30,8 +30,7 @@ func newWorkers() *workers {
 	return &workers{idleTimeout: workerIdleTimeout, idle: make(chan chan job, maxIdleWorkers), quit: make(chan struct{})}
 }
 
-// job is what a worker runs. A flight is one itself, so starting it costs
-// no closure.
+// job is what a worker runs.
 type job interface{ run() }
 
 // jobFunc is a func as a job.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // GroupOptions tunes a Group. The zero value of every field means its
@@ -99,11 +101,12 @@ func setDefault[T int | uint16 | time.Duration](v *T, def T) {
 // are there for when it fails. It is safe for concurrent use.
 type Group struct {
 	name string
-	zone string // name, lower-cased and fully qualified: what Scrub keeps
-	// zoneWire is zone in wire form, for the wire check (wirecheck.go).
-	zoneWire []byte
-	opts     GroupOptions
-	servers  []*server
+	zone string // name, lower-cased and fully qualified
+	// scope is what the group's servers are believed about: its zone
+	// (scrubwire.go).
+	scope   Scope
+	opts    GroupOptions
+	servers []*server
 
 	// scrubbed counts the records Scrub dropped, per section (answer,
 	// authority, additional); Metrics reads them at scrape time.
@@ -153,7 +156,12 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 		return nil, fmt.Errorf("group %q: not a domain name", name)
 	}
 	g := &Group{name: name, zone: strings.ToLower(dns.Fqdn(name)), opts: opts}
-	g.zoneWire = wireZone(g.zone)
+	var zone [dnswire.MaxNameLen]byte
+	n, err := dns.PackDomainName(g.zone, zone[:], 0, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: %w", name, err)
+	}
+	g.scope.Zone = append([]byte(nil), zone[:n]...)
 	for _, addr := range servers {
 		plain, err := NewPlain(addr)
 		if err != nil {

@@ -8,11 +8,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // maxMessageSize is the largest DNS message either transport can carry; a
@@ -61,32 +62,35 @@ func (p *Plain) Close() error { return nil }
 // of a spoofing attempt or of a confused middlebox.
 func (p *Plain) Mismatches() uint64 { return p.mismatches.Load() }
 
-// Exchange sends a copy of m with a fresh random ID over a new UDP socket and
-// returns the first reply that matches it; a truncated reply is fetched again
-// over TCP. ctx's deadline bounds both; without one, 2s does. The reply
-// carries m's original ID. Failures wrap ErrTimeout or ErrNetwork, or are
-// the context's error when the caller cancelled; a SERVFAIL or REFUSED reply
-// comes back with a *RcodeError.
+// Exchange sends m with a fresh random ID over a new UDP socket and returns
+// the first reply that matches it; a truncated reply is fetched again over
+// TCP. ctx's deadline bounds both; without one, 2s does. The reply carries
+// m's original ID. Failures wrap ErrTimeout or ErrNetwork, or are the
+// context's error when the caller cancelled; a SERVFAIL or REFUSED reply
+// comes back with a *RcodeError. (A Group's health probe asks with it; a
+// resolution's attempts are the Group's own, on bytes.)
 func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, plainFallbackTimeout)
 		defer cancel()
 	}
-	reply, err := p.exchangeUDP(ctx, m)
-	if err == nil && reply.Truncated {
-		reply, err = p.exchangeTCP(ctx, m)
+	packed, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
+	}
+	raw, err := p.exchangeUDP(ctx, packed)
+	if err == nil && binary.BigEndian.Uint16(raw[2:])&dnswire.FlagTC != 0 {
+		raw, err = p.exchangeTCP(ctx, packed)
 	}
 	if err != nil {
 		return nil, err
 	}
+	reply := new(dns.Msg)
+	if err := reply.Unpack(raw); err != nil {
+		return nil, fmt.Errorf("reading from %s: %w: %w", p.addr, ErrNetwork, err)
+	}
 	reply.Id = m.Id
-	return p.finish(reply)
-}
-
-// finish turns a failure rcode into a *RcodeError. The reply's ID is the
-// attempt's until the caller gives it the query's.
-func (p *Plain) finish(reply *dns.Msg) (*dns.Msg, error) {
 	if isFailureRcode(reply.Rcode) {
 		return reply, &RcodeError{Server: p.addr, Rcode: reply.Rcode}
 	}
@@ -95,22 +99,17 @@ func (p *Plain) finish(reply *dns.Msg) (*dns.Msg, error) {
 
 // exchangeUDP is one query over a new UDP socket (udpsock.go): a fresh
 // random source port from the kernel (RFC 5452 section 4.5), a fresh random
-// ID, the first reply that matches; ctx bounds the wait.
-func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	bufp := packPool.Get().(*[]byte)
-	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+// ID in a copy of packed, the first reply that matches and parses; ctx
+// bounds the wait.
+func (p *Plain) exchangeUDP(ctx context.Context, packed []byte) ([]byte, error) {
+	qend, err := questionEnd(packed)
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
-	*bufp = packed[:0]
-	qend, _, err := questionEnd(packed)
-	if err != nil {
-		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
-	}
-	binary.BigEndian.PutUint16(packed, randomID())
+	query := append([]byte(nil), packed...)
+	binary.BigEndian.PutUint16(query, randomID())
 	out := make(chan datagram, 1)
-	sock, err := p.openUDP(packed, qend, out, nil)
+	sock, err := p.openUDP(query, qend, out, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sending to %s over udp: %w", p.addr, classify(ctx, err))
 	}
@@ -121,9 +120,12 @@ func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 			if d.err != nil {
 				return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, d.err))
 			}
-			if reply, ok := sock.unpackReply(d.raw); ok {
-				return reply, nil
+			var m dnswire.Msg
+			if m.Parse(d.raw) == nil || m.Flags&dnswire.FlagTC != 0 {
+				return d.raw, nil
 			}
+			p.mismatches.Add(1)
+			sock.rearm()
 		case <-ctx.Done():
 			return nil, fmt.Errorf("reading from %s over udp: %w", p.addr, classify(ctx, ctx.Err()))
 		}
@@ -131,16 +133,18 @@ func (p *Plain) exchangeUDP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 }
 
 // exchangeTCP performs one query/response over a new TCP connection
-// (RFC 7766 section 5: the retry of a truncated UDP reply), with a fresh
-// random ID. RFC 1035 section 4.2.2: a two-byte length prefix frames each
-// message.
-func (p *Plain) exchangeTCP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	query := m.Copy()
-	query.Id = randomID()
-	packed, err := query.Pack()
+// (RFC 7766 section 5: the retry of a truncated UDP reply): packed with a
+// fresh random ID, the first reply that matches it. RFC 1035 section
+// 4.2.2: a two-byte length prefix frames each message.
+func (p *Plain) exchangeTCP(ctx context.Context, packed []byte) ([]byte, error) {
+	qend, err := questionEnd(packed)
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
+	query := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(packed)), uint16(len(packed)))
+	query = append(query, packed...)
+	binary.BigEndian.PutUint16(query[2:], randomID())
+	match := matchOf(query[2:], qend)
 
 	conn, err := p.dial(ctx, "tcp")
 	if err != nil {
@@ -156,8 +160,7 @@ func (p *Plain) exchangeTCP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(longAgo) })
 	defer stop()
 
-	packed = append(binary.BigEndian.AppendUint16(nil, uint16(len(packed))), packed...)
-	if _, err := conn.Write(packed); err != nil {
+	if _, err := conn.Write(query); err != nil {
 		return nil, fmt.Errorf("writing to %s over tcp: %w", p.addr, classify(ctx, err))
 	}
 	for {
@@ -165,12 +168,12 @@ func (p *Plain) exchangeTCP(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading from %s over tcp: %w", p.addr, classify(ctx, err))
 		}
-		reply := new(dns.Msg)
-		if reply.Unpack(raw) != nil || !matches(query, reply) {
+		var m dnswire.Msg
+		if !match.accepts(raw) || m.Parse(raw) != nil {
 			p.mismatches.Add(1)
 			continue
 		}
-		return reply, nil
+		return raw, nil
 	}
 }
 
@@ -209,22 +212,6 @@ func readTCPMessage(conn net.Conn) ([]byte, error) {
 		return nil, err
 	}
 	return msg, nil
-}
-
-// matches reports whether reply answers query: a response with the same ID
-// and the same question (RFC 5452 section 9.1). Names compare
-// case-insensitively (RFC 4343): a server need not keep the query's case.
-func matches(query, reply *dns.Msg) bool {
-	if !reply.Response || reply.Id != query.Id || len(reply.Question) != len(query.Question) {
-		return false
-	}
-	for i, q := range query.Question {
-		r := reply.Question[i]
-		if r.Qtype != q.Qtype || r.Qclass != q.Qclass || !strings.EqualFold(r.Name, q.Name) {
-			return false
-		}
-	}
-	return true
 }
 
 // classify wraps a socket error in the sentinel callers branch on. The

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // defaultResolutionTimeout bounds an Exchange whose context has no deadline;
@@ -39,14 +41,16 @@ const (
 // resolution ended, its state then).
 type attemptResult struct {
 	attempt *attempt
-	reply   *dns.Msg
-	raw     []byte // a reply the wire check passed, not unpacked (ExchangeWire)
-	err     error
-	rtt     time.Duration
+	// raw is the reply: scrubbed when it is an answer (scrub says what was
+	// dropped), as it came for a failure rcode (err a *RcodeError).
+	raw   []byte
+	scrub ScrubResult
+	err   error
+	rtt   time.Duration
 }
 
 // replied reports whether the attempt got a reply, whatever its rcode.
-func (r *attemptResult) replied() bool { return r.reply != nil || r.raw != nil }
+func (r *attemptResult) replied() bool { return r.raw != nil }
 
 // Exchange resolves m through the group and returns the scrubbed reply; see
 // ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
@@ -65,7 +69,7 @@ func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 // the first packet arrives after the third was sent is still heard. The
 // resolution ends then, when ctx is done (only the caller's deadline gives
 // up on a slow server; without one, 5s does), or when every attempt has
-// failed. The reply is scrubbed (Scrub, with the group's name as zone) and
+// failed. The reply is scrubbed (with the group's zone as its scope) and
 // carries m's ID. Without an answer, the last SERVFAIL or REFUSED reply is
 // returned with a *RcodeError, else an error wrapping ErrTimeout or
 // ErrNetwork, or the context's error when the caller cancelled.
@@ -74,25 +78,12 @@ func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, Scr
 	return reply, result, err
 }
 
-// ExchangeScrubbedFrom is ExchangeScrubbed that also names the server
-// (host:port) whose reply it returns, "" when there is none: the resolver
-// chases CNAMEs across zones and logs which upstream answered (issues 11
-// and 15).
-func (g *Group) ExchangeScrubbedFrom(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
-	return g.exchange(ctx, m)
-}
-
-// exchange is the one resolution behind Exchange, ExchangeScrubbed and
-// ExchangeScrubbedFrom: the reply (scrubbed), the server that sent it,
-// what the scrubber dropped.
+// exchange is Exchange and ExchangeScrubbed: the one resolution
+// (ExchangeWire) of m packed, its reply unpacked for a caller that wants a
+// dns.Msg.
 func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultResolutionTimeout)
-		defer cancel()
 	}
 	bufp := packPool.Get().(*[]byte)
 	defer packPool.Put(bufp)
@@ -101,13 +92,18 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 		return nil, "", ScrubResult{}, fmt.Errorf("group %s: packing query: %w", g.name, err)
 	}
 	*bufp = packed[:0]
-	deadline, _ := ctx.Deadline()
-	reply, _, server, err := g.resolve(ctx, deadline, packed, m, false, nil)
-	if reply == nil {
+	wr, err := g.ExchangeWire(ctx, packed, time.Time{})
+	if wr.Raw == nil {
 		return nil, "", ScrubResult{}, err
 	}
+	reply := new(dns.Msg)
+	if uerr := reply.Unpack(wr.Raw); uerr != nil {
+		// The view read it, miekg/dns does not (a record the view does not
+		// read through): as a reply that does not unpack, no answer.
+		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w: reply from %s does not unpack: %w", g.name, ErrNetwork, wr.Server, uerr)
+	}
 	reply.Id = m.Id
-	return reply, server, g.scrub(m.Question, reply), err
+	return reply, wr.Server, wr.Scrub, err
 }
 
 // resolve runs the attempts of one resolution. The query is packed once;
@@ -120,31 +116,12 @@ func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, Scr
 // It ends at deadline, or when ctx is done: the deadline is watched by a
 // pooled timer, so a caller need not make a context for it.
 //
-// With a call (a StartWire resolution the reader handed over, wirecall.go),
-// the first attempt was sent already: the loop goes on from it, its RTO
-// counted from when it was sent, and its socket's datagrams come on
-// call.ch.
-func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, m *dns.Msg, wantRaw bool, call *WireCall) (*dns.Msg, []byte, string, error) {
-	order := g.usable()
-	if call != nil {
-		order = call.order
-	}
-	qend, _, err := questionEnd(packed)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("group %s: packing query: %w", g.name, err)
-	}
-	// query is m, or packed unpacked when a TCP retry needs it (the wire
-	// path's callers have no dns.Msg, and a truncated reply is rare).
-	query := func() (*dns.Msg, error) {
-		if m == nil {
-			m = new(dns.Msg)
-			if err := m.Unpack(packed); err != nil {
-				m = nil
-				return nil, fmt.Errorf("group %s: unpacking query: %w", g.name, err)
-			}
-		}
-		return m, nil
-	}
+// The first attempt was sent already by StartWire (wirecall.go): the loop
+// goes on from it, its RTO counted from when it was sent, and its socket's
+// datagrams come on call.ch. The reply it returns is scrubbed (judge).
+func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, call *WireCall) (attemptResult, error) {
+	order := call.order
+	qend := call.qend
 	// Cancelling attemptCtx ends the TCP retries at once; made with the
 	// first one, as few replies are truncated.
 	var (
@@ -152,17 +129,9 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 		cancelAttempts context.CancelFunc = func() {}
 	)
 	defer func() { cancelAttempts() }()
-	// Each socket hands over at most one datagram before it is rearmed, and
-	// each TCP retry ends once: room for all.
-	var datagrams chan datagram
-	if call != nil {
-		// Not pooled: the first socket's reply may still be given to
-		// the call after the resolution ended.
-		datagrams = call.ch
-	} else {
-		datagrams = getDatagramChan(g.opts.MaxAttempts)
-		defer putDatagramChan(datagrams) // deferred first, so run after the sockets close
-	}
+	// Each socket hands over at most one datagram before it is rearmed (the
+	// call's channel has room for all), and each TCP retry ends once.
+	datagrams := call.ch
 	var results chan attemptResult // made with the first TCP retry
 	var (
 		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
@@ -186,7 +155,7 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 				a.sock.close()
 			}
 		}
-	}() // runs before putDatagramChan
+	}()
 	send := func() {
 		s := order[len(attempts)%len(order)]
 		s.mu.Lock()
@@ -214,12 +183,8 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 			tcpCtx, cancelAttempts = context.WithDeadline(ctx, deadline)
 			results = make(chan attemptResult, g.opts.MaxAttempts)
 		}
-		q, err := query()
-		if err != nil {
-			results <- attemptResult{attempt: a, err: err}
-			return
-		}
-		go g.exchangeTCP(tcpCtx, a, q, results)
+		// A copy: the next attempt writes its own ID into packed.
+		go g.exchangeTCP(tcpCtx, a, append([]byte(nil), packed...), &call.scope, results)
 	}
 
 	var (
@@ -230,9 +195,7 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 		endedAttempts = make([]attemptResult, 0, g.opts.MaxAttempts)
 		outstanding   []attemptResult
 	)
-	if call == nil {
-		send()
-	} else {
+	{
 		a := &call.first
 		attempts = append(attempts, a)
 		pending++
@@ -257,18 +220,21 @@ loop:
 			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
 			if d.err != nil {
 				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
-			} else if wantRaw && wireClean(d.raw, g.zoneWire) {
-				r.raw = d.raw
 			} else {
-				reply, ok := d.sock.unpackReply(d.raw)
-				if !ok {
-					continue
-				}
-				if reply.Truncated {
+				var m dnswire.Msg
+				truncated := len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0
+				if truncated {
 					retryTCP(a)
 					continue
 				}
-				r.reply, r.err = a.server.plain.finish(reply)
+				if m.Parse(d.raw) != nil {
+					// A forgery or a broken server; the genuine reply may
+					// still come.
+					d.sock.plain.mismatches.Add(1)
+					d.sock.rearm()
+					continue
+				}
+				g.judge(a.server.plain, &m, d.raw, &call.scope, &r)
 			}
 		case r = <-results:
 			if r.attempt.state == waitingTCP {
@@ -331,50 +297,46 @@ loop:
 
 	switch {
 	case winner != nil:
-		return winner.reply, winner.raw, winner.attempt.server.plain.Address(), nil
+		return *winner, nil
 	case lastRcode != nil:
-		return lastRcode.reply, nil, lastRcode.attempt.server.plain.Address(), lastRcode.err
+		return *lastRcode, lastRcode.err
 	case ctx.Err() != nil:
-		return nil, nil, "", fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+		return attemptResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case timedOut:
-		return nil, nil, "", fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
+		return attemptResult{}, fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
 	case lastErr != nil:
-		return nil, nil, "", lastErr
+		return attemptResult{}, lastErr
 	}
-	return nil, nil, "", fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+	return attemptResult{}, fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
 
-// exchangeTCP asks a's server again over TCP and hands the result to out.
-func (g *Group) exchangeTCP(ctx context.Context, a *attempt, m *dns.Msg, out chan<- attemptResult) {
+// judge settles a reply p's attempt got, m its view: a failure rcode
+// (SERVFAIL, REFUSED) fails the attempt, with the reply as it came; any
+// other reply is an answer, scrubbed. raw is the caller's: an answer the
+// scrubber leaves alone is raw itself.
+func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *attemptResult) {
+	if rcode := m.Rcode(); isFailureRcode(rcode) {
+		r.raw, r.err = raw, &RcodeError{Server: p.addr, Rcode: rcode}
+		return
+	}
+	r.raw, r.scrub = g.scrubRaw(m, raw, scope)
+}
+
+// exchangeTCP asks a's server query again over TCP and hands the result
+// to out.
+func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, out chan<- attemptResult) {
 	p := a.server.plain
-	reply, err := p.exchangeTCP(ctx, m)
+	raw, err := p.exchangeTCP(ctx, query)
+	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
 	if err == nil {
-		reply, err = p.finish(reply)
-	}
-	out <- attemptResult{attempt: a, reply: reply, err: err, rtt: g.opts.Now().Sub(a.start)}
-}
-
-// datagramChans recycles the resolutions' datagram channels. Once every
-// socket of a resolution is closed nothing more is sent on its channel, so
-// emptying it is all a reuse needs.
-var datagramChans sync.Pool
-
-func getDatagramChan(size int) chan datagram {
-	if c, ok := datagramChans.Get().(chan datagram); ok && cap(c) >= size {
-		return c
-	}
-	return make(chan datagram, size)
-}
-
-func putDatagramChan(c chan datagram) {
-	for {
-		select {
-		case <-c:
-		default:
-			datagramChans.Put(c)
-			return
+		var m dnswire.Msg
+		if perr := m.Parse(raw); perr != nil {
+			r.err = fmt.Errorf("reading from %s over tcp: %w: %w", p.addr, ErrNetwork, perr)
+		} else {
+			g.judge(p, &m, raw, scope, &r)
 		}
 	}
+	out <- r
 }
 
 // timerPool recycles the resolutions' RTO timers. A stopped timer's channel

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/miekg/dns"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // An attempt's UDP socket (udpSock, one per packet sent: a fresh random
@@ -19,9 +19,9 @@ import (
 // accepts), counting a mismatch, and hands the first plausible reply to the
 // socket's channel as a datagram (or, for the first attempt of a StartWire
 // resolution, gives it to the resolution itself: wirecall.go). It then
-// reads nothing more from that socket until the owner, having unpacked the
+// reads nothing more from that socket until the owner, having read the
 // reply, either closes the socket (the resolution is over) or rearms it
-// (the reply did not unpack: a forgery or a broken server; the genuine
+// (the reply did not parse: a forgery or a broken server; the genuine
 // reply may follow). So a miss costs no goroutine per attempt, and every
 // attempt's socket can stay open until its resolution ends.
 
@@ -48,88 +48,38 @@ var packPool = sync.Pool{New: func() any {
 	return &buf
 }}
 
-// questionEnd returns the end of the question section of packed (a query
-// as dns.Msg.Pack writes it: names uncompressed) and its QDCOUNT.
-func questionEnd(packed []byte) (int, uint16, error) {
-	if len(packed) < 12 {
-		return 0, 0, errBadQuery
+// questionEnd returns the end of the question section of packed, a query
+// of one question.
+func questionEnd(packed []byte) (int, error) {
+	var q dnswire.Msg
+	if q.ParseQuestion(packed) != nil || q.QDCount != 1 {
+		return 0, errBadQuery
 	}
-	qd := binary.BigEndian.Uint16(packed[4:])
-	off := 12
-	for range qd {
-		for {
-			if off >= len(packed) {
-				return 0, 0, errBadQuery
-			}
-			l := int(packed[off])
-			if l > 63 {
-				return 0, 0, errBadQuery
-			}
-			off += 1 + l
-			if l == 0 {
-				break
-			}
-		}
-		off += 4
-	}
-	if off > len(packed) {
-		return 0, 0, errBadQuery
-	}
-	return off, qd, nil
+	return q.QEnd, nil
 }
 
-// accepts reports whether b can be the reply to s's query: a response with
-// its ID and its question (RFC 5452 section 9.1), names compared
-// case-insensitively (RFC 4343), read from the wire before any unpacking.
-func (s *udpSock) accepts(b []byte) bool {
-	if len(b) < 12 || b[2]&0x80 == 0 || binary.BigEndian.Uint16(b) != s.id ||
-		binary.BigEndian.Uint16(b[4:]) != s.qdcount || len(b) < 12+len(s.question) {
-		return false
-	}
-	q, r := s.question, b[12:12+len(s.question)]
-	for i := 0; i < len(q); {
-		// Names: label by label. A compression pointer in the reply's
-		// question never equals a length byte of the query's.
-		for {
-			l := int(q[i])
-			if r[i] != q[i] {
-				return false
-			}
-			for j := i + 1; j <= i+l; j++ {
-				if lower(r[j]) != lower(q[j]) {
-					return false
-				}
-			}
-			i += 1 + l
-			if l == 0 {
-				break
-			}
-		}
-		if r[i] != q[i] || r[i+1] != q[i+1] || r[i+2] != q[i+2] || r[i+3] != q[i+3] {
-			return false
-		}
-		i += 4
-	}
-	return true
+// replyMatch is what a reply must carry to be the one to a query: the
+// query's ID and its one question (RFC 5452 section 9.1).
+type replyMatch struct {
+	id            uint16
+	qname         []byte // the query's question name, uncompressed, in the query's bytes
+	qtype, qclass uint16
 }
 
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
+// matchOf is the match of packed, a query whose question ends at qend.
+func matchOf(packed []byte, qend int) replyMatch {
+	return replyMatch{id: binary.BigEndian.Uint16(packed), qname: packed[dnswire.HeaderLen : qend-4],
+		qtype: binary.BigEndian.Uint16(packed[qend-4:]), qclass: binary.BigEndian.Uint16(packed[qend-2:])}
 }
 
-// unpackReply unpacks a datagram's reply; on failure it counts a mismatch
-// and rearms the socket, so the genuine reply can still be heard.
-func (s *udpSock) unpackReply(raw []byte) (*dns.Msg, bool) {
-	reply := new(dns.Msg)
-	if reply.Unpack(raw) != nil {
-		s.plain.mismatches.Add(1)
-		s.rearm()
-		return nil, false
-	}
-	return reply, true
+// accepts reports whether b can be the reply to the query: a response with
+// its ID and its question, the name compared case-insensitively (RFC
+// 4343), read with the view's header and question alone (a truncated reply
+// may be cut after them), before anything else is looked at.
+func (r *replyMatch) accepts(b []byte) bool {
+	var m dnswire.Msg
+	return m.ParseQuestion(b) == nil && m.Flags&dnswire.FlagQR != 0 && m.ID == r.id && m.QDCount == 1 &&
+		m.QType == r.qtype && m.QClass == r.qclass && m.QuestionIs(r.qname)
 }
 
 // parseServer is the server address as the raw transport needs it.

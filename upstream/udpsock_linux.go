@@ -25,12 +25,10 @@ type udpSock struct {
 	mu sync.Mutex // held by the reader while it reads fd, by close to end it
 	fd int        // -1 once closed
 
-	token    uint64 // the socket's key in the reader's table and its epoll data
-	plain    *Plain
-	id       uint16
-	qdcount  uint16
-	question []byte // the query's question section, as sent
-	out      chan<- datagram
+	token uint64 // the socket's key in the reader's table and its epoll data
+	plain *Plain
+	replyMatch
+	out chan<- datagram
 	// call, when set, is the StartWire resolution whose first attempt
 	// this is: the reader hands it the reply itself (WireCall.datagram)
 	// instead of sending it on out.
@@ -334,8 +332,7 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, call *Wire
 	} else {
 		s = new(udpSock)
 	}
-	s.fd, s.plain, s.id = fd, p, binary.BigEndian.Uint16(packed)
-	s.qdcount, s.question, s.out, s.call = binary.BigEndian.Uint16(packed[4:]), packed[12:qend], out, call
+	s.fd, s.plain, s.replyMatch, s.out, s.call = fd, p, matchOf(packed, qend), out, call
 	r.mu.Lock()
 	r.next++
 	s.token = r.next

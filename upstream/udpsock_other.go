@@ -10,16 +10,14 @@ import (
 // udpSock is one attempt's connected UDP socket. Without the Linux reader,
 // each socket has a goroutine of its own that reads it.
 type udpSock struct {
-	conn     net.Conn
-	plain    *Plain
-	id       uint16
-	qdcount  uint16
-	question []byte
-	out      chan<- datagram
-	again    chan struct{}
-	done     chan struct{}
-	exited   chan struct{} // closed when read returns: nothing more is sent on out
-	once     sync.Once
+	conn  net.Conn
+	plain *Plain
+	replyMatch
+	out    chan<- datagram
+	again  chan struct{}
+	done   chan struct{}
+	exited chan struct{} // closed when read returns: nothing more is sent on out
+	once   sync.Once
 }
 
 // sockServer is unused here.
@@ -48,8 +46,7 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, _ *WireCal
 	if conn == nil {
 		return nil, errSelfConnect
 	}
-	s := &udpSock{conn: conn, plain: p, id: uint16(packed[0])<<8 | uint16(packed[1]),
-		qdcount: uint16(packed[4])<<8 | uint16(packed[5]), question: packed[12:qend], out: out,
+	s := &udpSock{conn: conn, plain: p, replyMatch: matchOf(packed, qend), out: out,
 		again: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
 	if _, err := conn.Write(packed); err != nil {
 		conn.Close()

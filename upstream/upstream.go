@@ -4,17 +4,20 @@
 // classic DNS over UDP with a TCP retry when the reply is truncated; Group
 // puts several of them behind one zone with per-server RTT-derived
 // retransmission, attempts that wait for each other, health tracking, and
-// Scrub, which drops what a server says about names it was not asked
-// about. NormalizeAddress turns a configured server into host:port.
+// the scrubber (scrubwire.go), which drops what a server says about names
+// it was not asked about. A Group's one resolution is StartWire
+// (wirecall.go), on bytes: ExchangeWire and Exchange wait for it.
+// NormalizeAddress turns a configured server into host:port.
 package upstream
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Upstream is anything a query can be forwarded to. The shape follows AdGuard
@@ -62,7 +65,7 @@ type RcodeError struct {
 
 // Error implements error.
 func (e *RcodeError) Error() string {
-	return fmt.Sprintf("upstream %s answered %s", e.Server, rcodeName(e.Rcode))
+	return fmt.Sprintf("upstream %s answered %s", e.Server, dnswire.RcodeName(e.Rcode))
 }
 
 // isFailureRcode reports the rcodes that mean "this server could not answer"
@@ -70,13 +73,6 @@ func (e *RcodeError) Error() string {
 // serves stale on SERVFAIL and REFUSED, never on NXDOMAIN).
 func isFailureRcode(rcode int) bool {
 	return rcode == dns.RcodeServerFailure || rcode == dns.RcodeRefused
-}
-
-func rcodeName(rcode int) string {
-	if name, ok := dns.RcodeToString[rcode]; ok {
-		return name
-	}
-	return "RCODE" + strconv.Itoa(rcode)
 }
 
 // Error kinds returned by ErrorKind; they become metric label values, so the

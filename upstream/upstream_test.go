@@ -38,7 +38,7 @@ func TestRcodeErrorMessage(t *testing.T) {
 		want string
 	}{
 		{&RcodeError{Server: "192.0.2.1:53", Rcode: dns.RcodeServerFailure}, "upstream 192.0.2.1:53 answered SERVFAIL"},
-		{&RcodeError{Server: "192.0.2.1:53", Rcode: 3841}, "upstream 192.0.2.1:53 answered RCODE3841"},
+		{&RcodeError{Server: "192.0.2.1:53", Rcode: 3841}, "upstream 192.0.2.1:53 answered 3841"},
 	} {
 		if got := tt.err.Error(); got != tt.want {
 			t.Errorf("Error() = %q, want %q", got, tt.want)

@@ -8,19 +8,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// StartWire is ExchangeWire without a goroutine waiting on it (issue 17's
-// hand-offs): the first attempt is sent by the caller's goroutine before
-// StartWire returns, and when its reply is the first to come and the wire
-// check finds it clean, the process's attempt reader (udpsock_linux.go)
-// ends the resolution itself: it closes the socket, accounts health and
-// RTT, and gives the reply to the receiver. A goroutine takes the
+// StartWire is the one resolution of a Group (ExchangeWire and Exchange wait
+// for it): the first attempt is sent by the caller's goroutine before
+// StartWire returns, and when its reply is the first to come and an
+// answer, the process's attempt reader (udpsock_linux.go) ends the
+// resolution itself: it scrubs the reply, closes the socket, accounts
+// health and RTT, and gives the reply to the receiver. A goroutine takes the
 // resolution over (the same loop as ExchangeWire's, from where it stands)
 // only for what needs waiting or blocking: the first attempt's RTO or the
 // deadline running out (a timer's goroutine), a reply that is not clean
-// (unpacked, TC → TCP, SERVFAIL, REFUSED: a new goroutine), a network
-// error, or Kick. Every rule of a resolution is ExchangeWire's.
+// (TC → TCP, SERVFAIL, REFUSED, one that does not parse: a new goroutine),
+// a network error, or Kick.
 
 // WireReceiver gets a StartWire resolution's outcome, exactly once.
 type WireReceiver interface {
@@ -30,6 +32,24 @@ type WireReceiver interface {
 	// returns (a copy is the receiver's to make). Otherwise it is called
 	// on a goroutine of the resolution's own, which it may keep.
 	ReceiveWire(wr WireReply, err error)
+}
+
+// WireQuery is what StartWire resolves.
+type WireQuery struct {
+	// Ctx's end (shutdown) ends the resolution (see Kick).
+	Ctx context.Context
+	// Packed is the query, one question, uncompressed: its ID is
+	// overwritten by each attempt, and it is not kept after StartWire.
+	Packed []byte
+	// Deadline ends the resolution: the zero time is Ctx's deadline, else
+	// 5 s. A parameter, not a context of its own: context.WithTimeout
+	// costs four allocations (docs/benchmarks.md).
+	Deadline time.Time
+	// Below are the zones configured below the group's (uncompressed wire
+	// form): the servers are not believed about names there, and a chain
+	// that enters one is left for its own zone to answer (Scope,
+	// ScrubResult.ChaseName).
+	Below [][]byte
 }
 
 // WireCall is one StartWire resolution. Its zero value is ready for
@@ -43,6 +63,7 @@ type WireCall struct {
 	recv     WireReceiver
 	query    []byte // a copy of the caller's: the sockets match replies against it
 	qend     int
+	scope    Scope // what the servers are believed about
 
 	first    attempt
 	firstErr error   // the first attempt could not be sent
@@ -72,12 +93,14 @@ const (
 	callDone
 )
 
-// StartWire starts resolving query with c, a zero WireCall (as ExchangeWire:
-// query's ID is overwritten, query is not kept), and returns at once; recv
-// gets the outcome. Kick makes the resolution notice that ctx is done;
-// nothing else watches ctx until a goroutine takes the resolution over.
-func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadline time.Time, recv WireReceiver) {
+// StartWire starts resolving q with c, a zero WireCall, and returns at
+// once; recv gets the outcome. Kick makes the resolution notice that q.Ctx
+// is done; nothing else watches it until a goroutine takes the resolution
+// over.
+func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
+	ctx, query, deadline := q.Ctx, q.Packed, q.Deadline
 	c.g, c.ctx, c.recv = g, ctx, recv
+	c.scope = Scope{Zone: g.scope.Zone, Below: q.Below}
 	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
 		deadline = ctxDeadline
 	}
@@ -91,7 +114,7 @@ func (g *Group) StartWire(c *WireCall, ctx context.Context, query []byte, deadli
 		go c.deliver(WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err)))
 		return
 	}
-	qend, _, err := questionEnd(c.query)
+	qend, err := questionEnd(c.query)
 	if err != nil {
 		c.state = callDone
 		go c.deliver(WireReply{}, fmt.Errorf("group %s: packing query: %w", g.name, err))
@@ -155,7 +178,11 @@ func (c *WireCall) datagram(d datagram) {
 		c.mu.Unlock()
 		return
 	}
-	if d.err != nil || !wireClean(d.raw, c.g.zoneWire) {
+	// The reader ends the resolution itself only for an answer: what needs
+	// another attempt (a failure rcode, TC, a reply that does not parse, a
+	// socket error) is the loop's.
+	var m dnswire.Msg
+	if d.err != nil || m.Parse(d.raw) != nil || m.Flags&dnswire.FlagTC != 0 || isFailureRcode(m.Rcode()) {
 		c.handOverLocked()
 		c.giveLoopLocked(d)
 		c.mu.Unlock()
@@ -169,11 +196,12 @@ func (c *WireCall) datagram(d datagram) {
 	c.timer.stop()
 	a := &c.first
 	a.state = ended
-	c.ended[0] = attemptResult{attempt: a, raw: d.raw, rtt: c.g.opts.Now().Sub(a.start)}
+	raw, scrub := c.g.scrubRaw(&m, d.raw, &c.scope)
+	c.ended[0] = attemptResult{attempt: a, raw: raw, rtt: c.g.opts.Now().Sub(a.start)}
 	a.sock.close()
 	c.g.account(c.ctx, c.ended[:], nil, true)
 	c.ended[0] = attemptResult{}
-	c.deliver(WireReply{Raw: d.raw, Server: a.server.plain.Address()}, nil)
+	c.deliver(WireReply{Raw: raw, Scrub: scrub, Server: a.server.plain.Address()}, nil)
 }
 
 // deliver gives the receiver the outcome, once.
@@ -238,7 +266,7 @@ func (c *WireCall) expire() {
 // done (shutdown); it does nothing to one already handed over or ended.
 func (c *WireCall) Kick() {
 	c.mu.Lock()
-	if c.state != callInline {
+	if c.g == nil || c.state != callInline { // never started by a Group (a test's upstream), or not inline
 		c.mu.Unlock()
 		return
 	}
@@ -252,20 +280,15 @@ func (c *WireCall) Kick() {
 // gives the outcome to the receiver.
 func (c *WireCall) loop() {
 	defer c.recoverPanic()
-	g := c.g
-	reply, raw, server, err := g.resolve(c.ctx, c.deadline, c.query, nil, true, c)
+	r, err := c.g.resolve(c.ctx, c.deadline, c.query, c)
 	c.mu.Lock()
 	c.state = callDone
 	c.mu.Unlock()
-	switch {
-	case raw != nil:
-		c.deliver(WireReply{Raw: raw, Server: server}, err)
-	case reply == nil:
-		c.deliver(WireReply{}, err)
-	default:
-		reply.Id = 0
-		c.deliver(WireReply{Msg: reply, Server: server, Scrub: g.scrub(reply.Question, reply)}, err)
+	wr := WireReply{Raw: r.raw, Scrub: r.scrub}
+	if r.attempt != nil {
+		wr.Server = r.attempt.server.plain.Address()
 	}
+	c.deliver(wr, err)
 }
 
 // callTimer is a pooled timer whose function runs its call's expire: a

@@ -3,49 +3,55 @@ package upstream
 import (
 	"context"
 	"time"
-
-	"github.com/miekg/dns"
 )
 
-// WireReply is ExchangeWire's answer: the reply either as its bytes, when
-// the wire check found nothing to scrub, or unpacked and scrubbed.
+// WireReply is a resolution's reply, as bytes.
 type WireReply struct {
-	// Raw, when set, is the reply as the server sent it (its ID the
-	// attempt's), with its question's name in the server's letter case; it
-	// passed the ID, question and source checks, and Scrub would leave it
-	// unchanged (wirecheck.go). Its rcode is NOERROR or NXDOMAIN. The
-	// caller owns it.
+	// Raw is the reply, nil when there is none (with the error). An
+	// answer's bytes are scrubbed: as the server sent them (its ID the
+	// attempt's, its question's name in the server's letter case) when the
+	// scrubber dropped nothing, else written again without what it dropped.
+	// With a *RcodeError it is the SERVFAIL or REFUSED reply as it came. It
+	// passed the ID, question and source checks and parses as a dnswire.Msg.
 	Raw []byte
-	// Msg, when Raw is nil, is the reply unpacked and scrubbed, exactly as
-	// ExchangeScrubbedFrom returns it, with Scrub's result.
-	Msg   *dns.Msg
+	// Scrub is what the scrubber dropped, and where the chain left the zone.
 	Scrub ScrubResult
 	// Server is the host:port of the server that sent the reply.
 	Server string
 }
 
-// ExchangeWire is ExchangeScrubbedFrom for a query already packed (the
-// resolver's wire miss path, issue 17): every rule of a resolution is the
-// same (attempts that wait for each other, a fresh random ID and socket per
-// attempt, the RTO, health, TCP on TC, the ID, question and source check),
-// but a reply the wire check finds clean comes back as bytes, never
-// unpacked. query is the caller's: its ID is overwritten by each attempt,
-// and it is not kept after the call. Its question must be uncompressed, as
-// any packer writes a query's. Errors are ExchangeScrubbedFrom's; with a
-// *RcodeError the reply is in Msg.
+// ExchangeWire resolves query, a query already packed, and waits for the
+// reply (StartWire's): attempts that wait for each other, a fresh random ID
+// and socket per attempt, the RTO, health, TCP on TC, the ID, question and
+// source check, the scrubber. query is the caller's: its ID is overwritten
+// by each attempt, and it is not kept after the call. Errors are
+// ExchangeScrubbed's; with a *RcodeError the failure reply is in Raw.
 //
 // The resolution gives up at deadline (the zero time: ctx's deadline, else
 // 5 s) or when ctx is done. The deadline is a parameter, not a context of
-// its own, because context.WithTimeout costs four allocations, a quarter
-// of a wire miss's (docs/benchmarks.md). It is StartWire, waited for.
+// its own, because context.WithTimeout costs four allocations, as many as
+// most of a whole wire miss (docs/benchmarks.md). It is StartWire, waited
+// for.
 func (g *Group) ExchangeWire(ctx context.Context, query []byte, deadline time.Time) (WireReply, error) {
+	return Wait(g, WireQuery{Ctx: ctx, Packed: query, Deadline: deadline})
+}
+
+// Starter starts resolutions: a Group, or what stands in front of one
+// (the resolver's zones).
+type Starter interface {
+	StartWire(c *WireCall, q WireQuery, recv WireReceiver)
+}
+
+// Wait starts q on s and waits for the reply, Kicking the resolution when
+// q.Ctx is done; the reply's bytes are the caller's.
+func Wait(s Starter, q WireQuery) (WireReply, error) {
 	ch := make(wireWait, 1)
 	c := new(WireCall)
-	g.StartWire(c, ctx, query, deadline, ch)
+	s.StartWire(c, q, ch)
 	var o wireOutcome
 	select {
 	case o = <-ch:
-	case <-ctx.Done():
+	case <-q.Ctx.Done():
 		c.Kick()
 		o = <-ch
 	}

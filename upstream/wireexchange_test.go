@@ -24,9 +24,9 @@ func packedQuery(t *testing.T, name string, qtype uint16) []byte {
 	return b
 }
 
-// ExchangeWire hands back clean replies as bytes and everything else as
-// ExchangeScrubbedFrom would: scrubbed, over TCP after TC, with the rcode
-// error of a SERVFAIL.
+// ExchangeWire hands back every reply as bytes, scrubbed: over TCP after
+// TC, with the rcode error of a SERVFAIL; Exchange, waiting on the same
+// resolution, unpacks the same records.
 func TestExchangeWire(t *testing.T) {
 	u := dnstest.NewUpstream(t)
 	u.Add(t, "www.example. 60 IN A 192.0.2.1", "cname.example. 60 IN CNAME www.example.",
@@ -45,17 +45,16 @@ func TestExchangeWire(t *testing.T) {
 	tests := []struct {
 		name    string
 		qtype   uint16
-		raw     bool
 		rcode   int
 		answers int
 		rcodeEr bool
 	}{
-		{"www.example.", dns.TypeA, true, dns.RcodeSuccess, 1, false},
-		{"nx.example.", dns.TypeA, true, dns.RcodeNameError, 0, false},
-		{"nodata.example.", dns.TypeAAAA, true, dns.RcodeSuccess, 0, false},
-		{"cname.example.", dns.TypeCNAME, false, dns.RcodeSuccess, 1, false},
-		{"big.example.", dns.TypeA, false, dns.RcodeSuccess, 1, false},
-		{"fail.example.", dns.TypeA, false, dns.RcodeServerFailure, 0, true},
+		{"www.example.", dns.TypeA, dns.RcodeSuccess, 1, false},
+		{"nx.example.", dns.TypeA, dns.RcodeNameError, 0, false},
+		{"nodata.example.", dns.TypeAAAA, dns.RcodeSuccess, 0, false},
+		{"cname.example.", dns.TypeCNAME, dns.RcodeSuccess, 1, false},
+		{"big.example.", dns.TypeA, dns.RcodeSuccess, 1, false},
+		{"fail.example.", dns.TypeA, dns.RcodeServerFailure, 0, true},
 	}
 	for _, tt := range tests {
 		query := packedQuery(t, tt.name, tt.qtype)
@@ -65,25 +64,21 @@ func TestExchangeWire(t *testing.T) {
 			t.Errorf("%s: err %v", tt.name, err)
 			continue
 		}
-		if (got.Raw != nil) != tt.raw || (got.Raw == nil && got.Msg == nil) || got.Server != u.Addr {
-			t.Errorf("%s: raw %v msg %v server %q; want raw %v", tt.name, got.Raw != nil, got.Msg != nil, got.Server, tt.raw)
+		if got.Raw == nil || got.Server != u.Addr {
+			t.Errorf("%s: raw %v server %q", tt.name, got.Raw != nil, got.Server)
 			continue
 		}
-		m := got.Msg
-		if got.Raw != nil {
-			m = new(dns.Msg)
-			if err := m.Unpack(got.Raw); err != nil {
-				t.Fatalf("%s: %v", tt.name, err)
-			}
+		m := new(dns.Msg)
+		if err := m.Unpack(got.Raw); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
 		}
 		if m.Rcode != tt.rcode || len(m.Answer) != tt.answers {
 			t.Errorf("%s: %s with %d answers, want %s with %d", tt.name, dns.RcodeToString[m.Rcode], len(m.Answer),
 				dns.RcodeToString[tt.rcode], tt.answers)
 		}
-		// The same question through the unpacking path: the same records.
-		want, _, _, _ := g.ExchangeScrubbedFrom(ctx, new(dns.Msg).SetQuestion(tt.name, tt.qtype))
+		want, _, _ := g.ExchangeScrubbed(ctx, new(dns.Msg).SetQuestion(tt.name, tt.qtype))
 		if want == nil || len(want.Answer) != len(m.Answer) || len(want.Ns) != len(m.Ns) {
-			t.Errorf("%s: ExchangeScrubbedFrom gave %v, ExchangeWire %v", tt.name, want, m)
+			t.Errorf("%s: ExchangeScrubbed gave %v, ExchangeWire %v", tt.name, want, m)
 		}
 	}
 	if n := u.CountNet("big.example.", dns.TypeA, "tcp"); n != 2 {
@@ -102,7 +97,7 @@ func TestExchangeWireDeadline(t *testing.T) {
 	}
 	t.Cleanup(func() { g.Close() })
 	got, err := g.ExchangeWire(context.Background(), packedQuery(t, "drop.example.", dns.TypeA), time.Now().Add(100*time.Millisecond))
-	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || got.Raw != nil || got.Msg != nil {
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || got.Raw != nil {
 		t.Fatalf("got %+v, %v; want a timeout", got, err)
 	}
 	if n := u.Count("drop.example.", dns.TypeA); n == 0 || n > 3 {

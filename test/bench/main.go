@@ -16,6 +16,7 @@
 //	jitter      6. a slow, lossy upstream with 2 s TTLs: serve-stale (jitter.go)
 //	cold        7. 20,000 unique names right after a start (storm.go)
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
+//	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -46,7 +47,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss"}
 
 func main() {
 	var (
@@ -130,9 +131,9 @@ type bench struct {
 }
 
 // hitPhase reports whether any scenario that runs on the long-TTL upstream
-// with one server start for all of them (1 to 4) is selected.
+// with one server start for all of them (1 to 4, 9) is selected.
 func (b *bench) hitPhase() bool {
-	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"]
+	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"] || b.want["tcpmiss"]
 }
 
 // warmNames reports whether a scenario on the warm names (1 to 3) is

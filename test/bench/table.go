@@ -70,6 +70,13 @@ func (b *bench) rows() []row {
 			row{measure: "lost", key: "miss.lost", format: "%.2f %%"},
 			row{measure: "upstream queries per name", key: "miss.up", format: "%.3f"})
 	}
+	if b.want["tcpmiss"] {
+		add("9 miss over TCP",
+			row{measure: "answered/s", key: "tcpmiss.qps", format: "%.0f"},
+			row{measure: "CPU µs per answer", key: "tcpmiss.us", format: "%.2f"},
+			row{measure: "lost", key: "tcpmiss.lost", format: "%.2f %%"},
+			row{measure: "upstream queries per name", key: "tcpmiss.up", format: "%.3f"})
+	}
 	if b.want["memory"] {
 		add(fmt.Sprintf("5 memory, %dk names", b.memNames/1000),
 			row{measure: fmt.Sprintf("RSS at start, %d-entry cache, MiB", smallCache), key: "mem.small", format: "%.1f"},
@@ -168,6 +175,8 @@ func (b *bench) table(w io.Writer) {
 	line("hit throughput", "tput.qps", false)
 	line("miss throughput", "miss.qps", false)
 	line("CPU per miss", "miss.us", false)
+	line("TCP miss throughput", "tcpmiss.qps", false)
+	line("CPU per TCP miss", "tcpmiss.us", false)
 	line("cold-start answers/s", "cold.qps", false)
 	line("cold-start CPU per answer", "cold.us", false)
 	line("NXDOMAIN storm answers/s", "storm.qps", false)

@@ -13,7 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The endpoints behind the operators' CLI (issue 15): reload, the query
@@ -270,7 +270,7 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	reply, q := a.handler.Trace(m, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	rep.Source, rep.Upstream, rep.Rcode, rep.DurationSeconds = q.Source, q.Server, resolver.RcodeLabel(q.Rcode), q.Duration.Seconds()
+	rep.Source, rep.Upstream, rep.Rcode, rep.DurationSeconds = q.Source, q.Server, dnswire.RcodeName(q.Rcode), q.Duration.Seconds()
 	if reply != nil {
 		for _, rr := range reply.Answer {
 			rep.Answer = append(rep.Answer, rr.String())

@@ -283,16 +283,16 @@ var errNoServersYet = fmt.Errorf("zone \".\": %w until its resolv.conf names som
 // client timer (RFC 8767 §5).
 type noServers struct{}
 
-var (
-	_ upstream.Upstream       = noServers{}
-	_ resolver.HealthReporter = noServers{}
-)
+var _ resolver.Upstream = noServers{}
 
-func (noServers) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) { return nil, errNoServersYet }
-func (noServers) Address() string                                      { return "." }
-func (noServers) Close() error                                         { return nil }
-func (noServers) AllDown() bool                                        { return true }
-func (noServers) AllDownSignal() <-chan struct{}                       { return closedSignal }
+// StartWire fails the resolution at once, on a goroutine of its own as a
+// Group's early failures are delivered.
+func (noServers) StartWire(_ *upstream.WireCall, _ upstream.WireQuery, recv upstream.WireReceiver) {
+	go recv.ReceiveWire(upstream.WireReply{}, errNoServersYet)
+}
+func (noServers) Address() string                { return "." }
+func (noServers) AllDown() bool                  { return true }
+func (noServers) AllDownSignal() <-chan struct{} { return closedSignal }
 
 // closedSignal is an AllDownSignal that has always fired.
 var closedSignal = func() chan struct{} {
