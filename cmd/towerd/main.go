@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 )
@@ -30,11 +31,11 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// Exit codes.
+// Exit codes, base's under the names this package's subcommands use.
 const (
-	exitOK     = 0
-	exitFail   = 1 // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
-	exitConfig = 2 // bad flags or configuration
+	exitOK     = base.ExitOK
+	exitFail   = base.ExitFail   // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
+	exitConfig = base.ExitConfig // bad flags or configuration
 )
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {
