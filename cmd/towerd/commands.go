@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
+	"github.com/towerd/towerd/cmd/towerd/internal/ctl"
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/cmd/towerd/internal/doctor"
 	"github.com/towerd/towerd/cmd/towerd/internal/drill"
@@ -25,22 +26,14 @@ func init() {
 			Run: func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, false) }},
 		{Name: "check", Synopsis: "[flags]", Summary: "validate the configuration and exit",
 			Run: func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, true) }},
-		{Name: "stats", Synopsis: "[-admin ADDR] [-json]", Summary: "show a running towerd's figures",
-			Run: statsCommand},
-		{Name: "reload", Synopsis: "[-admin ADDR]", Summary: "re-read the configuration (as SIGHUP) and say what changed",
-			Run: reloadCommand},
-		{Name: "flush", Synopsis: "NAME | -zone ZONE | -all", Summary: "forget cached answers: one name, a zone, or everything",
-			Run: flushCommand},
-		{Name: "cache list", Synopsis: "[-zone ZONE] [-stale] [-json]", Summary: "list cached answers with their state and age",
-			Run: cacheListCommand},
-		{Name: "cache dump", Synopsis: "FILE", Summary: "write the cache to FILE in the state directory's format",
-			Run: cacheDumpCommand},
-		{Name: "cache load", Synopsis: "FILE", Summary: "add the entries of a cache file to the running cache",
-			Run: cacheLoadCommand},
-		{Name: "lookup", Synopsis: "NAME [TYPE] [-json]", Summary: "ask towerd and explain the answer: zone, servers, cache, source",
-			Run: lookupCommand},
-		{Name: "log-queries", Synopsis: "[on|off]", Summary: "switch the query log of a running towerd, or show its state",
-			Run: logQueriesCommand},
+		ctl.CmdStats,
+		ctl.CmdReload,
+		ctl.CmdFlush,
+		ctl.CmdCacheList,
+		ctl.CmdCacheDump,
+		ctl.CmdCacheLoad,
+		ctl.CmdLookup,
+		ctl.CmdLogQueries,
 		{Name: "install", Synopsis: "[--root DIR] [--dry-run] [flags]", Summary: "make towerd the node's resolver (files only, unless --activate)",
 			Run: install.Run},
 		{Name: "uninstall", Synopsis: "[--root DIR] [--dry-run]", Summary: "undo what install did",

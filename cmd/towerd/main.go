@@ -3,7 +3,8 @@
 // that serves stale answers when the upstream fails, and never caches NXDOMAIN.
 //
 // This package only dispatches subcommands and parses their flags; the work
-// is in internal/config, daemon, admin, drill and dnsmasqimport, after the
+// is in internal/config, daemon, admin, ctl (the control subcommands), drill
+// and dnsmasqimport, after the
 // Go toolchain's cmd/go/internal layout (issue 16).
 package main
 

@@ -1,4 +1,10 @@
-package main
+// Package ctl holds the subcommands that talk to a running towerd, in the
+// habits of resolvectl and unbound-control (issue 15): stats, reload,
+// flush, cache list/dump/load, lookup and log-queries. Each is one
+// base.Command value (CmdStats, CmdReload, ...) with its flags, its client
+// call and its rendering; package main's table lists them (issue 26, after
+// cmd/go/internal/...).
+package ctl
 
 import (
 	"encoding/json"
@@ -12,12 +18,9 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
-
-// The subcommands that talk to a running towerd over its admin server, in
-// the habits of resolvectl and unbound-control (issue 15): flush, reload,
-// cache list/dump/load, lookup, log-queries.
 
 // controlTimeout bounds one control request; lookup may wait for an
 // upstream (query_timeout), dump and load move the whole cache.
@@ -53,9 +56,9 @@ func (c *ctl) parse(args []string) (positional []string, code int, done bool) {
 	for {
 		if err := c.fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK, true
+				return nil, base.ExitOK, true
 			}
-			return nil, exitConfig, true // the flag package named the flag and printed the usage
+			return nil, base.ExitConfig, true // the flag package named the flag and printed the usage
 		}
 		rest := c.fs.Args()
 		if len(rest) == 0 {
@@ -70,7 +73,7 @@ func (c *ctl) parse(args []string) (positional []string, code int, done bool) {
 func (c *ctl) usageError(format string, args ...any) int {
 	fmt.Fprintf(c.stderr, "towerd %s: %s\n", c.name, fmt.Sprintf(format, args...))
 	c.fs.Usage()
-	return exitConfig
+	return base.ExitConfig
 }
 
 // addr finds the admin server: -admin, else the config file's [admin]
@@ -85,12 +88,12 @@ func (c *ctl) addr() (addr, note string, code int, ok bool) {
 	switch {
 	case err != nil && set["config"]:
 		fmt.Fprintf(c.stderr, "towerd %s: config: %v\n", c.name, err)
-		return "", "", exitConfig, false
+		return "", "", base.ExitConfig, false
 	case err != nil:
 		return config.DefaultAdminListen, fmt.Sprintf(" (%s unusable for [admin] listen: %s)", *c.config, admin.OneLine(err.Error())), 0, true
 	case cfg.Admin.Listen == "":
 		fmt.Fprintf(c.stderr, "towerd %s: the admin server is off in %s ([admin] listen = \"\"); name one with -admin\n", c.name, *c.config)
-		return "", "", exitFail, false
+		return "", "", base.ExitFail, false
 	}
 	return cfg.Admin.Listen, "", 0, true
 }
@@ -106,16 +109,20 @@ func (c *ctl) call(method, path string, form url.Values, body io.Reader, out any
 	data, err := admin.Call(addr, method, path, form, body, controlTimeout)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "towerd %s: %v%s\n", c.name, err, note)
-		return nil, exitFail
+		return nil, base.ExitFail
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
 			fmt.Fprintf(c.stderr, "towerd %s: %s%s did not answer towerd's JSON: %v\n", c.name, addr, path, err)
-			return nil, exitFail
+			return nil, base.ExitFail
 		}
 	}
-	return data, exitOK
+	return data, base.ExitOK
 }
+
+// CmdReload is `towerd reload`.
+var CmdReload = &base.Command{Name: "reload", Synopsis: "[-admin ADDR]", Summary: "re-read the configuration (as SIGHUP) and say what changed",
+	Run: reloadCommand}
 
 // reloadCommand is `towerd reload`: SIGHUP over the admin server, with
 // what changed and what waits for a restart.
@@ -129,12 +136,12 @@ func reloadCommand(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("unexpected argument %q", pos[0])
 	}
 	var res admin.ReloadResult
-	if _, code := c.call(http.MethodPost, "/reload", url.Values{}, nil, &res); code != exitOK {
+	if _, code := c.call(http.MethodPost, "/reload", url.Values{}, nil, &res); code != base.ExitOK {
 		return code
 	}
 	if len(res.Applied) == 0 && len(res.RestartNeeded) == 0 {
 		fmt.Fprintln(stdout, "reloaded: nothing changed")
-		return exitOK
+		return base.ExitOK
 	}
 	fmt.Fprintln(stdout, "reloaded")
 	if len(res.Applied) > 0 {
@@ -143,8 +150,12 @@ func reloadCommand(args []string, stdout, stderr io.Writer) int {
 	if len(res.RestartNeeded) > 0 {
 		fmt.Fprintf(stdout, "  needs a restart: %s (the running values stay until then)\n", strings.Join(res.RestartNeeded, ", "))
 	}
-	return exitOK
+	return base.ExitOK
 }
+
+// CmdFlush is `towerd flush`.
+var CmdFlush = &base.Command{Name: "flush", Synopsis: "NAME | -zone ZONE | -all", Summary: "forget cached answers: one name, a zone, or everything",
+	Run: flushCommand}
 
 // flushCommand is `towerd flush NAME | -zone ZONE | -all`.
 func flushCommand(args []string, stdout, stderr io.Writer) int {
@@ -172,11 +183,11 @@ func flushCommand(args []string, stdout, stderr io.Writer) int {
 		what = "(the whole cache)"
 	}
 	var res struct{ Removed int }
-	if _, code := c.call(http.MethodPost, "/cache/flush", form, nil, &res); code != exitOK {
+	if _, code := c.call(http.MethodPost, "/cache/flush", form, nil, &res); code != base.ExitOK {
 		return code
 	}
 	fmt.Fprintf(stdout, "flushed %d %s %s\n", res.Removed, plural(res.Removed, "entry", "entries"), what)
-	return exitOK
+	return base.ExitOK
 }
 
 func btoi(b bool) int {
@@ -192,6 +203,10 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// CmdLogQueries is `towerd log-queries`.
+var CmdLogQueries = &base.Command{Name: "log-queries", Synopsis: "[on|off]", Summary: "switch the query log of a running towerd, or show its state",
+	Run: logQueriesCommand}
 
 // logQueriesCommand is `towerd log-queries [on|off]`.
 func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
@@ -213,7 +228,7 @@ func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
 		LogQueries bool `json:"log_queries"`
 		Was        bool `json:"was"`
 	}
-	if _, code := c.call(method, "/log-queries", form, nil, &res); code != exitOK {
+	if _, code := c.call(method, "/log-queries", form, nil, &res); code != base.ExitOK {
 		return code
 	}
 	state := map[bool]string{true: "on", false: "off"}
@@ -225,5 +240,5 @@ func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stdout, "query log %s (was %s)\n", state[res.LogQueries], state[res.Was])
 	}
-	return exitOK
+	return base.ExitOK
 }

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"encoding/json"
@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
-// The subcommands besides serve and check: each parses its flags and calls
-// the package that does the work. install, uninstall, import-dnsmasq and
-// drill are their packages' own Run (commands.go).
+// CmdStats is `towerd stats`.
+var CmdStats = &base.Command{Name: "stats", Synopsis: "[-admin ADDR] [-json]", Summary: "show a running towerd's figures",
+	Run: statsCommand}
 
 // statsCommand is `towerd stats`: it reads a running towerd's /stats and
 // prints a compact view for humans, or the JSON for scripts.
@@ -25,7 +26,7 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(rest) > 0 {
 		fmt.Fprintf(stderr, "towerd stats: unexpected argument %q\n", rest[0])
-		return exitConfig
+		return base.ExitConfig
 	}
 	addr, note, code, ok := c.addr()
 	if !ok {
@@ -35,17 +36,17 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 	body, err := admin.Fetch(addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd stats: %v%s\n", err, note)
-		return exitFail
+		return base.ExitFail
 	}
 	if *asJSON {
 		_, _ = stdout.Write(body)
-		return exitOK
+		return base.ExitOK
 	}
 	var r admin.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		fmt.Fprintf(stderr, "towerd stats: %s/stats is not towerd's stats JSON: %v\n", addr, err)
-		return exitFail
+		return base.ExitFail
 	}
 	admin.Render(stdout, r, time.Now())
-	return exitOK
+	return base.ExitOK
 }

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"fmt"
@@ -11,9 +11,14 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // `towerd lookup`: how this node answers a question, and why.
+
+// CmdLookup is `towerd lookup`.
+var CmdLookup = &base.Command{Name: "lookup", Synopsis: "NAME [TYPE] [-json]", Summary: "ask towerd and explain the answer: zone, servers, cache, source",
+	Run: lookupCommand}
 
 // lookupCommand is `towerd lookup NAME [TYPE]`: towerd asks itself, as a
 // loopback client, and explains the path of the answer.
@@ -36,15 +41,15 @@ func lookupCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var rep admin.LookupReport
 	data, code := c.call(http.MethodPost, "/lookup", form, nil, &rep)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if *asJSON {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
 	renderLookup(stdout, rep)
-	return exitOK
+	return base.ExitOK
 }
 
 // renderLookup prints a LookupReport for humans.

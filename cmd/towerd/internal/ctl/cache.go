@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // `towerd cache list|dump|load`: the cache of a running towerd (ctl.go
@@ -27,6 +28,10 @@ type cacheEntry struct {
 	ExpiredSeconds   float64  `json:"expired_seconds"`
 	Answer           []string `json:"answer"`
 }
+
+// CmdCacheList is `towerd cache list`.
+var CmdCacheList = &base.Command{Name: "cache list", Synopsis: "[-zone ZONE] [-stale] [-json]", Summary: "list cached answers with their state and age",
+	Run: cacheListCommand}
 
 // cacheListCommand is `towerd cache list`.
 func cacheListCommand(args []string, stdout, stderr io.Writer) int {
@@ -50,12 +55,12 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var res struct{ Entries []cacheEntry }
 	data, code := c.call(http.MethodGet, "/cache/list", form, nil, &res)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if *asJSON {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
 	fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", "NAME", "TYPE", "STATE", "TTL", "AGE", "ANSWER")
 	for _, e := range res.Entries {
@@ -76,7 +81,7 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", name, e.Type, e.State, secs(e.TTLSeconds), age, answer)
 	}
 	fmt.Fprintf(stdout, "%d %s\n", len(res.Entries), plural(len(res.Entries), "entry", "entries"))
-	return exitOK
+	return base.ExitOK
 }
 
 // secs renders seconds as a rounded duration ("30s", "4m10s").
@@ -97,6 +102,10 @@ func rdata(rrs []string) []string {
 	return out
 }
 
+// CmdCacheDump is `towerd cache dump`.
+var CmdCacheDump = &base.Command{Name: "cache dump", Synopsis: "FILE", Summary: "write the cache to FILE in the state directory's format",
+	Run: cacheDumpCommand}
+
 // cacheDumpCommand is `towerd cache dump FILE`: the running cache in the
 // state directory's format (cache.Dump), written 0600 like the state file
 // ("-" is standard output).
@@ -110,12 +119,12 @@ func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("name one FILE (\"-\" for standard output)")
 	}
 	data, code := c.call(http.MethodGet, "/cache/dump", nil, nil, nil)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if pos[0] == "-" {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
 	// O_EXCL: never follow a link planted at FILE or overwrite a file.
 	f, err := os.OpenFile(pos[0], os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -127,11 +136,15 @@ func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd cache dump: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	}
 	fmt.Fprintf(stdout, "wrote %s (%d bytes)\n", pos[0], len(data))
-	return exitOK
+	return base.ExitOK
 }
+
+// CmdCacheLoad is `towerd cache load`.
+var CmdCacheLoad = &base.Command{Name: "cache load", Synopsis: "FILE", Summary: "add the entries of a cache file to the running cache",
+	Run: cacheLoadCommand}
 
 // cacheLoadCommand is `towerd cache load FILE`. The file gets the checks
 // of the state file on start: here the file itself (cache.OpenSnapshot: a
@@ -149,14 +162,14 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 	f, err := cache.OpenSnapshot(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd cache load: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	}
 	defer f.Close()
 	var res struct {
 		Loaded, Skipped, Rejected, Clamped int
 		Rejections                         map[string]int
 	}
-	if _, code := c.call(http.MethodPost, "/cache/load", nil, f, &res); code != exitOK {
+	if _, code := c.call(http.MethodPost, "/cache/load", nil, f, &res); code != base.ExitOK {
 		return code
 	}
 	fmt.Fprintf(stdout, "loaded %d %s from %s (%d skipped: expired past the stale age, cached already or beyond cache.size; %d rejected; %d TTLs cut to max_ttl)\n",
@@ -164,5 +177,5 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 	for why, n := range res.Rejections {
 		fmt.Fprintf(stdout, "  rejected %d: %s\n", n, why)
 	}
-	return exitOK
+	return base.ExitOK
 }
