@@ -4,8 +4,8 @@
 //
 // This package only dispatches subcommands and parses their flags; the work
 // is in internal/config, daemon, admin, ctl (the control subcommands), drill
-// and dnsmasqimport, after the
-// Go toolchain's cmd/go/internal layout (issue 16).
+// and dnsmasqimport, after the Go toolchain's cmd/go/internal layout (issues
+// 16 and 26).
 package main
 
 import (
@@ -52,10 +52,10 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // defaultGCPercent is towerd's garbage collector target unless GOGC is set.
 // Go's default (100) lets the heap grow to twice what is live before a
 // collection; towerd's live heap is mostly its cache, so that doubled the
-// memory each cached entry costs a node. At 50 an entry costs 600 bytes of
-// RSS instead of 770 (100,000 names, make bench's memory scenario, where
-// unbound needs 676), for about 3 % of miss throughput; cache hits allocate
-// nothing, so they never trigger a collection.
+// memory each cached entry costs a node. 50 trades a little miss throughput
+// for a smaller RSS per entry (figures: docs/benchmarks.md, make bench's
+// memory scenario); cache hits allocate nothing, so they never trigger a
+// collection.
 const defaultGCPercent = 50
 
 func setGCPercent() {

@@ -137,20 +137,13 @@ func (a *Server) describe(info cache.Info) cacheEntry {
 		}
 	}
 	return cacheEntry{
-		Key: info.Key.String(), Name: info.Key.Name, Type: typeName(info.Key.Type), Kind: info.Kind.String(),
+		Key: info.Key.String(), Name: info.Key.Name, Type: dns.Type(info.Key.Type).String(), Kind: info.Kind.String(),
 		State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),
 		ExpiredSeconds: info.Expired.Seconds(), Stored: info.Stored.UTC().Format(time.RFC3339Nano),
 		// Everything cached came from the upstreams of the zone the name
 		// routes to (pushed Consul records never enter the cache).
 		Source: "upstream zone " + a.handler.ZoneOf(info.Key.Name), Answer: info.Answer,
 	}
-}
-
-func typeName(t uint16) string {
-	if s, ok := dns.TypeToString[t]; ok {
-		return s
-	}
-	return dns.Type(t).String()
 }
 
 // serveCacheDump writes the cache in the state directory's format
@@ -244,7 +237,7 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rep := LookupReport{Name: name, Type: typeName(qtype), Zone: a.handler.ZoneOf(name),
+	rep := LookupReport{Name: name, Type: dns.Type(qtype).String(), Zone: a.handler.ZoneOf(name),
 		Servers: []LookupServer{}, Cached: []cacheEntry{}, Answer: []string{}, Authority: []string{}}
 	for _, g := range a.view.Load().Groups {
 		if g.Address() != rep.Zone {
