@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/towerd/towerd/cache"
@@ -170,78 +169,6 @@ func (a *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, r)
-}
-
-// cacheEntry is one entry in the GET /cache answer.
-type cacheEntry struct {
-	Key              string   `json:"key"`
-	Name             string   `json:"name"`
-	Type             string   `json:"type"`
-	Kind             string   `json:"kind"` // positive or nodata
-	State            string   `json:"state"`
-	TTLSeconds       float64  `json:"ttl_seconds"`
-	RemainingSeconds float64  `json:"remaining_seconds"`
-	ExpiredSeconds   float64  `json:"expired_seconds"`
-	Stored           string   `json:"stored"`
-	Source           string   `json:"source"`
-	Answer           []string `json:"answer"`
-}
-
-// serveCache shows what is cached under ?name=, optionally one ?type= only.
-func (a *Server) serveCache(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("name")
-	if _, ok := dns.IsDomainName(name); !ok || name == "" {
-		http.Error(w, "name= must be a domain name, e.g. /cache?name=example.org&type=A", http.StatusBadRequest)
-		return
-	}
-	var qtype uint16
-	if t := r.URL.Query().Get("type"); t != "" {
-		var ok bool
-		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
-			http.Error(w, fmt.Sprintf("type=%s is not a DNS type", t), http.StatusBadRequest)
-			return
-		}
-	}
-	entries := []cacheEntry{}
-	for _, info := range a.cache.Inspect(name) {
-		if qtype != 0 && info.Key.Type != qtype {
-			continue
-		}
-		entries = append(entries, a.describe(info))
-	}
-	writeJSON(w, map[string]any{"name": dns.Fqdn(name), "entries": entries})
-}
-
-// serveFlush empties the cache, or forgets one name=.
-func (a *Server) serveFlush(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	name, zone := r.Form.Get("name"), r.Form.Get("zone")
-	var removed int
-	switch {
-	case name != "" && zone != "":
-		http.Error(w, "name= and zone= exclude each other", http.StatusBadRequest)
-		return
-	case zone != "":
-		z, err := zoneParam(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		removed = a.cache.RemoveZone(z)
-	case name == "":
-		removed = a.cache.Flush()
-	default:
-		if _, ok := dns.IsDomainName(name); !ok {
-			http.Error(w, "name= must be a domain name", http.StatusBadRequest)
-			return
-		}
-		removed = a.cache.RemoveName(name)
-	}
-	a.log.Info("cache flushed through the admin API", "name", name, "zone", zone, "removed", removed)
-	writeJSON(w, map[string]any{"name": name, "zone": zone, "removed": removed})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
