@@ -19,17 +19,28 @@ import (
 
 // cacheEntry is one entry in the GET /cache answer.
 type cacheEntry struct {
-	Key              string   `json:"key"`
-	Name             string   `json:"name"`
-	Type             string   `json:"type"`
-	Kind             string   `json:"kind"` // positive or nodata
-	State            string   `json:"state"`
-	TTLSeconds       float64  `json:"ttl_seconds"`
-	RemainingSeconds float64  `json:"remaining_seconds"`
-	ExpiredSeconds   float64  `json:"expired_seconds"`
-	Stored           string   `json:"stored"`
-	Source           string   `json:"source"`
-	Answer           []string `json:"answer"`
+	Key              string  `json:"key"`
+	Name             string  `json:"name"`
+	Type             string  `json:"type"`
+	Kind             string  `json:"kind"` // positive or nodata
+	State            string  `json:"state"`
+	TTLSeconds       float64 `json:"ttl_seconds"`
+	RemainingSeconds float64 `json:"remaining_seconds"`
+	ExpiredSeconds   float64 `json:"expired_seconds"`
+	Stored           string  `json:"stored"`
+	// Origin is how the entry came in: "upstream", "state file" (read back
+	// at start) or "cache load" (an operator's file); Source says it with
+	// the zone, for humans.
+	Origin string   `json:"origin"`
+	Source string   `json:"source"`
+	Answer []string `json:"answer"`
+}
+
+// originLabels name a cache.Origin in /cache's answers.
+var originLabels = map[cache.Origin]string{
+	cache.OriginStored:   "upstream",
+	cache.OriginRestored: "state file",
+	cache.OriginImported: "cache load",
 }
 
 // serveCache shows what is cached under ?name=, optionally one ?type= only.
@@ -85,7 +96,7 @@ func (a *Server) serveFlush(w http.ResponseWriter, r *http.Request) {
 		}
 		removed = a.cache.RemoveName(name)
 	}
-	a.log.Info("cache flushed through the admin API", "name", name, "zone", zone, "removed", removed)
+	a.log.Info("cache flushed through the control socket", "name", name, "zone", zone, "removed", removed, "peer_uid", peerUID(r))
 	writeJSON(w, map[string]any{"name": name, "zone": zone, "removed": removed})
 }
 
@@ -122,19 +133,29 @@ func (a *Server) describe(info cache.Info) cacheEntry {
 			state = "expired" // kept until looked up, never served
 		}
 	}
+	// What an upstream stored came from the servers of the zone the name
+	// routes to (pushed Consul records never enter the cache); what a file
+	// put there is named for the file, never for an upstream (issue 21).
+	zone := a.handler.ZoneOf(info.Key.Name)
+	origin := originLabels[info.Origin]
+	source := "upstream zone " + zone
+	switch info.Origin {
+	case cache.OriginRestored:
+		source = "state file read at start (zone " + zone + ")"
+	case cache.OriginImported:
+		source = "towerd cache load (zone " + zone + ")"
+	}
 	return cacheEntry{
 		Key: info.Key.String(), Name: info.Key.Name, Type: dns.Type(info.Key.Type).String(), Kind: info.Kind.String(),
 		State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),
 		ExpiredSeconds: info.Expired.Seconds(), Stored: info.Stored.UTC().Format(time.RFC3339Nano),
-		// Everything cached came from the upstreams of the zone the name
-		// routes to (pushed Consul records never enter the cache).
-		Source: "upstream zone " + a.handler.ZoneOf(info.Key.Name), Answer: info.Answer,
+		Origin: origin, Source: source, Answer: info.Answer,
 	}
 }
 
 // serveCacheDump writes the cache in the state directory's format
 // (cache.Dump), for `towerd cache dump`.
-func (a *Server) serveCacheDump(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) serveCacheDump(w http.ResponseWriter, r *http.Request) {
 	// Into memory first (a few MiB at the default cache.size), so that a
 	// failure is an error status, never a 200 with half a snapshot.
 	var buf bytes.Buffer
@@ -146,7 +167,7 @@ func (a *Server) serveCacheDump(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	_, _ = w.Write(buf.Bytes()) // fails only when the client went away
-	a.log.Info("cache dumped through the admin API", "entries", n)
+	a.log.Info("cache dumped through the control socket", "entries", n, "peer_uid", peerUID(r))
 }
 
 // maxLoadBytes bounds a POST /cache/load body: a full default cache is a
@@ -155,9 +176,11 @@ const maxLoadBytes = 256 << 20
 
 // serveCacheLoad adds a snapshot's entries to the cache through the checks
 // a state file gets on start (cache.Load: format, checksum, each entry
-// answers its key, TTLs re-clamped to the running max_ttl, the stale age).
+// answers its key, TTLs re-clamped to the running max_ttl, the stale age)
+// and importCheck's (loadcheck.go). Entries are marked imported.
 func (a *Server) serveCacheLoad(w http.ResponseWriter, r *http.Request) {
-	stats, err := a.cache.Load(http.MaxBytesReader(w, r.Body, maxLoadBytes))
+	stats, err := a.cache.LoadWith(http.MaxBytesReader(w, r.Body, maxLoadBytes),
+		cache.LoadOptions{Imported: true, Check: a.importCheck})
 	if err != nil {
 		status := http.StatusBadRequest
 		var tooBig *http.MaxBytesError
@@ -167,7 +190,8 @@ func (a *Server) serveCacheLoad(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "snapshot refused, the cache is unchanged: "+err.Error(), status)
 		return
 	}
-	a.log.Info("cache loaded through the admin API", "entries", stats.Loaded, "skipped", stats.Skipped, "rejected", stats.Rejected)
+	a.log.Info("cache loaded through the control socket", "entries", stats.Loaded, "skipped", stats.Skipped,
+		"rejected", stats.Rejected, "why", stats.Rejections, "peer_uid", peerUID(r))
 	writeJSON(w, map[string]any{"loaded": stats.Loaded, "skipped": stats.Skipped, "rejected": stats.Rejected,
 		"rejections": stats.Rejections, "clamped": stats.Clamped, "written": stats.Written.UTC().Format(time.RFC3339)})
 }

@@ -68,7 +68,7 @@ func TestStatsClient(t *testing.T) {
 	})
 	addr := strings.TrimPrefix(ta.url, "http://")
 
-	body, err := Fetch(addr)
+	body, err := Fetch(Target{Addr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
