@@ -94,7 +94,7 @@ func valueKind(f flagDoc) string {
 	switch {
 	case f.Value == "":
 		return ""
-	case strings.Contains(f.Name, "config") || strings.HasSuffix(f.Name, "file") || strings.Contains(f.Value, "FILE"):
+	case strings.Contains(f.Name, "config") || strings.HasSuffix(f.Name, "file") || strings.Contains(f.Value, "FILE") || f.Name == "control":
 		return "file"
 	case strings.HasSuffix(f.Name, "dir") || f.Name == "root":
 		return "dir"

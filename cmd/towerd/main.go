@@ -74,6 +74,7 @@ type options struct {
 	cacheSize   int
 	logLevel    string
 	admin       string
+	control     string
 	stateDir    string
 	saveEvery   time.Duration
 	checkConfig bool
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
 	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
+	fs.StringVar(&o.control, "control", "", "path of the control socket (reload, flush, cache, lookup, log-queries); \"\" turns it off; overrides control.socket (default "+config.DefaultControlSocket+")")
 	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+config.DefaultStateDir+")")
 	fs.DurationVar(&o.saveEvery, "state-save-interval", 0, "how often the cache is also saved while serving, e.g. \"5m\"; \"0s\" = only on stop; overrides state_save_interval (default 5m)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
@@ -125,6 +127,9 @@ func (o *options) load() (config.Config, error) {
 	}
 	if o.set["admin"] {
 		cfg.Admin.Listen = o.admin
+	}
+	if o.set["control"] {
+		cfg.Control.Socket = o.control
 	}
 	if o.set["state-dir"] {
 		cfg.StateDir = o.stateDir

@@ -33,4 +33,9 @@ const (
 	ExitFail = 1
 	// ExitConfig is bad flags, arguments or configuration.
 	ExitConfig = 2
+	// ExitDenied is a control subcommand run by someone who may not use
+	// towerd's control socket: only root, towerd's user and the members of
+	// the operators' group (towerd) may. 4 is LSB's "user had
+	// insufficient privilege".
+	ExitDenied = 4
 )

@@ -26,22 +26,24 @@ import (
 // upstream (query_timeout), dump and load move the whole cache.
 const controlTimeout = 2 * time.Minute
 
-// ctl is a control subcommand's flags: -admin and -config name the admin
-// server, as for `towerd stats`, and each adds its own.
+// ctl is a control subcommand's flags: -control and -config find the
+// control socket, and each subcommand adds its own.
 type ctl struct {
 	name     string
 	fs       *flag.FlagSet
-	admin    *string
+	control  *string
 	config   *string
 	stderr   io.Writer
 	synopsis string
+	timeout  time.Duration // of one request
 }
 
 func newCtl(name, synopsis string, stderr io.Writer) *ctl {
-	c := &ctl{name: name, fs: flag.NewFlagSet("towerd "+name, flag.ContinueOnError), stderr: stderr, synopsis: synopsis}
+	c := &ctl{name: name, fs: flag.NewFlagSet("towerd "+name, flag.ContinueOnError), stderr: stderr, synopsis: synopsis,
+		timeout: controlTimeout}
 	c.fs.SetOutput(stderr)
-	c.admin = c.fs.String("admin", "", "ip:port of towerd's admin server (default: [admin] listen of the config file, else "+config.DefaultAdminListen+")")
-	c.config = c.fs.String("config", config.DefaultPath, "config file to read [admin] listen from")
+	c.control = c.fs.String("control", "", "towerd's control socket (default: [control] socket of the config file, else "+config.DefaultControlSocket+")")
+	c.config = c.fs.String("config", config.DefaultPath, "config file to read [control] socket and [admin] listen from; it need not be valid")
 	c.fs.Usage = func() {
 		fmt.Fprintf(c.fs.Output(), "usage: towerd %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
@@ -50,8 +52,9 @@ func newCtl(name, synopsis string, stderr io.Writer) *ctl {
 }
 
 // parse parses args, flags anywhere among the arguments ("flush NAME
-// -admin X" as well as "flush -admin X NAME"), and returns the arguments.
-// done is true when the caller should return code at once (-h, a bad flag).
+// -control X" as well as "flush -control X NAME"), and returns the
+// arguments. done is true when the caller should return code at once (-h,
+// a bad flag).
 func (c *ctl) parse(args []string) (positional []string, code int, done bool) {
 	for {
 		if err := c.fs.Parse(args); err != nil {
@@ -76,44 +79,66 @@ func (c *ctl) usageError(format string, args ...any) int {
 	return base.ExitConfig
 }
 
-// addr finds the admin server: -admin, else the config file's [admin]
-// listen, else the default address (with a note on why, for the error).
-func (c *ctl) addr() (addr, note string, code int, ok bool) {
-	set := map[string]bool{}
-	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["admin"] {
-		return *c.admin, "", 0, true
-	}
-	cfg, err := config.Load(*c.config, !set["config"])
-	switch {
-	case err != nil && set["config"]:
-		fmt.Fprintf(c.stderr, "towerd %s: config: %v\n", c.name, err)
-		return "", "", base.ExitConfig, false
-	case err != nil:
-		return config.DefaultAdminListen, fmt.Sprintf(" (%s unusable for [admin] listen: %s)", *c.config, admin.OneLine(err.Error())), 0, true
-	case cfg.Admin.Listen == "":
-		fmt.Fprintf(c.stderr, "towerd %s: the admin server is off in %s ([admin] listen = \"\"); name one with -admin\n", c.name, *c.config)
-		return "", "", base.ExitFail, false
-	}
-	return cfg.Admin.Listen, "", 0, true
+// set reports whether the flag name was given.
+func (c *ctl) set(name string) bool {
+	found := false
+	c.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
-// call sends one request to the admin server and decodes a JSON answer
+// locate reads the config file leniently (config.Locate: a broken edit
+// must not keep the control commands from the daemon, issue 25) and
+// returns what it found with a note on the files it could not use, for the
+// error message.
+func (c *ctl) locate() (config.Located, string) {
+	loc := config.Locate(*c.config, !c.set("config"))
+	note := ""
+	if len(loc.Notes) > 0 {
+		note = " (not read, so the defaults stood: " + strings.Join(loc.Notes, "; ") + ")"
+	}
+	return loc, note
+}
+
+// target finds the control socket: -control, else the config file's
+// [control] socket, else the default path.
+func (c *ctl) target() (t admin.Target, note string, code int, ok bool) {
+	if c.set("control") {
+		return admin.Target{Socket: *c.control}, "", 0, true
+	}
+	loc, note := c.locate()
+	if loc.ControlSocket == "" {
+		fmt.Fprintf(c.stderr, "towerd %s: the control socket is off in %s ([control] socket = \"\"); name one with -control\n", c.name, *c.config)
+		return admin.Target{}, "", base.ExitFail, false
+	}
+	return admin.Target{Socket: loc.ControlSocket}, note, 0, true
+}
+
+// call sends one request over the control socket and decodes a JSON answer
 // into out (when out is not nil). On failure it prints why and returns the
-// exit status: 2 for a bad file named with -config, else 1; 0 on success.
+// exit status: ExitDenied when the caller may not use the socket, else
+// ExitFail; ExitOK on success.
 func (c *ctl) call(method, path string, form url.Values, body io.Reader, out any) ([]byte, int) {
-	addr, note, code, ok := c.addr()
+	t, note, code, ok := c.target()
 	if !ok {
 		return nil, code
 	}
-	data, err := admin.Call(addr, method, path, form, body, controlTimeout)
+	return c.send(t, note, method, path, form, body, out)
+}
+
+// send is call to a known target.
+func (c *ctl) send(t admin.Target, note, method, path string, form url.Values, body io.Reader, out any) ([]byte, int) {
+	data, err := admin.Call(t, method, path, form, body, c.timeout)
+	if errors.Is(err, admin.ErrDenied) {
+		fmt.Fprintf(c.stderr, "towerd %s: %v\n", c.name, err)
+		return nil, base.ExitDenied
+	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "towerd %s: %v%s\n", c.name, err, note)
 		return nil, base.ExitFail
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			fmt.Fprintf(c.stderr, "towerd %s: %s%s did not answer towerd's JSON: %v\n", c.name, addr, path, err)
+			fmt.Fprintf(c.stderr, "towerd %s: %s%s did not answer towerd's JSON: %v\n", c.name, t, path, err)
 			return nil, base.ExitFail
 		}
 	}
@@ -121,13 +146,14 @@ func (c *ctl) call(method, path string, form url.Values, body io.Reader, out any
 }
 
 // CmdReload is `towerd reload`.
-var CmdReload = &base.Command{Name: "reload", Synopsis: "[-admin ADDR]", Summary: "re-read the configuration (as SIGHUP) and say what changed",
+var CmdReload = &base.Command{Name: "reload", Synopsis: "[-control PATH]", Summary: "re-read the configuration (as SIGHUP) and say what changed",
 	Run: reloadCommand}
 
-// reloadCommand is `towerd reload`: SIGHUP over the admin server, with
-// what changed and what waits for a restart.
+// reloadCommand is `towerd reload`: SIGHUP over the control socket, with
+// what changed and what waits for a restart, or why the file was rejected
+// (exit 1; the running configuration stays).
 func reloadCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("reload", "[-admin ADDR] [-config FILE]", stderr)
+	c := newCtl("reload", "[-control PATH] [-config FILE]", stderr)
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -159,7 +185,7 @@ var CmdFlush = &base.Command{Name: "flush", Synopsis: "NAME | -zone ZONE | -all"
 
 // flushCommand is `towerd flush NAME | -zone ZONE | -all`.
 func flushCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("flush", "NAME | -zone ZONE | -all  [-admin ADDR]", stderr)
+	c := newCtl("flush", "NAME | -zone ZONE | -all  [-control PATH]", stderr)
 	zone := c.fs.String("zone", "", "forget every name at or below ZONE")
 	all := c.fs.Bool("all", false, "forget everything cached")
 	pos, code, done := c.parse(args)
@@ -210,7 +236,7 @@ var CmdLogQueries = &base.Command{Name: "log-queries", Synopsis: "[on|off]", Sum
 
 // logQueriesCommand is `towerd log-queries [on|off]`.
 func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("log-queries", "[on|off] [-admin ADDR]", stderr)
+	c := newCtl("log-queries", "[on|off] [-control PATH]", stderr)
 	pos, code, done := c.parse(args)
 	if done {
 		return code

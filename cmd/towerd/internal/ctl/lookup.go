@@ -23,8 +23,8 @@ var CmdLookup = &base.Command{Name: "lookup", Synopsis: "NAME [TYPE] [-json]", S
 // lookupCommand is `towerd lookup NAME [TYPE]`: towerd asks itself, as a
 // loopback client, and explains the path of the answer.
 func lookupCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("lookup", "NAME [TYPE] [-json] [-admin ADDR]", stderr)
-	asJSON := c.fs.Bool("json", false, "print the admin server's JSON as it is")
+	c := newCtl("lookup", "NAME [TYPE] [-json] [-control PATH]", stderr)
+	asJSON := c.fs.Bool("json", false, "print the control socket's JSON as it is")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -72,12 +72,16 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 	if len(rep.Cached) == 0 {
 		fmt.Fprintln(w, "  cache     nothing cached for this type before this lookup")
 	}
+	loaded := ""
 	for _, e := range rep.Cached {
 		age := fmt.Sprintf("%s of %s left", secs(e.RemainingSeconds), secs(e.TTLSeconds))
 		if e.State != "fresh" {
 			age = fmt.Sprintf("expired %s ago (TTL %s)", secs(e.ExpiredSeconds), secs(e.TTLSeconds))
 		}
-		fmt.Fprintf(w, "  cache     %s, %s, %s\n", e.State, e.Kind, age)
+		fmt.Fprintf(w, "  cache     %s, %s, %s, from %s\n", e.State, e.Kind, age, e.Source)
+		if e.Origin != "upstream" {
+			loaded = e.Source
+		}
 	}
 	from := map[string]string{
 		"cache":    "the cache (fresh)",
@@ -89,10 +93,14 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 	if from == "" {
 		from = rep.Source
 	}
-	if rep.Upstream != "" {
+	switch {
+	case rep.Upstream != "":
 		from += " " + rep.Upstream
-	} else if rep.Source == "upstream" {
+	case rep.Source == "upstream":
 		from += " (no server answered)"
+	case (rep.Source == "cache" || rep.Source == "stale") && loaded != "":
+		// Never "upstream" for what a file put in the cache (issue 21).
+		from += ", an entry put there by " + loaded
 	}
 	fmt.Fprintf(w, "  answer    %s from %s in %s\n", rep.Rcode, from,
 		time.Duration(rep.DurationSeconds*float64(time.Second)).Round(time.Microsecond))
