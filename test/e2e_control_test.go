@@ -327,3 +327,53 @@ func TestAdminFloodUnderFDLimit(t *testing.T) {
 		t.Errorf("/healthz after the second wave: %v", err)
 	}
 }
+
+// TestControlCommandsWithBrokenConfig (issue 25 item 3): with the config
+// file on disk broken — a value that does not validate, then a file that is
+// not TOML at all — every control command still finds the daemon through
+// that file (-config, no -control or -admin), reload reports what is wrong
+// with exit 1 and keeps the running configuration, and the rest work.
+func TestControlCommandsWithBrokenConfig(t *testing.T) {
+	t.Parallel()
+	def, consul := newTestUpstream(t), newTestUpstream(t)
+	def.Add(t, "www.broken.example. 300 IN A 192.0.2.70")
+	sock := controlPath(t)
+	admin := closedAdminAddr(t) // free now; towerd binds it
+	good := fmt.Sprintf("listen = [\"127.0.0.1:0\"]\n[admin]\nlisten = %q\n[control]\nsocket = %q\n", admin, sock) + zonesFor(def, consul)
+	cfg := writeConfig(t, good)
+	d := startTowerd(t, "-config", cfg, "-admin", admin, "-control", sock)
+	mustExchange(t, d.UDP, "udp", query("www.broken.example.", dns.TypeA, false))
+	dumps := t.TempDir()
+
+	for _, broken := range []struct {
+		name, body, reloadErr string
+	}{
+		{"does not validate", good + "\n[cache]\nsize = 0\n", `key "cache.size": must be at least 1`},
+		{"not TOML", "[cache\nsize = \n" + good, "towerd.toml:1"},
+	} {
+		t.Run(broken.name, func(t *testing.T) {
+			if err := os.WriteFile(cfg, []byte(broken.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			run := func(want int, args ...string) string {
+				t.Helper()
+				out, errOut := cli(t, want, append(args, "-config", cfg)...)
+				return out + errOut
+			}
+			mustContain(t, "stats", run(0, "stats"), "towerd dev", "ready")
+			mustContain(t, "reload", run(1, "reload"), "reload rejected; the running configuration stays", broken.reloadErr)
+			mustContain(t, "lookup", run(0, "lookup", "www.broken.example."), "NOERROR", "192.0.2.70")
+			mustContain(t, "cache list", run(0, "cache", "list"), "www.broken.example.")
+			dump := filepath.Join(dumps, strings.ReplaceAll(broken.name, " ", "-")+".bin")
+			mustContain(t, "cache dump", run(0, "cache", "dump", dump), "wrote "+dump)
+			mustContain(t, "flush", run(0, "flush", "www.broken.example."), "flushed 1 entry")
+			mustContain(t, "cache load", run(0, "cache", "load", dump), "loaded 1 entry")
+			mustContain(t, "log-queries", run(0, "log-queries", "on"), "query log on")
+			mustContain(t, "log-queries", run(0, "log-queries", "off"), "query log off")
+			r := mustExchange(t, d.UDP, "udp", query("www.broken.example.", dns.TypeA, false))
+			if got := addresses(r.Answer); !slices.Equal(got, []string{"192.0.2.70"}) {
+				t.Errorf("after the commands: %v", got)
+			}
+		})
+	}
+}

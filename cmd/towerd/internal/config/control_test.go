@@ -60,10 +60,11 @@ func TestLocateReadsBrokenFiles(t *testing.T) {
 		t.Errorf("invalid file: %+v", loc)
 	}
 	write("towerd.d/10-ctl.toml", "[control]\nsocket = \"/run/b.sock\"\n")
-	write("towerd.d/20-broken.toml", "[control\nsocket = \"/run/c.sock\"\n")
+	write("towerd.d/20-broken.toml", "[cache\nsize = \n[admin]\nlisten = \"127.0.0.1:2\"  # the node's\n")
 	loc = Locate(path, false)
-	if loc.ControlSocket != "/run/b.sock" || len(loc.Notes) != 1 || !strings.Contains(loc.Notes[0], "20-broken.toml") {
-		t.Errorf("drop-ins: %+v; want b.sock and a note on the broken one", loc)
+	if loc.ControlSocket != "/run/b.sock" || loc.AdminListen != "127.0.0.1:2" || len(loc.Notes) != 1 ||
+		!strings.Contains(loc.Notes[0], "20-broken.toml is not valid TOML") {
+		t.Errorf("drop-ins: %+v; want b.sock, the broken file's admin line, and a note on it", loc)
 	}
 	other := t.TempDir() // no drop-ins beside these
 	fifo := filepath.Join(other, "fifo.toml")

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
@@ -14,8 +16,8 @@ import (
 // The control subcommands must find a running towerd on the day its config
 // file is broken (issue 25): an edit that does not validate must not keep
 // `towerd reload` from reporting what is wrong with it, nor stats, flush or
-// lookup from working. Locate reads only the two keys they need, from
-// every file that still parses, and never validates.
+// lookup from working. Locate reads only the two keys they need, from every
+// file, never validates, and reads a file that is not TOML line by line.
 
 // Located is where the control subcommands find a running towerd.
 type Located struct {
@@ -68,7 +70,16 @@ func Locate(path string, optional bool) Located {
 			} `toml:"control"`
 		}
 		if err := toml.Unmarshal(data, &keys); err != nil {
-			loc.Notes = append(loc.Notes, fmt.Sprintf("%s: %v", p, oneLine(err)))
+			// An edit broke the file's syntax, most often on another line
+			// than these two: scan for them line by line.
+			admin, control := scanLenient(data)
+			if admin != nil {
+				loc.AdminListen = *admin
+			}
+			if control != nil {
+				loc.ControlSocket = *control
+			}
+			loc.Notes = append(loc.Notes, fmt.Sprintf("%s is not valid TOML (%v); its [admin] listen and [control] socket lines were read one by one", p, oneLine(err)))
 			continue
 		}
 		if s, ok := keys.Admin.Listen.(string); ok {
@@ -79,6 +90,34 @@ func Locate(path string, optional bool) Located {
 		}
 	}
 	return loc
+}
+
+// lenientLine is `key = "value"` with an optional comment after it.
+var lenientLine = regexp.MustCompile(`^([A-Za-z_]+)\s*=\s*"([^"\\]*)"\s*(?:#.*)?$`)
+
+// scanLenient finds [admin] listen and [control] socket in a file that is
+// not valid TOML: a table header line sets the table, a plain
+// `key = "string"` line under it the key. nil: not found.
+func scanLenient(data []byte) (adminListen, controlSocket *string) {
+	table := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			table = strings.TrimSpace(strings.Trim(line, "[]"))
+			continue
+		}
+		m := lenientLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		switch v := m[2]; {
+		case table == "admin" && m[1] == "listen":
+			adminListen = &v
+		case table == "control" && m[1] == "socket":
+			controlSocket = &v
+		}
+	}
+	return adminListen, controlSocket
 }
 
 // readBounded reads a regular file of at most limit bytes, opening it
