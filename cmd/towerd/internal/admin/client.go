@@ -14,9 +14,6 @@ import (
 	"time"
 )
 
-// statsTimeout bounds one /stats request: towerd answers it from memory.
-const statsTimeout = 5 * time.Second
-
 // Target is where a client call goes: towerd's control socket, or its
 // admin port (which serves only what anyone may read).
 type Target struct {
@@ -38,12 +35,6 @@ func (t Target) String() string {
 // refused the peer (403). Only root, towerd's user and the members of the
 // operators' group may.
 var ErrDenied = errors.New("permission denied")
-
-// Fetch gets /stats from t, with an error that says in one line what went
-// wrong and what it usually means.
-func Fetch(t Target) ([]byte, error) {
-	return Call(t, http.MethodGet, "/stats", nil, nil, statsTimeout)
-}
 
 // Call sends one request to t: form as the query (GET) or the url-encoded
 // body (POST), or body as it is. It returns the body of a 200 answer;
