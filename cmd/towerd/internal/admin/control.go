@@ -2,7 +2,6 @@ package admin
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -70,20 +69,10 @@ const (
 // allows, at most maxConns connections at once. Stop ends it with the
 // admin server.
 func (a *Server) StartControl(l net.Listener, policy AccessPolicy, maxConns int) {
-	a.ctl = &http.Server{
-		Handler:           a.controlRoutes(),
-		ConnContext:       policy.connVerdict,
-		ReadHeaderTimeout: controlHeaderTimeout,
-		ReadTimeout:       controlReadTimeout,
-		WriteTimeout:      controlWriteTimeout,
-		IdleTimeout:       controlIdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
-	}
-	a.ctlConns = newConnLimiter(maxConns)
-	a.ctlConns.track(a.ctl)
-	a.ctlDone = make(chan error, 1)
-	go func() { a.ctlDone <- a.ctl.Serve(l) }()
+	a.ctl, a.ctlConns = a.bounded(a.controlRoutes(),
+		httpBounds{controlHeaderTimeout, controlReadTimeout, controlWriteTimeout, controlIdleTimeout, maxConns})
+	a.ctl.ConnContext = policy.connVerdict
+	a.ctlDone = serve(a.ctl, l)
 }
 
 func (a *Server) serveReload(w http.ResponseWriter, _ *http.Request) {

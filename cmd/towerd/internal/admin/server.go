@@ -169,20 +169,41 @@ func (a *Server) Start(addr string, maxConns int) error {
 	if ap, err := netip.ParseAddrPort(a.addr); err == nil {
 		a.loopbackOnly = ap.Addr().Unmap().IsLoopback()
 	}
-	a.srv = &http.Server{
-		Handler:           a.routes(),
-		ReadHeaderTimeout: adminHeaderTimeout,
-		ReadTimeout:       adminReadTimeout,
-		WriteTimeout:      adminWriteTimeout,
-		IdleTimeout:       adminIdleTimeout,
+	a.srv, a.adminConns = a.bounded(a.routes(),
+		httpBounds{adminHeaderTimeout, adminReadTimeout, adminWriteTimeout, adminIdleTimeout, maxConns})
+	a.done = serve(a.srv, l)
+	return nil
+}
+
+// httpBounds are one HTTP server's limits: its timeouts and its cap on
+// connections held at once.
+type httpBounds struct {
+	header, read, write, idle time.Duration
+	conns                     int
+}
+
+// bounded returns an http.Server for h with b's timeouts, headers of at
+// most maxHeaderBytes, and its connections capped by the limiter it returns.
+func (a *Server) bounded(h http.Handler, b httpBounds) (*http.Server, *connLimiter) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: b.header,
+		ReadTimeout:       b.read,
+		WriteTimeout:      b.write,
+		IdleTimeout:       b.idle,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
-	a.adminConns = newConnLimiter(maxConns)
-	a.adminConns.track(a.srv)
-	a.done = make(chan error, 1)
-	go func() { a.done <- a.srv.Serve(l) }()
-	return nil
+	lim := newConnLimiter(b.conns)
+	lim.track(srv)
+	return srv, lim
+}
+
+// serve runs srv on l in the background; the channel gets Serve's result.
+func serve(srv *http.Server, l net.Listener) chan error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	return done
 }
 
 // Stop closes the listeners and waits up to ctx for requests being served.
