@@ -28,7 +28,11 @@ const controlSocketMode = 0o660
 // controlSocket is a socket towerd bound itself, removed again on stop.
 type controlSocket struct {
 	path string
-	ino  uint64 // the file towerd made, so stop never removes another's
+	// ino and ctime tell the file towerd made from a later one at the same
+	// path (an inode number is reused as soon as it is free), so stop
+	// never removes another's.
+	ino   uint64
+	ctime syscall.Timespec
 }
 
 // startControl serves the control channel on the socket systemd passed or
@@ -85,9 +89,13 @@ func (d *Daemon) controlListener(policy admin.AccessPolicy) (l net.Listener, how
 	if d.cfg.Control.Socket == "" {
 		return nil, "", nil
 	}
-	l, cs, err := bindControl(d.cfg.Control.Socket, policy)
+	l, cs, groupErr, err := bindControl(d.cfg.Control.Socket, policy)
 	if err != nil {
 		return nil, "", err
+	}
+	if groupErr != nil {
+		d.log.Warn("control socket kept in towerd's own group; the operators' group cannot connect", "err", groupErr,
+			"hint", "run towerd as root or as a member of the group, or set control.group")
 	}
 	d.ctlSocket = cs
 	return l, "towerd", nil
@@ -101,14 +109,16 @@ var errControlInUse = errors.New("another process serves this control socket (a 
 // boot), replacing a stale socket of an earlier run, never another file.
 // The socket is bound under a temporary name, given its mode and group,
 // then renamed into place, so no one ever finds it at path with looser
-// permissions.
-func bindControl(path string, policy admin.AccessPolicy) (net.Listener, *controlSocket, error) {
+// permissions. A group that cannot be given (towerd is neither root nor a
+// member) is groupErr: the socket stays 0660 in towerd's own group, which
+// is stricter, not looser.
+func bindControl(path string, policy admin.AccessPolicy) (l net.Listener, cs *controlSocket, groupErr, err error) {
 	dir := filepath.Dir(path)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, nil, fmt.Errorf("making %s: %w", dir, err)
+		return nil, nil, nil, fmt.Errorf("making %s: %w", dir, err)
 	}
 	if err := removeStaleSocket(path); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.%d", filepath.Base(path), os.Getpid(), time.Now().UnixNano()%1e6))
 	if len(tmp) > len(path)+24 || len(tmp) > 107 {
@@ -116,13 +126,13 @@ func bindControl(path string, policy admin.AccessPolicy) (net.Listener, *control
 	}
 	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
-		return nil, nil, fmt.Errorf("binding %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("binding %s: %w", path, err)
 	}
 	ul.SetUnlinkOnClose(false) // stop removes it, only if it is still ours
-	fail := func(err error) (net.Listener, *controlSocket, error) {
+	fail := func(err error) (net.Listener, *controlSocket, error, error) {
 		ul.Close()
 		os.Remove(tmp)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := os.Chmod(tmp, controlSocketMode); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
@@ -130,7 +140,7 @@ func bindControl(path string, policy admin.AccessPolicy) (net.Listener, *control
 	if policy.HaveGroup {
 		// A member of the group may hand a file to it; root may always.
 		if err := os.Lchown(tmp, -1, int(policy.GID)); err != nil {
-			return fail(fmt.Errorf("giving %s to group %s: %w (run towerd as root or as a member of the group, or set control.group)", path, policy.Group, err))
+			groupErr = fmt.Errorf("giving %s to group %s: %w", path, policy.Group, err)
 		}
 	}
 	if tmp != path {
@@ -143,7 +153,7 @@ func bindControl(path string, policy admin.AccessPolicy) (net.Listener, *control
 		return fail(err)
 	}
 	// The listener's address is the path clients use (not the temp name).
-	return &namedListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, &controlSocket{path: path, ino: st.Ino}, nil
+	return &namedListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, &controlSocket{path: path, ino: st.Ino, ctime: st.Ctim}, groupErr, nil
 }
 
 // namedListener is a Unix listener bound under a temporary name and
@@ -187,7 +197,7 @@ func (cs *controlSocket) remove() {
 		return
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(cs.path, &st); err == nil && st.Ino == cs.ino {
+	if err := syscall.Lstat(cs.path, &st); err == nil && st.Ino == cs.ino && st.Ctim == cs.ctime {
 		os.Remove(cs.path)
 	}
 }
