@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -182,12 +183,22 @@ func TestStatsCommandReadsConfig(t *testing.T) {
 	if code, _, errOut := runStats("-config", invalid); code != exitFail || !strings.Contains(errOut, "no towerd admin server at "+addr) {
 		t.Errorf("invalid config: exit %d, stderr %q; want 1 naming %s", code, errOut, addr)
 	}
-	// Not TOML at all: the default address, and a note naming the file
-	// (unless a towerd of this machine's, `make run`'s, answers there).
-	broken := writeFile(t, "towerd.toml", "[admin\nlisten = \""+addr+"\"\n")
-	if code, _, errOut := runStats("-config", broken); code != exitOK && (code != exitFail || !strings.Contains(errOut, "127.0.0.1:9253") ||
-		!strings.Contains(errOut, broken)) {
-		t.Errorf("broken config: exit %d, stderr %q; want 1, the default address and the file named", code, errOut)
+	// Not TOML at all: the [admin] listen line still counts, and the note
+	// names the file.
+	broken := writeFile(t, "towerd.toml", "[cache\nsize = \n[admin]\nlisten = \""+addr+"\"\n")
+	if code, _, errOut := runStats("-config", broken); code != exitFail || !strings.Contains(errOut, "no towerd admin server at "+addr) ||
+		!strings.Contains(errOut, broken+" is not valid TOML") {
+		t.Errorf("broken config: exit %d, stderr %q; want 1 naming %s and the file", code, errOut, addr)
+	}
+	// A FIFO in the config's place: the defaults, at once (unless a towerd
+	// of this machine's, `make run`'s, answers there).
+	fifo := filepath.Join(t.TempDir(), "towerd.toml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runStats("-config", fifo); code != exitOK && (code != exitFail || !strings.Contains(errOut, "127.0.0.1:9253") ||
+		!strings.Contains(errOut, "not a regular file")) {
+		t.Errorf("FIFO config: exit %d, stderr %q; want 1, the default address and why", code, errOut)
 	}
 	if code, _, _ := runStats("extra"); code != exitConfig {
 		t.Errorf("stray argument: exit %d, want 2", code)

@@ -94,7 +94,7 @@ func (c *ctl) locate() (config.Located, string) {
 	loc := config.Locate(*c.config, !c.set("config"))
 	note := ""
 	if len(loc.Notes) > 0 {
-		note = " (not read, so the defaults stood: " + strings.Join(loc.Notes, "; ") + ")"
+		note = " (from the config: " + strings.Join(loc.Notes, "; ") + ")"
 	}
 	return loc, note
 }
