@@ -257,6 +257,9 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
 	}
 	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
+	if !p.packaged {
+		in.r.Next = append(in.r.Next, sysusersNext)
+	}
 	in.r.Next = append(in.r.Next, "systemctl enable --now "+systemd.SocketUnitName)
 	if opts.Docker && p.docker.Next != "" {
 		in.r.Next = append(in.r.Next, p.docker.Next)
