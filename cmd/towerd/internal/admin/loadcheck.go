@@ -50,10 +50,16 @@ func (a *Server) importCheck(k cache.Key, m *dns.Msg) string {
 	if err != nil {
 		return rejectScrubbed
 	}
-	if res, err := upstream.ScrubCheck(raw, scope); err != nil || res.Dropped() > 0 {
+	res, err := upstream.ScrubCheck(raw, scope)
+	switch {
+	case err != nil:
 		return rejectScrubbed
-	} else if res.ChaseName != "" {
+	case res.ChaseName != "":
+		// The scrubber also drops what follows the exit (counted in
+		// Dropped): the exit is the reason.
 		return rejectChainLeaves
+	case res.Dropped() > 0:
+		return rejectScrubbed
 	}
 	// The scrubber knows only the zone it is given: "." keeps a CNAME into
 	// consul., which the resolver would chase there (and never believe from
