@@ -12,6 +12,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 RUN_LISTEN ?= 127.0.0.1:1053
 # ... and its admin server (/metrics, /stats; read by `towerd stats`) here.
 RUN_ADMIN ?= 127.0.0.1:9253
+# ... and its control socket (reload, flush, cache, lookup, log-queries) here:
+# a path the user running make can create, unlike /run/towerd/control.sock.
+RUN_CONTROL ?= bin/control.sock
 # ... and saves its cache here on stop ('' = not saved; see run below).
 RUN_STATE_DIR ?=
 ARGS     ?=
@@ -33,7 +36,8 @@ run: build
 	@if [ -n "$(RUN_STATE_DIR)" ]; then mkdir -p "$(RUN_STATE_DIR)"; fi
 	@echo "towerd on $(RUN_LISTEN): try  dig @$(firstword $(subst :, ,$(RUN_LISTEN))) -p $(lastword $(subst :, ,$(RUN_LISTEN))) example.org"
 	@echo "figures:   ./$(BIN) stats -admin $(RUN_ADMIN)   (or curl http://$(RUN_ADMIN)/metrics)"
-	./$(BIN) -config '' -listen $(RUN_LISTEN) -admin $(RUN_ADMIN) -state-dir '$(RUN_STATE_DIR)' $(ARGS)
+	@echo "control:   ./$(BIN) lookup example.org -control $(RUN_CONTROL)   (also reload, flush, cache list, log-queries)"
+	./$(BIN) -config '' -listen $(RUN_LISTEN) -admin $(RUN_ADMIN) -control '$(RUN_CONTROL)' -state-dir '$(RUN_STATE_DIR)' $(ARGS)
 
 # Installs what the tests need (dig, ...), then vets and runs every test with
 # the race detector.

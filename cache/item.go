@@ -52,6 +52,36 @@ type Info struct {
 	// Answer holds the answer records in presentation format, with the TTL
 	// a client would see now (0 once expired). Empty for NODATA.
 	Answer []string
+	// Origin says how the entry came into the cache.
+	Origin Origin
+}
+
+// Origin says how an entry came into the cache, so that operators are never
+// told an answer came from an upstream when a file put it there (issue 21).
+type Origin uint8
+
+const (
+	// OriginStored is an upstream's reply, stored by Set or SetWire.
+	OriginStored Origin = iota
+	// OriginRestored is an entry of a snapshot loaded with Load: the daemon's
+	// own state file, read back on start.
+	OriginRestored
+	// OriginImported is an entry of a snapshot loaded with LoadOptions.Imported:
+	// a file from elsewhere (`towerd cache load`).
+	OriginImported
+)
+
+// String is "stored", "restored" or "imported".
+func (o Origin) String() string {
+	switch o {
+	case OriginStored:
+		return "stored"
+	case OriginRestored:
+		return "restored"
+	case OriginImported:
+		return "imported"
+	}
+	return "unknown"
 }
 
 // item is one stored reply. Everything but refreshFailedAt is fixed when the
@@ -71,6 +101,10 @@ type item struct {
 	// refreshFailedAt is Unix nanoseconds of the last failed refresh, 0 for
 	// none. Atomic because the resolver marks failures without the cache lock.
 	refreshFailedAt atomic.Int64
+
+	// origin: how the item came in; a refresh makes a new, stored item. It
+	// fits in the 64-byte size class the item's other fields leave room in.
+	origin Origin
 }
 
 func newItem(p prepared, now instant) *item {
@@ -220,6 +254,7 @@ func (it *item) info(k Key, a age, now instant) Info {
 		Fresh:     a.fresh,
 		Stored:    now.at(it.stored),
 		Answer:    answer,
+		Origin:    it.origin,
 	}
 }
 

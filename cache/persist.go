@@ -168,19 +168,43 @@ func appendEntry(b []byte, k Key, stored time.Time, ttl time.Duration, wire []by
 // whole and valid is rejected with an error wrapping ErrBadSnapshot and
 // leaves the cache unchanged; when r is a *SnapshotFile, the file is then
 // also set aside (see OpenSnapshot).
+//
+// Loaded entries are marked OriginRestored (Info.Origin).
 func (c *Cache) Load(r io.Reader) (LoadStats, error) {
-	stats, err := c.load(r)
-	if f, ok := r.(*SnapshotFile); ok && err != nil {
+	return c.LoadWith(r, LoadOptions{})
+}
+
+// LoadOptions are what LoadWith adds to Load's checks.
+type LoadOptions struct {
+	// Imported marks the entries OriginImported: the snapshot is not the
+	// daemon's own, and a *SnapshotFile that fails is not set aside (the
+	// file is someone else's to keep).
+	Imported bool
+	// Check, when set, is asked about every entry that passed Load's own
+	// checks, with its key and its message (unpacked for the call: the
+	// check may change it, nothing else reads it). A non-empty reason drops
+	// the entry, counted in LoadStats.Rejections under that reason.
+	Check func(k Key, m *dns.Msg) (reason string)
+}
+
+// LoadWith is Load with opts: a snapshot from elsewhere, with the caller's
+// checks of each entry besides the cache's own.
+func (c *Cache) LoadWith(r io.Reader, opts LoadOptions) (LoadStats, error) {
+	stats, err := c.load(r, opts)
+	if f, ok := r.(*SnapshotFile); ok && err != nil && !opts.Imported {
 		err = f.setAside(err)
 	}
 	return stats, err
 }
 
-func (c *Cache) load(r io.Reader) (LoadStats, error) {
+func (c *Cache) load(r io.Reader, opts LoadOptions) (LoadStats, error) {
 	now := c.clock()
 	sum := crc32.New(castagnoli)
 	br := bufio.NewReader(r)
-	dec := snapshotDecoder{r: io.TeeReader(br, sum), now: now}
+	dec := snapshotDecoder{r: io.TeeReader(br, sum), now: now, check: opts.Check, origin: OriginRestored}
+	if opts.Imported {
+		dec.origin = OriginImported
+	}
 
 	var hdr [snapshotHeaderLen]byte
 	if err := dec.full(hdr[:]); err != nil {
@@ -271,6 +295,10 @@ type snapshotDecoder struct {
 	// now converts the stored times in the file, Unix ns by the writer's
 	// wall clock, to the loading cache's time since its epoch.
 	now instant
+	// check and origin are LoadOptions': the caller's verdict on each
+	// entry, and the mark every loaded entry gets.
+	check  func(Key, *dns.Msg) string
+	origin Origin
 }
 
 // full fills b, turning a short read into "truncated".
@@ -360,7 +388,19 @@ func (d *snapshotDecoder) entry() (snapshotEntry, string, error) {
 		return snapshotEntry{}, rejectPolicy, nil
 	}
 	a.ttl = ttl
-	return snapshotEntry{key: k, item: &item{prepared: a.prepared, stored: d.now.fromTime(stored)}}, "", nil
+	if d.check != nil {
+		// The caller's check reads a dns.Msg of its own: the entry's
+		// bytes, unpacked for it alone (only cache load asks; the state
+		// file at start has no check).
+		msg := new(dns.Msg)
+		if err := msg.Unpack(wire); err != nil {
+			return snapshotEntry{}, "", fmt.Errorf("%w: message of %s: %w", ErrBadSnapshot, k, err)
+		}
+		if reason := d.check(k, msg); reason != "" {
+			return snapshotEntry{}, reason, nil
+		}
+	}
+	return snapshotEntry{key: k, item: &item{prepared: a.prepared, stored: d.now.fromTime(stored), origin: d.origin}}, "", nil
 }
 
 // entryRejection says why an entry that decodes must not be served, or "".

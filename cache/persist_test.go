@@ -6,6 +6,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -296,4 +298,67 @@ func sealSnapshot(count uint32, body []byte) []byte {
 	var sum [4]byte
 	binary.BigEndian.PutUint32(sum[:], crc32.Checksum(out, castagnoli))
 	return append(out, sum[:]...)
+}
+
+// LoadWith marks what it loads as imported, drops the entries the caller's
+// check refuses (counted under the check's reason), and never sets aside a
+// file that is not the cache's own; Load marks entries restored, and an
+// upstream's reply stored over either is stored again (issue 21).
+func TestLoadWithChecksAndMarksOrigin(t *testing.T) {
+	src, _ := newTestCache(t, persistConfig)
+	mustSet(t, src, keyA("kept.example."), aReply(t, "kept.example.", 300, "192.0.2.1"))
+	mustSet(t, src, keyA("refused.example."), aReply(t, "refused.example.", 300, "192.0.2.2"))
+	snapshot := dump(t, src)
+
+	dst, _ := newTestCache(t, persistConfig)
+	var asked []string
+	stats, err := dst.LoadWith(bytes.NewReader(snapshot), LoadOptions{Imported: true, Check: func(k Key, m *dns.Msg) string {
+		asked = append(asked, k.Name)
+		if len(m.Answer) != 1 {
+			return "BUG: no message"
+		}
+		m.Answer = nil // the check may change its copy
+		if k.Name == "refused.example." {
+			return "not in a forwarded zone"
+		}
+		return ""
+	}})
+	if err != nil || stats.Loaded != 1 || stats.Rejected != 1 || stats.Rejections["not in a forwarded zone"] != 1 || len(asked) != 2 {
+		t.Fatalf("LoadWith: %+v %v, asked %v; want 1 loaded, 1 rejected by the check", stats, err, asked)
+	}
+	infos := dst.Inspect("kept.example.")
+	if len(infos) != 1 || infos[0].Origin != OriginImported || len(infos[0].Answer) != 1 {
+		t.Fatalf("kept.example.: %+v, want one imported entry with its answer intact", infos)
+	}
+	if got := dst.Inspect("refused.example."); len(got) != 0 {
+		t.Errorf("refused.example. loaded: %+v", got)
+	}
+
+	restored, _ := newTestCache(t, persistConfig)
+	if _, err := restored.Load(bytes.NewReader(snapshot)); err != nil {
+		t.Fatal(err)
+	}
+	if infos := restored.Inspect("kept.example."); len(infos) != 1 || infos[0].Origin != OriginRestored {
+		t.Errorf("Load: %+v, want a restored entry", infos)
+	}
+	mustSet(t, restored, keyA("kept.example."), aReply(t, "kept.example.", 300, "192.0.2.9"))
+	if infos := restored.Inspect("kept.example."); len(infos) != 1 || infos[0].Origin != OriginStored {
+		t.Errorf("after Set: %+v, want a stored entry", infos)
+	}
+}
+
+// A file LoadWith refuses stays where it is: it is the operator's.
+func TestLoadWithImportedKeepsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mine.bin")
+	plantFile(t, path, []byte("not a snapshot"), 0o600)
+	f, err := OpenSnapshot(path)
+	mustOK(t, err)
+	defer f.Close()
+	dst, _ := newTestCache(t, persistConfig)
+	if _, err := dst.LoadWith(f, LoadOptions{Imported: true}); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("LoadWith: %v, want ErrBadSnapshot", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the refused file moved: %v", err)
+	}
 }

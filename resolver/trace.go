@@ -5,6 +5,9 @@ import (
 	"net/netip"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
+	"github.com/towerd/towerd/upstream"
 )
 
 // Trace answers m the way ServeDNS answers a client at client over TCP (so
@@ -56,4 +59,13 @@ func (h *Handler) RecordsCover(name string) (covered, on bool) {
 		return false, false
 	}
 	return s.Records.Covers([]byte(dns.CanonicalName(name))), true
+}
+
+// ScopeOf is what the servers of the zone the running configuration
+// routes name to are believed about (the scrubber's scope: the zone less
+// the zones configured below it), and that zone's name.
+func (h *Handler) ScopeOf(name string) (zone string, scope upstream.Scope) {
+	z := h.settings.Load().router.route(name)
+	wire, _ := dnswire.AppendWireName(nil, z.Name)
+	return z.Name, upstream.Scope{Zone: wire, Below: z.below}
 }

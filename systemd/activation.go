@@ -25,6 +25,12 @@ import (
 // one socket unit can pass more than DNS.
 const DNSSocketName = "dns"
 
+// ControlSocketName is the FileDescriptorName= a separate socket unit may
+// give towerd's control socket. towerd.socket itself cannot: the name is
+// one per unit, and its DNS sockets have theirs; there the control socket
+// is told by its family, the one Unix stream socket among them.
+const ControlSocketName = "control"
+
 // ErrNoDNSSocket is returned when systemd passed sockets but none for DNS.
 var ErrNoDNSSocket = errors.New("systemd passed sockets, but none for DNS (FileDescriptorName=" + DNSSocketName + ")")
 
@@ -34,6 +40,10 @@ type Sockets struct {
 	Packet []net.PacketConn
 	// Stream are the TCP listeners for DNS.
 	Stream []net.Listener
+	// Control are the Unix stream listeners: towerd's control socket
+	// (towerd.socket's ListenStream=/run/towerd/control.sock, or a socket
+	// named ControlSocketName).
+	Control []net.Listener
 	// Other are sockets with another FileDescriptorName, by name. Whoever
 	// takes one closes it.
 	Other map[string][]*os.File
@@ -68,6 +78,9 @@ func (s *Sockets) Close() {
 	for _, l := range s.Stream {
 		l.Close()
 	}
+	for _, l := range s.Control {
+		l.Close()
+	}
 	for _, files := range s.Other {
 		for _, f := range files {
 			f.Close()
@@ -94,6 +107,13 @@ func classify(files []*os.File) (*Sockets, error) {
 	s := &Sockets{Other: map[string][]*os.File{}}
 	var errs []error
 	for i, f := range files {
+		if f.Name() == ControlSocketName {
+			if err := s.addControl(f); err != nil {
+				errs = append(errs, fmt.Errorf("socket %d (%s): %w", i+3, f.Name(), err))
+			}
+			f.Close()
+			continue
+		}
 		if !isDNSName(f.Name()) {
 			s.Other[f.Name()] = append(s.Other[f.Name()], f)
 			continue
@@ -143,14 +163,33 @@ func (s *Sockets) addDNS(f *os.File) error {
 		if err != nil {
 			return fmt.Errorf("stream socket is not listening (ListenStream= without Accept=no?): %w", err)
 		}
-		if _, ok := l.Addr().(*net.TCPAddr); !ok {
+		switch l.Addr().(type) {
+		case *net.TCPAddr:
+			s.Stream = append(s.Stream, l)
+		case *net.UnixAddr:
+			s.Control = append(s.Control, l)
+		default:
 			l.Close()
-			return fmt.Errorf("stream socket on %s is not TCP", l.Addr())
+			return fmt.Errorf("stream socket on %s is neither TCP nor Unix", l.Addr())
 		}
-		s.Stream = append(s.Stream, l)
 	default:
 		return fmt.Errorf("socket type %d is neither datagram nor stream", typ)
 	}
+	return nil
+}
+
+// addControl takes a socket named ControlSocketName: a listening Unix
+// stream socket.
+func (s *Sockets) addControl(f *os.File) error {
+	l, err := net.FileListener(f)
+	if err != nil {
+		return fmt.Errorf("control socket is not a listening stream socket: %w", err)
+	}
+	if _, ok := l.Addr().(*net.UnixAddr); !ok {
+		l.Close()
+		return fmt.Errorf("control socket on %s is not a Unix socket", l.Addr())
+	}
+	s.Control = append(s.Control, l)
 	return nil
 }
 

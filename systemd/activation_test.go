@@ -67,6 +67,44 @@ func unixgramFile(t *testing.T, name string) *os.File {
 	})
 }
 
+func unixFile(t *testing.T, name string) *os.File {
+	return socketFile(t, name, func() (interface{ File() (*os.File, error) }, func(), error) {
+		dir, err := os.MkdirTemp("", "act")
+		if err != nil {
+			return nil, nil, err
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "control.sock"), Net: "unix"})
+		if err != nil {
+			return nil, nil, err
+		}
+		l.SetUnlinkOnClose(false) // the dup keeps serving the path
+		return l, func() { l.Close() }, nil
+	})
+}
+
+// The control socket comes in towerd.socket under the DNS sockets' name (a
+// unit names all its sockets alike) and is told by its family; a socket
+// unit of its own names it "control" (issue 21).
+func TestClassifyFindsTheControlSocket(t *testing.T) {
+	s, err := classify([]*os.File{udpFile(t, "dns"), unixFile(t, "dns"), tcpFile(t, "dns"), unixFile(t, ControlSocketName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if len(s.Packet) != 1 || len(s.Stream) != 1 || len(s.Control) != 2 {
+		t.Fatalf("got %d UDP, %d TCP, %d control sockets; want 1, 1, 2", len(s.Packet), len(s.Stream), len(s.Control))
+	}
+	for _, a := range s.Addrs() {
+		if strings.Contains(a, "control.sock") {
+			t.Errorf("Addrs() lists the control socket: %v", s.Addrs())
+		}
+	}
+	if _, err := classify([]*os.File{udpFile(t, "dns"), tcpFile(t, ControlSocketName)}); err == nil || !strings.Contains(err.Error(), "not a Unix socket") {
+		t.Errorf("a TCP socket named control: %v, want refused", err)
+	}
+}
+
 func TestClassifySortsSocketsByTypeAndName(t *testing.T) {
 	// systemd passes sockets in unit order, which need not be UDP first;
 	// the type comes from SO_TYPE, not from the position.

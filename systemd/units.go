@@ -1,8 +1,9 @@
 package systemd
 
-// towerd's unit files, towerd.socket and towerd.service, kept beside this
-// file and embedded in the binary, for `towerd install` to write and for the
-// Debian package (cmd/towerd/dist) to ship.
+// towerd's unit files, towerd.socket and towerd.service, and the
+// sysusers.d file of its operators' group, kept beside this file and
+// embedded in the binary, for `towerd install` to write and for the Debian
+// package (cmd/towerd/dist) to ship.
 
 import (
 	_ "embed" // the unit files ship inside the binary, for `towerd install`
@@ -17,6 +18,18 @@ var (
 	//go:embed towerd.service
 	serviceUnit string
 )
+
+// Sysusers is the sysusers.d(5) file that creates towerd's operators'
+// group, whose members may use the control socket (issue 21). The package
+// ships it as /usr/lib/sysusers.d/towerd.conf, `towerd install` as
+// /etc/sysusers.d/towerd.conf; systemd-sysusers reads it at every boot and
+// when the package is configured.
+//
+//go:embed towerd.sysusers
+var Sysusers string
+
+// SysusersName is the sysusers.d file's name.
+const SysusersName = "towerd.conf"
 
 // Where install puts things, relative to the root. Units go to
 // /etc/systemd/system, the directory for units the administrator (not a

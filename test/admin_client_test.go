@@ -2,8 +2,10 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -135,6 +137,46 @@ func readStats(t *testing.T, admin string) statsDoc {
 		t.Fatalf("decoding /stats: %v", err)
 	}
 	return s
+}
+
+// controlClient sends every request to the control socket at sock.
+func controlClient(sock string) *http.Client {
+	return &http.Client{Timeout: httpTimeout, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+// controlGet returns the body of GET path over the control socket sock,
+// failing on any status but 200.
+func controlGet(t *testing.T, sock, path string) []byte {
+	t.Helper()
+	resp, err := controlClient(sock).Get("http://localhost" + path)
+	if err != nil {
+		t.Fatalf("GET %s over %s: %v", path, sock, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s over %s: %s, %v\n%s", path, sock, resp.Status, err, body)
+	}
+	return body
+}
+
+// controlPost posts form to path over the control socket sock and returns
+// the status and body.
+func controlPost(t *testing.T, sock, path string, form url.Values) (int, string) {
+	t.Helper()
+	resp, err := controlClient(sock).PostForm("http://localhost"+path, form)
+	if err != nil {
+		t.Fatalf("POST %s over %s: %v", path, sock, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // adminPost posts form to path and returns the status and body.

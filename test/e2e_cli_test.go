@@ -14,8 +14,8 @@ import (
 )
 
 // The operators' CLI (issue 15), run as a user runs it: the built binary
-// against a running towerd's admin server, outputs and exit statuses
-// asserted.
+// against a running towerd's control socket (issue 21), outputs and exit
+// statuses asserted.
 
 // allSubcommands is the table `towerd help` must list, in its order.
 var allSubcommands = []string{"serve", "check", "stats", "reload", "flush", "cache list", "cache dump", "cache load",
@@ -72,7 +72,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 		}
 	}
 	out, _ := cli(t, 0, "help", "flush")
-	mustContain(t, "help flush", out, "usage: towerd flush NAME | -zone ZONE | -all", "-zone", "-all", "-admin")
+	mustContain(t, "help flush", out, "usage: towerd flush NAME | -zone ZONE | -all", "-zone", "-all", "-control")
 
 	_, stderr := cli(t, 2, "stat")
 	mustContain(t, "towerd stat", stderr, `unknown subcommand "stat" (did you mean "stats"?)`, "subcommands:", "  towerd lookup NAME")
@@ -85,7 +85,7 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"flush", "-bogus"}, {"lookup", "x.example.", "--nope"}, {"stats", "-bogus"}, {"reload", "-bogus"}} {
 		_, stderr := cli(t, 2, args...)
 		bad := strings.TrimLeft(args[len(args)-1], "-")
-		mustContain(t, "towerd "+strings.Join(args, " "), strings.ToLower(stderr), "flag provided but not defined: -"+bad, "usage", "-admin")
+		mustContain(t, "towerd "+strings.Join(args, " "), strings.ToLower(stderr), "flag provided but not defined: -"+bad, "usage", "-control")
 	}
 	_, stderr = cli(t, 2, "flush")
 	mustContain(t, "towerd flush", stderr, "name exactly one of NAME, -zone ZONE or -all", "usage: towerd flush")
@@ -99,19 +99,22 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	}
 }
 
-// Without a towerd at the admin address every control subcommand says so,
-// exit 1.
+// Without a towerd at the control socket every control subcommand says so,
+// exit 1; stats, without one at the admin address.
 func TestCLIDaemonNotRunning(t *testing.T) {
 	t.Parallel()
 	addr := closedAdminAddr(t)
+	sock := controlPath(t)
 	dump := filepath.Join(t.TempDir(), "cache.bin")
 	if err := os.WriteFile(dump, []byte("TOWERDC\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	_, stderr := cli(t, 1, "stats", "-admin", addr)
+	mustContain(t, "towerd stats", stderr, "no towerd admin server at "+addr+" (connection refused)")
 	for _, args := range [][]string{{"stats"}, {"reload"}, {"flush", "-all"}, {"cache", "list"}, {"cache", "dump", "-"},
 		{"cache", "load", dump}, {"lookup", "www.example."}, {"log-queries", "on"}} {
-		_, stderr := cli(t, 1, append(args, "-admin", addr)...)
-		mustContain(t, "towerd "+strings.Join(args, " "), stderr, "no towerd admin server at "+addr+" (connection refused)")
+		_, stderr := cli(t, 1, append(args, "-control", sock)...)
+		mustContain(t, "towerd "+strings.Join(args, " "), stderr, "no towerd control socket at "+sock+" (no such file)")
 	}
 }
 
@@ -133,20 +136,20 @@ func TestCLICompletion(t *testing.T) {
 			t.Errorf("zsh -n: %v\n%s", err, out)
 		}
 	}
-	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load", "('flush')\n\t\t_arguments -s \\\n\t\t\t'-admin[", "'-zone[forget every name at or below ZONE]:string: '")
+	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load", "('flush')\n\t\t_arguments -s \\\n\t\t\t'-all[", "'-zone[forget every name at or below ZONE]:string: '")
 	for _, tc := range []struct {
 		words string
 		want  string
 	}{
 		{"towerd ca", "cache"},
 		{"towerd cache l", "list load"},
-		{"towerd flush -", "-admin -all -config -zone"},
+		{"towerd flush -", "-all -config -control -zone"},
 		{"towerd cache list -s", "-stale"},
 		{"towerd log-queries o", "off on"},
 		{"towerd lookup www.example. AA", "AAAA"},
-		{"towerd lookup -admin 127.0.0.1:1 www.example. AA", "AAAA"},
-		{"towerd lookup -admin 127.0.0.1:1 AA", ""},
-		{"towerd -con", "-config -consul-dns -consul-http"},
+		{"towerd lookup -control /run/x.sock www.example. AA", "AAAA"},
+		{"towerd lookup -control /run/x.sock AA", ""},
+		{"towerd -con", "-config -consul-dns -consul-http -control"},
 		{"towerd drill -clients ''", ""},
 		{"towerd completion z", "zsh"},
 	} {
@@ -166,7 +169,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	s.def.Add(t, "www.example. 300 IN A 192.0.2.10", "a.corp.example. 300 IN A 192.0.2.20", "b.corp.example. 300 IN A 192.0.2.21")
-	admin := []string{"-admin", s.d.Admin}
+	admin := []string{"-control", s.d.Control}
 	ctl := func(want int, args ...string) (string, string) {
 		t.Helper()
 		return cli(t, want, append(args, admin...)...)
@@ -241,18 +244,32 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	mustContain(t, "cache list after flush", out, "0 entries")
 	out, _ = ctl(0, "cache", "load", dump)
 	mustContain(t, "cache load", out, "loaded 4 entries from "+dump, "0 rejected")
+	// A loaded entry is never shown as an upstream's (issue 21).
 	out, _ = ctl(0, "lookup", "a.corp.example.")
-	mustContain(t, "lookup after load", out, "NOERROR from the cache (fresh)", "192.0.2.20")
+	mustContain(t, "lookup after load", out, "from towerd cache load (zone .)",
+		"NOERROR from the cache (fresh), an entry put there by towerd cache load (zone .)", "192.0.2.20")
+	out, _ = ctl(0, "cache", "list", "-zone", "corp.example")
+	mustContain(t, "cache list after load", out, " FROM ", "cache load")
 
-	// The state file's checks apply to a loaded file: one others could
-	// write is refused and set aside; a damaged one is refused by towerd.
+	// The file is the operator's: towerd checks the entries, not who may
+	// write the file, and never renames it (issue 25: it was set aside as
+	// .rejected); a damaged one is refused by towerd, the file kept too.
 	os.Chmod(dump, 0o666)
-	_, stderr = ctl(1, "cache", "load", dump)
-	mustContain(t, "cache load of a writable file", stderr, "writable by group or others", ".rejected")
+	ctl(0, "flush", "-all")
+	out, _ = ctl(0, "cache", "load", dump)
+	mustContain(t, "cache load of a writable file", out, "loaded 4 entries")
 	bad := filepath.Join(t.TempDir(), "bad.bin")
 	os.WriteFile(bad, []byte("TOWERDC\nnot really"), 0o600)
 	_, stderr = ctl(1, "cache", "load", bad)
 	mustContain(t, "cache load of a damaged file", stderr, "snapshot refused, the cache is unchanged")
+	for _, f := range []string{dump, bad} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("the operator's file %s: %v", f, err)
+		}
+		if _, err := os.Stat(f + ".rejected"); err == nil {
+			t.Errorf("%s was set aside", f)
+		}
+	}
 }
 
 // reload says what changed and what waits for a restart; a broken file is
@@ -264,7 +281,7 @@ func TestCLIReload(t *testing.T) {
 	base := "listen = [\"127.0.0.1:0\"]\n[upstream]\ntimeout = \"5s\"\n" + zonesFor(def, consul)
 	path := writeConfig(t, base)
 	d := startTowerd(t, "-config", path)
-	admin := []string{"-admin", d.Admin}
+	admin := []string{"-control", d.Control}
 
 	out, _ := cli(t, 0, append([]string{"reload"}, admin...)...)
 	if strings.TrimSpace(out) != "reloaded: nothing changed" {
@@ -344,7 +361,7 @@ func TestVersionFromLdflags(t *testing.T) {
 	}
 	def, consul := newTestUpstream(t), newTestUpstream(t)
 	p := startProcess(t, exec.Command(bin, "-config", "", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
-		"-upstream", def.Addr, "-consul-dns", consul.Addr, "-consul-http", "off", "-state-dir", ""))
+		"-control", "", "-upstream", def.Addr, "-consul-dns", consul.Addr, "-consul-http", "off", "-state-dir", ""))
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })
 	m, err := p.stderr.waitFor(adminLine, readyTimeout, p.exited)
@@ -376,13 +393,13 @@ func TestCLIReloadResolvConf(t *testing.T) {
 	os.WriteFile(rc, []byte("nameserver 127.0.0.201\n"), 0o600)
 	path := writeConfig(t, fmt.Sprintf("listen = [\"127.0.0.1:0\"]\nresolv_conf = %q\n[[zone]]\nname = \".\"\nservers = []\n[[zone]]\nname = \"consul.\"\nservers = [%q]\n", rc, consul.Addr))
 	d := startTowerd(t, "-config", path)
-	out, _ := cli(t, 0, "reload", "-admin", d.Admin)
+	out, _ := cli(t, 0, "reload", "-control", d.Control)
 	mustContain(t, "reload with resolv.conf unchanged", out, "reloaded: nothing changed")
 	os.WriteFile(rc, []byte("nameserver 127.0.0.202\n"), 0o600)
 	followed := regexp.MustCompile(`servers changed: its resolv.conf changed.*new=127\.0\.0\.202:53`)
 	if _, err := d.stderr.waitFor(followed, readyTimeout, d.exited); err != nil {
 		t.Fatalf("the resolv.conf change was not followed: %v", err)
 	}
-	out, _ = cli(t, 0, "reload", "-admin", d.Admin)
+	out, _ = cli(t, 0, "reload", "-control", d.Control)
 	mustContain(t, "reload after the change was followed", out, "reloaded: nothing changed")
 }

@@ -243,10 +243,10 @@ func TestDebPackage(t *testing.T) {
 		if got := complete(""); strings.Join(got, " ") != strings.Join(commands, " ") {
 			t.Errorf("towerd <TAB> offers %v, want %v", got, commands)
 		}
-		if got := complete("stats", "-"); strings.Join(got, " ") != "-admin -config -json" {
+		if got := complete("stats", "-"); strings.Join(got, " ") != "-admin -config -control -json" {
 			t.Errorf("towerd stats -<TAB> offers %v", got)
 		}
-		if got := complete("-con"); strings.Join(got, " ") != "-config -consul-dns -consul-http" {
+		if got := complete("-con"); strings.Join(got, " ") != "-config -consul-dns -consul-http -control" {
 			t.Errorf("towerd -con<TAB> offers %v", got)
 		}
 		if got := complete("doctor", "-"); strings.Join(got, " ") != "-admin -config -consul -json -list -root -rules -timeout" {
@@ -356,6 +356,11 @@ func dpkgLifecycle(t *testing.T, deb, debVersion string) {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("after dpkg -i: %v", err)
 		}
+	}
+	// The control socket's operators' group exists (sysusers.d, issue 21),
+	// in the root dpkg installed into.
+	if group := readFile(t, filepath.Join(root, "etc/group")); !regexp.MustCompile(`(?m)^towerd:x:\d+:$`).MatchString(group) {
+		t.Errorf("after dpkg -i, %s/etc/group has no towerd group:\n%s", root, group)
 	}
 	// Nothing was started or enabled: no wants links, no state directory.
 	for _, p := range []string{"etc/systemd/system", "var/lib/towerd", "var/lib/private"} {

@@ -177,7 +177,7 @@ func TestSpoofedRepliesThroughFaultProxy(t *testing.T) {
 				Answer []string `json:"answer"`
 			} `json:"entries"`
 		}
-		body := adminGet(t, s.d.Admin, "/cache?name="+url.QueryEscape(name)+"&type=A")
+		body := controlGet(t, s.d.Control, "/cache?name="+url.QueryEscape(name)+"&type=A")
 		if err := json.Unmarshal(body, &doc); err != nil || len(doc.Entries) != 1 {
 			t.Fatalf("/cache?name=%s: %v\n%s", name, err, body)
 		}

@@ -114,7 +114,7 @@ func TestGetentThroughTowerdWithTheInstalledFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	tw := startProcess(t, inNS(towerdBin, "-config", cfgPath, "-log-level", "debug", "-admin", "127.0.0.1:0",
-		"-consul-http", "off", "-state-dir", ""))
+		"-control", "", "-consul-http", "off", "-state-dir", ""))
 	t.Cleanup(func() {
 		if tw.running() {
 			tw.signal(t, syscall.SIGTERM)

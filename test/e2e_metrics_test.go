@@ -164,11 +164,11 @@ func TestMetricsAfterScriptedMix(t *testing.T) {
 			Source string `json:"source"`
 		} `json:"entries"`
 	}
-	if err := json.Unmarshal(adminGet(t, d.Admin, "/cache?name=z1.example&type=A"), &inspect); err != nil ||
+	if err := json.Unmarshal(controlGet(t, d.Control, "/cache?name=z1.example&type=A"), &inspect); err != nil ||
 		len(inspect.Entries) != 1 || inspect.Entries[0].State != "stale" || inspect.Entries[0].Source != "upstream zone ." {
 		t.Errorf("/cache z1.example: %+v, %v; want one stale entry from zone .", inspect, err)
 	}
-	if code, body := adminPost(t, d.Admin, "/cache/flush", url.Values{"name": {"a.example."}}); code != 200 ||
+	if code, body := controlPost(t, d.Control, "/cache/flush", url.Values{"name": {"a.example."}}); code != 200 ||
 		!strings.Contains(body, `"removed": 1`) {
 		t.Errorf("flush a.example.: %d %s", code, body)
 	}

@@ -128,7 +128,9 @@ answer_ttl = "30s"
 }
 
 // TestMakeRun: `make run` builds towerd and serves in the foreground, as the
-// README tells a newcomer; one dig query gets the test upstream's answer.
+// README tells a newcomer; one dig query gets the test upstream's answer,
+// and the control command make run prints works as printed, without root
+// powers over anything but the socket it names.
 func TestMakeRun(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
@@ -138,8 +140,10 @@ func TestMakeRun(t *testing.T) {
 	def.Add(t, "make.example. 300 IN A 192.0.2.90")
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 
-	// RUN_ADMIN on port 0: other test runs on this machine may hold 9253.
-	cmd := exec.Command("make", "-C", "..", "run", "RUN_LISTEN="+listen, "RUN_ADMIN=127.0.0.1:0",
+	// RUN_ADMIN on port 0: other test runs on this machine may hold 9253;
+	// RUN_CONTROL of the test's own, for the same reason.
+	control := controlPath(t)
+	cmd := exec.Command("make", "-C", "..", "run", "RUN_LISTEN="+listen, "RUN_ADMIN=127.0.0.1:0", "RUN_CONTROL="+control,
 		"ARGS=-upstream "+def.Addr+" -consul-dns "+consul.Addr+" -consul-http off")
 	// make runs towerd as its child: both go in a process group of their
 	// own, which the cleanup stops as one.
@@ -180,6 +184,22 @@ func TestMakeRun(t *testing.T) {
 	}
 	if got := def.Count("make.example.", dns.TypeA); got != 1 {
 		t.Errorf("test upstream saw %d queries, want 1", got)
+	}
+
+	// The printed control hint, run as printed (from the repository's
+	// root, where make runs it) with the name swapped: the answer is the
+	// cached one.
+	hint := regexp.MustCompile(`(?m)^control:   (\./bin/towerd lookup) example\.org (-control \S+)   \(`).FindStringSubmatch(p.stdout.String())
+	if hint == nil || hint[2] != "-control "+control {
+		t.Fatalf("make run printed no control hint naming %s:\n%s", control, p.stdout)
+	}
+	args := append(strings.Fields(hint[1]), "make.example.")
+	args = append(args, strings.Fields(hint[2])...)
+	lookup := exec.Command(args[0], args[1:]...)
+	lookup.Dir = ".."
+	out, err := lookup.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "NOERROR from the cache (fresh)") {
+		t.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 

@@ -19,16 +19,17 @@ import (
 )
 
 // startActivated runs towerd the way towerd.socket does, with the real
-// systemd-socket-activate: one UDP and one TCP socket on addr, named "dns"
-// like FileDescriptorName=dns. systemd-socket-activate makes sockets of one
+// systemd-socket-activate: one UDP and one TCP socket on addr and the
+// control socket at control, all named "dns" like FileDescriptorName=dns
+// (one name per unit). systemd-socket-activate makes sockets of one
 // type per run, so two runs are chained: the outer binds UDP and passes it
 // on, the inner adds TCP and passes both (it forwards sockets it inherits).
 // Each execs the next program in place, so the PID started here ends up
 // being towerd's. Like systemd, they start the program on the first packet.
-func startActivated(t *testing.T, addr string, env []string, args ...string) *process {
+func startActivated(t *testing.T, addr, control string, env []string, args ...string) *process {
 	t.Helper()
 	mustNotUseSystemResolvers(t, args)
-	inner := []string{"systemd-socket-activate", "--listen=" + addr, "--fdname=dns"}
+	inner := []string{"systemd-socket-activate", "--listen=" + addr, "--listen=" + control, "--fdname=dns"}
 	for _, e := range env {
 		// systemd-socket-activate passes on only the variables named with -E.
 		inner = append(inner, "--setenv="+e)
@@ -68,9 +69,12 @@ func TestSocketActivation(t *testing.T) {
 	configured := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	notify := newNotifySocket(t)
 
-	p := startActivated(t, addr, []string{"NOTIFY_SOCKET=" + notify.Path},
-		"-config", "", "-listen", configured, "-admin", "", "-consul-http", "off", "-state-dir", "", "-log-level", "debug",
-		"-upstream", def.Addr, "-consul-dns", consul.Addr)
+	// The control socket comes from systemd too; -control names another
+	// path, which must stay untouched.
+	control, ownControl := controlPath(t), controlPath(t)
+	p := startActivated(t, addr, control, []string{"NOTIFY_SOCKET=" + notify.Path},
+		"-config", "", "-listen", configured, "-admin", "", "-control", ownControl, "-consul-http", "off", "-state-dir", "",
+		"-log-level", "debug", "-upstream", def.Addr, "-consul-dns", consul.Addr)
 	d := &towerd{process: p}
 	t.Cleanup(func() { d.stopAndCheck(t) })
 
@@ -96,6 +100,15 @@ func TestSocketActivation(t *testing.T) {
 	ready := notify.nextNot(t, readyTimeout)
 	if !ready.has("READY=1") || !strings.Contains(ready.Fields["STATUS"], "(from systemd)") {
 		t.Errorf("first message %q, want READY=1 with a status naming systemd's sockets", ready.Raw)
+	}
+	if m := controlLine.FindStringSubmatch(p.stderr.String()); m == nil || m[1] != control ||
+		!strings.Contains(p.stderr.String(), "from=systemd") {
+		t.Errorf("control socket %v, want systemd's %s", m, control)
+	}
+	out, _ := cli(t, 0, "flush", "-all", "-control", control)
+	mustContain(t, "flush over systemd's control socket", out, "flushed 2 entries")
+	if _, err := os.Lstat(ownControl); err == nil {
+		t.Errorf("towerd bound %s although systemd passed a control socket", ownControl)
 	}
 
 	// The PID systemd-socket-activate started is towerd itself, and the only
@@ -208,7 +221,7 @@ func TestNotifyProtocol(t *testing.T) {
 	mustNotUseSystemResolvers(t, []string{"-config", cfgPath})
 	// No admin server and no Consul watch: nothing but DNS to this test's
 	// own upstreams.
-	cmd := exec.Command(towerdBin, "-config", cfgPath, "-admin", "", "-consul-http", "off", "-state-dir", "", "-log-level", "debug")
+	cmd := exec.Command(towerdBin, "-config", cfgPath, "-admin", "", "-control", "", "-consul-http", "off", "-state-dir", "", "-log-level", "debug")
 	cmd.Env = systemdEnv("NOTIFY_SOCKET="+notify.Path, fmt.Sprintf("WATCHDOG_USEC=%d", watchdog.Microseconds()))
 	d := &towerd{process: startProcess(t, cmd)}
 	t.Cleanup(func() { d.stopAndCheck(t) })

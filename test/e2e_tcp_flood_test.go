@@ -26,9 +26,12 @@ import (
 // each flood holds tcpFloodConns connections to it at once, more than the
 // descriptors it has, for tcpFloodRounds checks tcpFloodTick apart.
 const (
-	tcpFloodNofile   = 256
-	tcpFloodInflight = 16 // upstream.max_inflight: fd reserve 128 + 16×4 = 192, so the TCP cap is 256 − 192
-	tcpFloodCap      = tcpFloodNofile - (128 + tcpFloodInflight*4)
+	tcpFloodNofile = 256
+	// upstream.max_inflight: the fd reserve (daemon/fds.go) is 64, 16×4
+	// upstream sockets, 32+2 for the admin server and 16+2 for the control
+	// socket (the Consul watch is off): 180, so the TCP cap is 256 − 180.
+	tcpFloodInflight = 16
+	tcpFloodCap      = tcpFloodNofile - (64 + tcpFloodInflight*4 + (32 + 2) + (16 + 2))
 	tcpFloodConns    = 300
 	tcpFloodRounds   = 30
 	tcpFloodTick     = 100 * time.Millisecond

@@ -215,6 +215,8 @@ type towerd struct {
 	UDP, TCP string
 	// Admin is the admin HTTP server's ip:port, "" when it is off.
 	Admin string
+	// Control is the control socket's path, "" when it is off.
+	Control string
 	// crashed is set by kill: no clean exit status is expected then.
 	crashed bool
 }
@@ -233,11 +235,12 @@ func (d *towerd) kill(t *testing.T) {
 var (
 	servingLine = regexp.MustCompile(`level=INFO msg=serving addrs=("[^"]*"|\S+)`)
 	adminLine   = regexp.MustCompile(`msg="admin server listening" addr=(\S+)`)
+	controlLine = regexp.MustCompile(`msg="control socket listening" socket=(\S+)`)
 )
 
-// startTowerd runs the built binary with args (plus -log-level debug and an
-// admin server on a free port, which args may override) and waits for its
-// "serving" log line. It is stopped with SIGTERM by PID when the test ends,
+// startTowerd runs the built binary with args (plus -log-level debug, an
+// admin server on a free port and a control socket of its own, which args
+// may override) and waits for its "serving" log line. It is stopped with SIGTERM by PID when the test ends,
 // and must then exit 0 without a data race report.
 func startTowerd(t *testing.T, args ...string) *towerd {
 	t.Helper()
@@ -256,7 +259,7 @@ func startTowerdVia(t *testing.T, wrapper []string, args ...string) *towerd {
 	// not own. The cache is not saved unless a test names its own
 	// -state-dir: parallel daemons must not load each other's answers.
 	argv := append(append(append([]string(nil), wrapper...), towerdBin), append([]string{"-log-level", "debug", "-admin", "127.0.0.1:0",
-		"-consul-http", "off", "-state-dir", ""}, args...)...)
+		"-control", controlPath(t), "-consul-http", "off", "-state-dir", ""}, args...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	p := startProcess(t, cmd)
 	d := &towerd{process: p}
@@ -282,7 +285,27 @@ func startTowerdVia(t *testing.T, wrapper []string, args ...string) *towerd {
 	if m := adminLine.FindStringSubmatch(p.stderr.String()); m != nil {
 		d.Admin = m[1]
 	}
+	if m := controlLine.FindStringSubmatch(p.stderr.String()); m != nil {
+		d.Control = m[1]
+	}
 	return d
+}
+
+// controlPath is a control socket path of the test's own, in a directory
+// any user may enter (the tests that run the CLI as nobody need to reach
+// the socket to be refused by it) and short enough for sun_path (108
+// bytes, which t.TempDir's names can pass).
+func controlPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "towerd-ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "control.sock")
 }
 
 // stopAndCheck is the cleanup of every daemon: SIGTERM, exit 0 (unless the

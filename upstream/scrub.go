@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"errors"
+
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -75,3 +77,23 @@ func (g *Group) scrubRaw(m *dnswire.Msg, raw []byte, scope *Scope) ([]byte, Scru
 	g.scrubbed[sectionAdditional].Add(uint64(result.Additional))
 	return scrubbed(m, &keep), result
 }
+
+// ScrubCheck is the scrubber's verdict on reply, a message for one
+// question whose servers are believed about scope, without scrubbing or
+// counting anything: what Scrub's rules would drop, and where the chain
+// leaves the scope. It is for bytes that did not come from a server of
+// towerd's (a snapshot an operator loads: issue 21), which must be what
+// the scrubber would have passed unchanged.
+func ScrubCheck(reply []byte, scope Scope) (ScrubResult, error) {
+	var m dnswire.Msg
+	if err := m.Parse(reply); err != nil {
+		return ScrubResult{}, err
+	}
+	if m.QDCount != 1 {
+		return ScrubResult{}, errNotOneQuestion
+	}
+	var keep keepSet
+	return scrubReply(&m, &scope, &keep), nil
+}
+
+var errNotOneQuestion = errors.New("not one question")

@@ -5,64 +5,66 @@ import (
 	"io"
 	"strings"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
+	"github.com/towerd/towerd/cmd/towerd/internal/ctl"
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/cmd/towerd/internal/doctor"
 	"github.com/towerd/towerd/cmd/towerd/internal/drill"
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
-// command is one subcommand: how it is called and what it does. The
-// table below is the one list of subcommands: dispatch, `towerd help`,
-// the completion scripts and the package's man page (cmd/towerd/dist
-// reads `towerd help -json`) all come from it.
-type command struct {
-	name     string // "stats", or two words for a group: "cache list"
-	synopsis string // arguments and flags after the name, for the usage line
-	summary  string // one line, lower case, no final period
-	run      func(args []string, stdout, stderr io.Writer) int
-}
-
-// commands is filled in init: some entries refer to the table itself.
-var commands []command
+// commands is the one list of subcommands: dispatch, `towerd help`, the
+// completion scripts and the package's man page (cmd/towerd/dist reads
+// `towerd help -json`) all come from it. Each entry is a base.Command; the
+// work is in the package named beside it. It is filled in init: some
+// entries refer to the table itself.
+var commands []*base.Command
 
 func init() {
-	commands = []command{
-		{"serve", "[flags]", "run the resolver (the default when no subcommand is given)",
-			func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, false) }},
-		{"check", "[flags]", "validate the configuration and exit",
-			func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, true) }},
-		{"stats", "[-admin ADDR] [-json]", "show a running towerd's figures", statsCommand},
-		{"reload", "[-admin ADDR]", "re-read the configuration (as SIGHUP) and say what changed", reloadCommand},
-		{"flush", "NAME | -zone ZONE | -all", "forget cached answers: one name, a zone, or everything", flushCommand},
-		{"cache list", "[-zone ZONE] [-stale] [-json]", "list cached answers with their state and age", cacheListCommand},
-		{"cache dump", "FILE", "write the cache to FILE in the state directory's format", cacheDumpCommand},
-		{"cache load", "FILE", "add the entries of a cache file to the running cache", cacheLoadCommand},
-		{"lookup", "NAME [TYPE] [-json]", "ask towerd and explain the answer: zone, servers, cache, source", lookupCommand},
-		{"log-queries", "[on|off]", "switch the query log of a running towerd, or show its state", logQueriesCommand},
-		{"install", "[--root DIR] [--dry-run] [flags]", "make towerd the node's resolver (files only, unless --activate)", install.Run},
-		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did", install.RunUninstall},
-		{"import-dnsmasq", "[--root DIR] [FILE|DIR ...]", "turn the node's dnsmasq configuration into towerd's", dnsmasqimport.Run},
-		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drill.Run},
-		{doctor.Name, doctor.Synopsis, doctor.Summary, doctor.Run},
-		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
-		{"version", "", "print the version", versionCommand},
-		{"help", "[SUBCOMMAND]", "list the subcommands, or show one's usage and flags", helpCommand},
+	commands = []*base.Command{
+		{Name: "serve", Synopsis: "[flags]", Summary: "run the resolver (the default when no subcommand is given)",
+			Run: func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, false) }},
+		{Name: "check", Synopsis: "[flags]", Summary: "validate the configuration and exit",
+			Run: func(a []string, o, e io.Writer) int { return serveCommand(a, o, e, true) }},
+		ctl.CmdStats,
+		ctl.CmdReload,
+		ctl.CmdFlush,
+		ctl.CmdCacheList,
+		ctl.CmdCacheDump,
+		ctl.CmdCacheLoad,
+		ctl.CmdLookup,
+		ctl.CmdLogQueries,
+		{Name: "install", Synopsis: "[--root DIR] [--dry-run] [flags]", Summary: "make towerd the node's resolver (files only, unless --activate)",
+			Run: install.Run},
+		{Name: "uninstall", Synopsis: "[--root DIR] [--dry-run]", Summary: "undo what install did",
+			Run: install.RunUninstall},
+		{Name: "import-dnsmasq", Synopsis: "[--root DIR] [FILE|DIR ...]", Summary: "turn the node's dnsmasq configuration into towerd's",
+			Run: dnsmasqimport.Run},
+		{Name: "drill", Synopsis: "[flags]", Summary: "rehearse this node's config through a bad upstream day, PASS/FAIL per target",
+			Run: drill.Run},
+		{Name: doctor.Name, Synopsis: doctor.Synopsis, Summary: doctor.Summary, Run: doctor.Run},
+		{Name: "completion", Synopsis: "bash|zsh", Summary: "print a shell completion script",
+			Run: completionCommand},
+		{Name: "version", Synopsis: "", Summary: "print the version",
+			Run: versionCommand},
+		{Name: "help", Synopsis: "[SUBCOMMAND]", Summary: "list the subcommands, or show one's usage and flags",
+			Run: helpCommand},
 	}
 }
 
 // findCommand finds the entry args start with (two words for a group)
 // and the arguments left for it.
-func findCommand(args []string) (*command, []string) {
+func findCommand(args []string) (*base.Command, []string) {
 	if len(args) >= 2 {
-		for i := range commands {
-			if commands[i].name == args[0]+" "+args[1] {
-				return &commands[i], args[2:]
+		for _, c := range commands {
+			if c.Name == args[0]+" "+args[1] {
+				return c, args[2:]
 			}
 		}
 	}
-	for i := range commands {
-		if commands[i].name == args[0] {
-			return &commands[i], args[1:]
+	for _, c := range commands {
+		if c.Name == args[0] {
+			return c, args[1:]
 		}
 	}
 	return nil, nil
@@ -75,7 +77,7 @@ func isGroup(word string) bool { return len(groupMembers(word)) > 0 }
 func groupMembers(group string) []string {
 	var members []string
 	for _, c := range commands {
-		if first, second, two := strings.Cut(c.name, " "); two && first == group {
+		if first, second, two := strings.Cut(c.Name, " "); two && first == group {
 			members = append(members, second)
 		}
 	}
@@ -105,7 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitConfig
 	}
-	return cmd.run(rest, stdout, stderr)
+	return cmd.Run(rest, stdout, stderr)
 }
 
 func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--help" }
@@ -118,10 +120,10 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "subcommands:")
 	width := 0
 	for _, c := range commands {
-		width = max(width, len(strings.TrimSpace(c.name+" "+c.synopsis)))
+		width = max(width, len(strings.TrimSpace(c.Name+" "+c.Synopsis)))
 	}
 	for _, c := range commands {
-		fmt.Fprintf(w, "  towerd %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+		fmt.Fprintf(w, "  towerd %-*s  %s\n", width, strings.TrimSpace(c.Name+" "+c.Synopsis), c.Summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "towerd help SUBCOMMAND" or "towerd SUBCOMMAND -h" for its flags; "towerd serve -h" for the daemon's.`)
@@ -132,8 +134,8 @@ func usage(w io.Writer) {
 func suggestion(name string) string {
 	best, bestDist := "", 3
 	for _, c := range commands {
-		if d := editDistance(name, c.name); d < bestDist {
-			best, bestDist = c.name, d
+		if d := editDistance(name, c.Name); d < bestDist {
+			best, bestDist = c.Name, d
 		}
 	}
 	if best == "" {
@@ -188,12 +190,12 @@ func helpCommand(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	cmd, rest := findCommand(args)
-	if cmd == nil || len(rest) > 0 || cmd.name == "help" {
+	if cmd == nil || len(rest) > 0 || cmd.Name == "help" {
 		fmt.Fprintf(stderr, "towerd help: unknown subcommand %q%s\n", strings.Join(args, " "), suggestion(strings.Join(args, " ")))
 		return exitConfig
 	}
-	fmt.Fprintf(stdout, "towerd %s: %s\n", cmd.name, cmd.summary)
-	return cmd.run([]string{"-h"}, stdout, stdout)
+	fmt.Fprintf(stdout, "towerd %s: %s\n", cmd.Name, cmd.Summary)
+	return cmd.Run([]string{"-h"}, stdout, stdout)
 }
 
 // versionCommand is `towerd version`: the version the build set with

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // `towerd completion bash|zsh` prints a completion script generated from
@@ -42,12 +44,12 @@ var (
 )
 
 // commandFlags returns the flags a subcommand's -h lists, sorted by name.
-func commandFlags(c command) []flagDoc {
-	if c.name == "completion" || c.name == "help" || c.name == "version" {
+func commandFlags(c *base.Command) []flagDoc {
+	if c.Name == "completion" || c.Name == "help" || c.Name == "version" {
 		return nil // no flags; `version -h` is an error, help's -h is the overview
 	}
 	var out bytes.Buffer
-	c.run([]string{"-h"}, &out, &out)
+	c.Run([]string{"-h"}, &out, &out)
 	return parseFlagHelp(out.String())
 }
 
@@ -79,7 +81,7 @@ func parseFlagHelp(help string) []flagDoc {
 func helpDocs(w io.Writer) error {
 	docs := make([]commandDoc, 0, len(commands))
 	for _, c := range commands {
-		docs = append(docs, commandDoc{Name: c.name, Synopsis: c.synopsis, Summary: c.summary, Flags: commandFlags(c)})
+		docs = append(docs, commandDoc{Name: c.Name, Synopsis: c.Synopsis, Summary: c.Summary, Flags: commandFlags(c)})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -92,7 +94,7 @@ func valueKind(f flagDoc) string {
 	switch {
 	case f.Value == "":
 		return ""
-	case strings.Contains(f.Name, "config") || strings.HasSuffix(f.Name, "file") || strings.Contains(f.Value, "FILE"):
+	case strings.Contains(f.Name, "config") || strings.HasSuffix(f.Name, "file") || strings.Contains(f.Value, "FILE") || f.Name == "control":
 		return "file"
 	case strings.HasSuffix(f.Name, "dir") || f.Name == "root":
 		return "dir"
@@ -133,7 +135,7 @@ func positionals(name string) []argSpec {
 func completionGroups() (firsts []string, seconds map[string][]string) {
 	seconds = map[string][]string{}
 	for _, c := range commands {
-		first, second, two := strings.Cut(c.name, " ")
+		first, second, two := strings.Cut(c.Name, " ")
 		if len(firsts) == 0 || firsts[len(firsts)-1] != first {
 			firsts = append(firsts, first)
 		}
@@ -212,7 +214,7 @@ _towerd() {
 			}
 		}
 		var args []string
-		for _, a := range positionals(c.name) {
+		for _, a := range positionals(c.Name) {
 			switch {
 			case a.file:
 				args = append(args, "@file")
@@ -220,7 +222,7 @@ _towerd() {
 				args = append(args, shellQuote(strings.Join(a.words, " ")))
 			}
 		}
-		fmt.Fprintf(w, "\t%s)\n\t\tflags=%s\n\t\tfiles=%s dirs=%s\n\t\tvalues=%s\n\t\targs=(%s) ;;\n", shellQuote(c.name),
+		fmt.Fprintf(w, "\t%s)\n\t\tflags=%s\n\t\tfiles=%s dirs=%s\n\t\tvalues=%s\n\t\targs=(%s) ;;\n", shellQuote(c.Name),
 			shellQuote(strings.Join(flags, " ")), shellQuote(" "+strings.Join(files, " ")+" "),
 			shellQuote(" "+strings.Join(dirs, " ")+" "), shellQuote(" "+strings.Join(values, " ")+" "), strings.Join(args, " "))
 	}
@@ -281,7 +283,7 @@ _towerd() {
 	for _, first := range firsts {
 		summary := strings.Join(seconds[first], ", ")
 		if c, _ := findCommand([]string{first}); c != nil {
-			summary = c.summary
+			summary = c.Summary
 		}
 		fmt.Fprintf(w, "\t\t%s\n", shellQuote(first+":"+zshText(summary)))
 	}
@@ -310,7 +312,7 @@ _towerd() {
 	fmt.Fprintln(w, "\tesac")
 	fmt.Fprintln(w, "\tcase $cmd in")
 	for _, c := range commands {
-		fmt.Fprintf(w, "\t(%s)\n\t\t_arguments -s", shellQuote(c.name))
+		fmt.Fprintf(w, "\t(%s)\n\t\t_arguments -s", shellQuote(c.Name))
 		for _, f := range commandFlags(c) {
 			spec := "-" + f.Name + "[" + zshText(f.Usage) + "]"
 			switch valueKind(f) {
@@ -323,7 +325,7 @@ _towerd() {
 			}
 			fmt.Fprintf(w, " \\\n\t\t\t%s", shellQuote(spec))
 		}
-		for i, a := range positionals(c.name) {
+		for i, a := range positionals(c.Name) {
 			action := " "
 			switch {
 			case a.file:

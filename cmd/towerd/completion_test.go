@@ -49,8 +49,8 @@ func TestHelpJSON(t *testing.T) {
 	}
 	byName := map[string]commandDoc{}
 	for i, d := range docs {
-		if d.Name != commands[i].name || d.Summary != commands[i].summary {
-			t.Errorf("entry %d: %q %q, want %q %q", i, d.Name, d.Summary, commands[i].name, commands[i].summary)
+		if d.Name != commands[i].Name || d.Summary != commands[i].Summary {
+			t.Errorf("entry %d: %q %q, want %q %q", i, d.Name, d.Summary, commands[i].Name, commands[i].Summary)
 		}
 		byName[d.Name] = d
 	}

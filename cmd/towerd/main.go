@@ -2,11 +2,11 @@
 // to the local agent, everything else to the site's resolvers), an LRU cache
 // that serves stale answers when the upstream fails, and never caches NXDOMAIN.
 //
-// This package dispatches subcommands and parses the flags of those it
-// runs itself; the work is in internal/config, daemon and admin, and
-// install, import-dnsmasq, drill and doctor are their packages' own
-// (internal/install, dnsmasqimport, drill, doctor), after the Go
-// toolchain's cmd/go/internal layout (issues 16, 26).
+// This package dispatches subcommands and parses the flags of serve and
+// check; the work is in internal/config, daemon and admin, and every
+// other subcommand is its package's own: ctl (the control subcommands),
+// install, dnsmasqimport, drill and doctor, after the Go toolchain's
+// cmd/go/internal layout (issues 16 and 26).
 package main
 
 import (
@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 )
@@ -32,11 +33,11 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// Exit codes.
+// Exit codes, base's under the names this package's subcommands use.
 const (
-	exitOK     = 0
-	exitFail   = 1 // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
-	exitConfig = 2 // bad flags or configuration
+	exitOK     = base.ExitOK
+	exitFail   = base.ExitFail   // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
+	exitConfig = base.ExitConfig // bad flags or configuration
 )
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {
@@ -52,10 +53,10 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // defaultGCPercent is towerd's garbage collector target unless GOGC is set.
 // Go's default (100) lets the heap grow to twice what is live before a
 // collection; towerd's live heap is mostly its cache, so that doubled the
-// memory each cached entry costs a node. At 50 an entry costs 600 bytes of
-// RSS instead of 770 (100,000 names, make bench's memory scenario, where
-// unbound needs 676), for about 3 % of miss throughput; cache hits allocate
-// nothing, so they never trigger a collection.
+// memory each cached entry costs a node. 50 trades a little miss throughput
+// for a smaller RSS per entry (figures: docs/benchmarks.md, make bench's
+// memory scenario); cache hits allocate nothing, so they never trigger a
+// collection.
 const defaultGCPercent = 50
 
 func setGCPercent() {
@@ -74,6 +75,7 @@ type options struct {
 	cacheSize   int
 	logLevel    string
 	admin       string
+	control     string
 	stateDir    string
 	saveEvery   time.Duration
 	checkConfig bool
@@ -93,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.cacheSize, "cache-size", 0, "maximum cached answers; overrides cache.size")
 	fs.StringVar(&o.logLevel, "log-level", "", "debug, info, warn or error; overrides log_level")
 	fs.StringVar(&o.admin, "admin", "", "ip:port of the admin HTTP server (/metrics, /stats); \"\" turns it off; overrides admin.listen")
+	fs.StringVar(&o.control, "control", "", "path of the control socket (reload, flush, cache, lookup, log-queries); \"\" turns it off; overrides control.socket (default "+config.DefaultControlSocket+")")
 	fs.StringVar(&o.stateDir, "state-dir", "", "directory the cache is saved in on stop and loaded from on start; \"\" = not saved; overrides state_dir (default "+config.DefaultStateDir+")")
 	fs.DurationVar(&o.saveEvery, "state-save-interval", 0, "how often the cache is also saved while serving, e.g. \"5m\"; \"0s\" = only on stop; overrides state_save_interval (default 5m)")
 	fs.BoolVar(&o.checkConfig, "check-config", false, "validate the configuration and exit (same as \"towerd check\")")
@@ -125,6 +128,9 @@ func (o *options) load() (config.Config, error) {
 	}
 	if o.set["admin"] {
 		cfg.Admin.Listen = o.admin
+	}
+	if o.set["control"] {
+		cfg.Control.Socket = o.control
 	}
 	if o.set["state-dir"] {
 		cfg.StateDir = o.stateDir

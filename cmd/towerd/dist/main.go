@@ -4,8 +4,8 @@
 // sample configuration as a conffile, the README and the manual of docs/,
 // the man page written from the binary's subcommand table (`towerd help
 // -json`), the binary's own shell completions (`towerd completion
-// bash|zsh`), the copyright file of everything linked into it, and the
-// DEBIAN control files. `make deb` runs it and packs
+// bash|zsh`), the sysusers.d file of the control socket's group, the
+// copyright file of everything linked into it, and the DEBIAN control files. `make deb` runs it and packs
 // the tree with dpkg-deb; no debhelper is needed.
 //
 //	go run ./cmd/towerd/dist -binary bin/deb/towerd -version 0.1.0 -arch amd64 -out bin/deb/root
@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/towerd/towerd/systemd"
 )
 
 // Where the package puts towerd. /usr/bin, not /usr/sbin: besides the
@@ -26,8 +28,10 @@ import (
 const (
 	binaryPath = "/usr/bin/towerd"
 	unitDir    = "/lib/systemd/system"
-	configPath = "/etc/towerd/towerd.toml"
-	docDir     = "/usr/share/doc/towerd"
+	// sysusersDir is where packages put sysusers.d(5) files.
+	sysusersDir = "/usr/lib/sysusers.d"
+	configPath  = "/etc/towerd/towerd.toml"
+	docDir      = "/usr/share/doc/towerd"
 )
 
 func main() {
@@ -87,6 +91,8 @@ func build(o options) error {
 	if err := addUnits(t); err != nil {
 		return err
 	}
+	// The operators' group of the control socket (the postinst creates it).
+	t.add(sysusersDir+"/"+systemd.SysusersName, []byte(systemd.Sysusers), 0o644)
 
 	sample, err := os.ReadFile(o.sampleConfig)
 	if err != nil {

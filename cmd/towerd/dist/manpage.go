@@ -97,6 +97,12 @@ towerd cannot run (a port it cannot bind, an upstream it cannot set up), or a co
 .TP
 .B 2
 a bad flag or configuration; the message names the key and the line
+.TP
+.B 4
+a control command run by someone who may not use the control socket:
+only root, towerd's user and the members of group
+.I towerd
+may
 .PP
 .B towerd doctor
 exits 0 when it found nothing above a note, 1 with warnings, 2 with
@@ -119,7 +125,19 @@ the configuration; see
 the cache saved on stop and loaded on start
 .TP
 .IR ` + roff(unitDir) + `/towerd.socket ", " ` + roff(unitDir) + `/towerd.service
-the units: systemd binds 127.0.0.1:53 and starts towerd on the first query
+the units: systemd binds 127.0.0.1:53 and the control socket, and starts towerd on the first query
+.TP
+.I /run/towerd/control.sock
+the control socket of reload, flush, cache, lookup and log\-queries: mode 0660, group
+.IR towerd ;
+towerd also checks each caller's credentials
+.TP
+.I ` + roff(sysusersDir) + `/towerd.conf
+creates the group
+.I towerd
+(\fBsystemd\-sysusers\fR); add an operator with
+.B usermod \-aG towerd
+.I NAME
 .SH SEE ALSO
 .BR towerd.toml (5),
 .BR resolv.conf (5),
@@ -162,8 +180,8 @@ with the file, line and key.
 .B SIGHUP
 (or
 .BR "systemctl reload towerd" )
-re\-reads the file; listen, cache.size, log_level, log_format, [tcp], [admin]
-and [consul] change only on restart.
+re\-reads the file; listen, cache.size, log_level, log_format, [tcp], [admin],
+[control] and [consul] change only on restart.
 .PP
 The file below is the one the package installs: every key with its
 default and what it means, commented out. Uncomment a line to change it.

@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -12,21 +14,45 @@ import (
 	"time"
 )
 
-// statsTimeout bounds one /stats request: towerd answers it from memory.
-const statsTimeout = 5 * time.Second
-
-// Fetch gets /stats from addr, with an error that says in one line
-// what went wrong and what it usually means.
-func Fetch(addr string) ([]byte, error) {
-	return Call(addr, http.MethodGet, "/stats", nil, nil, statsTimeout)
+// Target is where a client call goes: towerd's control socket, or its
+// admin port (which serves only what anyone may read).
+type Target struct {
+	// Socket is the control socket's path; when set, Addr is not used.
+	Socket string
+	// Addr is the admin server's ip:port.
+	Addr string
 }
 
-// Call sends one request to the admin server at addr: form as the query
-// (GET) or the url-encoded body (POST), or body as it is. It returns the
-// body of a 200 answer; anything else is an error in one line that says
-// what it usually means.
-func Call(addr, method, path string, form url.Values, body io.Reader, timeout time.Duration) ([]byte, error) {
-	target := "http://" + addr + path
+func (t Target) String() string {
+	if t.Socket != "" {
+		return t.Socket
+	}
+	return t.Addr
+}
+
+// ErrDenied is wrapped by Call's error when the caller may not use the
+// control socket: the socket file's mode refused the connection, or towerd
+// refused the peer (403). Only root, towerd's user and the members of the
+// operators' group may.
+var ErrDenied = errors.New("permission denied")
+
+// Call sends one request to t: form as the query (GET) or the url-encoded
+// body (POST), or body as it is. It returns the body of a 200 answer;
+// anything else is an error in one line that says what it usually means
+// (wrapping ErrDenied when the caller lacks the right).
+func Call(t Target, method, path string, form url.Values, body io.Reader, timeout time.Duration) ([]byte, error) {
+	host := t.Addr
+	transport := &http.Transport{DisableKeepAlives: true}
+	if t.Socket != "" {
+		// The host in the URL is only a name: every connection goes to the
+		// socket. "localhost" passes the admin port's Host check too.
+		host = "localhost"
+		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", t.Socket)
+		}
+	}
+	target := "http://" + host + path
 	contentType := "application/octet-stream"
 	if form != nil {
 		if method == http.MethodGet {
@@ -42,23 +68,39 @@ func Call(addr, method, path string, form url.Values, body io.Reader, timeout ti
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
-	client := &http.Client{Timeout: timeout}
+	client := &http.Client{Timeout: timeout, Transport: transport}
 	resp, err := client.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("no towerd admin server at %s (connection refused): is towerd running, and is this its [admin] listen?", addr)
-		}
-		return nil, fmt.Errorf("asking %s: %v", addr, OneLine(err.Error()))
+		return nil, dialError(t, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s%s: %v", addr, path, err)
+		return nil, fmt.Errorf("reading %s%s: %v", t, path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s%s answered %s: %s", addr, path, resp.Status, OneLine(string(data)))
+	switch {
+	case resp.StatusCode == http.StatusForbidden && t.Socket != "":
+		return nil, fmt.Errorf("%w: %s", ErrDenied, OneLine(string(data)))
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%s%s answered %s: %s", t, path, resp.Status, OneLine(string(data)))
 	}
 	return data, nil
+}
+
+// dialError says what a failed request usually means.
+func dialError(t Target, err error) error {
+	switch {
+	case t.Socket != "" && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)):
+		return fmt.Errorf("%w: cannot connect to %s: only root and the members of towerd's operators' group may "+
+			"(sudo, or: usermod -aG towerd $USER, then log in again)", ErrDenied, t.Socket)
+	case t.Socket != "" && errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("no towerd control socket at %s (no such file): is towerd running, and is this its [control] socket?", t.Socket)
+	case t.Socket != "" && errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("no towerd on control socket %s (connection refused): is towerd running, and is this its [control] socket?", t.Socket)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("no towerd admin server at %s (connection refused): is towerd running, and is this its [admin] listen?", t.Addr)
+	}
+	return fmt.Errorf("asking %s: %v", t, OneLine(err.Error()))
 }
 
 // OneLine is s up to its first line break, trimmed: errors from HTTP

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestStatsClient(t *testing.T) {
 	})
 	addr := strings.TrimPrefix(ta.url, "http://")
 
-	body, err := Fetch(addr)
+	body, err := Call(Target{Addr: addr}, http.MethodGet, "/stats", nil, nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

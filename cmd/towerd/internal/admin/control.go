@@ -1,25 +1,22 @@
 package admin
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
+	"net"
 	"net/http"
-	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/cache"
-	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// The endpoints behind the operators' CLI (issue 15): reload, the query
-// log switch, the cache listing, dump and load, and the lookup that
-// explains an answer. Every one that changes state is a POST, so the
-// cross-origin protection and the loopback Host check of routes() cover it.
+// The control channel (issue 21): the endpoints behind the operators' CLI
+// (issue 15) — reload, the query log switch, one name's cache entries,
+// flush, the cache listing, dump and load, and the lookup that explains an
+// answer — served over a Unix socket to root, towerd's user and the
+// operators' group only (access.go). Any local user can reach the loopback
+// admin port, and through these endpoints any of them once flushed the
+// cache, switched on the query log and loaded a forged snapshot that made
+// www.example.com answer 6.6.6.6 for the whole node.
 
 // ReloadResult is what a reload did: the configuration keys whose new
 // values are in force, and those that changed in the file but wait for a
@@ -33,15 +30,49 @@ type ReloadResult struct {
 // without one, POST /reload answers 503. Call it before Start.
 func (a *Server) SetReloader(reload func() (ReloadResult, error)) { a.reload = reload }
 
-// controlRoutes adds the CLI's endpoints to mux.
-func (a *Server) controlRoutes(mux *http.ServeMux) {
+// controlPaths are the control channel's own endpoints; the admin port
+// answers them with 403 and the way to the socket (routes).
+var controlPaths = []string{"/reload", "/log-queries", "/cache", "/cache/flush", "/cache/list", "/cache/dump",
+	"/cache/load", "/lookup"}
+
+// controlRoutes returns the control channel's API: the control endpoints
+// and what the admin port serves, behind the peer check. A browser cannot
+// reach a Unix socket, so the admin port's cross-origin and Host checks
+// have nothing to stop here.
+func (a *Server) controlRoutes() http.Handler {
+	mux := http.NewServeMux()
+	a.readRoutes(mux)
 	mux.HandleFunc("POST /reload", a.serveReload)
 	mux.HandleFunc("GET /log-queries", a.serveLogQueries)
 	mux.HandleFunc("POST /log-queries", a.serveLogQueries)
+	mux.HandleFunc("GET /cache", a.serveCache)
+	mux.HandleFunc("POST /cache/flush", a.serveFlush)
 	mux.HandleFunc("GET /cache/list", a.serveCacheList)
 	mux.HandleFunc("GET /cache/dump", a.serveCacheDump)
 	mux.HandleFunc("POST /cache/load", a.serveCacheLoad)
 	mux.HandleFunc("POST /lookup", a.serveLookup)
+	return requireAllowed(mux)
+}
+
+// Timeouts of the control channel: a load sends up to maxLoadBytes, a dump
+// answers with the whole cache, a lookup waits for an upstream (at most
+// query_timeout); nothing takes a minute on a Unix socket.
+const (
+	controlHeaderTimeout = 5 * time.Second
+	controlReadTimeout   = time.Minute
+	controlWriteTimeout  = time.Minute
+	controlIdleTimeout   = 10 * time.Second
+)
+
+// StartControl serves the control channel on l, a Unix stream socket
+// (the one systemd passed, or one the daemon bound), to the peers policy
+// allows, at most maxConns connections at once. Stop ends it with the
+// admin server.
+func (a *Server) StartControl(l net.Listener, policy AccessPolicy, maxConns int) {
+	a.ctl, a.ctlConns = a.bounded(a.controlRoutes(),
+		httpBounds{controlHeaderTimeout, controlReadTimeout, controlWriteTimeout, controlIdleTimeout, maxConns})
+	a.ctl.ConnContext = policy.connVerdict
+	a.ctlDone = serve(a.ctl, l)
 }
 
 func (a *Server) serveReload(w http.ResponseWriter, _ *http.Request) {
@@ -85,7 +116,7 @@ func (a *Server) serveLogQueries(w http.ResponseWriter, r *http.Request) {
 		}
 		was = a.handler.SetLogQueries(on)
 		if was != on {
-			a.log.Info("query log switched through the admin API", "log_queries", on)
+			a.log.Info("query log switched through the control socket", "log_queries", on, "peer_uid", peerUID(r))
 		}
 	}
 	writeJSON(w, map[string]bool{"log_queries": on, "was": was})
@@ -101,183 +132,4 @@ func zoneParam(r *http.Request) (string, error) {
 		return "", fmt.Errorf("zone=%s is not a domain name", zone)
 	}
 	return dns.CanonicalName(zone), nil
-}
-
-// serveCacheList lists the cache, or the names at and below ?zone=; with
-// ?stale=1 only the entries past their TTL.
-func (a *Server) serveCacheList(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	zone, err := zoneParam(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	staleOnly := r.Form.Get("stale") == "1"
-	entries := []cacheEntry{}
-	for _, info := range a.cache.InspectZone(zone) {
-		if staleOnly && info.Fresh {
-			continue
-		}
-		entries = append(entries, a.describe(info))
-	}
-	writeJSON(w, map[string]any{"zone": zone, "entries": entries})
-}
-
-// describe is one entry as /cache and /cache/list show it.
-func (a *Server) describe(info cache.Info) cacheEntry {
-	v := a.view.Load()
-	state := "fresh"
-	if !info.Fresh {
-		state = "stale"
-		if v.StaleUntil == 0 || info.Expired > v.StaleUntil {
-			state = "expired" // kept until looked up, never served
-		}
-	}
-	return cacheEntry{
-		Key: info.Key.String(), Name: info.Key.Name, Type: typeName(info.Key.Type), Kind: info.Kind.String(),
-		State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),
-		ExpiredSeconds: info.Expired.Seconds(), Stored: info.Stored.UTC().Format(time.RFC3339Nano),
-		// Everything cached came from the upstreams of the zone the name
-		// routes to (pushed Consul records never enter the cache).
-		Source: "upstream zone " + a.handler.ZoneOf(info.Key.Name), Answer: info.Answer,
-	}
-}
-
-func typeName(t uint16) string {
-	if s, ok := dns.TypeToString[t]; ok {
-		return s
-	}
-	return dns.Type(t).String()
-}
-
-// serveCacheDump writes the cache in the state directory's format
-// (cache.Dump), for `towerd cache dump`.
-func (a *Server) serveCacheDump(w http.ResponseWriter, _ *http.Request) {
-	// Into memory first (a few MiB at the default cache.size), so that a
-	// failure is an error status, never a 200 with half a snapshot.
-	var buf bytes.Buffer
-	n, err := a.cache.Dump(&buf)
-	if err != nil {
-		http.Error(w, "dumping the cache: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	_, _ = w.Write(buf.Bytes()) // fails only when the client went away
-	a.log.Info("cache dumped through the admin API", "entries", n)
-}
-
-// maxLoadBytes bounds a POST /cache/load body: a full default cache is a
-// few MiB; entries beyond cache.size are dropped by Load anyway.
-const maxLoadBytes = 256 << 20
-
-// serveCacheLoad adds a snapshot's entries to the cache through the checks
-// a state file gets on start (cache.Load: format, checksum, each entry
-// answers its key, TTLs re-clamped to the running max_ttl, the stale age).
-func (a *Server) serveCacheLoad(w http.ResponseWriter, r *http.Request) {
-	stats, err := a.cache.Load(http.MaxBytesReader(w, r.Body, maxLoadBytes))
-	if err != nil {
-		status := http.StatusBadRequest
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		http.Error(w, "snapshot refused, the cache is unchanged: "+err.Error(), status)
-		return
-	}
-	a.log.Info("cache loaded through the admin API", "entries", stats.Loaded, "skipped", stats.Skipped, "rejected", stats.Rejected)
-	writeJSON(w, map[string]any{"loaded": stats.Loaded, "skipped": stats.Skipped, "rejected": stats.Rejected,
-		"rejections": stats.Rejections, "clamped": stats.Clamped, "written": stats.Written.UTC().Format(time.RFC3339)})
-}
-
-// LookupReport is POST /lookup's answer: how this towerd answers a
-// question and why, for `towerd lookup`.
-type LookupReport struct {
-	Name    string         `json:"name"`
-	Type    string         `json:"type"`
-	Zone    string         `json:"zone"`
-	Servers []LookupServer `json:"servers"`
-	// Watch is "covered" when the Consul watch may answer the name,
-	// "not covered", or "off".
-	Watch string `json:"watch"`
-	// Cached are the name's cache entries of this type before the query.
-	Cached []cacheEntry `json:"cached"`
-	// The query's outcome: where the answer came from (resolver.Source*),
-	// the upstream server that replied, the rcode and the time taken.
-	Source          string   `json:"source"`
-	Upstream        string   `json:"upstream,omitempty"`
-	Rcode           string   `json:"rcode"`
-	DurationSeconds float64  `json:"duration_seconds"`
-	Answer          []string `json:"answer"`
-	Authority       []string `json:"authority"`
-}
-
-// LookupServer is one server of the zone with its health.
-type LookupServer struct {
-	Address     string  `json:"address"`
-	Up          bool    `json:"up"`
-	SRTTSeconds float64 `json:"srtt_seconds"`
-}
-
-// serveLookup asks towerd name= type= (default A) as a loopback client
-// would, and says what it knew before and where the answer came from. The
-// query is real (counted, cached, logged), hence POST.
-func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	name := r.Form.Get("name")
-	if _, ok := dns.IsDomainName(name); !ok || name == "" {
-		http.Error(w, "name= must be a domain name", http.StatusBadRequest)
-		return
-	}
-	name = dns.Fqdn(name)
-	qtype := dns.TypeA
-	if t := r.Form.Get("type"); t != "" {
-		var ok bool
-		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
-			http.Error(w, fmt.Sprintf("type=%s is not a DNS type", t), http.StatusBadRequest)
-			return
-		}
-	}
-	rep := LookupReport{Name: name, Type: typeName(qtype), Zone: a.handler.ZoneOf(name),
-		Servers: []LookupServer{}, Cached: []cacheEntry{}, Answer: []string{}, Authority: []string{}}
-	for _, g := range a.view.Load().Groups {
-		if g.Address() != rep.Zone {
-			continue
-		}
-		for _, s := range g.Servers() {
-			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds()})
-		}
-	}
-	switch covered, on := a.handler.RecordsCover(name); {
-	case !on:
-		rep.Watch = "off"
-	case covered:
-		rep.Watch = "covered"
-	default:
-		rep.Watch = "not covered"
-	}
-	for _, info := range a.cache.Inspect(name) {
-		if info.Key.Type == qtype && !info.Key.DO && !info.Key.CD {
-			rep.Cached = append(rep.Cached, a.describe(info))
-		}
-	}
-	m := new(dns.Msg)
-	m.SetQuestion(name, qtype)
-	reply, q := a.handler.Trace(m, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	rep.Source, rep.Upstream, rep.Rcode, rep.DurationSeconds = q.Source, q.Server, dnswire.RcodeName(q.Rcode), q.Duration.Seconds()
-	if reply != nil {
-		for _, rr := range reply.Answer {
-			rep.Answer = append(rep.Answer, rr.String())
-		}
-		for _, rr := range reply.Ns {
-			rep.Authority = append(rep.Authority, rr.String())
-		}
-	}
-	writeJSON(w, rep)
 }

@@ -1,9 +1,12 @@
 // Package admin is towerd's operators' side: the Prometheus registry and
-// the metrics towerd adds to it (Telemetry), the admin HTTP server (/metrics,
-// /stats, /healthz, /readyz, /cache, /cache/flush), the /stats report read
-// back from the registry, and the client behind `towerd stats`. The daemon
-// owns one Telemetry and one Server and tells them what changed; nothing
-// here reaches into the daemon (issue 16).
+// the metrics towerd adds to it (Telemetry); the admin HTTP server on
+// loopback, for what any local user may read (/metrics, /stats, /healthz,
+// /readyz); the control channel on a Unix socket, for what only root and the
+// operators' group may do (reload, flush, the cache's listing, dump and
+// load, lookup, the query log switch: issue 21); the /stats report read back
+// from the registry; and the client behind the control subcommands. The
+// daemon owns one Telemetry and one Server and tells them what changed;
+// nothing here reaches into the daemon (issue 16).
 package admin
 
 import (
@@ -18,7 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/towerd/towerd/cache"
@@ -43,9 +45,10 @@ type View struct {
 	StaleUntil time.Duration
 }
 
-// Server is the admin HTTP server. Its handlers only read: the registry,
-// the cache and a View behind an atomic pointer, so a reload never waits
-// for a slow HTTP client.
+// Server is the admin HTTP server and the control channel's (two
+// http.Servers, one set of state). The handlers only read the registry, the
+// cache and a View behind an atomic pointer, so a reload never waits for a
+// slow HTTP client.
 type Server struct {
 	log     *slog.Logger
 	tel     *Telemetry
@@ -64,29 +67,48 @@ type Server struct {
 	srv  *http.Server
 	addr string // where it actually listens (port 0 resolved)
 	done chan error
+
+	ctl     *http.Server // the control channel (control.go); nil when off
+	ctlDone chan error
+	// limits: the connection caps of the two servers (limit.go).
+	adminConns, ctlConns *connLimiter
 }
 
-// routes returns the admin HTTP API. Cross-origin protection turns away
-// browser requests from other sites, so a web page cannot flush the cache
-// through a loopback port; on loopback, the Host check also stops a page
-// that rebinds its own name to 127.0.0.1 (DNS rebinding) from reading
-// /stats and /cache as if it were same-origin.
+// routes returns the admin HTTP API: only what any local user may read.
+// Cross-origin protection turns away browser requests from other sites; on
+// loopback, the Host check also stops a page that rebinds its own name to
+// 127.0.0.1 (DNS rebinding) from reading /stats as if it were same-origin.
+// The control endpoints answer 403 here, naming the control socket.
 func (a *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	a.readRoutes(mux)
+	for _, path := range controlPaths {
+		mux.HandleFunc(path, serveControlOnly)
+	}
+	h := http.NewCrossOriginProtection().Handler(mux)
+	if a.loopbackOnly {
+		h = loopbackHosts(h)
+	}
+	return h
+}
+
+// readRoutes adds the endpoints anyone may read to mux; the control
+// channel serves them too, so `towerd stats -control` works without the
+// admin port.
+func (a *Server) readRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.tel.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /stats", a.serveStats)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", a.serveReady)
-	mux.HandleFunc("GET /cache", a.serveCache)
-	mux.HandleFunc("POST /cache/flush", a.serveFlush)
-	a.controlRoutes(mux) // control.go
-	h := http.NewCrossOriginProtection().Handler(mux)
-	if a.loopbackOnly {
-		h = loopbackHosts(h)
-	}
-	return h
+}
+
+// serveControlOnly answers a control endpoint asked on the admin port.
+func serveControlOnly(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, r.URL.Path+" is served on towerd's control socket only ([control] socket, "+
+		config.DefaultControlSocket+" by default): use the towerd subcommand, as root or a member of group "+
+		config.DefaultControlGroup, http.StatusForbidden)
 }
 
 // loopbackHosts serves only requests whose Host is a loopback address or
@@ -122,8 +144,23 @@ func (a *Server) SetReady(ready bool) { a.ready.Store(ready) }
 // Addr is where the server listens, with port 0 resolved; "" before Start.
 func (a *Server) Addr() string { return a.addr }
 
-// Start listens on addr and serves in the background.
-func (a *Server) Start(addr string) error {
+// Timeouts of the admin server: its requests have no body and its answers
+// are a scrape at most, so a client slower than these is not one.
+const (
+	adminHeaderTimeout = 5 * time.Second
+	adminReadTimeout   = 10 * time.Second
+	adminWriteTimeout  = 30 * time.Second
+	// adminIdleTimeout keeps a scraper's keep-alive connection between
+	// scrapes of a 15 s interval; past the cap, idle ones make room anyway.
+	adminIdleTimeout = 30 * time.Second
+	// maxHeaderBytes bounds a request's header on both servers (Go's
+	// default is 1 MiB); towerd's own clients send a few hundred bytes.
+	maxHeaderBytes = 16 << 10
+)
+
+// Start listens on addr and serves in the background, at most maxConns
+// connections at once (limit.go).
+func (a *Server) Start(addr string, maxConns int) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("admin server on %s: %w", addr, err)
@@ -132,27 +169,57 @@ func (a *Server) Start(addr string) error {
 	if ap, err := netip.ParseAddrPort(a.addr); err == nil {
 		a.loopbackOnly = ap.Addr().Unmap().IsLoopback()
 	}
-	a.srv = &http.Server{
-		Handler:           a.routes(),
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       time.Minute,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
-	}
-	a.done = make(chan error, 1)
-	go func() { a.done <- a.srv.Serve(l) }()
+	a.srv, a.adminConns = a.bounded(a.routes(),
+		httpBounds{adminHeaderTimeout, adminReadTimeout, adminWriteTimeout, adminIdleTimeout, maxConns})
+	a.done = serve(a.srv, l)
 	return nil
 }
 
-// Stop closes the listener and waits up to ctx for requests being served.
+// httpBounds are one HTTP server's limits: its timeouts and its cap on
+// connections held at once.
+type httpBounds struct {
+	header, read, write, idle time.Duration
+	conns                     int
+}
+
+// bounded returns an http.Server for h with b's timeouts, headers of at
+// most maxHeaderBytes, and its connections capped by the limiter it returns.
+func (a *Server) bounded(h http.Handler, b httpBounds) (*http.Server, *connLimiter) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: b.header,
+		ReadTimeout:       b.read,
+		WriteTimeout:      b.write,
+		IdleTimeout:       b.idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	lim := newConnLimiter(b.conns)
+	lim.track(srv)
+	return srv, lim
+}
+
+// serve runs srv on l in the background; the channel gets Serve's result.
+func serve(srv *http.Server, l net.Listener) chan error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	return done
+}
+
+// Stop closes the listeners and waits up to ctx for requests being served.
 func (a *Server) Stop(ctx context.Context) {
-	if a.srv == nil {
-		return
+	for _, s := range []struct {
+		srv  *http.Server
+		done chan error
+	}{{a.srv, a.done}, {a.ctl, a.ctlDone}} {
+		if s.srv == nil {
+			continue
+		}
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.srv.Close()
+		}
+		<-s.done
 	}
-	if err := a.srv.Shutdown(ctx); err != nil {
-		a.srv.Close()
-	}
-	<-a.done
 }
 
 func (a *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
@@ -170,78 +237,6 @@ func (a *Server) serveStats(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, r)
-}
-
-// cacheEntry is one entry in the GET /cache answer.
-type cacheEntry struct {
-	Key              string   `json:"key"`
-	Name             string   `json:"name"`
-	Type             string   `json:"type"`
-	Kind             string   `json:"kind"` // positive or nodata
-	State            string   `json:"state"`
-	TTLSeconds       float64  `json:"ttl_seconds"`
-	RemainingSeconds float64  `json:"remaining_seconds"`
-	ExpiredSeconds   float64  `json:"expired_seconds"`
-	Stored           string   `json:"stored"`
-	Source           string   `json:"source"`
-	Answer           []string `json:"answer"`
-}
-
-// serveCache shows what is cached under ?name=, optionally one ?type= only.
-func (a *Server) serveCache(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("name")
-	if _, ok := dns.IsDomainName(name); !ok || name == "" {
-		http.Error(w, "name= must be a domain name, e.g. /cache?name=example.org&type=A", http.StatusBadRequest)
-		return
-	}
-	var qtype uint16
-	if t := r.URL.Query().Get("type"); t != "" {
-		var ok bool
-		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
-			http.Error(w, fmt.Sprintf("type=%s is not a DNS type", t), http.StatusBadRequest)
-			return
-		}
-	}
-	entries := []cacheEntry{}
-	for _, info := range a.cache.Inspect(name) {
-		if qtype != 0 && info.Key.Type != qtype {
-			continue
-		}
-		entries = append(entries, a.describe(info))
-	}
-	writeJSON(w, map[string]any{"name": dns.Fqdn(name), "entries": entries})
-}
-
-// serveFlush empties the cache, or forgets one name=.
-func (a *Server) serveFlush(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	name, zone := r.Form.Get("name"), r.Form.Get("zone")
-	var removed int
-	switch {
-	case name != "" && zone != "":
-		http.Error(w, "name= and zone= exclude each other", http.StatusBadRequest)
-		return
-	case zone != "":
-		z, err := zoneParam(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		removed = a.cache.RemoveZone(z)
-	case name == "":
-		removed = a.cache.Flush()
-	default:
-		if _, ok := dns.IsDomainName(name); !ok {
-			http.Error(w, "name= must be a domain name", http.StatusBadRequest)
-			return
-		}
-		removed = a.cache.RemoveName(name)
-	}
-	a.log.Info("cache flushed through the admin API", "name", name, "zone", zone, "removed", removed)
-	writeJSON(w, map[string]any{"name": name, "zone": zone, "removed": removed})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -1,12 +1,16 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,13 +28,22 @@ import (
 // and registry, served by httptest.
 type testAdmin struct {
 	*Server
-	url   string
-	clock *dnstest.Clock
+	url     string // the admin port, served by httptest
+	control string // the control socket's path
+	clock   *dnstest.Clock
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newTestAdmin(t *testing.T) *testAdmin {
+	t.Helper()
+	return newTestAdminWith(t, nil)
+}
+
+// newTestAdminWith is newTestAdmin with records answered before the
+// cache (the daemon's local data and Consul watch), and a third zone,
+// corp., forwarded to its own server.
+func newTestAdminWith(t *testing.T, records resolver.RecordSource) *testAdmin {
 	t.Helper()
 	clock := dnstest.NewClock(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	c, err := cache.New(cache.Config{Capacity: 100, MaxStaleAge: 24 * time.Hour, Now: clock.Now})
@@ -41,7 +54,11 @@ func newTestAdmin(t *testing.T) *testAdmin {
 	// The groups are never asked anything: these tests send no DNS query.
 	var groups []*upstream.Group
 	var zones []resolver.Zone
-	for _, z := range []struct{ name, server string }{{".", "192.0.2.53:53"}, {"consul.", "127.0.0.1:8600"}} {
+	zoneServers := []struct{ name, server string }{{".", "192.0.2.53:53"}, {"consul.", "127.0.0.1:8600"}}
+	if records != nil {
+		zoneServers = append(zoneServers, struct{ name, server string }{"corp.", "192.0.2.54:53"})
+	}
+	for _, z := range zoneServers {
 		g, err := upstream.NewGroup(z.name, []string{z.server}, upstream.GroupOptions{Observe: tel.Upstreams.Observer(z.name)})
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +67,7 @@ func newTestAdmin(t *testing.T) *testAdmin {
 		groups = append(groups, g)
 		zones = append(zones, resolver.Zone{Name: z.name, Upstream: g})
 	}
-	h, err := resolver.NewHandler(resolver.Config{Zones: zones}, c, nil, tel.Resolver)
+	h, err := resolver.NewHandler(resolver.Config{Zones: zones, Records: records}, c, nil, tel.Resolver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +81,63 @@ func newTestAdmin(t *testing.T) *testAdmin {
 	a.SetView(&View{Config: config.DefaultConfig(), Groups: groups, LoadedAt: clock.Now(), StaleUntil: 24 * time.Hour})
 	srv := httptest.NewServer(a.routes())
 	t.Cleanup(srv.Close)
-	return &testAdmin{Server: a, url: srv.URL, clock: clock}
+	return &testAdmin{Server: a, url: srv.URL, control: startTestControl(t, a), clock: clock}
+}
+
+// startTestControl serves a's control channel on a Unix socket in a
+// directory of its own (a short path: sun_path holds 108 bytes), for this
+// process's user, who is the daemon's too.
+func startTestControl(t *testing.T, a *Server) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "control.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartControl(l, AccessPolicy{UID: uint32(os.Geteuid())}, 4)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	return path
+}
+
+// ctl sends one request to the control socket and returns its status and
+// body.
+func (ta *testAdmin) ctl(t *testing.T, method, path string, form url.Values) (int, string) {
+	t.Helper()
+	var body io.Reader
+	target := "http://localhost" + path
+	if method == http.MethodGet && form != nil {
+		target += "?" + form.Encode()
+	} else if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", ta.control)
+	}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
 }
 
 // get returns the status and body of GET path.
@@ -148,7 +221,7 @@ func TestAdminCacheInspectAndFlush(t *testing.T) {
 		Name    string       `json:"name"`
 		Entries []cacheEntry `json:"entries"`
 	}
-	code, body := ta.get(t, "/cache?name=WWW.example.org")
+	code, body := ta.ctl(t, http.MethodGet, "/cache?name=WWW.example.org", nil)
 	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
 		t.Fatalf("/cache: %d %v\n%s", code, err, body)
 	}
@@ -157,7 +230,7 @@ func TestAdminCacheInspectAndFlush(t *testing.T) {
 	}
 	a, aaaa := got.Entries[0], got.Entries[1]
 	if a.Type != "A" || a.State != "fresh" || a.RemainingSeconds != 200 || a.TTLSeconds != 300 ||
-		a.Source != "upstream zone ." || len(a.Answer) != 1 || !strings.Contains(a.Answer[0], "200\tIN\tA\t192.0.2.1") {
+		a.Source != "upstream zone ." || a.Origin != "upstream" || len(a.Answer) != 1 || !strings.Contains(a.Answer[0], "200\tIN\tA\t192.0.2.1") {
 		t.Errorf("A entry: %+v; want fresh, 200 s of 300 left, from zone .", a)
 	}
 	if aaaa.Type != "AAAA" || aaaa.State != "stale" || aaaa.ExpiredSeconds != 100 {
@@ -166,7 +239,7 @@ func TestAdminCacheInspectAndFlush(t *testing.T) {
 
 	// Filtered by type; and an entry past the stale window is "expired".
 	ta.clock.Advance(25 * time.Hour)
-	code, body = ta.get(t, "/cache?name=web.service.consul&type=a")
+	code, body = ta.ctl(t, http.MethodGet, "/cache?name=web.service.consul&type=a", nil)
 	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil || len(got.Entries) != 1 {
 		t.Fatalf("/cache?type=a: %d %v\n%s", code, err, body)
 	}
@@ -174,36 +247,49 @@ func TestAdminCacheInspectAndFlush(t *testing.T) {
 		t.Errorf("consul entry: %+v; want expired, from zone consul.", e)
 	}
 	for _, bad := range []string{"/cache", "/cache?name=a..b", "/cache?name=x.example&type=NOPE"} {
-		if code, _ := ta.get(t, bad); code != http.StatusBadRequest {
+		if code, _ := ta.ctl(t, http.MethodGet, bad, nil); code != http.StatusBadRequest {
 			t.Errorf("%s: %d, want 400", bad, code)
 		}
 	}
 
 	// Flush one name (every type of it), then everything.
-	if code, body := ta.post(t, "/cache/flush", url.Values{"name": {"www.example.org"}}, nil); code != 200 || !strings.Contains(body, `"removed": 2`) {
+	if code, body := ta.ctl(t, http.MethodPost, "/cache/flush", url.Values{"name": {"www.example.org"}}); code != 200 || !strings.Contains(body, `"removed": 2`) {
 		t.Errorf("flush one name: %d %s; want 2 removed", code, body)
 	}
 	if n := ta.cache.Len(); n != 1 {
 		t.Errorf("%d entries left, want 1", n)
 	}
-	if code, body := ta.post(t, "/cache/flush", nil, nil); code != 200 || !strings.Contains(body, `"removed": 1`) {
+	if code, body := ta.ctl(t, http.MethodPost, "/cache/flush", url.Values{}); code != 200 || !strings.Contains(body, `"removed": 1`) {
 		t.Errorf("flush all: %d %s; want 1 removed", code, body)
 	}
-	if code, _ := ta.get(t, "/cache/flush"); code != http.StatusMethodNotAllowed {
+	if code, _ := ta.ctl(t, http.MethodGet, "/cache/flush", nil); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /cache/flush: %d, want 405", code)
 	}
 }
 
-// A web page in a browser must not be able to flush the cache through the
-// loopback port.
-func TestAdminRefusesCrossOriginWrites(t *testing.T) {
+// The admin port serves only what anyone may read: every control endpoint
+// answers 403 there, naming the control socket, and changes nothing
+// (issue 21: as nobody, POST /cache/flush, /cache/load, /log-queries and
+// /reload all worked through it).
+func TestAdminPortRefusesControl(t *testing.T) {
 	ta := newTestAdmin(t)
+	reloads := 0
+	ta.SetReloader(func() (ReloadResult, error) { reloads++; return ReloadResult{}, nil })
 	setAnswer(t, ta.cache, "keep.example.", dns.TypeA, "keep.example. 300 IN A 192.0.2.9")
-	code, _ := ta.post(t, "/cache/flush", nil, http.Header{
-		"Origin": {"https://evil.example"}, "Sec-Fetch-Site": {"cross-site"},
-	})
-	if code != http.StatusForbidden || ta.cache.Len() != 1 {
-		t.Errorf("cross-site flush: %d, %d entries left; want 403 and the entry kept", code, ta.cache.Len())
+	for _, path := range controlPaths {
+		for _, do := range []func() (int, string){
+			func() (int, string) { return ta.get(t, path+"?name=keep.example") },
+			func() (int, string) {
+				return ta.post(t, path, url.Values{"state": {"on"}, "name": {"keep.example"}}, nil)
+			},
+		} {
+			if code, body := do(); code != http.StatusForbidden || !strings.Contains(body, "control socket") {
+				t.Errorf("%s on the admin port: %d %q, want 403 naming the control socket", path, code, body)
+			}
+		}
+	}
+	if ta.cache.Len() != 1 || reloads != 0 || ta.handler.LogQueries() {
+		t.Errorf("a refused request acted: %d entries, %d reloads, query log %v", ta.cache.Len(), reloads, ta.handler.LogQueries())
 	}
 }
 

@@ -54,7 +54,8 @@ type Config struct {
 	Zones      []ZoneConfig     `toml:"zone"`
 	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
-	Consul     ConsulConfig     `toml:"consul"` // consul.go
+	Control    ControlConfig    `toml:"control"` // control.go
+	Consul     ConsulConfig     `toml:"consul"`  // consul.go
 }
 
 // CacheConfig is the [cache] table.
@@ -194,9 +195,10 @@ func DefaultConfig() Config {
 			ReadTimeout:    Dur(2 * time.Second),
 			WriteTimeout:   Dur(2 * time.Second),
 		},
-		Local:  defaultLocalConfig(),
-		Admin:  AdminConfig{Listen: DefaultAdminListen},
-		Consul: defaultConsulConfig(),
+		Local:   defaultLocalConfig(),
+		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
+		Control: defaultControlConfig(),
+		Consul:  defaultConsulConfig(),
 	}
 }
 
@@ -210,15 +212,20 @@ var defaultZones = []ZoneConfig{
 // 9253 sits beside the exporters' ports and is free on a stock node.
 const DefaultAdminListen = "127.0.0.1:9253"
 
-// AdminConfig is the [admin] table: the HTTP server for metrics, /stats,
-// health checks and the cache.
+// AdminConfig is the [admin] table: the HTTP server for what any local
+// user may read: metrics, /stats (without cache contents) and the health
+// checks. What changes state goes through [control].
 type AdminConfig struct {
 	// Listen: ip:port of the admin HTTP server; "" turns it off.
 	Listen string `toml:"listen"`
 	// AllowNonLoopback: serve on an address that is not loopback. The
-	// server has no authentication and can flush the cache, so this must
-	// be asked for explicitly.
+	// server has no authentication and shows the node's figures, so this
+	// must be asked for explicitly.
 	AllowNonLoopback bool `toml:"allow_non_loopback"`
+	// MaxConnections: admin connections served at once, taken from the
+	// file descriptor budget; past it the connection idle longest is
+	// closed, or the new one refused with 503 when none is idle.
+	MaxConnections int `toml:"max_connections"`
 }
 
 // DefaultStateDir is where the cache is saved: systemd's StateDirectory=towerd.

@@ -230,6 +230,7 @@ func TestAdminListenMustBeLoopback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
+			tc.admin.MaxConnections = cfg.Admin.MaxConnections
 			cfg.Admin = tc.admin
 			err := cfg.Validate()
 			if tc.wantErr == "" {

@@ -325,6 +325,9 @@ func (c *Config) Validate() error {
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
+	if err := c.Control.validate(); err != nil {
+		return err
+	}
 	if err := c.Consul.validate(); err != nil {
 		return err
 	}
@@ -461,6 +464,9 @@ func (t TCPConfig) validate() error {
 }
 
 func (a AdminConfig) validate() error {
+	if a.MaxConnections < 1 {
+		return keyErr("admin.max_connections", "must be at least 1 (got %d)", a.MaxConnections)
+	}
 	if a.Listen == "" {
 		return nil
 	}
@@ -470,7 +476,7 @@ func (a AdminConfig) validate() error {
 	}
 	if !ap.Addr().Unmap().IsLoopback() && !a.AllowNonLoopback {
 		return keyErr("admin.listen", "%s is not a loopback address; the admin server has no authentication "+
-			"and can flush the cache: set admin.allow_non_loopback = true to serve it there anyway", a.Listen)
+			"and shows the node's figures: set admin.allow_non_loopback = true to serve it there anyway", a.Listen)
 	}
 	return nil
 }

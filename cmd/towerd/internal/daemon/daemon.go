@@ -80,6 +80,9 @@ type Daemon struct {
 	tel      *admin.Telemetry
 	admin    *admin.Server
 	adminCfg config.AdminConfig // [admin] as started: a reload does not move the server
+	// ctlSocket is the control socket towerd bound itself (control.go),
+	// removed on stop; nil when systemd passed it or the channel is off.
+	ctlSocket *controlSocket
 
 	saver *cacheSaver // periodic cache saves (state.go)
 

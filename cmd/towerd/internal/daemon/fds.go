@@ -9,22 +9,43 @@ import (
 
 // File descriptors kept out of the TCP listeners' reach (issue 13): a TCP
 // flood must never take the descriptor an upstream exchange needs (the
-// miss would turn into SERVFAIL) or the admin server's. The reserve is
-// fdReserveBase for the admin server and its clients, the Consul watch,
-// the listeners, the state file and the runtime, plus, for every upstream
-// resolution the in-flight cap allows, one socket per attempt (attempts
-// keep their sockets open, DESIGN.md) and one for a TCP retry.
+// miss would turn into SERVFAIL) or the admin server's. The budget of the
+// soft RLIMIT_NOFILE, each share capped by the code that spends it:
+//
+//   - fdReserveBase: the listeners, the state and followed files, the
+//     logs, the runtime's own (epoll, pipes) and the systemd sockets;
+//   - the admin server's and the control channel's connections, each
+//     capped at its max_connections (admin/limit.go; issue 21: 1,100 idle
+//     admin connections once took every descriptor), plus their listener
+//     and the one connection accepted past the cap only to be closed;
+//   - the Consul watch: one agent connection per watched service while it
+//     blocks (consul.max_watches), and one for the catalog;
+//   - for every upstream resolution the in-flight cap allows, one socket
+//     per attempt (attempts keep their sockets open, DESIGN.md) and one
+//     for a TCP retry;
+//
+// and TCP clients get what is left, up to tcp.max_connections.
 const (
-	fdReserveBase = 128
+	fdReserveBase = 64
 	// minTCPConnections is the least the cap goes down to, so a descriptor
 	// limit too low for the reserve still leaves TCP usable; the log says so.
 	minTCPConnections = 8
 )
 
-// fdReserve is how many descriptors cfg's upstream settings may need
-// outside TCP connections.
+// fdReserve is how many descriptors towerd may need outside DNS TCP
+// connections.
 func fdReserve(cfg config.Config) int {
-	return fdReserveBase + cfg.Upstream.MaxInflight*(cfg.Upstream.MaxAttempts+1)
+	n := fdReserveBase + cfg.Upstream.MaxInflight*(cfg.Upstream.MaxAttempts+1)
+	if cfg.Admin.Listen != "" {
+		n += cfg.Admin.MaxConnections + 2
+	}
+	if cfg.Control.Socket != "" {
+		n += cfg.Control.MaxConnections + 2
+	}
+	if cfg.Consul.Enabled {
+		n += cfg.Consul.MaxWatches + 1
+	}
+	return n
 }
 
 // tcpConnectionCap raises the soft RLIMIT_NOFILE to the hard limit and
@@ -57,8 +78,8 @@ func capForLimit(cfg config.Config, limit uint64, log *slog.Logger) int {
 	if limit > uint64(reserve) {
 		got = max(got, int(limit)-reserve)
 	}
-	log.Warn("TCP connections capped below tcp.max_connections to keep file descriptors for upstreams and the admin server",
+	log.Warn("TCP connections capped below tcp.max_connections to keep file descriptors for upstreams, the Consul watch, the admin server and the control socket",
 		"tcp_max_connections", got, "configured", want, "fd_limit", limit, "fd_reserve", reserve,
-		"hint", "raise LimitNOFILE= or lower upstream.max_inflight")
+		"hint", "raise LimitNOFILE= or lower upstream.max_inflight (or admin.max_connections, control.max_connections, consul.max_watches)")
 	return got
 }

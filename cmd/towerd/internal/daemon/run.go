@@ -55,6 +55,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		select {
 		case err := <-served:
 			d.log.Error("serving stopped", "err", err)
+			d.stopAdmin()
 			d.stopFollow()
 			d.saver.stop()
 			d.handler.Close()
@@ -189,14 +190,15 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 // reloadResult sorts the keys that differ between the running
 // configuration and the new one into those a reload applies and those
 // that wait for a restart: the sockets (listen) and their [tcp] limits, the
-// cache's size, the admin server, and the Consul watch, which also keeps the stale age it
-// started with.
+// cache's size, the admin server and the control channel, and the Consul
+// watch, which also keeps the stale age it started with.
 func reloadResult(old, cfg config.Config, adminCfg config.AdminConfig) admin.ReloadResult {
 	old.Admin = adminCfg // compare with the admin server that runs
 	res := admin.ReloadResult{Applied: []string{}, RestartNeeded: []string{}}
 	for _, key := range config.Changed(old, cfg) {
 		switch {
-		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "consul."),
+		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "control."),
+			strings.HasPrefix(key, "consul."),
 			strings.HasPrefix(key, "tcp."): // the TCP listeners' limits are set when they start
 			res.RestartNeeded = append(res.RestartNeeded, key)
 		case (key == "serve_stale.max_age" || key == "serve_stale.enabled") && cfg.Consul.Enabled:
@@ -271,6 +273,9 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	if cfg.Admin != d.adminCfg {
 		d.log.Warn("[admin] settings change only on restart", "running", d.adminCfg.Listen)
 	}
+	if cfg.Control != d.opts.Config.Control {
+		d.log.Warn("[control] settings change only on restart", "running", d.opts.Config.Control.Socket)
+	}
 	if d.admin != nil {
 		d.admin.SetView(d.adminView())
 	}
@@ -291,31 +296,33 @@ const adminStopTimeout = 2 * time.Second
 
 // startAdmin wires the metrics read at scrape time to the handler, server
 // and upstream groups, then starts the admin server when admin.listen is
-// set. A port that cannot be bound is logged, not fatal: a node's DNS must
-// not go down over its monitoring port, and a failing scrape is the very
-// thing monitoring notices.
+// set, and the control channel (control.go). A port that cannot be bound is
+// logged, not fatal: a node's DNS must not go down over its monitoring
+// port, and a failing scrape is the very thing monitoring notices.
 func (d *Daemon) startAdmin() {
 	if err := d.tel.Resolver.Instrument(d.handler, d.server); err != nil {
 		d.log.Error("BUG: registering metrics", "err", err)
 	}
 	d.tel.Upstreams.SetGroups(d.groups, 0)
 	d.adminCfg = d.cfg.Admin
-	if d.cfg.Admin.Listen == "" {
-		d.log.Info("admin server off (admin.listen is empty)")
-		return
-	}
 	a := admin.NewServer(d.log, d.tel, d.cache, d.handler, d.opts.Version)
 	a.SetView(d.adminView())
 	if d.opts.Load != nil {
 		a.SetReloader(d.ReloadResult)
 	}
-	if err := a.Start(d.cfg.Admin.Listen); err != nil {
+	d.admin = a
+	d.startControl(a)
+	if d.cfg.Admin.Listen == "" {
+		d.log.Info("admin server off (admin.listen is empty)")
+		return
+	}
+	if err := a.Start(d.cfg.Admin.Listen, d.cfg.Admin.MaxConnections); err != nil {
 		d.log.Error("admin server cannot listen; DNS is served without /metrics and /stats",
 			"err", err, "hint", "set [admin] listen, or -admin, to a free port; \"\" turns the admin server off")
 		return
 	}
-	d.admin = a
-	d.log.Info("admin server listening", "addr", a.Addr(), "endpoints", "/metrics /stats /healthz /readyz /cache /cache/flush /cache/list /cache/dump /cache/load /reload /log-queries /lookup")
+	d.log.Info("admin server listening", "addr", a.Addr(), "endpoints", "/metrics /stats /healthz /readyz",
+		"max_connections", d.cfg.Admin.MaxConnections)
 }
 
 // adminView captures the running configuration for the admin server, with
@@ -333,7 +340,8 @@ func (d *Daemon) markReady() {
 	}
 }
 
-// stopAdmin turns /readyz to 503 and stops the admin server.
+// stopAdmin turns /readyz to 503 and stops the admin server and the
+// control channel, removing the control socket towerd made.
 func (d *Daemon) stopAdmin() {
 	if d.admin == nil {
 		return
@@ -342,4 +350,5 @@ func (d *Daemon) stopAdmin() {
 	ctx, cancel := context.WithTimeout(context.Background(), adminStopTimeout)
 	defer cancel()
 	d.admin.Stop(ctx)
+	d.ctlSocket.remove()
 }

@@ -146,15 +146,15 @@ func TestLoopbackCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, replaced := n.loopbackCopy()
-	if !slices.Equal(cfg.Listen, []string{"127.0.0.1:0"}) || cfg.Admin.Listen != "" || cfg.StateDir != "" ||
+	if !slices.Equal(cfg.Listen, []string{"127.0.0.1:0"}) || cfg.Admin.Listen != "" || cfg.Control.Socket != "" || cfg.StateDir != "" ||
 		cfg.Consul.Enabled || !slices.Contains(cfg.Allow, "127.0.0.1/32") {
 		t.Errorf("loopback copy still reaches out: %+v", cfg)
 	}
 	if cfg.ServeStale.FailureRecheck.Duration != time.Second || cfg.ServeStale.ClientTimeout.Duration != 0 {
 		t.Errorf("the node's serve_stale was not kept: %+v", cfg.ServeStale)
 	}
-	if len(replaced) != 4 || n.Config.Admin.Listen != "127.0.0.1:9253" {
-		t.Errorf("replaced %q (want admin, state_dir, Consul, allow), node config changed: %v", replaced, n.Config.Admin)
+	if len(replaced) != 5 || n.Config.Admin.Listen != "127.0.0.1:9253" {
+		t.Errorf("replaced %q (want admin, control, state_dir, Consul, allow), node config changed: %v", replaced, n.Config.Admin)
 	}
 }
 

@@ -97,7 +97,8 @@ func (n Node) describe() string {
 
 // loopbackCopy is the node's configuration with everything that reaches
 // outside the drill switched to loopback or off: it listens on a free
-// loopback port (never the node's port 53), runs no admin server, neither
+// loopback port (never the node's port 53), runs no admin server and no
+// control socket, neither
 // loads nor saves the cache (the node's state stays untouched), watches no
 // Consul agent, and lets loopback clients in. Cache, serve-stale, upstream
 // and timeout settings stay the node's: they are what is rehearsed.
@@ -109,6 +110,11 @@ func (n Node) loopbackCopy() (config.Config, []string) {
 	if cfg.Admin.Listen != "" {
 		changed = append(changed, "admin server "+cfg.Admin.Listen+" → off")
 		cfg.Admin.Listen = ""
+	}
+	if cfg.Control.Socket != "" {
+		// The node's own towerd has it, or will.
+		changed = append(changed, "control socket "+cfg.Control.Socket+" → off")
+		cfg.Control.Socket = ""
 	}
 	if cfg.StateDir != "" {
 		changed = append(changed, "state_dir "+cfg.StateDir+" → none (not read, not written)")

@@ -185,6 +185,9 @@ func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
 func (in *installer) activate(act *activator, opts Activation, p nodePlan) error {
 	err := act.activate(opts, in.m.file(ResolvedDropIn) != nil)
 	if err == nil {
+		if !p.packaged {
+			in.r.Next = append(in.r.Next, sysusersNext)
+		}
 		if in.m.file(NMDropIn) != nil {
 			in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
 		}

@@ -22,6 +22,9 @@ func (in *installer) nextSteps(opts InstallOptions, p nodePlan, resolved bool) {
 		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
 	}
 	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
+	if !p.packaged {
+		in.r.Next = append(in.r.Next, sysusersNext)
+	}
 	enable := "systemctl enable --now " + systemd.SocketUnitName
 	in.r.Next = append(in.r.Next, enable)
 	if opts.Docker && p.docker.Next != "" {

@@ -25,7 +25,7 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 				return err
 			}
 		}
-		return nil
+		return in.writeOwned(SysusersPath, []byte(systemd.Sysusers), 0o644, "the control socket's operators' group, towerd")
 	}
 	detail := "towerd's Debian package: its program and its units in " + PackagedUnitDir + " are used as they are, nothing is copied"
 	root := opts.Root
@@ -36,7 +36,8 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 		detail += " (the units run " + PackagedBinaryPath + ", not this program, " + opts.Binary + ")"
 	}
 	in.r.same("found", PackagedBinaryPath, detail)
-	for _, name := range []string{systemd.DefaultBinaryPath, path.Join(systemd.UnitDir, systemd.SocketUnitName), path.Join(systemd.UnitDir, systemd.ServiceUnitName)} {
+	for _, name := range []string{systemd.DefaultBinaryPath, path.Join(systemd.UnitDir, systemd.SocketUnitName),
+		path.Join(systemd.UnitDir, systemd.ServiceUnitName), SysusersPath} {
 		if in.m.file(name) == nil {
 			if _, err := in.fsys.Lstat(name); err == nil && name != systemd.DefaultBinaryPath {
 				in.r.warn("%s is not towerd install's and overrides the package's unit in %s: remove it (systemctl daemon-reload after) unless you mean it to",
@@ -50,3 +51,13 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 	}
 	return nil
 }
+
+// SysusersPath is where install puts the sysusers.d file of the control
+// socket's group (systemd.Sysusers): the directory for the
+// administrator's own, as /etc/systemd/system is for units.
+const SysusersPath = "/etc/sysusers.d/" + systemd.SysusersName
+
+// sysusersNext is install's next step that creates the group now rather
+// than at the next boot: towerd.socket gives the control socket to the
+// group once it exists, and keeps it root's until then.
+const sysusersNext = "systemd-sysusers " + systemd.SysusersName + "   # the control socket's group, towerd"

@@ -21,7 +21,7 @@ func TestInstallSaysHowToUndoAndWhenDNSIsDown(t *testing.T) {
 	undo := strings.Join(r.Undo, "\n")
 	for _, want := range []string{
 		"systemctl disable --now towerd.socket towerd.service",
-		"towerd uninstall   # puts back /etc/resolv.conf (from /etc/resolv.pre-towerd-backup.conf) and removes the 5 other files install wrote",
+		"towerd uninstall   # puts back /etc/resolv.conf (from /etc/resolv.pre-towerd-backup.conf) and removes the 6 other files install wrote",
 	} {
 		if !strings.Contains(undo, want) {
 			t.Errorf("undo lacks %q:\n%s", want, undo)

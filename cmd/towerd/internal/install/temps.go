@@ -16,6 +16,8 @@ var sweepDirs = []string{
 	// Issue 14's files; nsswitch.conf shares /etc with resolv.conf.
 	path.Dir(NMDropIn), path.Dir(DhclientHook), path.Dir(DhclientResolvConf), path.Dir(DockerDaemonJSON),
 	path.Dir(DockerSocketDropIn), path.Dir(systemd.ConsulTokenDropIn),
+	// The control socket's group (issue 21).
+	path.Dir(SysusersPath),
 	// Over the package's sample towerd.toml (packaged.go).
 	ConfigDropInDir,
 }

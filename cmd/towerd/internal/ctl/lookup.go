@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"fmt"
@@ -11,15 +11,20 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // `towerd lookup`: how this node answers a question, and why.
 
+// CmdLookup is `towerd lookup`.
+var CmdLookup = &base.Command{Name: "lookup", Synopsis: "NAME [TYPE] [-json]", Summary: "ask towerd and explain the answer: zone, servers, cache, source",
+	Run: lookupCommand}
+
 // lookupCommand is `towerd lookup NAME [TYPE]`: towerd asks itself, as a
 // loopback client, and explains the path of the answer.
 func lookupCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("lookup", "NAME [TYPE] [-json] [-admin ADDR]", stderr)
-	asJSON := c.fs.Bool("json", false, "print the admin server's JSON as it is")
+	c := newCtl("lookup", "NAME [TYPE] [-json] [-control PATH]", stderr)
+	asJSON := c.fs.Bool("json", false, "print the control socket's JSON as it is")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -36,15 +41,15 @@ func lookupCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var rep admin.LookupReport
 	data, code := c.call(http.MethodPost, "/lookup", form, nil, &rep)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if *asJSON {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
 	renderLookup(stdout, rep)
-	return exitOK
+	return base.ExitOK
 }
 
 // renderLookup prints a LookupReport for humans.
@@ -67,12 +72,16 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 	if len(rep.Cached) == 0 {
 		fmt.Fprintln(w, "  cache     nothing cached for this type before this lookup")
 	}
+	loaded := ""
 	for _, e := range rep.Cached {
 		age := fmt.Sprintf("%s of %s left", secs(e.RemainingSeconds), secs(e.TTLSeconds))
 		if e.State != "fresh" {
 			age = fmt.Sprintf("expired %s ago (TTL %s)", secs(e.ExpiredSeconds), secs(e.TTLSeconds))
 		}
-		fmt.Fprintf(w, "  cache     %s, %s, %s\n", e.State, e.Kind, age)
+		fmt.Fprintf(w, "  cache     %s, %s, %s, from %s\n", e.State, e.Kind, age, e.Source)
+		if e.Origin != "upstream" {
+			loaded = e.Source
+		}
 	}
 	from := map[string]string{
 		"cache":    "the cache (fresh)",
@@ -84,10 +93,14 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 	if from == "" {
 		from = rep.Source
 	}
-	if rep.Upstream != "" {
+	switch {
+	case rep.Upstream != "":
 		from += " " + rep.Upstream
-	} else if rep.Source == "upstream" {
+	case rep.Source == "upstream":
 		from += " (no server answered)"
+	case (rep.Source == "cache" || rep.Source == "stale") && loaded != "":
+		// Never "upstream" for what a file put in the cache (issue 21).
+		from += ", an entry put there by " + loaded
 	}
 	fmt.Fprintf(w, "  answer    %s from %s in %s\n", rep.Rcode, from,
 		time.Duration(rep.DurationSeconds*float64(time.Second)).Round(time.Microsecond))

@@ -1,19 +1,22 @@
-package main
+package ctl
 
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/towerd/towerd/cache"
+	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // `towerd cache list|dump|load`: the cache of a running towerd (ctl.go
-// has the admin client they share).
+// has the control client they share).
 
 // cacheEntry is the part of /cache/list's entries the table shows.
 type cacheEntry struct {
@@ -25,15 +28,20 @@ type cacheEntry struct {
 	TTLSeconds       float64  `json:"ttl_seconds"`
 	RemainingSeconds float64  `json:"remaining_seconds"`
 	ExpiredSeconds   float64  `json:"expired_seconds"`
+	Origin           string   `json:"origin"` // "upstream", "state file", "cache load"
 	Answer           []string `json:"answer"`
 }
 
+// CmdCacheList is `towerd cache list`.
+var CmdCacheList = &base.Command{Name: "cache list", Synopsis: "[-zone ZONE] [-stale] [-json]", Summary: "list cached answers with their state and age",
+	Run: cacheListCommand}
+
 // cacheListCommand is `towerd cache list`.
 func cacheListCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("cache list", "[-zone ZONE] [-stale] [-json] [-admin ADDR]", stderr)
+	c := newCtl("cache list", "[-zone ZONE] [-stale] [-json] [-control PATH]", stderr)
 	zone := c.fs.String("zone", "", "only names at or below ZONE")
 	stale := c.fs.Bool("stale", false, "only entries past their TTL (served stale, or expired)")
-	asJSON := c.fs.Bool("json", false, "print the admin server's JSON as it is")
+	asJSON := c.fs.Bool("json", false, "print the control socket's JSON as it is")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -50,14 +58,14 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var res struct{ Entries []cacheEntry }
 	data, code := c.call(http.MethodGet, "/cache/list", form, nil, &res)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if *asJSON {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
-	fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", "NAME", "TYPE", "STATE", "TTL", "AGE", "ANSWER")
+	fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %-10s %s\n", "NAME", "TYPE", "STATE", "TTL", "AGE", "FROM", "ANSWER")
 	for _, e := range res.Entries {
 		age := "in " + secs(e.RemainingSeconds) // fresh: time left
 		if e.State != "fresh" {
@@ -73,10 +81,10 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 				name += " " + f // "+do", "+cd": answers kept apart for DNSSEC-aware clients
 			}
 		}
-		fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %s\n", name, e.Type, e.State, secs(e.TTLSeconds), age, answer)
+		fmt.Fprintf(stdout, "%-40s %-6s %-7s %-8s %-10s %-10s %s\n", name, e.Type, e.State, secs(e.TTLSeconds), age, e.Origin, answer)
 	}
 	fmt.Fprintf(stdout, "%d %s\n", len(res.Entries), plural(len(res.Entries), "entry", "entries"))
-	return exitOK
+	return base.ExitOK
 }
 
 // secs renders seconds as a rounded duration ("30s", "4m10s").
@@ -97,11 +105,15 @@ func rdata(rrs []string) []string {
 	return out
 }
 
+// CmdCacheDump is `towerd cache dump`.
+var CmdCacheDump = &base.Command{Name: "cache dump", Synopsis: "FILE", Summary: "write the cache to FILE in the state directory's format",
+	Run: cacheDumpCommand}
+
 // cacheDumpCommand is `towerd cache dump FILE`: the running cache in the
 // state directory's format (cache.Dump), written 0600 like the state file
 // ("-" is standard output).
 func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("cache dump", "FILE [-admin ADDR]", stderr)
+	c := newCtl("cache dump", "FILE [-control PATH]", stderr)
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -110,12 +122,12 @@ func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("name one FILE (\"-\" for standard output)")
 	}
 	data, code := c.call(http.MethodGet, "/cache/dump", nil, nil, nil)
-	if code != exitOK {
+	if code != base.ExitOK {
 		return code
 	}
 	if pos[0] == "-" {
 		_, _ = stdout.Write(data)
-		return exitOK
+		return base.ExitOK
 	}
 	// O_EXCL: never follow a link planted at FILE or overwrite a file.
 	f, err := os.OpenFile(pos[0], os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -127,18 +139,23 @@ func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd cache dump: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	}
 	fmt.Fprintf(stdout, "wrote %s (%d bytes)\n", pos[0], len(data))
-	return exitOK
+	return base.ExitOK
 }
 
-// cacheLoadCommand is `towerd cache load FILE`. The file gets the checks
-// of the state file on start: here the file itself (cache.OpenSnapshot: a
-// regular file of this user or root, writable by nobody else; one that
-// fails is set aside as FILE.rejected), in towerd every entry (cache.Load).
+// CmdCacheLoad is `towerd cache load`.
+var CmdCacheLoad = &base.Command{Name: "cache load", Synopsis: "FILE", Summary: "add the entries of a cache file to the running cache",
+	Run: cacheLoadCommand}
+
+// cacheLoadCommand is `towerd cache load FILE`. The file is the operator's:
+// it is read as it is (a regular file, opened without blocking, never
+// renamed, whatever towerd thinks of it), and towerd checks every entry
+// itself (admin/loadcheck.go: the state file's checks, and only what an
+// upstream of the running configuration could have answered).
 func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
-	c := newCtl("cache load", "FILE [-admin ADDR]", stderr)
+	c := newCtl("cache load", "FILE [-control PATH]", stderr)
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -146,17 +163,17 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 	if len(pos) != 1 {
 		return c.usageError("name one FILE written by towerd cache dump or found in the state directory")
 	}
-	f, err := cache.OpenSnapshot(pos[0])
+	f, err := openLoadFile(pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd cache load: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	}
 	defer f.Close()
 	var res struct {
 		Loaded, Skipped, Rejected, Clamped int
 		Rejections                         map[string]int
 	}
-	if _, code := c.call(http.MethodPost, "/cache/load", nil, f, &res); code != exitOK {
+	if _, code := c.call(http.MethodPost, "/cache/load", nil, f, &res); code != base.ExitOK {
 		return code
 	}
 	fmt.Fprintf(stdout, "loaded %d %s from %s (%d skipped: expired past the stale age, cached already or beyond cache.size; %d rejected; %d TTLs cut to max_ttl)\n",
@@ -164,5 +181,33 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 	for why, n := range res.Rejections {
 		fmt.Fprintf(stdout, "  rejected %d: %s\n", n, why)
 	}
-	return exitOK
+	return base.ExitOK
+}
+
+// maxLoadFile is the largest file cache load sends: the control channel's
+// own bound on a load (admin's maxLoadBytes).
+const maxLoadFile = 256 << 20
+
+// openLoadFile opens FILE for cache load: without blocking (a FIFO at the
+// path must not hang the command) and only if it is a regular file of at
+// most maxLoadFile bytes.
+func openLoadFile(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	info, err := f.Stat()
+	switch {
+	case err != nil:
+	case !info.Mode().IsRegular():
+		err = fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
+	case info.Size() > maxLoadFile:
+		err = fmt.Errorf("%s has %d bytes, more than a load may send (%d)", path, info.Size(), maxLoadFile)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

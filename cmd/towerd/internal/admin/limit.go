@@ -1,0 +1,133 @@
+package admin
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Any local user can open connections to the admin port, and each one holds
+// a file descriptor for as long as the server keeps it. Unbounded, 1,100 idle
+// keep-alive connections under a 1,024 descriptor limit turned every cache
+// miss into SERVFAIL (issue 21: no descriptor was left for an upstream
+// socket). So each HTTP server here serves at most a fixed number of
+// connections, counted in the daemon's descriptor budget (daemon/fds.go), and
+// gives its slots to the clients that ask: at the cap, the connection that
+// has been waiting longest without a request in progress (idle between
+// keep-alive requests, or connected and silent) is closed to make room; when
+// every slot is busy with a request, the new connection is refused with 503.
+
+// connLimiter keeps an http.Server at max connections; install it with
+// track. Its counts are read by tests and logs.
+type connLimiter struct {
+	max int
+	now func() time.Time
+
+	mu    sync.Mutex
+	conns map[net.Conn]*connSlot
+
+	evicted atomic.Uint64 // closed to make room for a newer connection
+	refused atomic.Uint64 // turned away because every slot was busy
+}
+
+// connSlot is one connection the server holds.
+type connSlot struct {
+	active  bool      // a request is being read or served
+	waiting time.Time // since when it has been without a request
+	closing bool      // closed by the limiter, not yet gone from the server
+}
+
+func newConnLimiter(max int) *connLimiter {
+	return &connLimiter{max: max, now: time.Now, conns: map[net.Conn]*connSlot{}}
+}
+
+// refusal is written to a connection turned away: an HTTP answer the
+// client can read, then the close.
+var refusal = func() []byte {
+	body := "towerd: every connection slot of this server is busy; retry\n"
+	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
+		"Connection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}()
+
+// refusalWriteTimeout bounds writing the refusal: it fits any socket
+// buffer, so only a peer that never reads could hold it up.
+const refusalWriteTimeout = 100 * time.Millisecond
+
+// track makes srv report its connections' states to l.
+func (l *connLimiter) track(srv *http.Server) {
+	srv.ConnState = l.connState
+}
+
+// connState is http.Server.ConnState. StateNew is reported by the accept
+// loop before the connection's goroutine starts, so at the cap the newcomer
+// is placed, or refused, before it reads a byte.
+func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		if l.live() >= l.max && !l.evictOldest() {
+			l.refused.Add(1)
+			_ = c.SetWriteDeadline(l.now().Add(refusalWriteTimeout))
+			_, _ = c.Write(refusal)
+			c.Close()
+			return // its StateClosed, if the server reports one, finds no slot
+		}
+		l.conns[c] = &connSlot{waiting: l.now()}
+	case http.StateActive:
+		if s := l.conns[c]; s != nil {
+			s.active = true
+		}
+	case http.StateIdle:
+		if s := l.conns[c]; s != nil {
+			s.active, s.waiting = false, l.now()
+		}
+	case http.StateClosed, http.StateHijacked:
+		delete(l.conns, c)
+	}
+}
+
+// live counts the connections that hold a slot: those closed to make room
+// still hold a descriptor until the server sees the close, but only for a
+// moment, and counting them would refuse the connection they made room for.
+func (l *connLimiter) live() int {
+	n := 0
+	for _, s := range l.conns {
+		if !s.closing {
+			n++
+		}
+	}
+	return n
+}
+
+// evictOldest closes the connection waiting longest without a request and
+// reports whether there was one. Called with l.mu held.
+func (l *connLimiter) evictOldest() bool {
+	var oldest net.Conn
+	var since time.Time
+	for c, s := range l.conns {
+		if s.active || s.closing {
+			continue
+		}
+		if oldest == nil || s.waiting.Before(since) {
+			oldest, since = c, s.waiting
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	l.conns[oldest].closing = true
+	oldest.Close()
+	l.evicted.Add(1)
+	return true
+}
+
+// count is the number of connections held, for tests.
+func (l *connLimiter) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.live()
+}
