@@ -11,15 +11,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
-)
-
-// Exit codes, as every towerd subcommand's (cmd/towerd).
-const (
-	exitOK     = 0
-	exitFail   = 1 // unreadable, not valid as towerd's, or a directive dropped that changes answers
-	exitConfig = 2 // bad flags or arguments
 )
 
 // Run is `towerd import-dnsmasq [--root DIR] [FILE|DIR ...]`: the TOML goes
@@ -45,9 +39,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
+				return base.ExitOK
 			}
-			return exitConfig
+			return base.ExitConfig
 		}
 		if fs.NArg() == 0 {
 			break
@@ -58,12 +52,12 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	rootDir, paths, err := nodePaths(*root, paths)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd import-dnsmasq: %v\n", err)
-		return exitConfig
+		return base.ExitConfig
 	}
 	files, err := nodefs.Open(rootDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd import-dnsmasq: --root: %v\n", err)
-		return exitConfig
+		return base.ExitConfig
 	}
 	defer files.Close()
 	var read Reading
@@ -83,9 +77,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "towerd import-dnsmasq: %v%s\n", err, under)
 		if errors.Is(err, ErrNoConfig) {
 			fmt.Fprintln(stderr, "  name the configuration: towerd import-dnsmasq FILE (or a directory)")
-			return exitConfig
+			return base.ExitConfig
 		}
-		return exitFail
+		return base.ExitFail
 	}
 	if len(paths) > 0 {
 		warnNamed(stderr, files, paths, read, rootDir != "/", under)
@@ -103,7 +97,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprint(stdout, string(out))
 		fmt.Fprintf(stderr, "towerd import-dnsmasq: the imported configuration is not valid: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	}
 	fmt.Fprint(stdout, string(out))
 	for _, n := range im.Notes {
@@ -124,9 +118,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if len(changes) > 0 {
 		fmt.Fprintf(stderr, "towerd import-dnsmasq: %d directive(s) dropped that change answers; towerd would answer differently from dnsmasq:\n%s\n",
 			len(changes), strings.Join(changes, "\n"))
-		return exitFail
+		return base.ExitFail
 	}
-	return exitOK
+	return base.ExitOK
 }
 
 // nodePaths checks --root and the paths named: with a root of its own, a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -26,7 +27,7 @@ func TestImportCommandOnADebianRoot(t *testing.T) {
 	root := t.TempDir()
 	dnstest.WriteTree(t, root, debianNode)
 	code, out, errOut := runImport(t, "--root", root)
-	if code != exitOK {
+	if code != base.ExitOK {
 		t.Fatalf("status %d\n%s", code, errOut)
 	}
 	for _, f := range []string{"/etc/default/dnsmasq", "/etc/dnsmasq.d/10-consul", "/etc/dnsmasq.d/20-lab", "/etc/dnsmasq.conf"} {
@@ -40,18 +41,18 @@ func TestImportCommandOnADebianRoot(t *testing.T) {
 	// A directory is read as conf-dir reads it, and the node's own
 	// configuration named in part says what it left out.
 	code, out, errOut = runImport(t, "/etc/dnsmasq.d", "--root", root)
-	if code != exitOK || !strings.Contains(out, `"lab.example."`) || strings.Contains(out, "old.example") {
+	if code != base.ExitOK || !strings.Contains(out, `"lab.example."`) || strings.Contains(out, "old.example") {
 		t.Errorf("import of a directory: status %d\n%s%s", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "also reads /etc/dnsmasq.conf under "+root) {
 		t.Errorf("no word of the file left out:\n%s", errOut)
 	}
 	code, _, errOut = runImport(t, "/etc/dnsmasq.conf", "--root", root)
-	if code != exitOK || !strings.Contains(errOut, "also reads /etc/dnsmasq.d/10-consul under "+root) {
+	if code != base.ExitOK || !strings.Contains(errOut, "also reads /etc/dnsmasq.d/10-consul under "+root) {
 		t.Errorf("import of dnsmasq.conf alone does not say CONFIG_DIR's files are left out: status %d\n%s", code, errOut)
 	}
 	// Under a root, a path is as the node sees it.
-	if code, _, errOut = runImport(t, "--root", root, "etc/dnsmasq.conf"); code != exitConfig || !strings.Contains(errOut, "absolute") {
+	if code, _, errOut = runImport(t, "--root", root, "etc/dnsmasq.conf"); code != base.ExitConfig || !strings.Contains(errOut, "absolute") {
 		t.Errorf("a relative path under --root: status %d\n%s", code, errOut)
 	}
 }
@@ -66,14 +67,14 @@ func TestImportCommandWarnsOfAForeignConfiguration(t *testing.T) {
 		"here.conf":           "server=/consul/127.0.0.1#8600\n",
 	})
 	code, _, errOut := runImport(t, filepath.Join(dir, "copied/dnsmasq.conf"))
-	if code != exitOK || !strings.Contains(errOut, "was read from this machine") || !strings.Contains(errOut, "--root") {
+	if code != base.ExitOK || !strings.Contains(errOut, "was read from this machine") || !strings.Contains(errOut, "--root") {
 		t.Errorf("status %d, stderr:\n%s", code, errOut)
 	}
 }
 
 func TestImportCommandWithoutDnsmasq(t *testing.T) {
 	code, out, errOut := runImport(t, "--root", t.TempDir())
-	if code != exitConfig || out != "" || !strings.Contains(errOut, "no dnsmasq configuration found") {
+	if code != base.ExitConfig || out != "" || !strings.Contains(errOut, "no dnsmasq configuration found") {
 		t.Errorf("status %d\n%s%s", code, out, errOut)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
@@ -21,7 +22,7 @@ func importForInstall(root, path string, stderr io.Writer) (*Import, int) {
 	n, err := nodefs.Open(root)
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
-		return nil, exitFail
+		return nil, base.ExitFail
 	}
 	defer n.Close()
 	var read dnsmasqimport.Reading
@@ -36,10 +37,10 @@ func importForInstall(root, path string, stderr io.Writer) (*Import, int) {
 	switch {
 	case errors.Is(err, dnsmasqimport.ErrNoConfig):
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v; name it: --from-dnsmasq FILE\n", err)
-		return nil, exitConfig
+		return nil, base.ExitConfig
 	case err != nil:
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: %v\n", err)
-		return nil, exitFail
+		return nil, base.ExitFail
 	}
 	// The source is what was named, or every file dnsmasq reads.
 	imp := &Import{Source: strings.Join(read.Paths(), ", "), Directives: read.Directives}
@@ -55,10 +56,10 @@ func importForInstall(root, path string, stderr io.Writer) (*Import, int) {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd install: --from-dnsmasq: the imported configuration is not valid: %v\n", err)
-		return nil, exitFail
+		return nil, base.ExitFail
 	}
 	for _, n := range dnsmasqimport.Import(imp.Source, imp.Directives).Notes {
 		fmt.Fprintln(stderr, n)
 	}
-	return imp, exitOK
+	return imp, base.ExitOK
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -110,7 +111,7 @@ func TestUninstallRefusingSaysNoMoreThanWhy(t *testing.T) {
 	dnstest.WriteTree(t, root, map[string]string{"etc/systemd/system/sockets.target.wants/towerd.socket": "->/etc/systemd/system/towerd.socket"})
 	var out, errOut bytes.Buffer
 	code := RunUninstall([]string{"--root", root}, &out, &errOut)
-	if code != exitFail || strings.Contains(out.String(), "nothing to change") || !strings.Contains(errOut.String(), "systemctl disable --now towerd.socket") {
+	if code != base.ExitFail || strings.Contains(out.String(), "nothing to change") || !strings.Contains(errOut.String(), "systemctl disable --now towerd.socket") {
 		t.Errorf("status %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 }
