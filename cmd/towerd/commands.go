@@ -42,7 +42,7 @@ func init() {
 		{"install", "[--root DIR] [--dry-run] [flags]", "make towerd the node's resolver (files only, unless --activate)", install.Run},
 		{"uninstall", "[--root DIR] [--dry-run]", "undo what install did", install.RunUninstall},
 		{"import-dnsmasq", "FILE", "turn a dnsmasq configuration into towerd's", dnsmasqimport.Run},
-		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL per target", drill.Run},
+		{"drill", "[flags]", "rehearse this node's config through a bad upstream day, PASS/FAIL/INCONCLUSIVE per target", drill.Run},
 		{doctor.Name, doctor.Synopsis, doctor.Summary, doctor.Run},
 		{"completion", "bash|zsh", "print a shell completion script", completionCommand},
 		{"version", "", "print the version", versionCommand},

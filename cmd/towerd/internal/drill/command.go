@@ -18,11 +18,15 @@ const (
 	exitOK     = 0
 	exitFail   = 1 // a target missed, or the drill could not run
 	exitConfig = 2 // bad flags or an unusable config file
+	// exitInconclusive: no target failed, but one was missed while the
+	// machine was too busy to judge it (issue 25).
+	exitInconclusive = 3
 )
 
 // Run is `towerd drill`. Exit status: 0 when every target is met, 1 when
 // one is missed or the drill could not run, 2 for bad flags or an unusable
-// config file.
+// config file, 3 when no target failed but a timing target was missed
+// while the machine was busy (inconclusive).
 func Run(args []string, stdout, stderr io.Writer) int {
 	var o Options
 	var verbose bool
@@ -53,8 +57,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
   rehearses this node's config in-process on loopback (never its port 53, admin
   port, saved cache or Consul agent): a warm-up, then 1 jitter and loss, 2 the
   upstream black-holed, 3 the upstream back; each target is printed beside its
-  figure with PASS or FAIL. Exit 0: every target met; 1: a target missed or the
-  drill could not run; 2: bad flags or config.
+  figure with PASS, FAIL or INCONCLUSIVE (a timing target missed while other
+  work held the CPU; the figures are printed). Exit 0: every target met; 1: a
+  target missed or the drill could not run; 2: bad flags or config; 3:
+  inconclusive, no target failed but the machine was too busy to judge one.
 `)
 		fs.PrintDefaults()
 	}
@@ -84,13 +90,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		logOut = stderr
 	}
 	o.Log = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	passed, err := Rehearse(o, stdout)
+	verdict, err := Rehearse(o, stdout)
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "towerd drill: %v\n", err)
 		return exitFail
-	case !passed:
+	case verdict == Fail:
 		return exitFail
+	case verdict == Inconclusive:
+		return exitInconclusive
 	}
 	return exitOK
 }
