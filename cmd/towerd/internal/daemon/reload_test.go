@@ -21,6 +21,7 @@ func TestRunningKeepsRestartOnlyKeys(t *testing.T) {
 	edit.TCP.MaxConnections = 7
 	edit.Admin.Listen = "127.0.0.1:9999"
 	edit.Consul.Address = "127.0.0.1:18500"
+	edit.LogLevel = "debug"
 	edit.Upstream.Timeout = config.Dur(4 * time.Second)
 	all := config.Changed(started, edit)
 	var restart []string

@@ -187,11 +187,13 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 }
 
 // restartOnly says a key takes effect only on restart: the sockets
-// (listen) and their [tcp] limits, the cache's size, the admin server, and
-// the Consul watch. running keeps the same keys.
+// (listen) and their [tcp] limits, the cache's size, the admin server, the
+// Consul watch, and the logger's level and format (main builds the logger
+// once, before the daemon). running keeps the same keys.
 func restartOnly(key string) bool {
-	return key == "listen" || key == "cache.size" || strings.HasPrefix(key, "admin.") ||
-		strings.HasPrefix(key, "consul.") || strings.HasPrefix(key, "tcp.") // the TCP listeners' limits are set when they start
+	return key == "listen" || key == "cache.size" || key == "log_level" || key == "log_format" ||
+		strings.HasPrefix(key, "admin.") || strings.HasPrefix(key, "consul.") ||
+		strings.HasPrefix(key, "tcp.") // the TCP listeners' limits are set when they start
 }
 
 // running is cfg once a reload applied it: what restartOnly names keeps
@@ -199,6 +201,7 @@ func restartOnly(key string) bool {
 func running(cfg, started config.Config) config.Config {
 	cfg.Listen, cfg.Cache.Size, cfg.TCP = started.Listen, started.Cache.Size, started.TCP
 	cfg.Admin, cfg.Consul = started.Admin, started.Consul
+	cfg.LogLevel, cfg.LogFormat = started.LogLevel, started.LogFormat
 	return cfg
 }
 
@@ -272,6 +275,9 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
 	if !slices.Equal(cfg.Listen, d.started.Listen) || cfg.Cache.Size != d.started.Cache.Size || cfg.TCP != d.started.TCP {
 		d.log.Warn("listen addresses, cache.size and [tcp] change only on restart")
+	}
+	if cfg.LogLevel != d.started.LogLevel || cfg.LogFormat != d.started.LogFormat {
+		d.log.Warn("log_level and log_format change only on restart", "running", d.started.LogLevel+" "+d.started.LogFormat)
 	}
 	if consulChanged(d.started, cfg) {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
