@@ -38,7 +38,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.Faults.Loss, "loss", 0.005, "probability a packet is lost, each way (0.005 = 0.5 %)")
 	fs.Float64Var(&o.Faults.ServFail, "servfail", 0, "probability the upstream answers SERVFAIL")
 	fs.DurationVar(&o.Warmup, "warmup", 10*time.Second, "longest the warm-up asks (each name at most 5 times)")
-	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "phase 1: how long the clients ask with jitter and loss, directly and through towerd")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "phase 1: how long the clients ask with jitter and loss: directly, through towerd, and the baseline (the stand-ins without faults)")
 	fs.DurationVar(&o.Blackhole, "blackhole", 0, "phase 2: how long the upstream is black-holed (0 = -stale-within + 1s)")
 	fs.DurationVar(&o.Recovery, "recovery", 0, "phase 3: longest the clients ask once the upstream is back; it ends once the node has recovered (0 = -recover-within + 5s)")
 	fs.IntVar(&o.Clients, "clients", 8, "simulated clients")
