@@ -8,7 +8,8 @@ BIN      := bin/towerd
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
 	echo "v$$(cat VERSION)~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo .dirty)")
 LDFLAGS  := -X main.version=$(VERSION)
-# make run serves here: loopback, unprivileged, built-in defaults.
+# make run serves here: loopback, unprivileged, built-in defaults. These
+# and ARGS are documented in docs/development.md ("make run").
 RUN_LISTEN ?= 127.0.0.1:1053
 # ... and its admin server (/metrics, /stats; read by `towerd stats`) here.
 RUN_ADMIN ?= 127.0.0.1:9253

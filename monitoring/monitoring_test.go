@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,92 @@ func TestDashboardQueries(t *testing.T) {
 	out := runPromtool(t, "check", "rules", path)
 	if want := fmt.Sprintf("SUCCESS: %d rules found", queries); !strings.Contains(out, want) {
 		t.Errorf("promtool check of the dashboard's %d queries:\n%s", queries, out)
+	}
+}
+
+// alertRule is what the runbook test reads of one alert in the rules file.
+type alertRule struct {
+	name        string
+	annotations map[string]string
+}
+
+// alertRules reads the alert rules' names and annotations from the rules
+// file: each "- alert:" block up to the next rule, one annotation a line.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
+	data, err := os.ReadFile("towerd.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []alertRule
+	annotation := regexp.MustCompile(`^\s+([a-z_]+): "(.*)"$`)
+	inAnnotations := false
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimRight(line, "\n")
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "- alert: "):
+			rules = append(rules, alertRule{name: strings.TrimPrefix(trimmed, "- alert: "), annotations: map[string]string{}})
+			inAnnotations = false
+		case strings.HasPrefix(trimmed, "- record: "), strings.HasPrefix(trimmed, "- name: "):
+			inAnnotations = false
+		case trimmed == "annotations:":
+			inAnnotations = len(rules) > 0
+		case inAnnotations:
+			if m := annotation.FindStringSubmatch(line); m != nil {
+				rules[len(rules)-1].annotations[m[1]] = m[2]
+			}
+		}
+	}
+	if len(rules) == 0 {
+		t.Fatal("no alert rules found in towerd.rules.yml")
+	}
+	return rules
+}
+
+// runbookBase is where every alert's runbook_url points: its section of
+// docs/alerts.md, GitHub's anchor of the heading that is its name.
+const runbookBase = "https://github.com/towerd/towerd/blob/main/docs/alerts.md#"
+
+// Issue 25: every alert has a summary, a description and a runbook_url
+// into docs/alerts.md, whose section for it says what it means, what to
+// check and what to do; and towerd.rules.test.yml fires every alert at
+// least once, so none is shipped untested.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	page, err := os.ReadFile("../docs/alerts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{}
+	for _, s := range strings.Split("\n"+string(page), "\n## ")[1:] {
+		title, body, _ := strings.Cut(s, "\n")
+		sections[strings.TrimSpace(title)] = body
+	}
+	tests, err := os.ReadFile("towerd.rules.test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range alertRules(t) {
+		for _, key := range []string{"summary", "description", "runbook_url"} {
+			if r.annotations[key] == "" {
+				t.Errorf("%s has no %s annotation", r.name, key)
+			}
+		}
+		if got, want := r.annotations["runbook_url"], runbookBase+strings.ToLower(r.name); got != want {
+			t.Errorf("%s: runbook_url %q, want %q", r.name, got, want)
+		}
+		body, ok := sections[r.name]
+		if !ok {
+			t.Errorf("docs/alerts.md has no section \"## %s\"", r.name)
+		}
+		for _, part := range []string{"**What it means.**", "**What to check.**", "**What to do.**"} {
+			if ok && !strings.Contains(body, part) {
+				t.Errorf("docs/alerts.md's section %s lacks %s", r.name, part)
+			}
+		}
+		fired := regexp.MustCompile(`alertname: ` + r.name + `\n\s+exp_alerts:\n\s+- exp_labels:`)
+		if !fired.Match(tests) {
+			t.Errorf("towerd.rules.test.yml never fires %s", r.name)
+		}
 	}
 }

@@ -295,6 +295,17 @@ func TestCLIReload(t *testing.T) {
 		"needs a restart: cache.size (the running values stay until then)")
 	out, _ = cli(t, 0, append([]string{"log-queries"}, admin...)...)
 	mustContain(t, "log-queries after reload", out, "query log on")
+	// The edit still differs from what runs; reverted, it needs no restart
+	// (issue 25: the comparison is with the running config, not the file
+	// read last).
+	out, _ = cli(t, 0, append([]string{"reload"}, admin...)...)
+	mustContain(t, "reload of the same edit", out, "needs a restart: cache.size")
+	os.WriteFile(path, []byte(base), 0o600)
+	out, _ = cli(t, 0, append([]string{"reload"}, admin...)...)
+	mustContain(t, "reload of the reverted file", out, "applied:         log_queries, upstream.timeout, upstream.max_attempts")
+	if strings.Contains(out, "needs a restart") {
+		t.Errorf("reload of the reverted file still needs a restart:\n%s", out)
+	}
 
 	os.WriteFile(path, []byte(changed+"\n[cache]\nbogus = 1\n"), 0o600)
 	_, stderr := cli(t, 1, append([]string{"reload"}, admin...)...)

@@ -287,13 +287,31 @@ source "$0"`
 		}
 	})
 
+	// Issue 25: the alert rules, their unit tests and the dashboard, as in
+	// the repository, where Prometheus and Grafana can read them; the
+	// packaged rules pass their packaged tests in place.
+	t.Run("monitoring", func(t *testing.T) {
+		dir := filepath.Join(root, "usr/share/towerd/monitoring")
+		for _, name := range []string{"towerd.rules.yml", "towerd.rules.test.yml", "grafana-dashboard.json"} {
+			if got, want := readFile(t, filepath.Join(dir, name)), readFile(t, filepath.Join("../monitoring", name)); got != want {
+				t.Errorf("/usr/share/towerd/monitoring/%s is not monitoring/%s", name, name)
+			}
+		}
+		if _, err := exec.LookPath("promtool"); err != nil {
+			t.Skip("promtool not found (Debian package prometheus)")
+		}
+		if out := output(t, dir, nil, "promtool", "test", "rules", "towerd.rules.test.yml"); !strings.Contains(out, "SUCCESS") {
+			t.Errorf("promtool test rules in %s:\n%s", dir, out)
+		}
+	})
+
 	t.Run("docs", func(t *testing.T) {
 		changelog, _ := gunzip(t, filepath.Join(root, "usr/share/doc/towerd/changelog.gz"))
 		if !strings.HasPrefix(changelog, "towerd ("+debVersion+") unstable; urgency=medium\n") {
 			t.Errorf("changelog.gz starts %q", strings.SplitN(changelog, "\n", 2)[0])
 		}
 		// The manual the man pages point to, as in the repository.
-		for _, page := range []string{"README.md.gz", "docs/configuration.md.gz", "docs/operating.md.gz"} {
+		for _, page := range []string{"README.md.gz", "docs/configuration.md.gz", "docs/operating.md.gz", "docs/alerts.md.gz"} {
 			if text, _ := gunzip(t, filepath.Join(root, "usr/share/doc/towerd", page)); !strings.HasPrefix(text, "# ") {
 				t.Errorf("%s does not start with a title: %.40q", page, text)
 			}

@@ -22,6 +22,9 @@ command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dn
 # (iproute2), getent (libc-bin). It skips itself when not run as root.
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
+# The drill's contention test runs it beside stress-ng's CPU hogs, both
+# pinned with taskset (util-linux) to one CPU.
+command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
 # make deb packs with dpkg-deb (dpkg) and make deb-check runs lintian on the
 # package; the package test checks the zsh completion with zsh -n and the
 # man pages with man (man-db).

@@ -40,7 +40,7 @@ func init() {
 			Run: install.RunUninstall},
 		{Name: "import-dnsmasq", Synopsis: "[--root DIR] [FILE|DIR ...]", Summary: "turn the node's dnsmasq configuration into towerd's",
 			Run: dnsmasqimport.Run},
-		{Name: "drill", Synopsis: "[flags]", Summary: "rehearse this node's config through a bad upstream day, PASS/FAIL per target",
+		{Name: "drill", Synopsis: "[flags]", Summary: "rehearse this node's config through a bad upstream day, PASS/FAIL/INCONCLUSIVE per target",
 			Run: drill.Run},
 		{Name: doctor.Name, Synopsis: doctor.Synopsis, Summary: doctor.Summary, Run: doctor.Run},
 		{Name: "completion", Synopsis: "bash|zsh", Summary: "print a shell completion script",

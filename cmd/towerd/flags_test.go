@@ -16,7 +16,7 @@ import (
 
 func TestFlagsOverrideFile(t *testing.T) {
 	path := dnstest.WriteFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
-	o, err := parseFlags([]string{"-config", path, "-cache-size", "7", "-upstream", "192.0.2.9:5300, 192.0.2.8",
+	o, err := parseFlags("serve", []string{"-config", path, "-cache-size", "7", "-upstream", "192.0.2.9:5300, 192.0.2.8",
 		"-listen", "127.0.0.1:1053"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -41,11 +41,11 @@ func TestFlagsOverrideFile(t *testing.T) {
 	if cfg.StateSaveInterval.Duration != 5*time.Minute {
 		t.Errorf("state_save_interval %v without the flag, want the default 5m", cfg.StateSaveInterval)
 	}
-	o, _ = parseFlags([]string{"-config", path, "-state-save-interval", "0s"}, os.Stderr)
+	o, _ = parseFlags("serve", []string{"-config", path, "-state-save-interval", "0s"}, os.Stderr)
 	if cfg, err = o.load(); err != nil || cfg.StateSaveInterval.Duration != 0 {
 		t.Errorf("-state-save-interval 0s: %v, %v; want 0s (save only on stop)", cfg.StateSaveInterval, err)
 	}
-	o, _ = parseFlags([]string{"-config", path, "-cache-size", "-1"}, os.Stderr)
+	o, _ = parseFlags("serve", []string{"-config", path, "-cache-size", "-1"}, os.Stderr)
 	if _, err := o.load(); err == nil || !strings.Contains(err.Error(), "cache.size") {
 		t.Fatalf("bad flag value accepted: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 		{"127.0.0.1:18500", true, "127.0.0.1:18500"},
 		{"unix:///run/consul/http.sock", true, "unix:///run/consul/http.sock"},
 	} {
-		o, err := parseFlags([]string{"-config", "", "-consul-http", tc.flag}, io.Discard)
+		o, err := parseFlags("serve", []string{"-config", "", "-consul-http", tc.flag}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 
 	// An address never turns on a watch the configuration turned off.
 	path := dnstest.WriteFile(t, "towerd.toml", "[consul]\nenabled = false\n")
-	o, err := parseFlags([]string{"-config", path, "-consul-http", "127.0.0.1:18500"}, io.Discard)
+	o, err := parseFlags("serve", []string{"-config", path, "-consul-http", "127.0.0.1:18500"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestAdminFlag(t *testing.T) {
 		default:
 			args = append(args, "-admin", tc.flag)
 		}
-		o, err := parseFlags(args, io.Discard)
+		o, err := parseFlags("serve", args, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,10 +83,32 @@ type options struct {
 	set         map[string]bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+// serveUsage is what -h prints above the flags of serve and check: the
+// subcommand's own usage, not Go's "Usage of towerd:" (issue 25).
+var serveUsage = map[string]string{
+	"serve": `usage: towerd [serve] [flags]
+  runs the resolver: reads the config file and its towerd.d/*.toml drop-ins,
+  applies the flags over them, and serves DNS until SIGTERM (SIGHUP reloads).
+  Exit 0 after a clean stop; 1: towerd cannot run (a port it cannot bind);
+  2: bad flags or configuration (the message names the file, line and key).
+`,
+	"check": `usage: towerd check [flags]
+  loads the configuration as serve does (the file, its towerd.d/*.toml
+  drop-ins, the flags), prints the zones it would forward and warns about
+  what looks wrong. Exit 0: valid; 2: bad flags or configuration (the
+  message names the file, the line of the value at fault and the key).
+`,
+}
+
+// parseFlags parses the flags of serve or check (name).
+func parseFlags(name string, args []string, stderr io.Writer) (*options, error) {
 	o := &options{set: map[string]bool{}}
-	fs := flag.NewFlagSet("towerd", flag.ContinueOnError)
+	fs := flag.NewFlagSet("towerd "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage[name])
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.configPath, "config", config.DefaultPath, "config file (TOML); a missing file at the default path means built-in defaults; \"\" = built-in defaults only")
 	fs.StringVar(&o.listen, "listen", "", "comma-separated ip:port addresses to serve on (UDP and TCP); overrides the listen key")
 	fs.StringVar(&o.upstreams, "upstream", "", "comma-separated servers for zone \".\"; overrides the file and resolv.conf")
@@ -200,7 +222,11 @@ func warnNoRootServers(stderr io.Writer, zones []config.ZoneConfig, source strin
 
 // serveCommand is `towerd serve` and, with check, `towerd check`.
 func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
-	o, err := parseFlags(args, stderr)
+	name := "serve"
+	if check {
+		name = "check"
+	}
+	o, err := parseFlags(name, args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}

@@ -5,7 +5,9 @@
 // the man page written from the binary's subcommand table (`towerd help
 // -json`), the binary's own shell completions (`towerd completion
 // bash|zsh`), the sysusers.d file of the control socket's group, the
-// copyright file of everything linked into it, and the DEBIAN control files. `make deb` runs it and packs
+// Prometheus rules and Grafana dashboard of monitoring/, the copyright file
+// of everything linked into it, and the DEBIAN control files. `make deb`
+// runs it and packs
 // the tree with dpkg-deb; no debhelper is needed.
 //
 //	go run ./cmd/towerd/dist -binary bin/deb/towerd -version 0.1.0 -arch amd64 -out bin/deb/root
@@ -32,7 +34,17 @@ const (
 	sysusersDir = "/usr/lib/sysusers.d"
 	configPath  = "/etc/towerd/towerd.toml"
 	docDir      = "/usr/share/doc/towerd"
+	// monitoringDir holds the alert rules, their unit tests and the
+	// dashboard, for Prometheus and Grafana to read in place: data, not
+	// documentation, so not under /usr/share/doc, which minimal images
+	// leave out (dpkg path-exclude).
+	monitoringDir = "/usr/share/towerd/monitoring"
 )
+
+// monitoringFiles are the files of monitoring/ the package ships, as they
+// are: the rule file's unit tests name it by its base name, so the two
+// stay side by side.
+var monitoringFiles = []string{"towerd.rules.yml", "towerd.rules.test.yml", "grafana-dashboard.json"}
 
 func main() {
 	var o options
@@ -44,6 +56,7 @@ func main() {
 	flag.StringVar(&o.sampleConfig, "config", "docs/towerd.toml", "sample configuration installed as "+configPath)
 	flag.StringVar(&o.readme, "readme", "README.md", "README installed in "+docDir)
 	flag.StringVar(&o.docs, "docs", "docs", "directory whose *.md files are installed in "+docDir+"/docs (the manual the README points to)")
+	flag.StringVar(&o.monitoring, "monitoring", "monitoring", "directory holding the alert rules, their tests and the dashboard installed in "+monitoringDir)
 	flag.StringVar(&o.license, "license", "LICENSE", "towerd's own license")
 	flag.StringVar(&o.scripts, "scripts", "cmd/towerd/dist/debian", "directory holding postinst, prerm, postrm and lintian-overrides")
 	flag.Int64Var(&o.epoch, "source-date-epoch", 0, "time stamp of every file and of the changelog (default $SOURCE_DATE_EPOCH, else now)")
@@ -63,7 +76,7 @@ func main() {
 
 type options struct {
 	binary, out, version, arch, maintainer string
-	sampleConfig, readme, docs             string
+	sampleConfig, readme, docs, monitoring string
 	license, scripts                       string
 	epoch                                  int64
 }
@@ -140,6 +153,13 @@ func build(o options) error {
 			return err
 		}
 		t.add(docDir+"/docs/"+filepath.Base(path)+".gz", gz(page), 0o644)
+	}
+	for _, name := range monitoringFiles {
+		data, err := os.ReadFile(filepath.Join(o.monitoring, name))
+		if err != nil {
+			return err
+		}
+		t.add(monitoringDir+"/"+name, data, 0o644)
 	}
 	// towerd is a native package (its packaging lives in its own
 	// repository; the version has no Debian revision), whose changelog is

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -107,18 +106,33 @@ func Parse(files []Source) (Config, error) {
 	return cfg, nil
 }
 
-// Attribute sets the file and line of a validation error (*Error) to the
-// last of files that names its key, else to the config file main; other
-// errors, and nil, are returned as they are.
+// Attribute places a validation error (*Error): an error about a zone of
+// the merged configuration in the file that set that zone, with its index
+// among that file's zones; any other in the last of files that sets its
+// key, else the last that sets what holds it (the [[zone]] header of a
+// zone without servers, the [cache] header of a key left at its default),
+// else in the config file main without a line. It sets the file, the
+// line of the value at fault and the key's full path; other errors, and
+// nil, are returned as they are.
 func Attribute(err error, files []Source, main string) error {
 	var ce *Error
-	if errors.As(err, &ce) {
-		for _, f := range slices.Backward(files) {
-			if line := lineOfKey(f.Data, ce.Key); line > 0 || f.Path == main {
+	if !errors.As(err, &ce) || placeZoneError(ce, files) { // positions.go
+		return err
+	}
+	spans := make([][]keySpan, len(files))
+	for key := ce.Key; key != ""; key = enclosing(key) {
+		for i, f := range slices.Backward(files) {
+			if spans[i] == nil {
+				spans[i] = scanKeys(f.Data)
+			}
+			if line := lineOf(spans[i], key); line > 0 {
 				ce.File, ce.Line = f.Path, line
-				break
+				return err
 			}
 		}
+	}
+	if slices.ContainsFunc(files, func(f Source) bool { return f.Path == main }) {
+		ce.File = main
 	}
 	return err
 }
@@ -160,18 +174,26 @@ func decodeOver(f Source, cfg *Config) error {
 	if err := Decode(f.Data, f.Path, cfg); err != nil {
 		return err
 	}
-	// A zone named twice in one file stays twice, for Validate to refuse.
+	cfg.Zones, _ = mergeZones(zones, cfg.Zones)
+	return nil
+}
+
+// mergeZones merges a file's zones over those so far by name and says
+// where each of the file's zones went in the result. A zone named twice in
+// one file stays twice, for Validate to refuse.
+func mergeZones(zones, file []ZoneConfig) (merged []ZoneConfig, at []int) {
 	merged, replaced := slices.Clone(zones), map[int]bool{}
-	for _, z := range cfg.Zones {
+	for _, z := range file {
 		i := slices.IndexFunc(zones, func(m ZoneConfig) bool { return dns.CanonicalName(m.Name) == dns.CanonicalName(z.Name) })
 		if i >= 0 && !replaced[i] {
 			merged[i], replaced[i] = z, true
 		} else {
+			i = len(merged)
 			merged = append(merged, z)
 		}
+		at = append(at, i)
 	}
-	cfg.Zones = merged
-	return nil
+	return merged, at
 }
 
 // Decode reads TOML data over cfg, rejecting unknown keys; path only names
@@ -186,61 +208,24 @@ func Decode(data []byte, path string, cfg *Config) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) && len(strict.Errors) > 0 {
 		e := strict.Errors[0]
-		line, _ := e.Position()
-		return &Error{File: path, Line: line, Key: strings.Join(e.Key(), "."),
+		line, col := e.Position()
+		return &Error{File: path, Line: line, Key: fullKey(data, line, col, strings.Join(e.Key(), ".")), // positions.go
 			Msg: "unknown key (every key: towerd.toml(5), docs/configuration.md)"}
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, col := de.Position()
-		return &Error{File: path, Line: line, Key: strings.Join(de.Key(), "."),
+		return &Error{File: path, Line: line, Key: fullKey(data, line, col, strings.Join(de.Key(), ".")),
 			Msg: friendlyDecodeMsg(strings.TrimPrefix(de.Error(), "toml: "), data, line, col)}
 	}
 	if m := notADuration.FindStringSubmatch(err.Error()); m != nil {
 		// A bare number for a duration: the decoder gives no place.
-		key, line := locateBareValue(data, m[1])
+		key, line := locateBareDuration(data, m[1])
 		return &Error{File: path, Line: line, Key: key,
 			Msg: fmt.Sprintf(`want a duration string such as "30s", got %s (a duration is quoted and has a unit)`, m[1])}
 	}
 	return &Error{File: path, Msg: err.Error()}
 }
-
-// lineOfKey finds the line of "leaf =" for a dotted key, best effort, so
-// validation errors point at the line like parse errors do. Only lines of
-// the key's own table count: "admin.listen" must not point at the top-level
-// "listen".
-func lineOfKey(data []byte, key string) int {
-	if key == "" {
-		return 0
-	}
-	parts := strings.Split(key, ".")
-	leaf := regexp.QuoteMeta(strings.TrimSuffix(parts[len(parts)-1], "]"))
-	if i := strings.Index(leaf, `\[`); i >= 0 {
-		leaf = leaf[:i]
-	}
-	// The key's table: "local.address[0].name" is in [[local.address]].
-	var tables []string
-	for _, p := range parts[:len(parts)-1] {
-		p, _, _ = strings.Cut(p, "[")
-		tables = append(tables, p)
-	}
-	table := strings.Join(tables, ".")
-	re := regexp.MustCompile(`^\s*` + leaf + `\s*=`)
-	current := ""
-	for i, line := range strings.Split(string(data), "\n") {
-		if m := tableHeader.FindStringSubmatch(line); m != nil {
-			current = m[1]
-			continue
-		}
-		if current == table && re.MatchString(line) {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// tableHeader matches "[cache]" and "[[zone]]" lines.
-var tableHeader = regexp.MustCompile(`^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?`)
 
 func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}

@@ -77,26 +77,6 @@ func valueAt(data []byte, line, col int) string {
 // passes on without a key or a line when the value is not a string.
 var notADuration = regexp.MustCompile(`^"([^"]*)" is not a duration`)
 
-// locateBareValue finds the key whose value is the unquoted token tok, and
-// its line: best effort, for errors the decoder returns without a place.
-func locateBareValue(data []byte, tok string) (key string, line int) {
-	re := regexp.MustCompile(`^\s*([A-Za-z0-9_-]+)\s*=\s*` + regexp.QuoteMeta(tok) + `\s*(#.*)?$`)
-	table := ""
-	for i, l := range strings.Split(string(data), "\n") {
-		if m := tableHeader.FindStringSubmatch(l); m != nil {
-			table = m[1]
-			continue
-		}
-		if m := re.FindStringSubmatch(l); m != nil {
-			if table != "" {
-				return table + "." + m[1], i + 1
-			}
-			return m[1], i + 1
-		}
-	}
-	return "", 0
-}
-
 // checkServer explains what is wrong with a server address, nil when it
 // is an IP address with an optional port. Host names are refused: towerd
 // would need a resolver to find its own upstreams, and the one it would

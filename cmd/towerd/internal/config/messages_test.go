@@ -14,9 +14,9 @@ func TestDecodeMessagesWithoutGoTypes(t *testing.T) {
 		{"[cache]\nsize = \"10\"\n", `t.toml:2: key "cache.size": want an integer, got string "10"`},
 		{"[cache]\nprefetch = \"yes\" # comment\n", `t.toml:2: key "cache.prefetch": want true or false, got string "yes"`},
 		{"listen = \"127.0.0.1:53\"\n", `t.toml:1: key "listen": want a list of strings, e.g. ["a", "b"], got string "127.0.0.1:53"`},
-		{"allow = [10]\n", `t.toml:1: key "allow": want a string, got integer 10`},
+		{"allow = [10]\n", `t.toml:1: key "allow[0]": want a string, got integer 10`},
 		{"[upstream]\ntimeout = 5\n", `t.toml:2: key "upstream.timeout": want a duration string such as "30s", got 5`},
-		{"[[zone]]\nname = 5\n", `t.toml:2: key "zone.name": want a string, got integer 5`},
+		{"[[zone]]\nname = 5\n", `t.toml:2: key "zone[0].name": want a string, got integer 5`},
 	} {
 		cfg := DefaultConfig()
 		err := Decode([]byte(tc.body), "t.toml", &cfg)

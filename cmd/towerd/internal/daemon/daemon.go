@@ -66,9 +66,14 @@ type Options struct {
 // replaces. Its fields belong to Run's loop once Run is called; other
 // goroutines reach it through Reload and Shutdown.
 type Daemon struct {
-	log     *slog.Logger
-	opts    Options
-	cfg     config.Config
+	log  *slog.Logger
+	opts Options
+	// cfg is the configuration that runs: the last one applied, with the
+	// keys only a restart changes as started (running, run.go).
+	cfg config.Config
+	// started is the configuration the daemon started with; it holds the
+	// values of those keys until a restart.
+	started config.Config
 	zones   []config.ZoneConfig
 	cache   *cache.Cache
 	handler *resolver.Handler
@@ -77,9 +82,8 @@ type Daemon struct {
 
 	// The operators' side: metrics always, the admin server when
 	// admin.listen is set and its port could be bound.
-	tel      *admin.Telemetry
-	admin    *admin.Server
-	adminCfg config.AdminConfig // [admin] as started: a reload does not move the server
+	tel   *admin.Telemetry
+	admin *admin.Server
 	// ctlSocket is the control socket towerd bound itself (control.go),
 	// removed on stop; nil when systemd passed it or the channel is off.
 	ctlSocket *controlSocket
@@ -152,7 +156,7 @@ func New(opts Options) (*Daemon, error) {
 		d.log.Error("resolver", "err", err)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	d.cfg, d.zones, d.handler, d.groups = cfg, zones, h, groups
+	d.cfg, d.started, d.zones, d.handler, d.groups = cfg, cfg, zones, h, groups
 	h.SetLogQueries(cfg.LogQueries)
 	d.local.Store(d.localNext)
 

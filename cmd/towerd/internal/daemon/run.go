@@ -173,7 +173,7 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 		d.tel.RecordReload(time.Now(), err)
 		return admin.ReloadResult{}, err
 	}
-	res := reloadResult(d.cfg, cfg, d.adminCfg)
+	res := reloadResult(d.cfg, cfg, d.started)
 	if !slices.Contains(res.Applied, "zone") && !slices.EqualFunc(d.zones, zones, sameZone) {
 		// The file did not change them: resolv.conf, read for zone ".", did.
 		res.Applied = append(res.Applied, "zone servers (from resolv.conf)")
@@ -187,29 +187,55 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 	return res, nil
 }
 
-// reloadResult sorts the keys that differ between the running
-// configuration and the new one into those a reload applies and those
-// that wait for a restart: the sockets (listen) and their [tcp] limits, the
-// cache's size, the admin server and the control channel, and the Consul
-// watch, which also keeps the stale age it started with.
-func reloadResult(old, cfg config.Config, adminCfg config.AdminConfig) admin.ReloadResult {
-	old.Admin = adminCfg // compare with the admin server that runs
+// restartOnly says a key takes effect only on restart: the sockets
+// (listen) and their [tcp] limits, the cache's size, the admin server and
+// the control channel, the Consul watch, and the logger's level and format
+// (main builds the logger once, before the daemon). running keeps the same
+// keys.
+func restartOnly(key string) bool {
+	return key == "listen" || key == "cache.size" || key == "log_level" || key == "log_format" ||
+		strings.HasPrefix(key, "admin.") || strings.HasPrefix(key, "control.") || strings.HasPrefix(key, "consul.") ||
+		strings.HasPrefix(key, "tcp.") // the TCP listeners' limits are set when they start
+}
+
+// running is cfg once a reload applied it: what restartOnly names keeps
+// the value the daemon started with.
+func running(cfg, started config.Config) config.Config {
+	cfg.Listen, cfg.Cache.Size, cfg.TCP = started.Listen, started.Cache.Size, started.TCP
+	cfg.Admin, cfg.Control, cfg.Consul = started.Admin, started.Control, started.Consul
+	cfg.LogLevel, cfg.LogFormat = started.LogLevel, started.LogFormat
+	return cfg
+}
+
+// reloadResult sorts the keys of the new configuration that differ from
+// the running one into those a reload applies and those that wait for a
+// restart. It compares with what runs, not with the file read last: an
+// edit reverted before a restart needs none (issue 25). The Consul watch
+// also keeps the stale age it started with.
+func reloadResult(current, cfg, started config.Config) admin.ReloadResult {
 	res := admin.ReloadResult{Applied: []string{}, RestartNeeded: []string{}}
-	for _, key := range config.Changed(old, cfg) {
-		switch {
-		case key == "listen", key == "cache.size", strings.HasPrefix(key, "admin."), strings.HasPrefix(key, "control."),
-			strings.HasPrefix(key, "consul."),
-			strings.HasPrefix(key, "tcp."): // the TCP listeners' limits are set when they start
+	for _, key := range config.Changed(current, cfg) {
+		if restartOnly(key) {
 			res.RestartNeeded = append(res.RestartNeeded, key)
-		case (key == "serve_stale.max_age" || key == "serve_stale.enabled") && cfg.Consul.Enabled:
-			// The cache follows at once; the watch's records only on restart.
-			res.Applied = append(res.Applied, key)
-			res.RestartNeeded = append(res.RestartNeeded, key+" (for Consul watch records)")
-		default:
+		} else {
 			res.Applied = append(res.Applied, key)
 		}
 	}
+	if started.Consul.Enabled {
+		for _, key := range config.Changed(watchStale(started), watchStale(cfg)) {
+			// The cache follows at once; the watch's records only on restart.
+			res.RestartNeeded = append(res.RestartNeeded, key+" (for Consul watch records)")
+		}
+	}
 	return res
+}
+
+// watchStale is the part of serve_stale the Consul watch takes when it
+// starts (consulChanged).
+func watchStale(cfg config.Config) config.Config {
+	var w config.Config
+	w.ServeStale.Enabled, w.ServeStale.MaxAge = cfg.ServeStale.Enabled, cfg.ServeStale.MaxAge
+	return w
 }
 
 // prepareReload reads the new configuration and hands the handler its new
@@ -249,10 +275,13 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
-	if !slices.Equal(cfg.Listen, d.cfg.Listen) || cfg.Cache.Size != d.cfg.Cache.Size || cfg.TCP != d.cfg.TCP {
+	if !slices.Equal(cfg.Listen, d.started.Listen) || cfg.Cache.Size != d.started.Cache.Size || cfg.TCP != d.started.TCP {
 		d.log.Warn("listen addresses, cache.size and [tcp] change only on restart")
 	}
-	if consulChanged(d.cfg, cfg) {
+	if cfg.LogLevel != d.started.LogLevel || cfg.LogFormat != d.started.LogFormat {
+		d.log.Warn("log_level and log_format change only on restart", "running", d.started.LogLevel+" "+d.started.LogFormat)
+	}
+	if consulChanged(d.started, cfg) {
 		d.log.Warn("[consul] settings and the stale age of watched records change only on restart")
 	}
 	if cfg.LogQueries != d.cfg.LogQueries {
@@ -260,7 +289,7 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 		// a problem survives an unrelated reload.
 		d.handler.SetLogQueries(cfg.LogQueries)
 	}
-	d.cfg = cfg
+	d.cfg = running(cfg, d.started)
 	d.saver.reconfigure(cfg) // state.go
 	cc := cacheConfig(cfg)
 	if err := d.cache.SetTTLPolicy(cc.MinTTL, cc.MaxTTL, cc.MaxStaleAge); err != nil {
@@ -270,11 +299,11 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	// The old groups finish their attempts within the upstream timeout, as
 	// the closing above assumes.
 	d.tel.Upstreams.SetGroups(groups, cfg.Upstream.Timeout.Duration)
-	if cfg.Admin != d.adminCfg {
-		d.log.Warn("[admin] settings change only on restart", "running", d.adminCfg.Listen)
+	if cfg.Admin != d.started.Admin {
+		d.log.Warn("[admin] settings change only on restart", "running", d.started.Admin.Listen)
 	}
-	if cfg.Control != d.opts.Config.Control {
-		d.log.Warn("[control] settings change only on restart", "running", d.opts.Config.Control.Socket)
+	if cfg.Control != d.started.Control {
+		d.log.Warn("[control] settings change only on restart", "running", d.started.Control.Socket)
 	}
 	if d.admin != nil {
 		d.admin.SetView(d.adminView())
@@ -304,7 +333,6 @@ func (d *Daemon) startAdmin() {
 		d.log.Error("BUG: registering metrics", "err", err)
 	}
 	d.tel.Upstreams.SetGroups(d.groups, 0)
-	d.adminCfg = d.cfg.Admin
 	a := admin.NewServer(d.log, d.tel, d.cache, d.handler, d.opts.Version)
 	a.SetView(d.adminView())
 	if d.opts.Load != nil {
@@ -325,11 +353,10 @@ func (d *Daemon) startAdmin() {
 		"max_connections", d.cfg.Admin.MaxConnections)
 }
 
-// adminView captures the running configuration for the admin server, with
-// the [admin] table that actually runs.
+// adminView captures the running configuration for the admin server
+// (with the [admin] table that actually runs: d.cfg keeps the started one).
 func (d *Daemon) adminView() *admin.View {
 	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now(), StaleUntil: staleAge(d.cfg)}
-	v.Config.Admin = d.adminCfg
 	return v
 }
 

@@ -6,7 +6,9 @@
 // `towerd serve`) with the node's settings on loopback, and simulated
 // clients ask it through three phases: jitter and loss, the upstream
 // black-holed once the cache is warm, and the upstream back. Every target
-// is printed beside its figure with PASS or FAIL.
+// is printed beside its figure with PASS or FAIL, or INCONCLUSIVE when a
+// timing target was missed while the CPU was busy with other work
+// (machine.go, verdict.go).
 package drill
 
 import (
@@ -164,9 +166,9 @@ func (o *Options) Check() error {
 	return nil
 }
 
-// Rehearse runs a checked drill and prints its report to stdout. passed says
-// whether every target was met; err that the drill could not run.
-func Rehearse(o Options, stdout io.Writer) (passed bool, err error) {
+// Rehearse runs a checked drill, prints its report to stdout and returns
+// its verdict; err says the drill could not run.
+func Rehearse(o Options, stdout io.Writer) (Verdict, error) {
 	began := time.Now()
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
@@ -175,35 +177,45 @@ func Rehearse(o Options, stdout io.Writer) (passed bool, err error) {
 	l := load{clients: o.Clients, rate: o.Rate, timeout: o.Timeout, want: map[string]string{}}
 	stands, err := startStandIns(o.Node.Zones, o.Names, o.TTL, o.Faults, o.Seed, l.want)
 	if err != nil {
-		return false, err
+		return Fail, err
 	}
 	defer stands.close()
-	var direct []string // each name's zone's first proxy: the clients' direct path
+	var to paths
 	for _, s := range stands {
 		for _, name := range s.names {
 			l.names = append(l.names, name)
-			direct = append(direct, s.proxies[0].Addr())
+			to.direct = append(to.direct, s.proxies[0].Addr())
+			to.baseline = append(to.baseline, s.upstream.addr)
 		}
 	}
 	cfg, replaced := o.Node.loopbackCopy()
 	tw, err := startTowerd(cfg, stands.forwardZones(), o.Log)
 	if err != nil {
-		return false, fmt.Errorf("towerd: %w", err)
+		return Fail, fmt.Errorf("towerd: %w", err)
 	}
 	defer tw.stop()
 	replaced = append([]string{fmt.Sprintf("listen %s → %s", strings.Join(o.Node.Config.Listen, ", "), tw.addr)}, replaced...)
 	printHeader(stdout, o, p, stands, replaced)
 
 	warmed := l.warm(tw.addr, p.warmup)
-	r := runPhases(l, p, stands, direct, tw.addr)
+	to.through = tw.addr
+	r := runPhases(l, p, stands, to, liveProc)
 
 	fmt.Fprintln(stdout)
-	printTable(stdout, []pathSummary{r.faultsDirect, r.faultsThrough, r.blackhole, r.back})
+	printTable(stdout, []pathSummary{r.baseline, r.faultsDirect, r.faultsThrough, r.blackhole, r.back})
+	fmt.Fprintln(stdout)
+	for i, w := range r.cpu {
+		label := ""
+		if i == 0 {
+			label = "machine"
+		}
+		fmt.Fprintf(stdout, "%-9s %-18s %v\n", label, w.phase, w)
+	}
 	st := stands.stats()
 	fmt.Fprintf(stdout, "\nfault proxies: %d queries, %d forwarded, %d lost queries, %d lost replies, %d SERVFAIL, %d black-holed\n\n",
 		st.Queries, st.Forwarded, st.LostQueries, st.LostReplies, st.ServFails, st.Blackholed)
 
-	passed = printTargets(stdout, r.targets(o, p, warmed))
+	v := printTargets(stdout, r.targets(o, p, warmed))
 	fmt.Fprintf(stdout, "drill took %v\n", time.Since(began).Round(100*time.Millisecond))
-	return passed, nil
+	return v, nil
 }

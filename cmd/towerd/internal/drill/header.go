@@ -54,7 +54,7 @@ func printHeader(w io.Writer, o Options, p plan, stands standIns, replaced []str
 		fmt.Fprintf(w, " (%v once the node's cache clamps it)", p.ttl)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "plan      warm-up (at most %v), %s %v (direct and through towerd), %s %v, %s (at most %v: ends once every name is answered fresh)\n",
+	fmt.Fprintf(w, "plan      warm-up (at most %v), %s %v (baseline, direct and through towerd), %s %v, %s (at most %v: ends once every name is answered fresh)\n",
 		p.warmup, phaseFaults, p.faults, phaseBlackhole, p.blackhole, phaseBack, p.recoveryMax)
 }
 

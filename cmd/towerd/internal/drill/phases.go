@@ -96,9 +96,12 @@ type recoveryWatch struct {
 	stop    func()
 	epoch   int       // bumped at every answer that is not fresh
 	lastBad time.Time // when it came
-	freshIn []int     // epoch+1 of name i's last fresh answer; 0 = none
-	count   int       // names answered fresh since the last bad answer
-	heldAt  time.Time // when count reached names; zero while it has not
+	// lastBadTimedOut says it was a client timeout, which a busy machine
+	// explains, rather than a stale or failed answer, which it does not.
+	lastBadTimedOut bool
+	freshIn         []int     // epoch+1 of name i's last fresh answer; 0 = none
+	count           int       // names answered fresh since the last bad answer
+	heldAt          time.Time // when count reached names; zero while it has not
 }
 
 func newRecoveryWatch(back time.Time, names int, hold time.Duration, stop func()) *recoveryWatch {
@@ -109,7 +112,7 @@ func newRecoveryWatch(back time.Time, names int, hold time.Duration, stop func()
 func (w *recoveryWatch) see(o outcome) {
 	if !o.fresh() {
 		w.epoch++
-		w.lastBad, w.count, w.heldAt = o.at, 0, time.Time{}
+		w.lastBad, w.lastBadTimedOut, w.count, w.heldAt = o.at, o.timedOut, 0, time.Time{}
 		return
 	}
 	if w.freshIn[o.name] != w.epoch+1 {
@@ -138,43 +141,65 @@ func (w *recoveryWatch) recovery() (time.Duration, bool) {
 }
 
 // phases runs the three phases after the warm-up: the upstream with the
-// drill's faults (clients asking the stand-ins directly and through towerd
-// at the same time), black-holed, and back with the same faults.
+// drill's faults (clients asking the stand-ins directly, through towerd
+// and, for the baseline, the stand-ins' servers without the proxies, all
+// at the same time), black-holed, and back with the same faults. It keeps
+// each phase's CPU figures.
 type phases struct {
-	faultsDirect, faultsThrough, blackhole, back pathSummary
-	stale                                        firstStale
-	recovered                                    *recoveryWatch
+	baseline, faultsDirect, faultsThrough, blackhole, back pathSummary
+	cpu                                                    [3]cpuWindow // phases 1, 2, 3
+	stale                                                  firstStale
+	recovered                                              *recoveryWatch
 }
 
-func runPhases(l load, p plan, stands standIns, direct []string, through string) phases {
+// paths are the addresses the clients ask, per name.
+type paths struct {
+	direct   []string // the name's zone's first fault proxy
+	baseline []string // the zone's stand-in server, without a proxy
+	through  string   // the towerd under test
+}
+
+func runPhases(l load, p plan, stands standIns, to paths, proc procFiles) phases {
 	var r phases
-	viaTowerd := func(int) string { return through }
+	viaTowerd := func(int) string { return to.through }
 	ctx := context.Background()
 
+	began := proc.sample()
 	var wg sync.WaitGroup
-	var directOuts []outcome
-	var directAsked time.Duration
-	wg.Add(1)
+	var directOuts, baseOuts []outcome
+	var directAsked, baseAsked time.Duration
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		directOuts, directAsked = l.run(ctx, p.faults, func(i int) string { return direct[i] }, nil)
+		directOuts, directAsked = l.run(ctx, p.faults, func(i int) string { return to.direct[i] }, nil)
+	}()
+	go func() {
+		defer wg.Done()
+		baseOuts, baseAsked = l.run(ctx, p.faults, func(i int) string { return to.baseline[i] }, nil)
 	}()
 	throughOuts, asked := l.run(ctx, p.faults, viaTowerd, nil)
 	wg.Wait()
+	ended := proc.sample()
+	r.cpu[0] = proc.window(phaseFaults, began, ended)
+	r.baseline = summarizePath(phaseFaults, "baseline", baseAsked, baseOuts)
 	r.faultsDirect = summarizePath(phaseFaults, "direct", directAsked, directOuts)
 	r.faultsThrough = summarizePath(phaseFaults, "through towerd", asked, throughOuts)
 
 	stands.setBlackhole(true)
-	r.stale.start = time.Now()
+	began = proc.sample()
+	r.stale.start = began.at
 	outs, asked := l.run(ctx, p.blackhole, viaTowerd, r.stale.see)
+	ended = proc.sample()
+	r.cpu[1] = proc.window(phaseBlackhole, began, ended)
 	r.blackhole = summarizePath(phaseBlackhole, "through towerd", asked, outs)
 
 	stands.setBlackhole(false)
-	back := time.Now()
+	began = proc.sample()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r.recovered = newRecoveryWatch(back, len(l.names), l.timeout, cancel)
+	r.recovered = newRecoveryWatch(began.at, len(l.names), l.timeout, cancel)
 	outs, asked = l.run(ctx, p.recoveryMax, viaTowerd, r.recovered.see)
+	r.cpu[2] = proc.window(phaseBack, began, proc.sample())
 	r.back = summarizePath(phaseBack, "through towerd", asked, outs)
 	return r
 }
