@@ -428,8 +428,13 @@ func dpkgLifecycle(t *testing.T, deb, debVersion string) {
 	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(cache, []byte("TOWERDC\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// Everything towerd saves there goes (issue 25 item 7: the Consul
+	// watch set stayed): the cache, the watch set, what was set aside, a
+	// save killed midway.
+	for _, name := range []string{"cache.bin", "watch-set.json", "cache.bin.rejected", ".watch-set.json.1234567"} {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(cache), name), []byte("TOWERDC\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink("private/towerd", filepath.Join(root, "var/lib/towerd")); err != nil {
 		t.Fatal(err)

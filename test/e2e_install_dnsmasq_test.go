@@ -81,8 +81,9 @@ func TestInstallFromDnsmasq(t *testing.T) {
 	if stop < 0 || start < 0 || stop > start {
 		t.Errorf("dnsmasq's stop command must be printed before towerd's start:\n%s", out)
 	}
-	for _, want := range []string{"found           dnsmasq: dnsmasq configuration: /etc/dnsmasq.conf, /etc/dnsmasq.d/10-consul",
-		"imported from dnsmasq's /etc/dnsmasq.conf, /etc/dnsmasq.d/10-consul",
+	// dnsmasq's order: Debian's command line (CONFIG_DIR) before its file.
+	for _, want := range []string{"found           dnsmasq: dnsmasq configuration: /etc/default/dnsmasq, /etc/dnsmasq.d/10-consul, /etc/dnsmasq.d/README, /etc/dnsmasq.conf",
+		"imported from dnsmasq's /etc/default/dnsmasq, /etc/dnsmasq.d/10-consul, /etc/dnsmasq.d/README, /etc/dnsmasq.conf",
 		"wrote           /etc/dhcp/dhclient-enter-hooks.d/towerd"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install output lacks %q:\n%s", want, out)
@@ -109,6 +110,40 @@ func TestInstallFromDnsmasq(t *testing.T) {
 		t.Errorf("second install: status %d\n%s%s", code, out, errOut)
 	}
 	sameTree(t, "after installing again", installed, treeState(t, root), true)
+
+	// Issue 25 item 1: a re-run without --from-dnsmasq keeps the import
+	// (the config is unchanged, byte for byte, and says why), and
+	// --upstream merges into it: zone "." pinned, every imported setting
+	// kept.
+	code, out, errOut = runToExit(t, "install", "--root", root)
+	if code != 0 || !strings.Contains(out, "nothing to change") ||
+		!strings.Contains(out, "unchanged       /etc/towerd/towerd.toml: holds what an earlier install imported from dnsmasq's /etc/default/dnsmasq") {
+		t.Errorf("plain install on the imported node: status %d\n%s%s", code, out, errOut)
+	}
+	sameTree(t, "after a plain install on the imported node", installed, treeState(t, root), true)
+	code, out, errOut = runToExit(t, "install", "--root", root, "--upstream", "10.0.0.9")
+	merged := treeState(t, root)["etc/towerd/towerd.toml"].data
+	if code != 0 || !strings.Contains(out, "wrote           /etc/towerd/towerd.toml: merged: what an earlier install imported from dnsmasq's") ||
+		!strings.Contains(out, `zone "." -> 10.0.0.9:53 (from --upstream)`) {
+		t.Errorf("install --upstream on the imported node: status %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"name    = \".\"\nservers = [\"10.0.0.9:53\"]", "name    = \"consul.\"\nservers = [\"127.0.0.1:8600\"]",
+		"by `towerd install --from-dnsmasq`"} {
+		if !strings.Contains(merged, want) {
+			t.Errorf("the merged towerd.toml lacks %q:\n%s", want, merged)
+		}
+	}
+	if strings.Contains(merged, "resolv_conf") {
+		t.Errorf("the merged towerd.toml still follows the dhclient file:\n%s", merged)
+	}
+	if code, out, errOut = checkUnderRoot(t, root); code != 0 || !strings.Contains(out, fmt.Sprintf("zone %-20s -> 10.0.0.9:53", ".")) ||
+		!strings.Contains(out, fmt.Sprintf("zone %-20s -> 127.0.0.1:8600\n", "consul.")) {
+		t.Errorf("towerd check on the merged config: status %d\n%s%s", code, out, errOut)
+	}
+	// Back to following the lease: the same file as the first install.
+	if code, out, errOut = runToExit(t, "install", "--root", root); code != 0 || treeState(t, root)["etc/towerd/towerd.toml"].data != cfg {
+		t.Errorf("install after --upstream: status %d\n%s%s", code, out, errOut)
+	}
 
 	// A conf-dir named alone imports the same zone; the config, still
 	// install's own, is rewritten with the header naming its source.

@@ -38,7 +38,7 @@ func init() {
 			Run: install.Run},
 		{Name: "uninstall", Synopsis: "[--root DIR] [--dry-run]", Summary: "undo what install did",
 			Run: install.RunUninstall},
-		{Name: "import-dnsmasq", Synopsis: "FILE", Summary: "turn a dnsmasq configuration into towerd's",
+		{Name: "import-dnsmasq", Synopsis: "[--root DIR] [FILE|DIR ...]", Summary: "turn the node's dnsmasq configuration into towerd's",
 			Run: dnsmasqimport.Run},
 		{Name: "drill", Synopsis: "[flags]", Summary: "rehearse this node's config through a bad upstream day, PASS/FAIL/INCONCLUSIVE per target",
 			Run: drill.Run},

@@ -10,19 +10,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-func writeFile(t *testing.T, name, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestFlagsOverrideFile(t *testing.T) {
-	path := writeFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
+	path := dnstest.WriteFile(t, "t.toml", "[cache]\nsize = 42\n[[zone]]\nname = \".\"\nservers = [\"192.0.2.1\"]\n")
 	o, err := parseFlags("serve", []string{"-config", path, "-cache-size", "7", "-upstream", "192.0.2.9:5300, 192.0.2.8",
 		"-listen", "127.0.0.1:1053"}, os.Stderr)
 	if err != nil {
@@ -82,7 +75,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 	}
 
 	// An address never turns on a watch the configuration turned off.
-	path := writeFile(t, "towerd.toml", "[consul]\nenabled = false\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "[consul]\nenabled = false\n")
 	o, err := parseFlags("serve", []string{"-config", path, "-consul-http", "127.0.0.1:18500"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +91,7 @@ func TestConsulHTTPFlag(t *testing.T) {
 
 // -admin overrides the file and goes through the same checks.
 func TestAdminFlag(t *testing.T) {
-	path := writeFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = \"127.0.0.1:9999\"\n")
 	for _, tc := range []struct {
 		flag, want, wantErr string
 	}{
@@ -164,11 +157,11 @@ func TestStatsCommandWithoutDaemon(t *testing.T) {
 // off, stats asks the control socket.
 func TestStatsCommandReadsConfig(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "ctl.sock")
-	off := writeFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n[control]\nsocket = \""+sock+"\"\n")
+	off := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n[control]\nsocket = \""+sock+"\"\n")
 	if code, _, errOut := runStats("-config", off); code != exitFail || !strings.Contains(errOut, "no towerd control socket at "+sock) {
 		t.Errorf("admin off: exit %d, stderr %q; want 1 naming %s", code, errOut, sock)
 	}
-	bothOff := writeFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n[control]\nsocket = \"\"\n")
+	bothOff := dnstest.WriteFile(t, "towerd.toml", "[admin]\nlisten = \"\"\n[control]\nsocket = \"\"\n")
 	if code, _, errOut := runStats("-config", bothOff); code != exitFail || !strings.Contains(errOut, "are off") {
 		t.Errorf("both off: exit %d, stderr %q", code, errOut)
 	}
@@ -179,13 +172,13 @@ func TestStatsCommandReadsConfig(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	// Invalid elsewhere (cache.size 0): the address still counts.
-	invalid := writeFile(t, "towerd.toml", "[cache]\nsize = 0\n[admin]\nlisten = \""+addr+"\"\n")
+	invalid := dnstest.WriteFile(t, "towerd.toml", "[cache]\nsize = 0\n[admin]\nlisten = \""+addr+"\"\n")
 	if code, _, errOut := runStats("-config", invalid); code != exitFail || !strings.Contains(errOut, "no towerd admin server at "+addr) {
 		t.Errorf("invalid config: exit %d, stderr %q; want 1 naming %s", code, errOut, addr)
 	}
 	// Not TOML at all: the [admin] listen line still counts, and the note
 	// names the file.
-	broken := writeFile(t, "towerd.toml", "[cache\nsize = \n[admin]\nlisten = \""+addr+"\"\n")
+	broken := dnstest.WriteFile(t, "towerd.toml", "[cache\nsize = \n[admin]\nlisten = \""+addr+"\"\n")
 	if code, _, errOut := runStats("-config", broken); code != exitFail || !strings.Contains(errOut, "no towerd admin server at "+addr) ||
 		!strings.Contains(errOut, broken+" is not valid TOML") {
 		t.Errorf("broken config: exit %d, stderr %q; want 1 naming %s and the file", code, errOut, addr)

@@ -2,10 +2,11 @@
 // to the local agent, everything else to the site's resolvers), an LRU cache
 // that serves stale answers when the upstream fails, and never caches NXDOMAIN.
 //
-// This package only dispatches subcommands and parses their flags; the work
-// is in internal/config, daemon, admin, ctl (the control subcommands), drill
-// and dnsmasqimport, after the Go toolchain's cmd/go/internal layout (issues
-// 16 and 26).
+// This package dispatches subcommands and parses the flags of serve and
+// check; the work is in internal/config, daemon and admin, and every
+// other subcommand is its package's own: ctl (the control subcommands),
+// install, dnsmasqimport, drill and doctor, after the Go toolchain's
+// cmd/go/internal layout (issues 16 and 26).
 package main
 
 import (

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // testHosts is the hosts file of the lookup tests; test/e2e_dnsmasq_test.go
@@ -24,11 +26,10 @@ fd00::10 nas.lan
 10.1.2.3 host.rev.test
 `
 
-func writeFile(t testing.TB, path, body string, mtime time.Time) {
+// writeHosts writes a hosts file with the modification time mtime.
+func writeHosts(t testing.TB, path, body string, mtime time.Time) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dnstest.WriteFile(t, path, body)
 	// Poll compares modification times: set them apart explicitly rather
 	// than rely on the file system's clock granularity.
 	if err := os.Chtimes(path, mtime, mtime); err != nil {
@@ -39,7 +40,7 @@ func writeFile(t testing.TB, path, body string, mtime time.Time) {
 func testSource(t testing.TB, tweak func(*Options)) *Source {
 	t.Helper()
 	hosts := filepath.Join(t.TempDir(), "hosts")
-	writeFile(t, hosts, testHosts, time.Unix(1e9, 0))
+	writeHosts(t, hosts, testHosts, time.Unix(1e9, 0))
 	rr := func(s string) dns.RR {
 		r, err := dns.NewRR(s)
 		if err != nil {
@@ -255,7 +256,7 @@ func TestPollReloadsChangedFiles(t *testing.T) {
 	if err := os.Mkdir(extra, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, hosts, "192.0.2.10 one.lan\n", time.Unix(1e9, 0))
+	writeHosts(t, hosts, "192.0.2.10 one.lan\n", time.Unix(1e9, 0))
 	s, err := New(Options{HostsFiles: []string{hosts, extra}})
 	if err != nil {
 		t.Fatal(err)
@@ -271,13 +272,13 @@ func TestPollReloadsChangedFiles(t *testing.T) {
 		t.Error("Poll reloaded unchanged files")
 	}
 
-	writeFile(t, hosts, "192.0.2.11 one.lan\n", time.Unix(1e9+1, 0)) // same size, new time
+	writeHosts(t, hosts, "192.0.2.11 one.lan\n", time.Unix(1e9+1, 0)) // same size, new time
 	if !s.Poll() {
 		t.Fatal("Poll missed a changed file")
 	}
 	check("one.lan.", "NOERROR one.lan. 0 IN A 192.0.2.11")
 
-	writeFile(t, filepath.Join(extra, "b"), "192.0.2.12 two.lan\n", time.Unix(1e9, 0))
+	writeHosts(t, filepath.Join(extra, "b"), "192.0.2.12 two.lan\n", time.Unix(1e9, 0))
 	if !s.Poll() {
 		t.Fatal("Poll missed a file added to a hosts directory")
 	}
@@ -296,7 +297,7 @@ func TestPollReloadsChangedFiles(t *testing.T) {
 	}
 
 	// Reload re-reads even when the stamps match (SIGHUP).
-	writeFile(t, filepath.Join(extra, "b"), "192.0.2.13 two.lan\n", time.Unix(1e9, 0))
+	writeHosts(t, filepath.Join(extra, "b"), "192.0.2.13 two.lan\n", time.Unix(1e9, 0))
 	s.Reload()
 	check("two.lan.", "NOERROR two.lan. 0 IN A 192.0.2.13")
 }

@@ -1,7 +1,8 @@
 // Package dnstest is towerd's test kit: one scripted DNS upstream on
-// loopback (Upstream), one in memory (ExchangeFunc), one fake clock (Clock)
-// and one helper that binds UDP and TCP on the same free port (ListenPair)
-// (issue 16). Tests of every package use it in place of
+// loopback (Upstream), one in memory (ExchangeFunc), one fake clock (Clock),
+// one helper that binds UDP and TCP on the same free port (ListenPair)
+// (issue 16), and one way to write test files and node roots and compare
+// them (WriteFile, WriteTree, Tree, DiffTrees; issue 26). Tests of every package use it in place of
 // their own copies; nothing outside tests may import it (the binary must not
 // carry the test kit: `go list -deps ./cmd/towerd | grep /test/` prints only
 // test/faultproxy, which towerd drill runs).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -241,5 +242,28 @@ func TestResponder(t *testing.T) {
 	}
 	if _, _, err := c.Exchange(new(dns.Msg).SetQuestion("silent.test.", dns.TypeA), addr); err == nil {
 		t.Fatal("an answer for a query reply left unanswered")
+	}
+}
+
+func TestWriteTreeAndDiffTrees(t *testing.T) {
+	root := t.TempDir()
+	WriteTree(t, root, map[string]string{
+		"etc/resolv.conf": "->../run/resolv.conf",
+		"run/resolv.conf": "nameserver 192.0.2.1\n",
+		"var/empty/":      "",
+	})
+	got := Tree(t, root)
+	want := map[string]Node{
+		".":               {Kind: "dir", Mode: got["."].Mode},
+		"etc":             {Kind: "dir", Mode: 0o755},
+		"etc/resolv.conf": {Kind: "link", Data: "../run/resolv.conf"},
+		"run":             {Kind: "dir", Mode: 0o755},
+		"run/resolv.conf": {Kind: "file", Mode: 0o644, Data: "nameserver 192.0.2.1\n"},
+		"var":             {Kind: "dir", Mode: 0o755},
+		"var/empty":       {Kind: "dir", Mode: 0o755},
+	}
+	DiffTrees(t, want, got)
+	if p := WriteFile(t, "t.toml", "x = 1\n"); filepath.Dir(p) == "." || Tree(t, filepath.Dir(p))["t.toml"].Data != "x = 1\n" {
+		t.Errorf("WriteFile of a bare name wrote %s", p)
 	}
 }

@@ -6,16 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func writeFile(t *testing.T, name, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+	"github.com/towerd/towerd/test/dnstest"
+)
 
 func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 	for _, tc := range []struct {
@@ -43,7 +36,7 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"syntax", "[cache\n", `towerd.toml:1:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := writeFile(t, "towerd.toml", tc.body)
+			path := dnstest.WriteFile(t, "towerd.toml", tc.body)
 			_, err := Load(path, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
@@ -65,7 +58,7 @@ func TestLoadConfigDefaultsAndOverrides(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "absent.toml"), false); err == nil {
 		t.Fatal("missing file named on the command line accepted")
 	}
-	path := writeFile(t, "t.toml", "[cache]\nsize = 42\n[serve_stale]\nclient_timeout = \"0s\"\n")
+	path := dnstest.WriteFile(t, "t.toml", "[cache]\nsize = 42\n[serve_stale]\nclient_timeout = \"0s\"\n")
 	cfg, err = Load(path, false)
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +160,8 @@ func TestConsulConfig(t *testing.T) {
 		t.Errorf("default [consul] %+v: want enabled, address from the environment, TTL 0, none pinned, 64 watches, 30m idle", c)
 	}
 
-	token := writeFile(t, "token", "secret\n")
-	path := writeFile(t, "towerd.toml", `
+	token := dnstest.WriteFile(t, "token", "secret\n")
+	path := dnstest.WriteFile(t, "towerd.toml", `
 [consul]
 address    = "127.0.0.1:8501"
 scheme     = "https"
@@ -206,7 +199,7 @@ idle_timeout = "10m"
 		{"idle_timeout", "[consul]\nidle_timeout = \"10ms\"\n", `key "consul.idle_timeout": must be at least 1s`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(writeFile(t, "towerd.toml", tc.body), false)
+			_, err := Load(dnstest.WriteFile(t, "towerd.toml", tc.body), false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
@@ -214,7 +207,7 @@ idle_timeout = "10m"
 	}
 
 	// A disabled watch is not validated: its keys may wait for later.
-	if _, err := Load(writeFile(t, "towerd.toml", "[consul]\nenabled = false\nscheme = \"ftp\"\n"), false); err != nil {
+	if _, err := Load(dnstest.WriteFile(t, "towerd.toml", "[consul]\nenabled = false\nscheme = \"ftp\"\n"), false); err != nil {
 		t.Errorf("disabled watch: %v", err)
 	}
 }
@@ -255,7 +248,7 @@ func TestAdminListenMustBeLoopback(t *testing.T) {
 
 // The error points at the [admin] table's listen line, not the top-level one.
 func TestAdminErrorNamesLineInTable(t *testing.T) {
-	path := writeFile(t, "towerd.toml", "listen = [\"127.0.0.1:53\"]\n\n[cache]\nsize = 100\n\n[admin]\nlisten = \"0.0.0.0:9253\"\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "listen = [\"127.0.0.1:53\"]\n\n[cache]\nsize = 100\n\n[admin]\nlisten = \"0.0.0.0:9253\"\n")
 	_, err := Load(path, false)
 	if err == nil || !strings.Contains(err.Error(), `towerd.toml:7: key "admin.listen"`) {
 		t.Fatalf("error %v, want it at towerd.toml:7", err)
@@ -270,7 +263,7 @@ func TestLoadSizeAndTCPKeys(t *testing.T) {
 		def.TCP.ReadTimeout.Duration != 2*time.Second || def.TCP.WriteTimeout.Duration != 2*time.Second {
 		t.Fatalf("defaults: max_udp_size %d, tcp %+v", def.MaxUDPSize, def.TCP)
 	}
-	path := writeFile(t, "towerd.toml", "max_udp_size = 4096\n[tcp]\nmax_connections = 32\nidle_timeout = \"3s\"\nread_timeout = \"500ms\"\nwrite_timeout = \"1s\"\n")
+	path := dnstest.WriteFile(t, "towerd.toml", "max_udp_size = 4096\n[tcp]\nmax_connections = 32\nidle_timeout = \"3s\"\nread_timeout = \"500ms\"\nwrite_timeout = \"1s\"\n")
 	cfg, err := Load(path, false)
 	if err != nil {
 		t.Fatal(err)

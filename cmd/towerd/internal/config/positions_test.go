@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // multiZone is testdata/multizone.toml: a node's file with four zones of
@@ -36,7 +38,7 @@ func TestMultiZoneErrorsAtTheirLines(t *testing.T) {
 		{26, "zone[2].servers[1]", [2]string{`"10.3.0.300"`, `"10.3.0.30"`}},
 		{35, "zone[3].servers[3]", [2]string{`:99999`, `:5353`}},
 	} {
-		path := writeFile(t, "towerd.toml", body)
+		path := dnstest.WriteFile(t, "towerd.toml", body)
 		_, err := Load(path, false)
 		prefix := fmt.Sprintf("%s:%d: key %q: ", path, want.line, want.key)
 		if err == nil || !strings.HasPrefix(err.Error(), prefix) {
@@ -44,7 +46,7 @@ func TestMultiZoneErrorsAtTheirLines(t *testing.T) {
 		}
 		body = strings.Replace(body, want.fix[0], want.fix[1], 1)
 	}
-	if _, err := Load(writeFile(t, "towerd.toml", body), false); err != nil {
+	if _, err := Load(dnstest.WriteFile(t, "towerd.toml", body), false); err != nil {
 		t.Fatalf("the fixed file: %v", err)
 	}
 }
@@ -69,7 +71,7 @@ func TestDecodeErrorsHaveFullKeyPaths(t *testing.T) {
 			if body == multiZone {
 				t.Fatalf("%q not in the file", tc.from)
 			}
-			path := writeFile(t, "towerd.toml", body)
+			path := dnstest.WriteFile(t, "towerd.toml", body)
 			_, err := Load(path, false)
 			if err == nil || !strings.Contains(err.Error(), path+tc.want) {
 				t.Fatalf("error %v\nwant %q", err, path+tc.want)
@@ -83,7 +85,7 @@ func TestDecodeErrorsHaveFullKeyPaths(t *testing.T) {
 func TestMissingKeyAtItsTable(t *testing.T) {
 	body := strings.Replace(multiZone, "servers = [\"10.3.0.53\", \"10.3.0.300\"]\n", "", 1)
 	body = strings.Replace(body, `"ns1.b.corp.example"`, `"10.2.0.53"`, 1)
-	path := writeFile(t, "towerd.toml", body)
+	path := dnstest.WriteFile(t, "towerd.toml", body)
 	_, err := Load(path, false)
 	if want := path + `:24: key "zone[2].servers": zone "c.corp.example." needs at least one server`; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("error %v\nwant %q", err, want)

@@ -32,10 +32,6 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 		d.log.Info("consul watch off (consul.enabled = false)")
 		return nil
 	}
-	maxStale := cfg.ServeStale.MaxAge.Duration
-	if !cfg.ServeStale.Enabled {
-		maxStale = 0
-	}
 	w, err := consul.New(consul.Config{
 		Address:     c.Address,
 		Scheme:      c.Scheme,
@@ -49,7 +45,7 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 		MaxWatches:  c.MaxWatches,
 		IdleTimeout: c.IdleTimeout.Duration,
 		AnswerTTL:   c.AnswerTTL.Duration,
-		MaxStale:    maxStale,
+		MaxStale:    staleAge(cfg),
 		Log:         d.log,
 	})
 	if err != nil {

@@ -264,19 +264,25 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 	})
 }
 
-// cacheConfig is the cache's share of cfg. Without serve-stale nothing is
-// kept past expiry, so the cache need not hold it.
+// cacheConfig is the cache's share of cfg.
 func cacheConfig(cfg config.Config) cache.Config {
-	maxStale := cfg.ServeStale.MaxAge.Duration
-	if !cfg.ServeStale.Enabled {
-		maxStale = 0
-	}
 	return cache.Config{
 		Capacity:    cfg.Cache.Size,
 		MinTTL:      cfg.Cache.MinTTL.Duration,
 		MaxTTL:      cfg.Cache.MaxTTL.Duration,
-		MaxStaleAge: maxStale,
+		MaxStaleAge: staleAge(cfg),
 	}
+}
+
+// staleAge is how long past expiry an answer may still be served: the
+// cache's, the Consul watch's and /stats's one figure. Without serve-stale
+// it is 0, whatever serve_stale.max_age says: nothing is kept past expiry,
+// so neither the cache nor the watch need hold it.
+func staleAge(cfg config.Config) time.Duration {
+	if !cfg.ServeStale.Enabled {
+		return 0
+	}
+	return cfg.ServeStale.MaxAge.Duration
 }
 
 func closeGroups(groups []*upstream.Group) {

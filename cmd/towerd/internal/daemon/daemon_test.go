@@ -63,3 +63,18 @@ func TestNewRunReloadShutdown(t *testing.T) {
 		t.Error("Reload after Run returned succeeded")
 	}
 }
+
+// TestStaleAgeIsZeroWithoutServeStale: the one stale age the cache, the
+// Consul watch and /stats get is serve_stale.max_age only while serve-stale
+// is on.
+func TestStaleAgeIsZeroWithoutServeStale(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.ServeStale.MaxAge = config.Dur(3 * time.Hour)
+	if got := staleAge(cfg); got != 3*time.Hour || cacheConfig(cfg).MaxStaleAge != got {
+		t.Errorf("serve-stale on: stale age %v, cache's %v; want 3h", got, cacheConfig(cfg).MaxStaleAge)
+	}
+	cfg.ServeStale.Enabled = false
+	if got := staleAge(cfg); got != 0 || cacheConfig(cfg).MaxStaleAge != 0 {
+		t.Errorf("serve-stale off: stale age %v, cache's %v; want 0", got, cacheConfig(cfg).MaxStaleAge)
+	}
+}

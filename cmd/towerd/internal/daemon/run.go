@@ -356,10 +356,7 @@ func (d *Daemon) startAdmin() {
 // adminView captures the running configuration for the admin server
 // (with the [admin] table that actually runs: d.cfg keeps the started one).
 func (d *Daemon) adminView() *admin.View {
-	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now()}
-	if d.cfg.ServeStale.Enabled {
-		v.StaleUntil = d.cfg.ServeStale.MaxAge.Duration
-	}
+	v := &admin.View{Config: d.cfg, File: d.opts.ConfigFile, Groups: d.groups, LoadedAt: time.Now(), StaleUntil: staleAge(d.cfg)}
 	return v
 }
 

@@ -1,8 +1,12 @@
-// Package dnsmasqimport turns a dnsmasq configuration into towerd's: Read
-// collects the directives of a file and the files it includes, and Import,
-// which touches no file, maps them to towerd keys and zones, with a note
-// for every directive not carried over, or only partly, naming its file
-// and line. `towerd import-dnsmasq` prints the result (issue 16).
+// Package dnsmasqimport turns a dnsmasq configuration into towerd's.
+// ReadNode reads what dnsmasq reads on a node (Debian's defaults file
+// turned into its command line, then its configuration file, in dnsmasq's
+// order) and Read the files or directories named, both through a node's
+// root (nodefs) and naming every file read; Import, which touches no file,
+// maps the directives to towerd keys and zones, with a note for every
+// directive not carried over, or only partly, naming its file and line.
+// Run is `towerd import-dnsmasq`; install's --from-dnsmasq reads through
+// the same functions (issues 16, 25).
 package dnsmasqimport
 
 import (
@@ -80,17 +84,11 @@ var unsupported = map[string]string{
 	"except-interface": "towerd listens on addresses (listen), not interfaces",
 	"bind-interfaces":  "towerd binds exactly the listen addresses anyway",
 	"bind-dynamic":     "towerd binds exactly the listen addresses anyway",
-	"log-queries":      "towerd logs to stderr by log_level; there is no query log",
 	"user":             "towerd.service runs towerd as its own unprivileged user",
 	"group":            "towerd.service runs towerd as its own unprivileged user",
 	"pid-file":         "systemd tracks towerd's process",
 	"expand-hosts":     "towerd answers hosts files' names as written, without adding the domain",
-	"domain":           "towerd serves no local domain",
-	"cname":            "towerd serves no records of its own",
-	"srv-host":         "towerd serves no records of its own",
-	"txt-record":       "towerd serves no records of its own",
-	"ptr-record":       "towerd serves no records of its own",
-	"host-record":      "towerd serves no records of its own",
+	"domain":           "the domain of dnsmasq's DHCP clients, which towerd does not serve; with expand-hosts dnsmasq also adds it to hosts names, towerd does not",
 	"dnssec":           "towerd does not validate DNSSEC (it passes the DO and CD bits on)",
 	"clear-on-reload":  "towerd keeps its cache across reloads",
 	"all-servers":      "towerd asks one server at a time, the next after a timeout taken from the round-trip time; it never races them",
@@ -289,11 +287,20 @@ func (im *importer) apply(d Directive) {
 	case "strict-order":
 		im.comment(d, "towerd always tries servers in the order listed")
 	case "no-poll":
-		im.comment(d, "towerd reads resolv.conf at start and on SIGHUP only")
+		im.noteAs(d, true, false, "towerd follows the resolv.conf zone \".\" forwards to as it changes (inotify, and a poll every second); no key turns that off")
+	case "log-queries":
+		im.set(d, "", "log_queries", true)
+		if d.Has {
+			im.noteAs(d, true, false, "towerd's query log has one format (client, name, type, rcode, source, upstream, duration); "+d.Value+" adds nothing to it")
+		}
+	case "domain":
+		im.dhcpDomain(d)
 	default:
 		why, ok := unsupported[d.Name]
 		switch {
 		case ok:
+		case strings.HasPrefix(d.Name, "-"):
+			why = "a one-letter option the import does not read: write it as --name=value"
 		case strings.HasPrefix(d.Name, "dhcp"):
 			why = "towerd does not serve DHCP"
 		default:
@@ -301,85 +308,6 @@ func (im *importer) apply(d Directive) {
 		}
 		im.note(d, false, why)
 	}
-}
-
-// server handles server= and local=: "ADDR[#PORT][@SOURCE]" for every name,
-// "/d1/d2/ADDR[#PORT]" for domains, "/d/#" for "the usual servers", and
-// "/d/" for "local only", which towerd cannot do.
-func (im *importer) server(d Directive) {
-	domains := []string{"#"}
-	addr := d.Value
-	if strings.HasPrefix(addr, "/") {
-		i := strings.LastIndex(addr, "/")
-		domains, addr = strings.Split(addr[1:i], "/"), addr[i+1:]
-	}
-	if addr == "" {
-		// local=/d/ and server=/d/: answered from local data only.
-		for _, dom := range domains {
-			if dom == "" || dom == "#" || strings.Contains(dom, "*") {
-				im.note(d, false, "unqualified-name, catch-all and wildcard local domains have no towerd equivalent")
-				continue
-			}
-			im.localDomain(d, strings.ToLower(strings.TrimSuffix(dom, "."))+".")
-		}
-		return
-	}
-	var hostport string
-	if addr != "#" {
-		host, source, hasSource := strings.Cut(addr, "@")
-		ip, port, _ := strings.Cut(host, "#")
-		if port == "" {
-			port = "53"
-		}
-		if _, err := netip.ParseAddr(ip); err != nil {
-			im.note(d, false, fmt.Sprintf("%q is not an IP address", ip))
-			return
-		}
-		hostport = net.JoinHostPort(ip, port)
-		if hasSource {
-			im.noteAs(d, true, false, "the source address or interface @"+source+" is dropped: towerd lets the kernel choose")
-		}
-	}
-	for _, dom := range domains {
-		dom, ok := im.domain(d, dom)
-		if !ok {
-			continue
-		}
-		z := im.zone(dom)
-		z.from = append(z.from, d.where())
-		if hostport == "" {
-			z.useDefault = true
-		} else {
-			z.servers = append(z.servers, hostport)
-		}
-	}
-}
-
-// domain turns one /domain/ of a server= or address= line into a zone
-// name: "#" is every name ("."), the rest is lower-cased and fully
-// qualified. Unqualified-name ("//") and wildcard domains have no towerd
-// equivalent: they are noted and ok is false.
-func (im *importer) domain(d Directive, dom string) (name string, ok bool) {
-	switch {
-	case dom == "#":
-		return ".", true
-	case dom == "" || strings.Contains(dom, "*"):
-		im.note(d, false, "unqualified-name and wildcard domains have no towerd equivalent")
-		return "", false
-	default:
-		return strings.ToLower(strings.TrimSuffix(dom, ".")) + ".", true
-	}
-}
-
-func (im *importer) zone(name string) *importedZone {
-	for _, z := range im.zones {
-		if z.name == name {
-			return z
-		}
-	}
-	z := &importedZone{name: name}
-	im.zones = append(im.zones, z)
-	return z
 }
 
 // finish settles what depends on the whole file: listen addresses with the

@@ -2,12 +2,13 @@ package dnsmasqimport
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 func TestParseDnsmasqLine(t *testing.T) {
@@ -32,23 +33,33 @@ func TestParseDnsmasqLine(t *testing.T) {
 	}
 }
 
-func TestDnsmasqConfDirRules(t *testing.T) {
-	dir := t.TempDir()
-	for _, name := range []string{"10-consul.conf", "20-lab.conf", "README", "old.conf~", ".hidden.conf", "#auto#", "x.conf.dpkg-dist"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("# "+name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Mkdir(filepath.Join(dir, "sub.conf"), 0o755); err != nil {
+// rootOf opens a node root for one test, its files written first.
+func rootOf(t *testing.T, files map[string]string) *nodefs.Root {
+	t.Helper()
+	root := t.TempDir()
+	dnstest.WriteTree(t, root, files)
+	n, err := nodefs.Open(root)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func TestDnsmasqConfDirRules(t *testing.T) {
+	const dir = "/etc/dnsmasq.d"
+	tree := map[string]string{"etc/dnsmasq.d/sub.conf/": ""}
+	for _, name := range []string{"10-consul.conf", "20-lab.conf", "README", "old.conf~", ".hidden.conf", "#auto#", "x.conf.dpkg-dist"} {
+		tree["etc/dnsmasq.d/"+name] = "# " + name + "\n"
+	}
+	n := rootOf(t, tree)
 	tests := map[string][]string{
 		dir:                        {"10-consul.conf", "20-lab.conf", "README", "x.conf.dpkg-dist"},
 		dir + ",*.conf":            {"10-consul.conf", "20-lab.conf"},
 		dir + ",.dpkg-dist,README": {"10-consul.conf", "20-lab.conf"},
 	}
 	for value, want := range tests {
-		files, err := (reader{files: hostFiles{}}).confDir(value)
+		files, err := (&reader{files: n}).confDir(value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,16 +74,10 @@ func TestDnsmasqConfDirRules(t *testing.T) {
 }
 
 func TestImportDnsmasqMapping(t *testing.T) {
-	dir := t.TempDir()
-	writeDnsmasq := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	writeDnsmasq("extra.conf", "server=/corp.example/192.0.2.53\nserver=/corp.example/192.0.2.54#5353\n")
-	main := writeDnsmasq("dnsmasq.conf", `# a node's dnsmasq
+	const main = "/etc/dnsmasq.conf"
+	n := rootOf(t, map[string]string{
+		"etc/extra.conf": "server=/corp.example/192.0.2.53\nserver=/corp.example/192.0.2.54#5353\n",
+		"etc/dnsmasq.conf": `# a node's dnsmasq
 listen-address=127.0.0.1,::1
 port=5353
 no-resolv
@@ -93,13 +98,16 @@ dns-forward-max=300
 all-servers
 domain-needed
 dhcp-range=192.0.2.100,192.0.2.200
-conf-file=`+filepath.Join(dir, "extra.conf")+`
-`)
-	dirs, err := Read(main)
+conf-file=/etc/extra.conf
+`})
+	read, err := Read(n, []string{main})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := Import(main, dirs)
+	if got := strings.Join(read.Paths(), " "); got != "/etc/dnsmasq.conf /etc/extra.conf" {
+		t.Errorf("files read: %s", got)
+	}
+	res := Import(main, read.Directives)
 	out := res.File.Render()
 	cfg := config.DefaultConfig()
 	if err := config.Decode(out, "imported", &cfg); err != nil {
@@ -195,12 +203,8 @@ func TestImportDnsmasqNotesWhatTowerdDoesDifferently(t *testing.T) {
 }
 
 func TestImportDnsmasqIncludeLoop(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "a.conf")
-	if err := os.WriteFile(p, []byte("conf-file="+p+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "includes itself") {
+	n := rootOf(t, map[string]string{"etc/a.conf": "conf-file=/etc/b.conf\n", "etc/b.conf": "conf-file=/etc/a.conf\n"})
+	if _, err := Read(n, []string{"/etc/a.conf"}); err == nil || !strings.Contains(err.Error(), "includes itself") {
 		t.Fatalf("readDnsmasq = %v, want an include loop error", err)
 	}
 }
@@ -232,12 +236,7 @@ func TestImportDnsmasqKeepsEveryServerOfAZone(t *testing.T) {
 			t.Fatal(err)
 		}
 		root := t.TempDir() // resolv.conf for zone "." when no line names its servers
-		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), []byte("nameserver 192.0.2.99\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		dnstest.WriteFile(t, filepath.Join(root, "etc", "resolv.conf"), "nameserver 192.0.2.99\n")
 		zones, _, err := cfg.ForwardZones(root)
 		if err != nil {
 			t.Fatalf("%q: %v", tt.lines, err)

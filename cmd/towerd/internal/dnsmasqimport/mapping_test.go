@@ -37,7 +37,13 @@ func TestImportMapsDirectives(t *testing.T) {
 		{line: "server=/x.example/not-an-ip", note: "is not an IP address", changes: true},
 		{line: "server=/x.example/192.0.2.1@eth0", key: "zone:x.example.=192.0.2.1:53", note: "@eth0 is dropped"},
 		{line: "strict-order"},
-		{line: "no-poll"},
+		// What towerd does today (issue 25 item 2): it follows resolv.conf
+		// and has a query log.
+		{line: "no-poll", note: "follows the resolv.conf"},
+		{line: "log-queries", key: ".log_queries=true"},
+		{line: "log-queries=extra", key: ".log_queries=true", note: "one format"},
+		{line: "domain=lan", note: "does not serve"},
+		{line: "domain=lan,192.168.1.0/24,local", key: "local.domains=[lan. 1.168.192.in-addr.arpa.]", note: "as local domains"},
 		// Local answers (issue 15).
 		{line: "address=/ads.example/0.0.0.0", key: "local.address:ads.example.=0.0.0.0"},
 		{line: "address=/ads.example/two.example/#", key: "local.address:ads.example.=0.0.0.0,:: local.address:two.example.=0.0.0.0,::"},

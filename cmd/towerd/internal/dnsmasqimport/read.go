@@ -2,22 +2,24 @@ package dnsmasqimport
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"slices"
 	"strings"
 )
 
 // Directive is one "option" or "option=value" line of a dnsmasq
-// configuration, with where it came from for the report.
+// configuration, with where it came from for the report. install keeps
+// an import's directives in its record, as JSON.
 type Directive struct {
-	File  string // the file it was read from
-	Line  int    // its line in File, from 1
-	Name  string // the option, e.g. "server"
-	Value string // after "=", unquoted; "" without one
-	Has   bool   // "=" was present (use-stale-cache vs use-stale-cache=0)
+	File  string `json:"file"`            // the file it was read from
+	Line  int    `json:"line"`            // its line in File, from 1
+	Name  string `json:"name"`            // the option, e.g. "server"
+	Value string `json:"value,omitempty"` // after "=", unquoted; "" without one
+	Has   bool   `json:"has,omitempty"`   // "=" was present (use-stale-cache vs use-stale-cache=0)
 }
 
 // String is the directive as written, "name" or "name=value".
@@ -34,147 +36,154 @@ func (d Directive) where() string { return fmt.Sprintf("%s:%d", d.File, d.Line) 
 // but a file including itself must not hang the import.
 const maxIncludeDepth = 10
 
-// Read reads a dnsmasq configuration file and, in place, every file
-// its conf-file= and conf-dir= directives name, in the order dnsmasq reads
-// them. The conf-file/conf-dir lines themselves are kept too, so the report
-// can show where included directives came from.
-func Read(path string) ([]Directive, error) {
-	var out []Directive
-	rd := reader{files: hostFiles{}, reading: map[string]bool{}}
-	err := rd.readFile(path, 0, &out)
-	return out, err
+// Files is what the import reads through: a node's files as the node sees
+// them, every name absolute (nodefs.Root, for "/" or a copied node's root).
+type Files interface {
+	ReadFile(name string) ([]byte, error)
+	ReadDir(name string) ([]fs.DirEntry, error)
+	Stat(name string) (fs.FileInfo, error)
 }
 
-// ReadUnder reads, like Read, each of paths (or, for a directory, its files
-// as conf-dir would) with what they include, as a node whose "/" is root
-// sees them: absolute paths in conf-file= and conf-dir= are taken under
-// root, and no path leads out of it (os.Root). A file already read, say
-// one of dnsmasq.conf's includes that is also listed, is read once.
-// `towerd install --from-dnsmasq` reads a node's configuration this way.
-func ReadUnder(root string, paths []string) ([]Directive, error) {
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return nil, err
+// Reading is what an import read: the directives, in the order dnsmasq
+// reads them, and every file they came from.
+type Reading struct {
+	Directives []Directive
+	// Files are the files read, in order, each once.
+	Files []FileRead
+	// Debian holds the variables Debian's /etc/default/dnsmasq sets
+	// (ENABLED, CONFIG_DIR, ...); nil when ReadNode found no such file.
+	Debian map[string]string
+}
+
+// FileRead is one file read, and why.
+type FileRead struct {
+	Path string
+	// Why names what made dnsmasq read it: "the configuration file",
+	// "conf-dir=/etc/dnsmasq.d at /etc/default/dnsmasq:29", ...
+	Why string
+}
+
+// Paths are the files read, in order.
+func (r Reading) Paths() []string {
+	out := make([]string, len(r.Files))
+	for i, f := range r.Files {
+		out[i] = f.Path
 	}
-	defer r.Close()
-	rd := reader{files: rootFiles{r}, reading: map[string]bool{}, seen: map[string]bool{}}
-	var out []Directive
+	return out
+}
+
+// Read reads each of paths as the node under files sees it (a file, or a
+// directory) and, in place, every file its conf-file=, conf-dir= and
+// servers-file= directives name. A directory the node's dnsmasq reads as a
+// conf-dir is read as it does (Debian's CONFIG_DIR leaves out .dpkg-old
+// files, say); any other as conf-dir=DIR. A file reached twice is read
+// once: dnsmasq would read it again, which adds nothing but duplicates.
+func Read(files Files, paths []string) (Reading, error) {
+	rd := &reader{files: files, reading: map[string]bool{}, seen: map[string]bool{}}
 	for _, p := range paths {
-		p = filepath.Clean("/" + p)
-		info, err := r.Stat(rootRel(p))
+		p = path.Clean("/" + p)
+		info, err := files.Stat(p)
 		if err != nil {
-			return out, err
+			return rd.out, err
 		}
 		if !info.IsDir() {
-			if err := rd.readFile(p, 0, &out); err != nil {
-				return out, err
+			if err := rd.readFile(p, "named", 0); err != nil {
+				return rd.out, err
 			}
 			continue
 		}
-		files, err := rd.confDir(p)
-		if err != nil {
-			return out, err
-		}
-		for _, f := range files {
-			if err := rd.readFile(f, 0, &out); err != nil {
-				return out, err
-			}
+		spec, why := nodeConfDir(files, p)
+		if err := rd.readDir(spec, why, 0); err != nil {
+			return rd.out, err
 		}
 	}
-	return out, nil
+	return rd.out, nil
 }
 
-// files is where a reader reads: the host's file system, or a root.
-type files interface {
-	Open(name string) (io.ReadCloser, error)
-	ReadDir(name string) ([]os.DirEntry, error)
-	Stat(name string) (os.FileInfo, error)
-}
-
-type hostFiles struct{}
-
-func (hostFiles) Open(name string) (io.ReadCloser, error)    { return os.Open(name) }
-func (hostFiles) ReadDir(name string) ([]os.DirEntry, error) { return os.ReadDir(name) }
-func (hostFiles) Stat(name string) (os.FileInfo, error)      { return os.Stat(name) }
-
-// rootFiles reads absolute paths under an os.Root.
-type rootFiles struct{ r *os.Root }
-
-func rootRel(name string) string {
-	rel := strings.TrimPrefix(filepath.Clean("/"+name), "/")
-	if rel == "" {
-		return "."
+// nodeConfDir is how the node's dnsmasq reads the directory dir: the value
+// of its conf-dir= for dir, with its extensions, and why; "dir" itself when
+// it reads none.
+func nodeConfDir(files Files, dir string) (spec, why string) {
+	node, _ := ReadNode(files)
+	for _, d := range node.Directives {
+		if d.Name == "conf-dir" && path.Clean("/"+strings.TrimSpace(strings.Split(d.Value, ",")[0])) == dir {
+			return d.Value, "named, read as the node's dnsmasq reads it (" + d.String() + " at " + d.where() + ")"
+		}
 	}
-	return rel
-}
-
-func (f rootFiles) Open(name string) (io.ReadCloser, error) { return f.r.Open(rootRel(name)) }
-func (f rootFiles) Stat(name string) (os.FileInfo, error)   { return f.r.Stat(rootRel(name)) }
-func (f rootFiles) ReadDir(name string) ([]os.DirEntry, error) {
-	d, err := f.r.Open(rootRel(name))
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return d.ReadDir(-1)
+	return dir, "named, a directory read as conf-dir=" + dir
 }
 
 // reader reads dnsmasq files through files.
 type reader struct {
-	files   files
+	files   Files
 	reading map[string]bool // the include chain, for loops
-	seen    map[string]bool // files read already; nil = read every time
+	seen    map[string]bool // files read already
+	out     Reading
 }
 
-func (rd reader) readFile(path string, depth int, out *[]Directive) error {
+func (rd *reader) readFile(name, why string, depth int) error {
+	name = path.Clean("/" + name) // dnsmasq runs in "/": a relative name is from there
 	if depth > maxIncludeDepth {
-		return fmt.Errorf("%s: conf-file/conf-dir nested more than %d deep", path, maxIncludeDepth)
+		return fmt.Errorf("%s: conf-file/conf-dir nested more than %d deep", name, maxIncludeDepth)
 	}
-	abs, _ := filepath.Abs(path)
-	if rd.reading[abs] {
-		return fmt.Errorf("%s includes itself", path)
+	if rd.reading[name] {
+		return fmt.Errorf("%s includes itself", name)
 	}
-	if rd.seen != nil {
-		if rd.seen[abs] {
-			return nil
-		}
-		rd.seen[abs] = true
+	if rd.seen[name] {
+		return nil
 	}
-	rd.reading[abs] = true
-	defer delete(rd.reading, abs)
+	rd.seen[name] = true
+	rd.reading[name] = true
+	defer delete(rd.reading, name)
 
-	f, err := rd.files.Open(path)
+	data, err := rd.files.ReadFile(name)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
+	rd.out.Files = append(rd.out.Files, FileRead{Path: name, Why: why})
+	scanner := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; scanner.Scan(); n++ {
 		d, ok := parseLine(scanner.Text())
 		if !ok {
 			continue
 		}
-		d.File, d.Line = path, n
-		*out = append(*out, d)
-		switch d.Name {
-		case "conf-file", "servers-file":
-			if err := rd.readFile(d.Value, depth+1, out); err != nil {
-				return fmt.Errorf("%s: %w", d.where(), err)
-			}
-		case "conf-dir":
-			files, err := rd.confDir(d.Value)
-			if err != nil {
-				return fmt.Errorf("%s: %w", d.where(), err)
-			}
-			for _, name := range files {
-				if err := rd.readFile(name, depth+1, out); err != nil {
-					return err
-				}
-			}
+		d.File, d.Line = name, n
+		if err := rd.directive(d, depth); err != nil {
+			return err
 		}
 	}
 	if err := scanner.Err(); err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	return nil
+}
+
+// directive adds d and reads in place what it includes.
+func (rd *reader) directive(d Directive, depth int) error {
+	rd.out.Directives = append(rd.out.Directives, d)
+	why := d.String() + " at " + d.where()
+	switch d.Name {
+	case "conf-file", "servers-file":
+		if err := rd.readFile(d.Value, why, depth+1); err != nil {
+			return fmt.Errorf("%s: %w", d.where(), err)
+		}
+	case "conf-dir":
+		if err := rd.readDir(d.Value, why, depth+1); err != nil {
+			return fmt.Errorf("%s: %w", d.where(), err)
+		}
+	}
+	return nil
+}
+
+func (rd *reader) readDir(value, why string, depth int) error {
+	names, err := rd.confDir(value)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := rd.readFile(name, why, depth); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -208,9 +217,9 @@ func parseLine(line string) (Directive, bool) {
 // ("conf-dir=/etc/dnsmasq.d/,*.conf"); the others exclude them
 // ("conf-dir=/etc/dnsmasq.d,.dpkg-dist,.bak"). Like dnsmasq it skips dot
 // files, editor backups ("~") and emacs autosaves ("#name#").
-func (rd reader) confDir(value string) ([]string, error) {
+func (rd *reader) confDir(value string) ([]string, error) {
 	parts := strings.Split(value, ",")
-	dir := strings.TrimSpace(parts[0])
+	dir := path.Clean("/" + strings.TrimSpace(parts[0]))
 	var include, exclude []string
 	for _, p := range parts[1:] {
 		p = strings.TrimSpace(p)
@@ -238,7 +247,7 @@ func (rd reader) confDir(value string) ([]string, error) {
 		if len(include) > 0 && !slices.ContainsFunc(include, func(ext string) bool { return strings.HasSuffix(name, ext) }) {
 			continue
 		}
-		full := filepath.Join(dir, name)
+		full := path.Join(dir, name)
 		if info, err := rd.files.Stat(full); err != nil || !info.Mode().IsRegular() {
 			continue // dnsmasq reads regular files (and links to them) only
 		}
@@ -247,3 +256,7 @@ func (rd reader) confDir(value string) ([]string, error) {
 	slices.Sort(files)
 	return files, nil
 }
+
+// ErrNoConfig says a node has no dnsmasq configuration: neither
+// ConfFile nor DebianDefaults.
+var ErrNoConfig = errors.New("no dnsmasq configuration found (" + ConfFile + ", " + DebianDefaults + ")")

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
 )
 
@@ -79,11 +78,7 @@ func installOn(t *testing.T, root string, docker bool) {
 	if err := os.WriteFile(binary, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := install.Install(install.InstallOptions{Root: root, Binary: binary, Docker: docker,
-		RenderConfig: func(c install.InstallConfig) []byte {
-			return config.InstallSettings{Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
-				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn}.File().Render()
-		}})
+	_, err := install.Install(install.InstallOptions{Root: root, Binary: binary, Docker: docker})
 	if err != nil {
 		t.Fatalf("install: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
-	"github.com/towerd/towerd/cmd/towerd/internal/install"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/resolver/consul"
 )
 
@@ -50,7 +50,7 @@ func consulAddress(flagAddr string, c config.ConsulConfig) string {
 // newConsulTarget parses addr (host:port, http(s)://host:port,
 // unix:///path) for scheme (consul.scheme; "" = http, or https when
 // CONSUL_HTTP_SSL says so).
-func newConsulTarget(nr *install.NodeRoot, addr string, c config.ConsulConfig, token string) (consulTarget, error) {
+func newConsulTarget(nr *nodefs.Root, addr string, c config.ConsulConfig, token string) (consulTarget, error) {
 	t := consulTarget{header: http.Header{}}
 	if token != "" {
 		t.header.Set("X-Consul-Token", token)
@@ -172,7 +172,7 @@ func (d checkDef) timeout() time.Duration {
 }
 
 // readConsul asks the agent at addr.
-func readConsul(ctx context.Context, nr *install.NodeRoot, addr string, c config.ConsulConfig, token string, timeout time.Duration) *consulView {
+func readConsul(ctx context.Context, nr *nodefs.Root, addr string, c config.ConsulConfig, token string, timeout time.Duration) *consulView {
 	v := &consulView{Addr: addr}
 	t, err := newConsulTarget(nr, addr, c, token)
 	if err != nil {
@@ -274,7 +274,7 @@ const maxCheckFile = 256 << 10
 // persistedChecks reads the definitions the agent keeps for the checks
 // registered through its API, <data_dir>/checks/*, under the root. Each
 // holds the check's token too: it is not decoded.
-func persistedChecks(nr *install.NodeRoot, dataDir string) map[string]sourcedDef {
+func persistedChecks(nr *nodefs.Root, dataDir string) map[string]sourcedDef {
 	out := map[string]sourcedDef{}
 	if dataDir == "" {
 		return out

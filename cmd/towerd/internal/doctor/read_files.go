@@ -9,11 +9,13 @@ import (
 	"strings"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
-// The node's files are read through install's NodeRoot: symlinks resolved
-// inside the root, only regular files, opened without blocking, each at
-// most maxNodeFile bytes (maxConfigFile for towerd's own configuration).
+// The node's files are read through nodefs.Root, as install reads them:
+// symlinks resolved inside the root, only regular files, opened without
+// blocking, each at most maxNodeFile bytes (maxConfigFile for towerd's
+// own configuration).
 // Install's detectors (resolv.conf's manager, Docker, dnsmasq) read
 // through the same value, so doctor sees the node as install does.
 
@@ -23,8 +25,8 @@ import (
 const maxNodeFile = 4 << 20
 
 // openRoot opens dir for doctor's reads, with doctor's bound.
-func openRoot(dir string) (*install.NodeRoot, error) {
-	nr, err := install.OpenNodeRoot(dir)
+func openRoot(dir string) (*nodefs.Root, error) {
+	nr, err := nodefs.Open(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -38,19 +40,19 @@ const maxConfigFile = 1 << 20
 // maxDirEntries bounds how many entries of one directory doctor looks at.
 const maxDirEntries = 4096
 
-func readNodeFile(nr *install.NodeRoot, name string) nodeFile {
+func readNodeFile(nr *nodefs.Root, name string) nodeFile {
 	data, err := nr.ReadFile(name)
 	return nodeFile{Path: name, Data: data, Err: err}
 }
 
 // exists tells whether name is there (a dangling symlink counts).
-func exists(nr *install.NodeRoot, name string) bool {
+func exists(nr *nodefs.Root, name string) bool {
 	_, err := nr.Lstat(name)
 	return err == nil
 }
 
 // readDir lists name's entries, sorted, at most maxDirEntries.
-func readDir(nr *install.NodeRoot, name string) []fs.DirEntry {
+func readDir(nr *nodefs.Root, name string) []fs.DirEntry {
 	entries, err := nr.ReadDir(name)
 	if err != nil {
 		return nil
@@ -60,7 +62,7 @@ func readDir(nr *install.NodeRoot, name string) []fs.DirEntry {
 
 // readResolverFiles reads what glibc reads: resolv.conf, nsswitch.conf
 // and hosts.
-func readResolverFiles(nr *install.NodeRoot, n *Node) {
+func readResolverFiles(nr *nodefs.Root, n *Node) {
 	n.ResolvConf = readNodeFile(nr, install.ResolvConfPath)
 	if fi, err := nr.Lstat(install.ResolvConfPath); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		n.ResolvConfLink, _ = nr.Readlink(install.ResolvConfPath)
@@ -71,7 +73,7 @@ func readResolverFiles(nr *install.NodeRoot, n *Node) {
 
 // readPlumbing runs install's detectors and reads systemd-resolved's
 // configuration.
-func readPlumbing(nr *install.NodeRoot, n *Node) {
+func readPlumbing(nr *nodefs.Root, n *Node) {
 	if plan, err := install.DetectResolvConfManager(nr); err == nil {
 		n.Manager = &plan
 		for _, f := range plan.Files {
@@ -106,7 +108,7 @@ var resolvedRunning = []string{"/run/systemd/resolve", "/etc/systemd/system/sysi
 // of /usr/lib, /run and /etc (a name in a later directory shadows the same
 // name in an earlier one), all drop-ins in name order, later keys winning.
 // An empty DNS= resets the list.
-func readResolved(nr *install.NodeRoot) resolvedView {
+func readResolved(nr *nodefs.Root) resolvedView {
 	v := resolvedView{SetBy: map[string]string{}}
 	for _, p := range resolvedPaths {
 		v.Present = v.Present || exists(nr, p)

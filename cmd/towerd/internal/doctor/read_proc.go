@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/towerd/towerd/cmd/towerd/internal/install"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // Who listens on port 53: the kernel's socket tables in /proc/net, and
@@ -75,7 +75,7 @@ func parseHexAddrPort(s string) (netip.AddrPort, bool) {
 }
 
 // readListeners lists the sockets bound to port 53 and their processes.
-func readListeners(nr *install.NodeRoot) ([]listener, error) {
+func readListeners(nr *nodefs.Root) ([]listener, error) {
 	var found []boundSocket
 	var lastErr error
 	read := 0
@@ -101,7 +101,7 @@ func readListeners(nr *install.NodeRoot) ([]listener, error) {
 }
 
 // socketOwners maps the inodes of sockets to the processes that hold them.
-func socketOwners(nr *install.NodeRoot, sockets []boundSocket) map[string][]process {
+func socketOwners(nr *nodefs.Root, sockets []boundSocket) map[string][]process {
 	want := map[string]bool{}
 	for _, s := range sockets {
 		want["socket:["+s.inode+"]"] = true

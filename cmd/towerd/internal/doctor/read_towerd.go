@@ -15,6 +15,7 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/systemd"
 	"github.com/towerd/towerd/upstream"
@@ -29,7 +30,7 @@ var towerdPaths = []string{systemd.DefaultBinaryPath, install.PackagedBinaryPath
 var socketWants = path.Join(systemd.UnitDir, "sockets.target.wants", systemd.SocketUnitName)
 
 // readTowerdFiles reads towerd's config, units and state directory.
-func readTowerdFiles(nr *install.NodeRoot, n *Node, configPath string, mustExist bool) {
+func readTowerdFiles(nr *nodefs.Root, n *Node, configPath string, mustExist bool) {
 	t := &n.Towerd
 	t.ConfigPath = configPath
 	for _, p := range append(slices.Clone(towerdPaths), configPath) {
@@ -71,7 +72,7 @@ func readTowerdFiles(nr *install.NodeRoot, n *Node, configPath string, mustExist
 
 // readConfigFiles reads the config file and its drop-ins (towerd.d/*.toml
 // beside it, in name order), as config.Load does, each with a bound.
-func readConfigFiles(nr *install.NodeRoot, configPath string, mustExist bool) ([]config.Source, error) {
+func readConfigFiles(nr *nodefs.Root, configPath string, mustExist bool) ([]config.Source, error) {
 	var files []config.Source
 	data, err := nr.ReadFileMax(configPath, maxConfigFile)
 	switch {
@@ -113,7 +114,7 @@ func validate(cfg config.Config, files []config.Source, configPath string) error
 
 // unitFiles are a unit's file (the administrator's, else the package's)
 // and its drop-ins, in the order systemd reads them.
-func unitFiles(nr *install.NodeRoot, unit string) []string {
+func unitFiles(nr *nodefs.Root, unit string) []string {
 	var out []string
 	for _, dir := range []string{systemd.UnitDir, install.PackagedUnitDir, "/usr/lib/systemd/system"} {
 		if p := path.Join(dir, unit); exists(nr, p) {
@@ -130,7 +131,7 @@ func unitFiles(nr *install.NodeRoot, unit string) []string {
 	return out
 }
 
-func readStateDir(nr *install.NodeRoot, dir string) stateDir {
+func readStateDir(nr *nodefs.Root, dir string) stateDir {
 	s := stateDir{Path: dir}
 	if dir == "" {
 		return s
@@ -158,7 +159,7 @@ func readStateDir(nr *install.NodeRoot, dir string) stateDir {
 // /etc/resolv.conf, or, when that is towerd's own, the files install
 // follows), reading under the root with a bound, and leaves out towerd's
 // own listen addresses.
-func readRootZone(nr *install.NodeRoot, cfg config.Config) rootZone {
+func readRootZone(nr *nodefs.Root, cfg config.Config) rootZone {
 	var z rootZone
 	var servers []string
 	for _, zone := range cfg.MergedZones() {
@@ -222,7 +223,7 @@ const maxTokenFile = 4096
 // file consul.token_file names (its ${CREDENTIALS_DIRECTORY} being the
 // LoadCredential= source in towerd.service's drop-ins, by default
 // /etc/towerd/consul-token), read under the root, else CONSUL_HTTP_TOKEN.
-func consulToken(nr *install.NodeRoot, c config.ConsulConfig, credentialSource string) (token, source string) {
+func consulToken(nr *nodefs.Root, c config.ConsulConfig, credentialSource string) (token, source string) {
 	if c.Token != "" {
 		return c.Token, "consul.token"
 	}

@@ -10,18 +10,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
-// Exit codes, as every towerd subcommand's (cmd/towerd).
-const (
-	exitOK     = 0
-	exitFail   = 1 // a target missed, or the drill could not run
-	exitConfig = 2 // bad flags or an unusable config file
-	// exitInconclusive: no target failed, but one was missed while the
-	// machine was too busy to judge it (issue 25).
-	exitInconclusive = 3
-)
+// exitInconclusive: no target failed, but one was missed while the
+// machine was too busy to judge it (issue 25); the drill's own, beside
+// base's codes.
+const exitInconclusive = 3
 
 // Run is `towerd drill`. Exit status: 0 when every target is met, 1 when
 // one is missed or the drill could not run, 2 for bad flags or an unusable
@@ -67,23 +63,23 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		return exitOK
+		return base.ExitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "towerd drill: %v\n", err)
-		return exitConfig
+		return base.ExitConfig
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "towerd drill: unexpected argument %q\n", fs.Arg(0))
-		return exitConfig
+		return base.ExitConfig
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.Node, err = LoadNode(*configPath, !set["config"]); err != nil {
 		fmt.Fprintf(stderr, "towerd drill: config: %v\n", err)
-		return exitConfig
+		return base.ExitConfig
 	}
 	if err := o.Check(); err != nil {
 		fmt.Fprintf(stderr, "towerd drill: %v\n", err)
-		return exitConfig
+		return base.ExitConfig
 	}
 	logOut := io.Discard
 	if verbose {
@@ -94,11 +90,11 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "towerd drill: %v\n", err)
-		return exitFail
+		return base.ExitFail
 	case verdict == Fail:
-		return exitFail
+		return base.ExitFail
 	case verdict == Inconclusive:
 		return exitInconclusive
 	}
-	return exitOK
+	return base.ExitOK
 }

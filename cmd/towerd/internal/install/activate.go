@@ -197,6 +197,7 @@ func (in *installer) activate(act *activator, opts Activation, p nodePlan) error
 		return nil
 	}
 	in.r.warn("activation failed (%v): rolling back everything install did", err)
+	in.r.Undo = nil // the rollback is the undo
 	if rbErr := act.rollback(in.fsys); rbErr != nil {
 		return fmt.Errorf("%w; the rollback did not finish either: %v (see the lines above; towerd uninstall finishes it)", err, rbErr)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/towerd/towerd/systemd"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // fakeSystemctl puts a systemctl first on PATH that logs each call's
@@ -72,12 +73,12 @@ func answeringDNS(t *testing.T) string {
 	return pc.LocalAddr().String()
 }
 
-func activateOn(t *testing.T, kind nodeKind, act Activation) (root string, before, installed map[string]node, r *Report, err error) {
+func activateOn(t *testing.T, kind nodeKind, act Activation) (root string, before, installed map[string]dnstest.Node, r *Report, err error) {
 	t.Helper()
 	root, _ = buildNode(t, nodeCase{kind: kind})
-	before = treeOf(t, root)
-	r, err = install(rootOf(t, root), withRenderer(InstallOptions{Binary: fakeBinary(t), Activate: &act}))
-	return root, before, treeOf(t, root), r, err
+	before = dnstest.Tree(t, root)
+	r, err = install(rootOf(t, root), InstallOptions{Binary: fakeBinary(t), Activate: &act})
+	return root, before, dnstest.Tree(t, root), r, err
 }
 
 var rollbackCalls = []string{"disable --now towerd.socket towerd.service", "daemon-reload", "restart systemd-resolved.service"}
@@ -91,7 +92,7 @@ func TestActivateRollsBackWhenSystemctlFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "enable --now towerd.socket") || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("install --activate = %v, want the failed step and the rollback", err)
 	}
-	diffTrees(t, before, after)
+	dnstest.DiffTrees(t, before, after)
 	want := append([]string{"daemon-reload", "restart systemd-resolved.service", "enable --now towerd.socket"}, rollbackCalls...)
 	if got := calls(t, log); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("systemctl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -118,7 +119,7 @@ func TestActivateRollsBackWhenTowerdNeverAnswers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "did not answer on "+probe) {
 		t.Fatalf("install --activate = %v, want towerd not answering", err)
 	}
-	diffTrees(t, before, after)
+	dnstest.DiffTrees(t, before, after)
 	want := []string{"daemon-reload", "enable --now towerd.socket", "disable --now towerd.socket towerd.service", "daemon-reload"}
 	if got := calls(t, log); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("systemctl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -164,12 +165,12 @@ func TestActivateRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "systemctl disable --now dnsmasq.service") {
 		t.Errorf("install --activate with dnsmasq enabled = %v", err)
 	}
-	diffTrees(t, before, after)
-	if _, err := Install(InstallOptions{Root: root, Binary: fakeBinary(t), Activate: &Activation{}, RenderConfig: withRenderer(InstallOptions{}).RenderConfig}); err == nil ||
+	dnstest.DiffTrees(t, before, after)
+	if _, err := Install(InstallOptions{Root: root, Binary: fakeBinary(t), Activate: &Activation{}}); err == nil ||
 		!strings.Contains(err.Error(), "--root") {
 		t.Errorf("install --activate --root = %v", err)
 	}
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 	mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if got := calls(t, log); len(got) != 0 {
 		t.Errorf("systemctl ran: %q", got)

@@ -14,14 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/towerd/towerd/cmd/towerd/internal/config"
-)
-
-// Exit codes, as every towerd subcommand's (cmd/towerd).
-const (
-	exitOK     = 0
-	exitFail   = 1 // install or uninstall could not finish
-	exitConfig = 2 // bad flags
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // Run is `towerd install`; RunUninstall is `towerd uninstall`. Both only
@@ -65,27 +58,27 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return base.ExitOK
 		}
-		return exitConfig
+		return base.ExitConfig
 	}
 	// --from-dnsmasq takes an optional FILE: "--from-dnsmasq FILE" leaves
 	// FILE as the first argument, and the flags after it still count.
 	if fromDnsmasq.set && fromDnsmasq.path == "" && fs.NArg() > 0 && !strings.HasPrefix(fs.Arg(0), "-") {
 		fromDnsmasq.path = fs.Arg(0)
 		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return exitConfig
+			return base.ExitConfig
 		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "towerd %s: unexpected argument %q\n", name, fs.Arg(0))
-		return exitConfig
+		return base.ExitConfig
 	}
 	if !filepath.IsAbs(*root) {
 		abs, err := filepath.Abs(*root)
 		if err != nil {
 			fmt.Fprintf(stderr, "towerd %s: --root: %v\n", name, err)
-			return exitConfig
+			return base.ExitConfig
 		}
 		*root = abs
 	}
@@ -95,10 +88,10 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 		switch {
 		case *activate && filepath.Clean(*root) != "/":
 			fmt.Fprintf(stderr, "towerd install: --activate runs this machine's systemctl and cannot start the units of --root %s: install there without it\n", *root)
-			return exitConfig
+			return base.ExitConfig
 		case set["activate-timeout"] && !*activate:
 			fmt.Fprintln(stderr, "towerd install: --activate-timeout without --activate has no effect")
-			return exitConfig
+			return base.ExitConfig
 		}
 	}
 	header := "towerd " + name
@@ -121,45 +114,33 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "towerd install: finding this program's binary: %v\n", err)
-			return exitFail
+			return base.ExitFail
 		}
 		opts := InstallOptions{
 			Root: *root, Binary: exe, Upstreams: splitServers(*upstreams), DryRun: *dryRun, Docker: *docker,
 		}
-		var imported *config.File
 		if fromDnsmasq.set {
-			f, info, code := importForInstall(*root, fromDnsmasq.path, stderr)
-			if code != exitOK {
+			var code int
+			if opts.Import, code = importForInstall(*root, fromDnsmasq.path, stderr); code != base.ExitOK {
 				return code
 			}
-			imported, opts.Imported = &f, info
 		}
 		if *activate {
 			opts.Activate = &Activation{Timeout: *activateTimeout}
 		}
-		opts.RenderConfig = func(c InstallConfig) []byte {
-			s := config.InstallSettings{
-				Listen: append([]string{c.Listen}, c.ExtraListen...), Allow: c.Allow,
-				ResolvConf: c.ResolvConf, Servers: c.Servers, Source: c.Source, DropIn: c.DropIn,
-			}
-			if imported != nil {
-				return s.Complete(*imported).Render()
-			}
-			return s.File().Render()
-		}
 		report, err = Install(opts)
 	}
 	if report != nil {
-		report.Print(stdout, stderr)
+		report.Print(stdout, stderr, err != nil)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "towerd %s: %v\n", name, err)
 		if errors.Is(err, os.ErrPermission) {
 			fmt.Fprintf(stderr, "towerd %s edits system files: run it as root (sudo towerd %s)\n", name, name)
 		}
-		return exitFail
+		return base.ExitFail
 	}
-	return exitOK
+	return base.ExitOK
 }
 
 // optionalPath is a flag that may stand alone (--from-dnsmasq) or take a

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/base"
 )
 
 // TestInstallFlagsThatCannotTakeEffect: refused with status 2 before
@@ -21,8 +23,8 @@ func TestInstallFlagsThatCannotTakeEffect(t *testing.T) {
 		{[]string{"--root", root, "--from-dnsmasq", "/etc/dnsmasq.conf", "extra"}, `unexpected argument "extra"`},
 	} {
 		var out, errOut bytes.Buffer
-		if code := Run(tc.args, &out, &errOut); code != exitConfig || !strings.Contains(errOut.String(), tc.want) {
-			t.Errorf("install %q: status %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), exitConfig, tc.want)
+		if code := Run(tc.args, &out, &errOut); code != base.ExitConfig || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("install %q: status %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), base.ExitConfig, tc.want)
 		}
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
@@ -49,7 +51,7 @@ func TestInstallFromDnsmasqTakesAnOptionalPath(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	code := Run([]string{"--from-dnsmasq", "/etc/dnsmasq.d", "--root", root, "--dry-run"}, &out, &errOut)
-	if code != exitOK || !strings.Contains(out.String(), "would write     /etc/towerd/towerd.toml: imported from dnsmasq's /etc/dnsmasq.d") ||
+	if code != base.ExitOK || !strings.Contains(out.String(), "would write     /etc/towerd/towerd.toml: imported from dnsmasq's /etc/dnsmasq.d") ||
 		!strings.Contains(out.String(), `zone "." -> 192.0.2.53:53`) {
 		t.Errorf("status %d\n%s%s", code, out.String(), errOut.String())
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 func planPaths(p ManagerPlan) []string {
@@ -179,7 +181,7 @@ func TestDetectResolvConfManagerVariants(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			tc.tree.write(t, root)
-			n, err := OpenNodeRoot(root)
+			n, err := nodefs.Open(root)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,18 +1,16 @@
 package install
 
 import (
-	"bufio"
-	"bytes"
-	"path"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 )
 
 // Where a Debian-style dnsmasq keeps its configuration and state.
 const (
-	DnsmasqConf        = "/etc/dnsmasq.conf"
-	DnsmasqDefaults    = "/etc/default/dnsmasq"
+	DnsmasqConf        = dnsmasqimport.ConfFile
+	DnsmasqDefaults    = dnsmasqimport.DebianDefaults
 	DnsmasqUnit        = "dnsmasq.service"
-	dnsmasqDefaultDir  = "/etc/dnsmasq.d"
 	dnsmasqPIDFile     = "/run/dnsmasq/dnsmasq.pid"
 	dnsmasqEnabledLink = "/etc/systemd/system/multi-user.target.wants/" + DnsmasqUnit
 )
@@ -28,61 +26,43 @@ type DnsmasqState struct {
 	ServesDNS bool
 	// Enabled: dnsmasq.service is enabled (starts at boot).
 	Enabled bool
-	// ConfigFiles are the files dnsmasq reads, in its order: dnsmasq.conf,
-	// then conf-file= and conf-dir= entries and Debian's CONFIG_DIR. What
+	// ConfigFiles are the files dnsmasq reads, in its order
+	// (dnsmasqimport.ReadNode: Debian's /etc/default/dnsmasq and its
+	// CONFIG_DIR first, then dnsmasq.conf and what it includes). What
 	// `towerd install --from-dnsmasq` imports.
 	ConfigFiles []string
 	// Evidence are report lines, one per thing found.
 	Evidence []string
-	// ServesDHCP: a dhcp-range is configured; stopping dnsmasq also stops
-	// the node's DHCP service, which towerd does not replace.
+	// ServesDHCP: a dhcp-range is configured; stopping dnsmasq would also
+	// stop the node's DHCP service, which towerd does not replace.
 	ServesDHCP bool
-	// StopCommands are to be printed (and run by the operator) before
-	// towerd's `systemctl enable --now towerd.socket`.
+	// StopCommands free port 53 for towerd: printed (and run by the
+	// operator) before `systemctl enable --now towerd.socket`. Where dnsmasq
+	// also serves DHCP they keep it running with its DNS off (port=0)
+	// instead of stopping it.
 	StopCommands []string
+	// UndoCommands give dnsmasq its port back after `towerd uninstall`.
+	UndoCommands []string
 }
 
-// DetectDnsmasq looks for dnsmasq under the root: its configuration, its
-// Debian defaults file, an enabled unit, a pid file, and a resolv.conf
-// that sends lookups to 127.0.0.1 while dnsmasq is installed (HashiCorp's
-// Consul recipe).
+// DetectDnsmasq looks for dnsmasq under the root: the configuration it
+// reads (dnsmasqimport.ReadNode), an enabled unit, a pid file, and a
+// resolv.conf that sends lookups to 127.0.0.1 while dnsmasq is installed
+// (HashiCorp's Consul recipe).
 func DetectDnsmasq(files nodeFiles) DnsmasqState {
 	var s DnsmasqState
 	installed := nodeHas(files, "/usr/sbin/dnsmasq") || nodeHas(files, "/usr/bin/dnsmasq")
-	if nodeHas(files, DnsmasqConf) {
-		s.Present = true
-		s.ConfigFiles = append(s.ConfigFiles, DnsmasqConf)
-	}
-	// Debian's unit runs dnsmasq with --conf-dir=$CONFIG_DIR, this
-	// default when /etc/default/dnsmasq does not set it.
-	configDir := dnsmasqDefaultDir + ",.dpkg-dist,.dpkg-old,.dpkg-new"
-	if data, err := files.ReadFile(DnsmasqDefaults); err == nil {
-		s.Present = true
-		if v, ok := shellVar(data, "ENABLED"); ok && v == "0" {
-			s.Evidence = append(s.Evidence, DnsmasqDefaults+": ENABLED=0 (its init script will not start it)")
-		}
-		if v, ok := shellVar(data, "CONFIG_DIR"); ok {
-			configDir = v
-		}
-	}
-	if configDir != "" && (installed || s.Present) {
-		s.ConfigFiles = append(s.ConfigFiles, dnsmasqConfDir(files, configDir)...)
-	}
-	// dnsmasq.conf's own conf-file= and conf-dir= lines, one level deep.
-	if data, err := files.ReadFile(DnsmasqConf); err == nil {
-		for _, opt := range dnsmasqOptions(data) {
-			switch opt.key {
-			case "conf-file":
-				s.ConfigFiles = appendMissing(s.ConfigFiles, opt.value)
-			case "conf-dir":
-				for _, f := range dnsmasqConfDir(files, opt.value) {
-					s.ConfigFiles = appendMissing(s.ConfigFiles, f)
-				}
-			}
-		}
-	}
+	read, err := dnsmasqimport.ReadNode(files)
+	s.ConfigFiles = read.Paths()
 	if len(s.ConfigFiles) > 0 {
+		s.Present = true
 		s.Evidence = append(s.Evidence, "dnsmasq configuration: "+strings.Join(s.ConfigFiles, ", "))
+	}
+	if err != nil && len(s.ConfigFiles) > 0 {
+		s.Evidence = append(s.Evidence, "dnsmasq configuration not read to the end: "+err.Error())
+	}
+	if read.Debian["ENABLED"] == "0" {
+		s.Evidence = append(s.Evidence, DnsmasqDefaults+": ENABLED=0 (its init script will not start it)")
 	}
 	if nodeHas(files, dnsmasqEnabledLink) {
 		s.Present, s.Enabled = true, true
@@ -100,18 +80,12 @@ func DetectDnsmasq(files nodeFiles) DnsmasqState {
 		return DnsmasqState{}
 	}
 	s.ServesDNS = true
-	for _, f := range s.ConfigFiles {
-		data, err := files.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, opt := range dnsmasqOptions(data) {
-			switch opt.key {
-			case "port":
-				s.ServesDNS = opt.value != "0"
-			case "dhcp-range":
-				s.ServesDHCP = true
-			}
+	for _, d := range read.Directives {
+		switch d.Name {
+		case "port":
+			s.ServesDNS = d.Value != "0" // the last one wins, as in dnsmasq
+		case "dhcp-range":
+			s.ServesDHCP = true
 		}
 	}
 	if !s.ServesDNS {
@@ -119,93 +93,30 @@ func DetectDnsmasq(files nodeFiles) DnsmasqState {
 		return s
 	}
 	if s.ServesDHCP {
-		s.Evidence = append(s.Evidence, "dnsmasq also serves DHCP (dhcp-range): stopping it stops that too; to keep it, set port=0 instead of stopping it")
+		// Stopping it would take the node's DHCP service down; port=0
+		// turns its DNS off and leaves DHCP (dnsmasq(8), --port). The line
+		// goes at the end of the file dnsmasq reads last, so it wins.
+		conf := mainConfFile(read)
+		s.Evidence = append(s.Evidence, "dnsmasq also serves DHCP (dhcp-range): it is not stopped, its DNS is turned off instead "+
+			"(port=0 in "+conf+"); check that its DHCP clients still get a DNS server they can reach")
+		s.StopCommands = []string{"echo port=0 >> " + conf + " && systemctl restart " + DnsmasqUnit + "   # DHCP stays, DNS off: towerd takes port 53"}
+		s.UndoCommands = []string{"remove the port=0 line from " + conf + ", then: systemctl restart " + DnsmasqUnit}
+		return s
 	}
 	// One command stops it now and keeps it from starting at boot, so
 	// towerd.socket can bind 127.0.0.1:53.
 	s.StopCommands = []string{"systemctl disable --now " + DnsmasqUnit}
+	s.UndoCommands = []string{"systemctl enable --now " + DnsmasqUnit}
 	return s
 }
 
-type dnsmasqOption struct{ key, value string }
-
-// dnsmasqOptions parses dnsmasq's "key=value" / "key" lines.
-func dnsmasqOptions(data []byte) []dnsmasqOption {
-	var out []dnsmasqOption
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		k, v, _ := strings.Cut(line, "=")
-		out = append(out, dnsmasqOption{strings.TrimSpace(k), strings.TrimSpace(v)})
-	}
-	return out
-}
-
-// dnsmasqConfDir lists the files dnsmasq reads for "conf-dir=DIR[,ext...]":
-// an extension ".x" leaves files ending in it out; "*.x" reads only files
-// ending in it. Like dnsmasq, names starting with "." and editor backups
-// ("~", "#...#") are skipped.
-func dnsmasqConfDir(files nodeFiles, spec string) []string {
-	parts := strings.Split(spec, ",")
-	dir := strings.TrimSpace(parts[0])
-	var skip, only []string
-	for _, p := range parts[1:] {
-		p = strings.TrimSpace(p)
-		if after, ok := strings.CutPrefix(p, "*"); ok {
-			only = append(only, after)
-		} else if p != "" {
-			skip = append(skip, p)
+// mainConfFile is the configuration file dnsmasq reads last: the one read
+// as its configuration file, else the default it would read were it there.
+func mainConfFile(read dnsmasqimport.Reading) string {
+	for _, f := range read.Files {
+		if f.Why == dnsmasqimport.ConfFileWhy {
+			return f.Path
 		}
 	}
-	entries, err := files.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasSuffix(name, "~") ||
-			(strings.HasPrefix(name, "#") && strings.HasSuffix(name, "#")) {
-			continue
-		}
-		if hasAnySuffix(name, skip) || (len(only) > 0 && !hasAnySuffix(name, only)) {
-			continue
-		}
-		out = append(out, path.Join(dir, name))
-	}
-	return out
-}
-
-func hasAnySuffix(s string, suffixes []string) bool {
-	for _, x := range suffixes {
-		if strings.HasSuffix(s, x) {
-			return true
-		}
-	}
-	return false
-}
-
-func appendMissing(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
-}
-
-// shellVar returns the value of NAME=value in a shell defaults file.
-func shellVar(data []byte, name string) (string, bool) {
-	value, found := "", false
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if v, ok := strings.CutPrefix(line, name+"="); ok {
-			value, found = strings.Trim(v, `"'`), true
-		}
-	}
-	return value, found
+	return DnsmasqConf
 }

@@ -3,6 +3,8 @@ package install
 import (
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 func TestDetectDnsmasqOnTheNodes(t *testing.T) {
@@ -18,7 +20,9 @@ func TestDetectDnsmasqOnTheNodes(t *testing.T) {
 				}
 				return
 			}
-			want := []string{DnsmasqConf, "/etc/dnsmasq.d/10-consul", "/etc/dnsmasq.d/README"}
+			// dnsmasq's order: Debian's command line (CONFIG_DIR) before
+			// its configuration file.
+			want := []string{DnsmasqDefaults, "/etc/dnsmasq.d/10-consul", "/etc/dnsmasq.d/README", DnsmasqConf}
 			if !s.Present || !s.Enabled || !s.ServesDNS || s.ServesDHCP ||
 				strings.Join(s.ConfigFiles, " ") != strings.Join(want, " ") {
 				t.Errorf("state %+v, want config files %q", s, want)
@@ -43,7 +47,7 @@ func TestDetectDnsmasqVariants(t *testing.T) {
 		files   map[string]string
 		serves  bool
 		dhcp    bool
-		stop    bool
+		stop    string // "" = none
 		configs string
 	}{
 		{
@@ -64,8 +68,22 @@ func TestDetectDnsmasqVariants(t *testing.T) {
 				"/etc/dnsmasq.d/x":     "",
 				"/etc/dnsmasq.d/x.bak": "",
 			},
-			serves: true, dhcp: true, stop: true,
-			configs: DnsmasqConf + " /etc/dnsmasq.d/x /etc/dm/a.conf /etc/extra.conf",
+			serves: true, dhcp: true,
+			// DHCP stays: dnsmasq is not stopped, its DNS goes (issue 25
+			// item 7), in the file it reads last.
+			stop:    "echo port=0 >> /etc/dnsmasq.conf && systemctl restart dnsmasq.service",
+			configs: DnsmasqDefaults + " /etc/dnsmasq.d/x " + DnsmasqConf + " /etc/dm/a.conf /etc/extra.conf",
+		},
+		{
+			name:   "DNS only: stopped",
+			files:  map[string]string{DnsmasqConf: "server=/consul/127.0.0.1#8600\n", "/usr/sbin/dnsmasq": ""},
+			serves: true, stop: "systemctl disable --now dnsmasq.service", configs: DnsmasqConf,
+		},
+		{
+			name: "Debian without CONFIG_DIR reads no conf-dir",
+			files: map[string]string{DnsmasqConf: "", DnsmasqDefaults: "ENABLED=1\n#CONFIG_DIR=/etc/dnsmasq.d\n",
+				"/etc/dnsmasq.d/10-consul": "server=/consul/127.0.0.1#8600\n"},
+			serves: true, stop: "systemctl disable --now dnsmasq.service", configs: DnsmasqDefaults + " " + DnsmasqConf,
 		},
 		{
 			name:  "nothing but a resolv.conf at 127.0.0.1 (no dnsmasq installed)",
@@ -77,15 +95,19 @@ func TestDetectDnsmasqVariants(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			nodeTree{files: tc.files}.write(t, root)
-			n, err := OpenNodeRoot(root)
+			n, err := nodefs.Open(root)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer n.Close()
 			s := DetectDnsmasq(n)
-			if s.ServesDNS != tc.serves || s.ServesDHCP != tc.dhcp || (s.StopCommands != nil) != tc.stop ||
+			stop := strings.Join(s.StopCommands, ";")
+			if s.ServesDNS != tc.serves || s.ServesDHCP != tc.dhcp || (tc.stop == "") != (stop == "") || !strings.HasPrefix(stop, tc.stop) ||
 				strings.Join(s.ConfigFiles, " ") != tc.configs {
 				t.Errorf("got %+v", s)
+			}
+			if tc.dhcp && strings.Contains(stop, "disable") {
+				t.Errorf("a dnsmasq that serves DHCP is stopped: %q", stop)
 			}
 		})
 	}

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 func TestPlanDockerOnTheNodes(t *testing.T) {
@@ -114,7 +116,7 @@ func TestPlanDockerUsesBipAndCreatesDaemonJSON(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	nodeTree{files: map[string]string{DockerDaemonJSON: `{"bip": "10.200.0.1/24"}`}}.write(t, root)
-	n, err := OpenNodeRoot(root)
+	n, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestPlanDockerUsesBipAndCreatesDaemonJSON(t *testing.T) {
 
 	root = t.TempDir()
 	nodeTree{files: map[string]string{"/usr/bin/dockerd": ""}}.write(t, root)
-	m, err := OpenNodeRoot(root)
+	m, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}

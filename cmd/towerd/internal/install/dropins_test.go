@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 )
 
@@ -66,7 +67,7 @@ func TestUnitsWithDropInsPassSystemdAnalyzeVerify(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	nodeTree{files: map[string]string{"/usr/bin/dockerd": "", systemd.ConsulTokenPath: "secret\n"}}.write(t, root)
-	n, err := OpenNodeRoot(root)
+	n, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +95,11 @@ func TestUnitsWithDropInsPassSystemdAnalyzeVerify(t *testing.T) {
 	}
 }
 
-func nodeRootOf(t *testing.T, tr nodeTree) *NodeRoot {
+func nodeRootOf(t *testing.T, tr nodeTree) *nodefs.Root {
 	t.Helper()
 	root := t.TempDir()
 	tr.write(t, root)
-	n, err := OpenNodeRoot(root)
+	n, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}

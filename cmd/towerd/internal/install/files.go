@@ -9,12 +9,14 @@ import (
 	"path"
 	"strings"
 	"syscall"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // nodeFiles is what the detectors (resolv.conf managers, Docker, dnsmasq,
 // packaged units) read of a node: names are absolute as the node sees them.
-// NodeRoot is the one implementation; tools that only look at a node (towerd
-// doctor) pass one opened with OpenNodeRoot.
+// nodefs.Root is the one implementation; tools that only look at a node
+// pass one opened with nodefs.Open.
 type nodeFiles interface {
 	// Lstat describes name itself, not what a symlink there points at.
 	Lstat(name string) (fs.FileInfo, error)
@@ -25,18 +27,21 @@ type nodeFiles interface {
 	// ReadDir lists a directory sorted by name, following symlinks inside
 	// the root.
 	ReadDir(name string) ([]fs.DirEntry, error)
+	// Stat describes what name leads to, following symlinks inside the
+	// root.
+	Stat(name string) (fs.FileInfo, error)
 }
 
 // fileSystem is every file operation install and uninstall make: the reads
-// the detectors make, and the changes. NodeRoot (noderoot.go) makes them
-// under a root directory without ever following a link out of it; tests
+// the detectors make, and the changes. nodefs.Root makes them under a
+// root directory without ever following a link out of it; tests
 // wrap it to make a rename fail the way a bind-mounted /etc/resolv.conf
 // does, or to kill an install after any number of steps. There is no chmod
 // by name: a mode is set on the open file.
 type fileSystem interface {
 	nodeFiles
 	Symlink(target, name string) error
-	// WriteTemp creates a new file with an unpredictable name (tempName)
+	// WriteTemp creates a new file with an unpredictable name (nodefs.TempName)
 	// beside name, writes data with mode perm, syncs it and returns its name.
 	WriteTemp(name string, data []byte, perm fs.FileMode) (string, error)
 	// Overwrite writes data into the existing regular file name in place,
@@ -47,6 +52,8 @@ type fileSystem interface {
 	// Mkdir creates a directory with exactly perm, whatever the umask.
 	Mkdir(name string, perm fs.FileMode) error
 }
+
+var _ fileSystem = (*nodefs.Root)(nil)
 
 // writeFileAtomic replaces name with data and mode perm: a new temp file
 // beside it under a random name, its mode set on the open file, then a
@@ -139,7 +146,7 @@ func restoreSnapshot(fsys fileSystem, name string, s snapshot) error {
 	}
 	// symlink(2) never follows or replaces what is at its name, and the
 	// name is random: a link planted in advance cannot be in the way.
-	tmp := tempName(name)
+	tmp := nodefs.TempName(name)
 	if err := fsys.Symlink(s.link, tmp); err != nil {
 		return err
 	}

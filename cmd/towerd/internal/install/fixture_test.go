@@ -5,10 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // Resolved-style node as Debian and Ubuntu ship it: /etc/resolv.conf is a
@@ -22,33 +23,9 @@ const (
 		"nameserver 192.0.2.10\nnameserver 2001:db8::53\nsearch corp.example lab.example\n"
 )
 
-// writeTree creates files under root: a value starting with "->" is a
-// symlink target, a key ending in "/" a directory.
-func writeTree(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for name, content := range files {
-		full := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch {
-		case name[len(name)-1] == '/':
-			err = os.MkdirAll(full, 0o755)
-		case len(content) > 2 && content[:2] == "->":
-			err = os.Symlink(content[2:], full)
-		default:
-			err = os.WriteFile(full, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func resolvedRoot(t *testing.T) string {
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"etc/resolv.conf":                       "->../run/systemd/resolve/stub-resolv.conf",
 		"etc/systemd/resolved.conf":             "[Resolve]\n#DNS=\n",
 		"run/systemd/resolve/stub-resolv.conf":  stubResolvConf,
@@ -61,9 +38,9 @@ func resolvedRoot(t *testing.T) string {
 }
 
 // rootOf opens dir as a node's root for one test.
-func rootOf(t *testing.T, dir string) *NodeRoot {
+func rootOf(t *testing.T, dir string) *nodefs.Root {
 	t.Helper()
-	n, err := OpenNodeRoot(dir)
+	n, err := nodefs.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,50 +56,6 @@ func fakeBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// node is one path of a tree as the comparison sees it.
-type node struct {
-	Kind string // "dir", "file", "link"
-	Mode fs.FileMode
-	Data string // content or link target
-}
-
-// treeOf returns every path under root; "byte-identical" compares these.
-func treeOf(t *testing.T, root string) map[string]node {
-	t.Helper()
-	out := map[string]node{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case info.IsDir():
-			out[rel] = node{Kind: "dir", Mode: info.Mode().Perm()}
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = node{Kind: "link", Data: target}
-		default:
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = node{Kind: "file", Mode: info.Mode().Perm(), Data: string(data)}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // stampsOf returns inode and modification time of every file and link, to
@@ -144,24 +77,6 @@ func stampsOf(t *testing.T, root string) map[string]string {
 	return out
 }
 
-func diffTrees(t *testing.T, want, got map[string]node) {
-	t.Helper()
-	for p, w := range want {
-		g, ok := got[p]
-		switch {
-		case !ok:
-			t.Errorf("%s is gone (was %s)", p, w.Kind)
-		case g != w:
-			t.Errorf("%s changed:\n was %+v\n now %+v", p, w, g)
-		}
-	}
-	for p, g := range got {
-		if _, ok := want[p]; !ok {
-			t.Errorf("%s is new (%s)", p, g.Kind)
-		}
-	}
-}
-
 func inode(t *testing.T, p string) uint64 {
 	t.Helper()
 	var st syscall.Stat_t
@@ -169,30 +84,4 @@ func inode(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
-}
-
-// withRenderer gives opts a stand-in for towerd's config renderer
-// (cmd/towerd/internal/config): it writes what install decided in the shape
-// the tests look for. The real
-// renderer's output is tested there and by test/'s install tests.
-func withRenderer(opts InstallOptions) InstallOptions {
-	if opts.RenderConfig == nil {
-		opts.RenderConfig = func(c InstallConfig) []byte {
-			quoted := make([]string, len(c.Servers))
-			for i, s := range c.Servers {
-				quoted[i] = strconv.Quote(s)
-			}
-			out := fmt.Sprintf("# from %s\nlisten = [%q]\n", c.Source, strings.Join(append([]string{c.Listen}, c.ExtraListen...), " "))
-			if c.Allow != nil {
-				out += fmt.Sprintf("allow = %q\n", strings.Join(c.Allow, " "))
-			}
-			if c.ResolvConf != "" {
-				out += fmt.Sprintf("resolv_conf = %q\n", c.ResolvConf)
-			} else {
-				out += fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%s]\n", strings.Join(quoted, ", "))
-			}
-			return []byte(out)
-		}
-	}
-	return opts
 }

@@ -11,16 +11,19 @@
 // recorded before it is made, so uninstall undoes exactly that.
 //
 // The detectors (DetectResolvConfManager, DetectDnsmasq, PlanDocker) only
-// read, through the node's files opened with OpenNodeRoot, and serve tools
+// read, through the node's files opened with nodefs.Open, and serve tools
 // that inspect a node without changing it.
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 	"github.com/towerd/towerd/upstream"
 )
@@ -41,9 +44,9 @@ type InstallOptions struct {
 	// docker0's address, and the bridge in allow. Without it, a Docker
 	// that is present only gets a warning.
 	Docker bool
-	// Imported, when set, says RenderConfig writes a configuration imported
-	// from elsewhere (--from-dnsmasq) rather than install's own.
-	Imported *ImportedConfig
+	// Import, when set, is a dnsmasq configuration (--from-dnsmasq):
+	// install writes it as towerd.toml, completed with what it decides.
+	Import *Import
 	// Activate, when set, runs systemctl once the files are in place and
 	// rolls everything back when towerd does not answer (--activate).
 	// Only on the live system: Install refuses it with a Root other than
@@ -51,44 +54,16 @@ type InstallOptions struct {
 	Activate *Activation
 	// DryRun reports the plan and changes nothing.
 	DryRun bool
-	// RenderConfig writes the towerd.toml install puts in place when there
-	// is none. Required: the config file's syntax belongs to towerd's
-	// config package, and the caller renders it.
-	RenderConfig func(InstallConfig) []byte
 }
 
-// ImportedConfig describes the configuration RenderConfig imports.
-type ImportedConfig struct {
-	// Source names it for the report, e.g. "dnsmasq's /etc/dnsmasq.conf".
-	Source string
-	// RootServers: it names servers for zone "." itself, so install needs
-	// to find none.
-	RootServers bool
-}
-
-// InstallConfig is what install decided for the towerd.toml it writes.
-type InstallConfig struct {
-	// Listen is towerd's listen address (ip:port), the one resolv.conf
-	// points at.
-	Listen string
-	// ExtraListen are further addresses of towerd's (docker0's), which
-	// the socket units bind; listed so towerd never forwards to itself.
-	ExtraListen []string
-	// Allow, when set, replaces the default allow list (it then names the
-	// loopback networks itself).
-	Allow []string
-	// ResolvConf, when set, is the file zone "." follows (resolv_conf):
-	// the one the node's DHCP client or network manager keeps current.
-	// Servers is then empty.
-	ResolvConf string
-	// Servers are zone "."'s upstreams, host:port, when they are pinned
-	// (--upstream) or copied from a static resolv.conf.
-	Servers []string
-	// Source names where Servers came from: a file, or "--upstream".
-	Source string
-	// DropIn: the file goes to ConfigDropIn, over a towerd.toml that sets
-	// nothing (the package's sample), not to towerd.toml itself.
-	DropIn bool
+// Import is a dnsmasq configuration install carries over as towerd.toml.
+type Import struct {
+	// Source names what was read, as the node sees it: the path named, or
+	// every file dnsmasq reads.
+	Source string `json:"source"`
+	// Directives are what was read there (dnsmasqimport), in dnsmasq's
+	// order: Import maps them again whenever install renders the file.
+	Directives []dnsmasqimport.Directive `json:"directives"`
 }
 
 // Install makes towerd the node's resolver under opts.Root: it copies the
@@ -107,15 +82,15 @@ type InstallConfig struct {
 // anything: Report.Next says what to run (Activate runs it).
 //
 // Every path is resolved inside opts.Root without following a link out of
-// it (NodeRoot), and every change is recorded in install-state.json before it
-// is made, so an install killed at any point is finished by the next
-// Install or undone by Uninstall.
+// it (nodefs.Root), and every change is recorded in install-state.json
+// before it is made, so an install killed at any point is finished by the
+// next Install or undone by Uninstall.
 func Install(opts InstallOptions) (*Report, error) {
 	if opts.Activate != nil && opts.Root != "" && opts.Root != "/" {
 		return &Report{DryRun: opts.DryRun}, fmt.Errorf("--activate runs this machine's systemctl: it cannot start the units of --root %s; "+
 			"install there without --activate and start towerd inside that system", opts.Root)
 	}
-	n, err := OpenNodeRoot(opts.Root)
+	n, err := nodefs.Open(opts.Root)
 	if err != nil {
 		return &Report{DryRun: opts.DryRun}, err
 	}
@@ -134,6 +109,11 @@ type installer struct {
 	// seed marks the record of the file write is about to write as a
 	// seed (PlannedFile.Seed).
 	seed bool
+	// config goes into the record of the file write is about to write:
+	// towerd.toml's (writeConfig), and unchanged is the report's detail
+	// when that file is already what it would write.
+	config    *configRecord
+	unchanged string
 }
 
 // nodePlan is everything install detected before it changes anything.
@@ -150,9 +130,14 @@ type nodePlan struct {
 	// ConfigDropIn over the package's sample (configTarget).
 	configPath string
 	// keepConfig: a config at configPath that is not install's own (or
-	// changed since) is there, and wins.
+	// changed since) is there, and wins; keepWhy says why, for the report.
 	keepConfig bool
-	found      discovered
+	keepWhy    string
+	// imp is the import the config holds: --from-dnsmasq's, else the one
+	// an earlier install imported (its record keeps it), so a re-run
+	// renders it again rather than losing it (issue 25 item 1).
+	imp   *Import
+	found discovered
 }
 
 func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
@@ -163,9 +148,6 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	}
 	if in.m == nil {
 		in.m = &manifest{}
-	}
-	if opts.RenderConfig == nil {
-		return in.r, errors.New("InstallOptions.RenderConfig is not set")
 	}
 	p, err := in.detect(opts)
 	if err != nil {
@@ -246,24 +228,11 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 	if err := in.writeNsswitch(); err != nil {
 		return in.r, err
 	}
+	in.r.Undo = in.undoSteps(p)
 	if act != nil {
 		return in.r, in.activate(act, *opts.Activate, p)
 	}
-	in.r.Next = append(in.r.Next, "systemctl daemon-reload")
-	if resolved {
-		in.r.Next = append(in.r.Next, "systemctl restart systemd-resolved   # stub listener off")
-	}
-	if in.m.file(NMDropIn) != nil {
-		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
-	}
-	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
-	if !p.packaged {
-		in.r.Next = append(in.r.Next, sysusersNext)
-	}
-	in.r.Next = append(in.r.Next, "systemctl enable --now "+systemd.SocketUnitName)
-	if opts.Docker && p.docker.Next != "" {
-		in.r.Next = append(in.r.Next, p.docker.Next)
-	}
+	in.nextSteps(opts, p, resolved)
 	return in.r, nil
 }
 
@@ -295,27 +264,52 @@ func (in *installer) detect(opts InstallOptions) (nodePlan, error) {
 	}
 	rec := in.m.file(p.configPath)
 	p.keepConfig = cur.exists && (rec == nil || (cur.sum() != rec.Sum && !rec.Pending))
+	p.imp = opts.Import
+	switch {
+	case p.imp != nil || rec == nil || p.keepConfig:
+	case rec.Config != nil:
+		p.imp = rec.Config.Import
+	case cur.exists && !cur.isLink() && bytes.Contains(cur.data, []byte(importedBy)):
+		// An older towerd's import, whose record does not keep what it
+		// read: a re-render could only lose it.
+		p.keepConfig = true
+		p.keepWhy = "imported from dnsmasq by an earlier towerd install, whose record does not keep the import"
+	}
 	if p.keepConfig {
 		why := p.configPath + " exists and install keeps it (it is not the one install wrote, or it changed since)"
+		if p.keepWhy != "" {
+			why = p.configPath + " was " + p.keepWhy + "; install keeps it"
+		}
 		switch {
 		case len(opts.Upstreams) > 0:
 			return p, errors.New("--upstream cannot take effect: " + why + "; set zone \".\"'s servers there, or move it away to have install write one")
-		case opts.Imported != nil:
-			return p, errors.New("--from-dnsmasq cannot take effect: " + why + "; move it away to import " + opts.Imported.Source)
+		case opts.Import != nil:
+			return p, errors.New("--from-dnsmasq cannot take effect: " + why + "; move it away to import dnsmasq's " + opts.Import.Source)
 		}
 		return p, nil
 	}
-	if opts.Imported != nil && opts.Imported.RootServers && len(opts.Upstreams) > 0 {
-		return p, errors.New("--upstream cannot take effect: the configuration imported from " + opts.Imported.Source +
-			" names zone \".\"'s servers itself; change them there, or leave out --upstream")
+	if p.imp.namesRootServers() && len(opts.Upstreams) > 0 {
+		what := "the configuration imported from dnsmasq's " + p.imp.Source
+		if opts.Import == nil {
+			what = p.configPath + " holds what an earlier install imported from dnsmasq's " + p.imp.Source + ", which"
+		}
+		return p, errors.New("--upstream cannot take effect: " + what + " names zone \".\"'s servers itself; change them there, or leave out --upstream")
 	}
-	p.found, err = in.upstreams(opts, p.manager)
-	return p, err
+	if p.found, err = in.upstreams(opts, p); err != nil {
+		return p, err
+	}
+	if p.found.follow == "" {
+		// Zone "." has servers of its own: the lease's are not followed,
+		// and no file needs writing for towerd to read (issue 25 item 7).
+		p.manager = p.manager.pinned()
+	}
+	return p, nil
 }
 
 // upstreams decides zone "."'s servers before anything is written, so an
 // install that could only produce a resolver without upstreams stops early.
-func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovered, error) {
+func (in *installer) upstreams(opts InstallOptions, p nodePlan) (discovered, error) {
+	plan := p.manager
 	if len(opts.Upstreams) > 0 {
 		d := discovered{source: "--upstream"}
 		for _, s := range opts.Upstreams {
@@ -327,8 +321,8 @@ func (in *installer) upstreams(opts InstallOptions, plan ManagerPlan) (discovere
 		}
 		return d, nil
 	}
-	if opts.Imported != nil && opts.Imported.RootServers {
-		return discovered{source: opts.Imported.Source}, nil
+	if p.imp.namesRootServers() {
+		return discovered{source: "dnsmasq's " + p.imp.Source}, nil
 	}
 	if plan.Follow != "" {
 		seeded := slices.ContainsFunc(plan.Files, func(f PlannedFile) bool { return f.Path == plan.Follow })

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 func read(t *testing.T, root, name string) string {
@@ -20,7 +23,7 @@ func read(t *testing.T, root, name string) string {
 
 func mustInstall(t *testing.T, fsys fileSystem, opts InstallOptions) *Report {
 	t.Helper()
-	r, err := install(fsys, withRenderer(opts))
+	r, err := install(fsys, opts)
 	if err != nil {
 		t.Fatalf("install: %v", err)
 	}
@@ -39,7 +42,7 @@ func mustUninstall(t *testing.T, fsys fileSystem) *Report {
 func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	root := resolvedRoot(t)
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	conf := read(t, root, "etc/resolv.conf")
@@ -51,7 +54,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	if strings.Contains(conf, "127.0.0.53") {
 		t.Errorf("resolv.conf still names resolved's stub:\n%s", conf)
 	}
-	after := treeOf(t, root)
+	after := dnstest.Tree(t, root)
 	if n := after["etc/resolv.conf"]; n.Kind != "file" || n.Mode != 0o644 {
 		t.Errorf("resolv.conf is %+v, want a regular file with mode 0644", n)
 	}
@@ -60,7 +63,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	}
 	// Zone "." follows resolved's list of upstreams, which resolved keeps
 	// current with DHCP, instead of a copy of it (issue 14).
-	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `resolv_conf = "/run/systemd/resolve/resolv.conf"`) || strings.Contains(cfg, "servers") {
+	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `resolv_conf = "/run/systemd/resolve/resolv.conf"`) || strings.Contains(cfg, "[[zone]]") {
 		t.Errorf("config does not follow resolved's upstreams:\n%s", cfg)
 	}
 	if dropIn := read(t, root, "etc/systemd/resolved.conf.d/towerd.conf"); !strings.Contains(dropIn, "[Resolve]\nDNSStubListener=no\n") {
@@ -78,7 +81,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	if again.Changed() {
 		t.Errorf("second install changed something: %+v", again.Changes)
 	}
-	diffTrees(t, after, treeOf(t, root))
+	dnstest.DiffTrees(t, after, dnstest.Tree(t, root))
 	for p, s := range stampsOf(t, root) {
 		if stamps[p] != s {
 			t.Errorf("second install rewrote %s", p)
@@ -86,7 +89,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 	}
 
 	mustUninstall(t, fsys)
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 	if again := mustUninstall(t, fsys); again.Changed() {
 		t.Errorf("second uninstall changed something: %+v", again.Changes)
 	}
@@ -95,7 +98,7 @@ func TestInstallThenUninstallOnAResolvedNode(t *testing.T) {
 // bindMountFS refuses to rename over target, as the kernel does for a file
 // that is a mount point (Docker and Kubernetes bind-mount /etc/resolv.conf).
 type bindMountFS struct {
-	*NodeRoot
+	*nodefs.Root
 	target string
 	errno  syscall.Errno
 }
@@ -104,14 +107,14 @@ func (b bindMountFS) Rename(oldName, newName string) error {
 	if newName == b.target {
 		return &os.LinkError{Op: "rename", Old: oldName, New: newName, Err: b.errno}
 	}
-	return b.NodeRoot.Rename(oldName, newName)
+	return b.Root.Rename(oldName, newName)
 }
 
 func (b bindMountFS) Remove(name string) error {
 	if name == b.target {
 		return &os.PathError{Op: "remove", Path: name, Err: syscall.EBUSY}
 	}
-	return b.NodeRoot.Remove(name)
+	return b.Root.Remove(name)
 }
 
 func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
@@ -119,13 +122,13 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.EBUSY, syscall.EXDEV} {
 		t.Run(errno.Error(), func(t *testing.T) {
 			root := t.TempDir()
-			writeTree(t, root, map[string]string{"etc/resolv.conf": original})
+			dnstest.WriteTree(t, root, map[string]string{"etc/resolv.conf": original})
 			if err := os.Chmod(filepath.Join(root, "etc/resolv.conf"), 0o640); err != nil {
 				t.Fatal(err)
 			}
-			before := treeOf(t, root)
+			before := dnstest.Tree(t, root)
 			ino := inode(t, filepath.Join(root, "etc/resolv.conf"))
-			fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: errno}
+			fsys := bindMountFS{Root: rootOf(t, root), target: ResolvConfPath, errno: errno}
 
 			r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 			if got := read(t, root, "etc/resolv.conf"); !strings.HasPrefix(got, resolvConfMarker) || !strings.Contains(got, "search corp.example") {
@@ -134,7 +137,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 			if inode(t, filepath.Join(root, "etc/resolv.conf")) != ino {
 				t.Error("resolv.conf was replaced, not written in place")
 			}
-			if mode := treeOf(t, root)["etc/resolv.conf"].Mode; mode != 0o644 {
+			if mode := dnstest.Tree(t, root)["etc/resolv.conf"].Mode; mode != 0o644 {
 				t.Errorf("mode %v after the in-place write, want the explicit 0644", mode)
 			}
 			if !strings.Contains(changeFor(r, ResolvConfPath).Detail, "in place") {
@@ -142,7 +145,7 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 			}
 
 			mustUninstall(t, fsys)
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 			if inode(t, filepath.Join(root, "etc/resolv.conf")) != ino {
 				t.Error("uninstall replaced the bind-mounted file instead of writing it in place")
 			}
@@ -150,9 +153,9 @@ func TestResolvConfThatCannotBeRenamedOver(t *testing.T) {
 	}
 	t.Run("other errors stop the install", func(t *testing.T) {
 		root := t.TempDir()
-		writeTree(t, root, map[string]string{"etc/resolv.conf": original})
-		fsys := bindMountFS{NodeRoot: rootOf(t, root), target: ResolvConfPath, errno: syscall.EPERM}
-		if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)})); !errors.Is(err, syscall.EPERM) {
+		dnstest.WriteTree(t, root, map[string]string{"etc/resolv.conf": original})
+		fsys := bindMountFS{Root: rootOf(t, root), target: ResolvConfPath, errno: syscall.EPERM}
+		if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t)}); !errors.Is(err, syscall.EPERM) {
 			t.Fatalf("install = %v, want EPERM", err)
 		}
 		if got := read(t, root, "etc/resolv.conf"); got != original {
@@ -180,11 +183,11 @@ func changeFor(r *Report, name string) Change {
 func TestUninstallLeavesAResolvConfSomeoneElseChanged(t *testing.T) {
 	tests := map[string]func(t *testing.T, path string){
 		"rewritten by another tool": func(t *testing.T, path string) {
-			writeFile(t, path, "# Generated by NetworkManager\nnameserver 192.0.2.77\n")
+			dnstest.WriteFile(t, path, "# Generated by NetworkManager\nnameserver 192.0.2.77\n")
 		},
 		"edited, marker kept": func(t *testing.T, path string) {
 			data, _ := os.ReadFile(path)
-			writeFile(t, path, string(data)+"nameserver 192.0.2.78\n")
+			dnstest.WriteFile(t, path, string(data)+"nameserver 192.0.2.78\n")
 		},
 		"replaced by a symlink": func(t *testing.T, path string) {
 			os.Remove(path)
@@ -200,10 +203,10 @@ func TestUninstallLeavesAResolvConfSomeoneElseChanged(t *testing.T) {
 			mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 			live := filepath.Join(root, "etc/resolv.conf")
 			change(t, live)
-			theirs := treeOf(t, root)["etc/resolv.conf"]
+			theirs := dnstest.Tree(t, root)["etc/resolv.conf"]
 
 			r := mustUninstall(t, fsys)
-			if got := treeOf(t, root)["etc/resolv.conf"]; got != theirs {
+			if got := dnstest.Tree(t, root)["etc/resolv.conf"]; got != theirs {
 				t.Errorf("uninstall touched a resolv.conf that is no longer towerd's: %+v", got)
 			}
 			if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], ResolvConfPath) || !strings.Contains(r.Warnings[0], ResolvConfBackup) {
@@ -219,12 +222,5 @@ func TestUninstallLeavesAResolvConfSomeoneElseChanged(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

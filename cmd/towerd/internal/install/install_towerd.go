@@ -1,67 +1,15 @@
 package install
 
-// towerd's own files: its config (towerd.toml or its drop-in), its binary,
-// and the towerd.socket and towerd.service units (systemd.Units, rendered
-// from the copies embedded in the binary).
+// towerd's own program: its binary and the towerd.socket and
+// towerd.service units (systemd.Units, rendered from the copies embedded in
+// the binary), or the Debian package's.
 
 import (
 	"path"
 	"path/filepath"
-	"strings"
 
 	"github.com/towerd/towerd/systemd"
 )
-
-// writeConfig writes towerd.toml only where there is none or where it is
-// still the one install wrote: an operator's config always wins.
-func (in *installer) writeConfig(opts InstallOptions, p nodePlan) error {
-	if p.keepConfig {
-		msg := "an existing config wins"
-		if rec := in.m.file(p.configPath); rec != nil {
-			msg = "changed since towerd install wrote it"
-		}
-		switch {
-		case p.manager.Follow != "":
-			msg += "; zone \".\" should follow " + p.manager.Follow + " (resolv_conf)"
-		}
-		if opts.Docker {
-			msg += "; add " + p.docker.Allow + " to allow there for Docker's containers"
-			in.r.warn("%s is kept: add %q to its allow list (with the loopback networks), or towerd refuses Docker's containers", p.configPath, p.docker.Allow)
-		}
-		in.r.same("kept", p.configPath, msg)
-		return nil
-	}
-	c := InstallConfig{Listen: towerdListenAddress + ":53", Servers: p.found.servers, Source: p.found.source, ResolvConf: p.found.follow,
-		DropIn: p.configPath == ConfigDropIn}
-	var detail string
-	switch {
-	case opts.Imported != nil:
-		detail = "imported from " + opts.Imported.Source
-		if !opts.Imported.RootServers {
-			if c.ResolvConf != "" {
-				detail += "; zone \".\" follows " + c.ResolvConf
-			} else {
-				detail += "; zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
-			}
-		}
-	case c.ResolvConf != "":
-		detail = "zone \".\" follows " + c.ResolvConf + " (resolv_conf), which " + string(p.manager.Manager) + " keeps current"
-	default:
-		detail = "zone \".\" -> " + strings.Join(c.Servers, ", ") + " (from " + c.Source + ")"
-	}
-	if opts.Docker {
-		c.ExtraListen = []string{p.docker.Listen}
-		c.Allow = []string{"127.0.0.0/8", "::1/128", p.docker.Allow}
-		detail += "; listen adds " + p.docker.Listen + ", allow adds " + p.docker.Allow
-	}
-	if c.DropIn {
-		detail += "; over " + ConfigPath + ", which sets nothing (the package's sample) and stays dpkg's"
-		for _, o := range operatorDropIns(in.fsys) {
-			in.r.same("found", o, "read after "+ConfigDropIn+": what it sets wins")
-		}
-	}
-	return in.write(p.configPath, opts.RenderConfig(c), 0o644, detail, "", nil)
-}
 
 // writeProgram copies the binary and writes the units, unless towerd's
 // Debian package provides them: then copies from an earlier install, which

@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // writeOwned puts data at name unless it is there already. A file towerd
@@ -44,13 +47,22 @@ func (in *installer) write(name string, data []byte, mode fs.FileMode, detail, b
 		case rec.Pending:
 			// Written by an install killed before it said so.
 			done := *rec
-			done.Pending = false
+			done.Pending, done.Config = false, in.config
 			if err := in.record(done); err != nil {
 				return err
 			}
 			in.r.same("unchanged", name, "written by an install that did not finish")
 		default:
-			in.r.same("unchanged", name, "")
+			if !reflect.DeepEqual(rec.Config, in.config) {
+				// The same bytes, from a record that did not say what
+				// they hold (an older towerd's): it says so now.
+				upd := *rec
+				upd.Config = in.config
+				if err := in.record(upd); err != nil {
+					return err
+				}
+			}
+			in.r.same("unchanged", name, in.unchanged)
 		}
 		return nil
 	}
@@ -59,6 +71,7 @@ func (in *installer) write(name string, data []byte, mode fs.FileMode, detail, b
 		newRec.Backup = rec.Backup
 	}
 	newRec.Seed = in.seed
+	newRec.Config = in.config
 	var old snapshot
 	if backup != "" {
 		if old, err = look(in.fsys, backup); err != nil {
@@ -168,7 +181,7 @@ func (in *installer) saveManifest() error {
 	if !slices.Contains(in.m.Dirs, dir) {
 		in.m.Dirs = append(in.m.Dirs, dir)
 	}
-	tmp := tempName(dir)
+	tmp := nodefs.TempName(dir)
 	if err := in.fsys.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", tmp, err)
 	}

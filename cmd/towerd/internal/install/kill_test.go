@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // errKilled is what faultFS panics with: the process died here.
@@ -72,6 +75,9 @@ func killedAfter(t *testing.T, steps int, fsys fileSystem, op func(fileSystem) e
 type killFixture struct {
 	build  func(t *testing.T) string
 	docker bool
+	// fromDnsmasq: install imports the node's dnsmasq configuration, whose
+	// directives go into the record (issue 25 item 1).
+	fromDnsmasq bool
 }
 
 // killFixtures are the nodes install is killed on: resolved's (resolv.conf
@@ -85,7 +91,7 @@ var killFixtures = map[string]killFixture{
 	"resolved node": {build: resolvedRoot},
 	"foreign files": {build: func(t *testing.T) string {
 		root := t.TempDir()
-		writeTree(t, root, map[string]string{
+		dnstest.WriteTree(t, root, map[string]string{
 			"etc/resolv.conf":                   "nameserver 192.0.2.1\nsearch corp.example\n",
 			"usr/local/bin/towerd":              "an older towerd, installed by hand\n",
 			"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd\n",
@@ -94,7 +100,7 @@ var killFixtures = map[string]killFixture{
 	}},
 	"debian12 with docker and a token": {docker: true, build: func(t *testing.T) string {
 		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
-		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		dnstest.WriteTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
 		return root
 	}},
 	"networkmanager": {build: func(t *testing.T) string {
@@ -103,6 +109,10 @@ var killFixtures = map[string]killFixture{
 	}},
 	"dhclient": {build: func(t *testing.T) string {
 		root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
+		return root
+	}},
+	"dnsmasq, imported": {fromDnsmasq: true, build: func(t *testing.T) string {
+		root, _ := buildNode(t, nodeCase{kind: nodeConsulDnsmasq})
 		return root
 	}},
 	// The package's program, units and sample config: install writes
@@ -121,12 +131,15 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 			t.Parallel()
 			binary := fakeBinary(t)
 			opts := InstallOptions{Binary: binary, Docker: kf.docker}
-			doInstall := func(fsys fileSystem) error { _, err := install(fsys, withRenderer(opts)); return err }
+			doInstall := func(fsys fileSystem) error { _, err := install(fsys, opts); return err }
 
 			clean := fixture(t)
-			before := treeOf(t, clean)
+			if kf.fromDnsmasq {
+				opts.Import = dnsmasqNodeImport(t, rootOf(t, clean))
+			}
+			before := dnstest.Tree(t, clean)
 			mustInstall(t, rootOf(t, clean), opts)
-			installed := treeOf(t, clean)
+			installed := dnstest.Tree(t, clean)
 
 			steps := 0
 			for ; ; steps++ {
@@ -136,7 +149,7 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				}
 				r := mustUninstall(t, rootOf(t, undone))
 				t.Run("uninstall after kill", func(t *testing.T) {
-					diffTrees(t, before, treeOf(t, undone))
+					dnstest.DiffTrees(t, before, dnstest.Tree(t, undone))
 					if len(r.Warnings) != 0 {
 						t.Errorf("kill after %d steps: uninstall warns %q", steps, r.Warnings)
 					}
@@ -146,11 +159,11 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				killedAfter(t, steps, rootOf(t, finished), doInstall)
 				mustInstall(t, rootOf(t, finished), opts)
 				t.Run("install after kill", func(t *testing.T) {
-					diffTrees(t, installed, treeOf(t, finished))
+					dnstest.DiffTrees(t, installed, dnstest.Tree(t, finished))
 				})
 				mustUninstall(t, rootOf(t, finished))
 				t.Run("install after kill, then uninstall", func(t *testing.T) {
-					diffTrees(t, before, treeOf(t, finished))
+					dnstest.DiffTrees(t, before, dnstest.Tree(t, finished))
 				})
 				if t.Failed() {
 					t.Fatalf("install killed after %d changes (see above)", steps)
@@ -172,17 +185,20 @@ func TestUninstallKilledAtEveryStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			opts := InstallOptions{Binary: fakeBinary(t), Docker: kf.docker}
+			if kf.fromDnsmasq {
+				opts.Import = dnsmasqNodeImport(t, rootOf(t, fixture(t)))
+			}
 			doUninstall := func(fsys fileSystem) error { _, err := uninstall(fsys, UninstallOptions{}); return err }
 			steps := 0
 			for ; ; steps++ {
 				root := fixture(t)
-				before := treeOf(t, root)
+				before := dnstest.Tree(t, root)
 				mustInstall(t, rootOf(t, root), opts)
 				if killedAfter(t, steps, rootOf(t, root), doUninstall) {
 					break
 				}
 				r := mustUninstall(t, rootOf(t, root))
-				diffTrees(t, before, treeOf(t, root))
+				dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 				if len(r.Warnings) != 0 {
 					t.Errorf("uninstall after the kill warns %q", r.Warnings)
 				}
@@ -202,12 +218,12 @@ func TestNoTempFileIsLeft(t *testing.T) {
 	root := resolvedRoot(t)
 	steps := 3
 	killedAfter(t, steps, rootOf(t, root), func(fsys fileSystem) error {
-		_, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t)}))
+		_, err := install(fsys, InstallOptions{Binary: fakeBinary(t)})
 		return err
 	})
 	var temps []string
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && isTempName(d.Name()) {
+		if err == nil && nodefs.IsTempName(d.Name()) {
 			temps = append(temps, p)
 		}
 		return err

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/dnsmasqimport"
 	"github.com/towerd/towerd/systemd"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // installCase is one fixture installed one way: Docker's flag is tried on
@@ -48,11 +50,11 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 			t.Parallel()
 			root, _ := buildNode(t, c.node)
 			fsys := rootOf(t, root)
-			before := treeOf(t, root)
+			before := dnstest.Tree(t, root)
 			opts := InstallOptions{Binary: fakeBinary(t), Docker: c.docker}
 
 			r := mustInstall(t, fsys, opts)
-			installed := treeOf(t, root)
+			installed := dnstest.Tree(t, root)
 			reported := map[string]bool{}
 			for _, ch := range r.Changes {
 				switch ch.Action {
@@ -95,7 +97,7 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 			if again.Changed() {
 				t.Errorf("a second install changes things: %+v", again.Changes)
 			}
-			diffTrees(t, installed, treeOf(t, root))
+			dnstest.DiffTrees(t, installed, dnstest.Tree(t, root))
 			for p, s := range stampsOf(t, root) {
 				if stamps[p] != s {
 					t.Errorf("a second install rewrote %s", p)
@@ -103,7 +105,7 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 			}
 
 			u := mustUninstall(t, fsys)
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 			if len(u.Warnings) != 0 {
 				t.Errorf("uninstall warns: %q", u.Warnings)
 			}
@@ -115,7 +117,7 @@ func TestInstallOnTheEightNodes(t *testing.T) {
 }
 
 // checkNodeInstall asserts what each kind of node needs.
-func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]node) {
+func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]dnstest.Node) {
 	t.Helper()
 	cfg := tree["etc/towerd/towerd.toml"].Data
 	resolv := tree["etc/resolv.conf"].Data
@@ -126,7 +128,7 @@ func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]no
 		nodeDhclient:       DhclientResolvConf,
 		nodeConsulDnsmasq:  DhclientResolvConf,
 	}[c.node.kind]
-	if !strings.Contains(cfg, `resolv_conf = "`+wantFollow+`"`) || strings.Contains(cfg, "servers") {
+	if !strings.Contains(cfg, `resolv_conf = "`+wantFollow+`"`) || strings.Contains(cfg, "[[zone]]") {
 		t.Errorf("towerd.toml does not follow %s:\n%s", wantFollow, cfg)
 	}
 	if !strings.Contains(resolv, "\nnameserver 127.0.0.1\n") || strings.Count(resolv, "nameserver") != 1 {
@@ -189,7 +191,7 @@ func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]no
 		if !hasDropIn || !strings.Contains(dropIn.Data, "ListenDatagram=172.17.0.1:53\n") {
 			t.Errorf("socket drop-in: %+v", dropIn)
 		}
-		if !strings.Contains(cfg, `allow = "127.0.0.0/8 ::1/128 172.17.0.0/16"`) || !strings.Contains(cfg, "172.17.0.1:53") {
+		if !strings.Contains(cfg, `allow       = ["127.0.0.0/8", "::1/128", "172.17.0.0/16"]`) || !strings.Contains(cfg, `"172.17.0.1:53"]`) {
 			t.Errorf("towerd.toml lacks the bridge:\n%s", cfg)
 		}
 		if !strings.Contains(next, "systemctl restart docker") || warned {
@@ -211,12 +213,12 @@ func checkNodeInstall(t *testing.T, c installCase, r *Report, tree map[string]no
 func TestInstallWithAConsulToken(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved})
-	writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
 	if err := os.Chmod(filepath.Join(root, "etc/towerd/consul-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, systemd.ConsulTokenDropIn); c.Action != "wrote" {
 		t.Errorf("token drop-in: %+v", c)
@@ -225,7 +227,7 @@ func TestInstallWithAConsulToken(t *testing.T) {
 		t.Errorf("drop-in:\n%s", got)
 	}
 	mustUninstall(t, fsys)
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestNsswitchSymlinkIsReportedNotWritten: Fedora's authselect links
@@ -238,14 +240,14 @@ func TestNsswitchSymlinkIsReportedNotWritten(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "etc/nsswitch.conf")); err != nil {
 		t.Fatal(err)
 	}
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"etc/authselect/nsswitch.conf": debianNsswitchResolve,
 		"etc/nsswitch.conf":            "->/etc/authselect/nsswitch.conf",
 	})
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
-	after := treeOf(t, root)
+	after := dnstest.Tree(t, root)
 	for _, p := range []string{"etc/nsswitch.conf", "etc/authselect/nsswitch.conf"} {
 		if after[p] != before[p] {
 			t.Errorf("%s changed: %+v", p, after[p])
@@ -258,7 +260,7 @@ func TestNsswitchSymlinkIsReportedNotWritten(t *testing.T) {
 		t.Errorf("no warning about nss-resolve behind the link: %q", r.Warnings)
 	}
 	mustUninstall(t, fsys)
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestFlagsThatCannotTakeEffect: with an operator's towerd.toml, which
@@ -268,26 +270,26 @@ func TestNsswitchSymlinkIsReportedNotWritten(t *testing.T) {
 func TestFlagsThatCannotTakeEffect(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeConsulDnsmasq})
-	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": "[[zone]]\nname = \"consul.\"\nservers = [\"127.0.0.1:8600\"]\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/towerd.toml": "[[zone]]\nname = \"consul.\"\nservers = [\"127.0.0.1:8600\"]\n"})
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 	for name, opts := range map[string]InstallOptions{
 		"--upstream":     {Upstreams: []string{"192.0.2.1"}},
-		"--from-dnsmasq": {Imported: &ImportedConfig{Source: "dnsmasq"}},
+		"--from-dnsmasq": {Import: &Import{Source: "dnsmasq"}},
 		"--docker":       {Docker: true},
 	} {
 		opts.Binary = fakeBinary(t)
-		if _, err := install(fsys, withRenderer(opts)); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := install(fsys, opts); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("install %s = %v, want a refusal naming the flag", name, err)
 		}
-		diffTrees(t, before, treeOf(t, root))
+		dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 	}
 	r := mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, ConfigPath); c.Action != "kept" || !strings.Contains(c.Detail, DhclientResolvConf) {
 		t.Errorf("config: %+v", c)
 	}
 	mustUninstall(t, fsys)
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestUpstreamWithAnImport: --upstream pins zone "." under an imported
@@ -297,25 +299,26 @@ func TestFlagsThatCannotTakeEffect(t *testing.T) {
 func TestUpstreamWithAnImport(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{"etc/resolv.conf": "nameserver 127.0.0.1\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/resolv.conf": "nameserver 127.0.0.1\n"})
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
-	imported := &ImportedConfig{Source: "dnsmasq's /etc/dnsmasq.conf"}
-	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported})); err == nil ||
+	before := dnstest.Tree(t, root)
+	imported := &Import{Source: "/etc/dnsmasq.conf", Directives: []dnsmasqimport.Directive{
+		{File: "/etc/dnsmasq.conf", Line: 1, Name: "server", Value: "/consul/127.0.0.1#8600", Has: true}}}
+	namingRoot := &Import{Source: "/etc/dnsmasq.conf", Directives: append(slices.Clone(imported.Directives),
+		dnsmasqimport.Directive{File: "/etc/dnsmasq.conf", Line: 2, Name: "server", Value: "192.0.2.9", Has: true})}
+	if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Import: imported}); err == nil ||
 		!strings.Contains(err.Error(), "--upstream") {
 		t.Errorf("an import without servers on a node with none = %v, want a hint at --upstream", err)
 	}
-	imported.RootServers = true
-	if _, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})); err == nil ||
+	if _, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Import: namingRoot, Upstreams: []string{"192.0.2.1"}}); err == nil ||
 		!strings.Contains(err.Error(), "--upstream cannot take effect") {
 		t.Errorf("--upstream over an import naming \".\" = %v", err)
 	}
-	diffTrees(t, before, treeOf(t, root))
-	imported.RootServers = false
-	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), Imported: imported, Upstreams: []string{"192.0.2.1"}})
-	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.1:53"]`) {
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
+	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t), Import: imported, Upstreams: []string{"192.0.2.1"}})
+	if cfg := read(t, root, "etc/towerd/towerd.toml"); !strings.Contains(cfg, `servers = ["192.0.2.1:53"]`) || !strings.Contains(cfg, `servers = ["127.0.0.1:8600"]`) {
 		t.Errorf("config:\n%s", cfg)
 	}
 	mustUninstall(t, fsys)
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 )
 
 // Scratch roots built like the four kinds of node that run Consul today
@@ -318,11 +320,11 @@ func nodeTreeFor(c nodeCase) nodeTree {
 }
 
 // buildNode writes fixture c under a fresh temporary root and opens it.
-func buildNode(t *testing.T, c nodeCase) (string, *NodeRoot) {
+func buildNode(t *testing.T, c nodeCase) (string, *nodefs.Root) {
 	t.Helper()
 	root := t.TempDir()
 	nodeTreeFor(c).write(t, root)
-	n, err := OpenNodeRoot(root)
+	n, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,7 @@ func buildNode(t *testing.T, c nodeCase) (string, *NodeRoot) {
 	return root, n
 }
 
-func TestNodeRootResolvesLinksInsideTheRoot(t *testing.T) {
+func TestDetectorsReadLinksInsideTheRoot(t *testing.T) {
 	t.Parallel()
 	_, n := buildNode(t, nodeCase{kind: nodeDebianResolved})
 	data, err := n.ReadFile("/etc/resolv.conf")
@@ -346,7 +348,7 @@ func TestNodeRootResolvesLinksInsideTheRoot(t *testing.T) {
 		files: map[string]string{"/run/x/resolv.conf": "nameserver 10.9.9.9\n"},
 		links: map[string]string{"/etc/resolv.conf": "/run/x/resolv.conf", "/etc/loop": "/etc/loop"},
 	}.write(t, root)
-	m, err := OpenNodeRoot(root)
+	m, err := nodefs.Open(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/towerd/towerd/systemd"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // packagedSample stands in for docs/towerd.toml, the package's conffile:
@@ -30,7 +31,7 @@ func addPackage(t *testing.T, root string) {
 	for _, u := range units {
 		files[path.Join("lib/systemd/system", u.Name)] = u.Content
 	}
-	writeTree(t, root, files)
+	dnstest.WriteTree(t, root, files)
 }
 
 // packagedDhclientNode is issue 14's dhclient node with towerd's package
@@ -50,16 +51,16 @@ func TestInstallOnAPackagedNode(t *testing.T) {
 	t.Parallel()
 	root := packagedDhclientNode(t)
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 
 	dry := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath), DryRun: true})
 	if c := changeFor(dry, ConfigDropIn); c.Action != "would write" {
 		t.Errorf("dry run on %s: %+v", ConfigDropIn, c)
 	}
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 
 	r := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath)})
-	after := treeOf(t, root)
+	after := dnstest.Tree(t, root)
 	for _, p := range []string{"usr/local/bin/towerd", "etc/systemd/system/towerd.service", "etc/systemd/system/towerd.socket"} {
 		if _, ok := after[p]; ok {
 			t.Errorf("%s was written: it would override the package's", p)
@@ -90,13 +91,13 @@ func TestInstallOnAPackagedNode(t *testing.T) {
 	} else if c := changeFor(r, PackagedBinaryPath); !strings.Contains(c.Detail, "not this program") {
 		t.Errorf("another program than the package's: %+v", c)
 	}
-	diffTrees(t, after, treeOf(t, root))
+	dnstest.DiffTrees(t, after, dnstest.Tree(t, root))
 
 	r = mustUninstall(t, fsys)
 	if len(r.Warnings) != 0 {
 		t.Errorf("uninstall warns %q", r.Warnings)
 	}
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestPackagedSampleWithoutPackage: a towerd.toml that sets nothing is no
@@ -105,10 +106,10 @@ func TestInstallOnAPackagedNode(t *testing.T) {
 func TestPackagedSampleWithoutPackage(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM})
-	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample})
-	before := treeOf(t, root)
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample})
+	before := dnstest.Tree(t, root)
 	mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
-	after := treeOf(t, root)
+	after := dnstest.Tree(t, root)
 	if !strings.Contains(after["etc/towerd/towerd.d/00-install.toml"].Data, `resolv_conf = "/run/NetworkManager/no-stub-resolv.conf"`) {
 		t.Errorf("drop-in: %+v", after["etc/towerd/towerd.d/00-install.toml"])
 	}
@@ -116,15 +117,15 @@ func TestPackagedSampleWithoutPackage(t *testing.T) {
 		t.Errorf("towerd.toml %+v, usr/local/bin/towerd %+v", after["etc/towerd/towerd.toml"], after["usr/local/bin/towerd"])
 	}
 	mustUninstall(t, rootOf(t, root))
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 
 	// One key set: the operator's, kept as before, and no drop-in.
-	writeTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample + "log_level = \"debug\"\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/towerd.toml": packagedSample + "log_level = \"debug\"\n"})
 	r := mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if c := changeFor(r, ConfigPath); c.Action != "kept" {
 		t.Errorf("an edited towerd.toml: %+v, want kept", c)
 	}
-	if _, ok := treeOf(t, root)["etc/towerd/towerd.d"]; ok {
+	if _, ok := dnstest.Tree(t, root)["etc/towerd/towerd.d"]; ok {
 		t.Errorf("a drop-in dir was made beside an operator's towerd.toml")
 	}
 }
@@ -135,7 +136,7 @@ func TestPackagedSampleWithoutPackage(t *testing.T) {
 func TestAHandWrittenUnitOverridingThePackage(t *testing.T) {
 	t.Parallel()
 	root := packagedDhclientNode(t)
-	writeTree(t, root, map[string]string{"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd serve\n"})
+	dnstest.WriteTree(t, root, map[string]string{"etc/systemd/system/towerd.service": "[Service]\nExecStart=/opt/towerd serve\n"})
 	r := mustInstall(t, rootOf(t, root), InstallOptions{Binary: fakeBinary(t)})
 	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "/etc/systemd/system/towerd.service is not towerd install's") {
 		t.Errorf("warnings %q", r.Warnings)
@@ -153,9 +154,9 @@ func TestPackageAfterAnEarlierInstall(t *testing.T) {
 	t.Parallel()
 	root, _ := buildNode(t, nodeCase{kind: nodeDhclient})
 	fsys := rootOf(t, root)
-	before := treeOf(t, root)
+	before := dnstest.Tree(t, root)
 	mustInstall(t, fsys, InstallOptions{Binary: fakeBinary(t)})
-	if treeOf(t, root)["usr/local/bin/towerd"].Kind != "file" {
+	if dnstest.Tree(t, root)["usr/local/bin/towerd"].Kind != "file" {
 		t.Fatal("no copy to begin with")
 	}
 	// dpkg finds install's towerd.toml in place and keeps it (the admin's
@@ -165,11 +166,11 @@ func TestPackageAfterAnEarlierInstall(t *testing.T) {
 	for _, u := range units {
 		pkg["lib/systemd/system/"+u.Name] = u.Content
 	}
-	writeTree(t, root, pkg)
-	withPackage := treeOf(t, root)
+	dnstest.WriteTree(t, root, pkg)
+	withPackage := dnstest.Tree(t, root)
 
 	r := mustInstall(t, fsys, InstallOptions{Root: root, Binary: filepath.Join(root, PackagedBinaryPath)})
-	after := treeOf(t, root)
+	after := dnstest.Tree(t, root)
 	for _, p := range []string{"usr/local/bin/towerd", "etc/systemd/system/towerd.service", "etc/systemd/system/towerd.socket"} {
 		if _, ok := after[p]; ok {
 			t.Errorf("%s is still there, overriding the package's", p)
@@ -188,5 +189,5 @@ func TestPackageAfterAnEarlierInstall(t *testing.T) {
 			want[p] = n
 		}
 	}
-	diffTrees(t, want, treeOf(t, root))
+	dnstest.DiffTrees(t, want, dnstest.Tree(t, root))
 }

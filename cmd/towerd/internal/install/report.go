@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
 
 // Change is one decision install or uninstall made about one path.
@@ -32,6 +34,12 @@ type Report struct {
 	// systemctl itself: it only edits files, so it works on a root
 	// directory and on a machine whose PID 1 is not systemd).
 	Next []string
+	// Outage says how lookups on the node fare between install and the
+	// last of Next; "" when install changed nothing they use.
+	Outage string
+	// Undo are the commands that take the node back to what it was
+	// before install.
+	Undo []string
 }
 
 // Changed reports whether anything was (or, in a dry run, would be) changed.
@@ -47,8 +55,9 @@ func (r *Report) Changed() bool {
 }
 
 // Print writes the report for people: one line per decision on out,
-// warnings on errOut.
-func (r *Report) Print(out, errOut io.Writer) {
+// warnings on errOut. failed says install or uninstall stopped with an
+// error, which the caller prints: "nothing to change" is then not said.
+func (r *Report) Print(out, errOut io.Writer, failed bool) {
 	for _, c := range r.Changes {
 		line := fmt.Sprintf("%-15s %s", c.Action, c.Path)
 		if c.Detail != "" {
@@ -56,18 +65,36 @@ func (r *Report) Print(out, errOut io.Writer) {
 		}
 		fmt.Fprintln(out, line)
 	}
-	if !r.Changed() {
+	if !r.Changed() && !failed {
 		fmt.Fprintln(out, "nothing to change")
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintln(errOut, "warning:", w)
 	}
-	if len(r.Next) > 0 {
-		fmt.Fprintln(out, "next:")
-		for _, n := range r.Next {
-			fmt.Fprintln(out, "  "+n)
+	for _, list := range []struct {
+		title string
+		lines []string
+	}{{"next:", r.Next}, {"undo:", r.Undo}} {
+		if len(list.lines) > 0 {
+			fmt.Fprintln(out, list.title)
+			for _, n := range list.lines {
+				fmt.Fprintln(out, "  "+n)
+			}
 		}
 	}
+	if r.Outage != "" {
+		fmt.Fprintln(out, "meanwhile: "+r.Outage)
+	}
+}
+
+// change is the last decision about name, or nil.
+func (r *Report) change(name string) *Change {
+	for i := len(r.Changes) - 1; i >= 0; i-- {
+		if r.Changes[i].Path == name {
+			return &r.Changes[i]
+		}
+	}
+	return nil
 }
 
 // pastTense of the verbs a change uses; a dry run says "would <verb>".
@@ -122,6 +149,16 @@ type fileRecord struct {
 	// (PlannedFile.Seed). Uninstall removes it whatever it holds by then:
 	// the name is towerd's, and only the hook rewrites it.
 	Seed bool `json:"seed,omitempty"`
+	// Config is what install rendered into towerd.toml (or its drop-in),
+	// so a later install can render it again and lose nothing.
+	Config *configRecord `json:"config,omitempty"`
+}
+
+// configRecord is what install put into towerd.toml: its own settings
+// and, with --from-dnsmasq, the import they complete (issue 25 item 1).
+type configRecord struct {
+	Settings config.InstallSettings `json:"settings"`
+	Import   *Import                `json:"import,omitempty"`
 }
 
 func (m *manifest) file(name string) *fileRecord {

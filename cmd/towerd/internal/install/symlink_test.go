@@ -1,11 +1,13 @@
 package install
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestPlantedSymlinksCannotSteerInstall: issue 13 item 2. Someone who
@@ -80,17 +82,17 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			outside := t.TempDir()
-			writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+			dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
 			if err := os.Chmod(filepath.Join(outside, "victim"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			outsideBefore := treeOf(t, outside)
+			outsideBefore := dnstest.Tree(t, outside)
 			root := resolvedRoot(t)
 			for name := range tt.plant(outside) {
 				os.Remove(filepath.Join(root, name)) // resolv.conf is a link already
 			}
-			writeTree(t, root, tt.plant(outside))
-			before := treeOf(t, root)
+			dnstest.WriteTree(t, root, tt.plant(outside))
+			before := dnstest.Tree(t, root)
 			fsys := rootOf(t, root)
 
 			opts := InstallOptions{Binary: fakeBinary(t)}
@@ -99,15 +101,15 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 				// (outside the root) cannot be read.
 				opts.Upstreams = []string{"192.0.2.1"}
 			}
-			_, err := install(fsys, withRenderer(opts))
+			_, err := install(fsys, opts)
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)
 			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused)):
 				t.Fatalf("install = %v, want a refusal saying %q", err, tt.refused)
 			}
-			diffTrees(t, outsideBefore, treeOf(t, outside))
-			if n := treeOf(t, root)["etc/resolv.conf"]; tt.refused == "" && n.Kind != "file" {
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
+			if n := dnstest.Tree(t, root)["etc/resolv.conf"]; tt.refused == "" && n.Kind != "file" {
 				t.Errorf("resolv.conf is %+v after install, want towerd's file", n)
 			}
 			if strings.HasPrefix(tt.name, "the record") {
@@ -115,11 +117,11 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 				if _, err := uninstall(fsys, UninstallOptions{}); err == nil || !strings.Contains(err.Error(), tt.refused) {
 					t.Errorf("uninstall = %v, want a refusal saying %q", err, tt.refused)
 				}
-				diffTrees(t, outsideBefore, treeOf(t, outside))
+				dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 				return
 			}
 			mustUninstall(t, fsys)
-			diffTrees(t, outsideBefore, treeOf(t, outside))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 			if tt.replaced {
 				for link := range tt.plant(outside) {
 					if strings.Contains(link, "pre-towerd") {
@@ -127,7 +129,7 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 					}
 				}
 			}
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 		})
 	}
 }
@@ -136,20 +138,20 @@ func TestPlantedSymlinksCannotSteerInstall(t *testing.T) {
 // removes; a link in its place is refused, not followed.
 func TestUninstallRefusesAPlantedRecord(t *testing.T) {
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"record.json": `{"files":[{"path":"/etc/hosts","sum":"x"}]}`})
+	dnstest.WriteTree(t, outside, map[string]string{"record.json": `{"files":[{"path":"/etc/hosts","sum":"x"}]}`})
 	root := resolvedRoot(t)
-	writeTree(t, root, map[string]string{"etc/towerd/install-state.json": "->" + outside + "/record.json"})
-	before := treeOf(t, root)
+	dnstest.WriteTree(t, root, map[string]string{"etc/towerd/install-state.json": "->" + outside + "/record.json"})
+	before := dnstest.Tree(t, root)
 	if _, err := uninstall(rootOf(t, root), UninstallOptions{}); err == nil || !strings.Contains(err.Error(), "is a symlink") {
 		t.Fatalf("uninstall = %v, want a refusal of the linked record", err)
 	}
-	diffTrees(t, before, treeOf(t, root))
+	dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 }
 
 // TestTempNamesAreUnpredictable: two temp names for one path differ, and
 // the sweep recognises them and nothing else.
 func TestTempNamesAreUnpredictable(t *testing.T) {
-	a, b := tempName(ResolvConfPath), tempName(ResolvConfPath)
+	a, b := nodefs.TempName(ResolvConfPath), nodefs.TempName(ResolvConfPath)
 	if a == b || !strings.HasPrefix(a, "/etc/.resolv.conf.towerd-") {
 		t.Errorf("temp names %q, %q", a, b)
 	}
@@ -160,43 +162,9 @@ func TestTempNamesAreUnpredictable(t *testing.T) {
 		".x.towerd-0123456789abcdeg":      false,
 		".towerd.towerd-0123456789abcdef": true,
 	} {
-		if got := isTempName(name); got != want {
-			t.Errorf("isTempName(%q) = %v, want %v", name, got, want)
+		if got := nodefs.IsTempName(name); got != want {
+			t.Errorf("nodefs.IsTempName(%q) = %v, want %v", name, got, want)
 		}
-	}
-}
-
-// TestNodeRootRefusesToFollowOut: the file operations themselves, below
-// install's logic.
-func TestNodeRootRefusesToFollowOut(t *testing.T) {
-	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"victim": "precious\n"})
-	root := t.TempDir()
-	writeTree(t, root, map[string]string{
-		"out":        "->" + outside,
-		"etc/link":   "->" + outside + "/victim",
-		"etc/inside": "->../data/file",
-		"data/file":  "inside\n",
-		"etc/fifo/":  "",
-	})
-	fsys := rootOf(t, root)
-	if _, err := fsys.WriteTemp("/out/x", []byte("x"), 0o644); !errors.Is(err, errEscapesRoot) {
-		t.Errorf("WriteTemp through a link out = %v, want errEscapesRoot", err)
-	}
-	if err := fsys.Overwrite("/etc/link", []byte("x"), 0o644); err == nil {
-		t.Error("Overwrite wrote through a symlink")
-	}
-	if data, err := fsys.ReadFile("/etc/inside"); err != nil || string(data) != "inside\n" {
-		t.Errorf("ReadFile through a link inside = %q, %v", data, err)
-	}
-	if _, err := fsys.ReadFile("/etc/link"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("ReadFile of a link out = %v, want it resolved inside the root (not found)", err)
-	}
-	if err := fsys.Mkdir("/out/new", 0o755); !errors.Is(err, errEscapesRoot) {
-		t.Errorf("Mkdir through a link out = %v, want errEscapesRoot", err)
-	}
-	if data, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(data) != "precious\n" {
-		t.Errorf("outside file: %q, %v", data, err)
 	}
 }
 
@@ -209,7 +177,7 @@ func TestNodeRootRefusesToFollowOut(t *testing.T) {
 func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 	debian := func(t *testing.T) string {
 		root, _ := buildNode(t, nodeCase{kind: nodeDebianResolved, docker: true})
-		writeTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
+		dnstest.WriteTree(t, root, map[string]string{"etc/towerd/consul-token": "s3cret\n"})
 		return root
 	}
 	nm := func(t *testing.T) string { root, _ := buildNode(t, nodeCase{kind: nodeUbuntuNM}); return root }
@@ -242,35 +210,35 @@ func TestPlantedSymlinksAtIssue14Files(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			outside := t.TempDir()
-			writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
-			outsideBefore := treeOf(t, outside)
+			dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+			outsideBefore := dnstest.Tree(t, outside)
 			root := tt.fixture(t)
 			os.RemoveAll(filepath.Join(root, tt.link))
-			writeTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
-			before := treeOf(t, root)
+			dnstest.WriteTree(t, root, map[string]string{tt.link: "->" + outside + "/" + tt.target})
+			before := dnstest.Tree(t, root)
 			fsys := rootOf(t, root)
 
 			// Only the Debian fixture has Docker: --docker there.
 			docker := nodeHas(fsys, DockerDaemonJSON)
-			r, err := install(fsys, withRenderer(InstallOptions{Binary: fakeBinary(t), Docker: docker}))
+			r, err := install(fsys, InstallOptions{Binary: fakeBinary(t), Docker: docker})
 			switch {
 			case tt.refused == "" && err != nil:
 				t.Fatalf("install: %v", err)
 			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused)):
 				t.Fatalf("install = %v, want a refusal saying %q", err, tt.refused)
 			}
-			diffTrees(t, outsideBefore, treeOf(t, outside))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 			if tt.refused == "" {
 				if c := changeFor(r, "/"+tt.link); c.Action == "" && !tt.replaced {
 					t.Errorf("the report says nothing of %s: %+v", tt.link, r.Changes)
 				}
-				if n := treeOf(t, root)[tt.link]; tt.replaced != (n.Kind == "file") {
+				if n := dnstest.Tree(t, root)[tt.link]; tt.replaced != (n.Kind == "file") {
 					t.Errorf("%s after install: %+v (replaced: %v)", tt.link, n, tt.replaced)
 				}
 			}
 			mustUninstall(t, fsys)
-			diffTrees(t, outsideBefore, treeOf(t, outside))
-			diffTrees(t, before, treeOf(t, root))
+			dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
+			dnstest.DiffTrees(t, before, dnstest.Tree(t, root))
 		})
 	}
 }

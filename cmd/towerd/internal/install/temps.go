@@ -1,41 +1,13 @@
 package install
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"path"
-	"strings"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 )
-
-// Temp names: every file install writes goes first to a new file with an
-// unpredictable name beside it, so nobody can plant a link there in
-// advance; the names are still recognisable, so what a killed install or
-// uninstall left behind is swept by the next one.
-
-// tempName is an unpredictable name beside name: ".<base>.towerd-<16 hex>".
-// isTempName recognises it, so a temp file left by an install that was
-// killed is removed by the next install or uninstall.
-func tempName(name string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return path.Join(path.Dir(name), "."+path.Base(name)+tempMarker+hex.EncodeToString(b[:]))
-}
-
-const tempMarker = ".towerd-"
-
-func isTempName(base string) bool {
-	i := strings.LastIndex(base, tempMarker)
-	if !strings.HasPrefix(base, ".") || i < 2 {
-		return false
-	}
-	suffix := base[i+len(tempMarker):]
-	_, err := hex.DecodeString(suffix)
-	return len(suffix) == 16 && err == nil
-}
 
 // sweepDirs are the directories install writes into; a temp file left in
 // one by a killed install is removed by the next install or uninstall.
@@ -51,7 +23,7 @@ var sweepDirs = []string{
 }
 
 // sweepTemps removes what an install or uninstall killed midway left behind
-// under towerd's temp names (tempName): temp files and links, and the
+// under towerd's temp names (nodefs.TempName): temp files and links, and the
 // record's directory made under a temp name (see saveManifest). They are
 // towerd's by name, in directories only root may write.
 func sweepTemps(fsys fileSystem, r *Report) error {
@@ -60,7 +32,7 @@ func sweepTemps(fsys fileSystem, r *Report) error {
 		// write; a name inside it resolves dir that way, and one that leads
 		// out of the root holds nothing of towerd's. Resolved so, dir is the
 		// directory ReadDir lists.
-		if _, err := fsys.Lstat(path.Join(dir, tempMarker)); errors.Is(err, errEscapesRoot) {
+		if _, err := fsys.Lstat(path.Join(dir, nodefs.TempMarker)); errors.Is(err, nodefs.ErrEscapesRoot) {
 			r.warn("%s: %v", dir, err)
 			continue
 		}
@@ -72,7 +44,7 @@ func sweepTemps(fsys fileSystem, r *Report) error {
 			return err
 		}
 		for _, e := range entries {
-			if !isTempName(e.Name()) {
+			if !nodefs.IsTempName(e.Name()) {
 				continue
 			}
 			p := path.Join(dir, e.Name())
@@ -82,7 +54,7 @@ func sweepTemps(fsys fileSystem, r *Report) error {
 				}
 				if inner, err := fsys.ReadDir(p); err == nil {
 					for _, i := range inner {
-						if isTempName(i.Name()) {
+						if nodefs.IsTempName(i.Name()) {
 							_ = removeUnlessDry(fsys, r, path.Join(p, i.Name()))
 						}
 					}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/towerd/towerd/cmd/towerd/internal/nodefs"
 	"github.com/towerd/towerd/systemd"
 )
 
@@ -33,7 +34,7 @@ var enableLinks = []string{
 // their version wins). Then the directories install created are removed if
 // empty. A second run finds nothing to do.
 func Uninstall(opts UninstallOptions) (*Report, error) {
-	n, err := OpenNodeRoot(opts.Root)
+	n, err := nodefs.Open(opts.Root)
 	if err != nil {
 		return &Report{DryRun: opts.DryRun}, err
 	}
@@ -131,7 +132,7 @@ func removeRecord(fsys fileSystem, r *Report, ownDir bool) error {
 			return err
 		}
 		if len(entries) == 1 && entries[0].Name() == path.Base(manifestPath) {
-			tmp := tempName(dir)
+			tmp := nodefs.TempName(dir)
 			if err := fsys.Rename(dir, tmp); err != nil {
 				return fmt.Errorf("removing %s: %w", dir, err)
 			}

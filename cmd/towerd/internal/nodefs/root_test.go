@@ -1,4 +1,4 @@
-package install
+package nodefs
 
 import (
 	"errors"
@@ -9,19 +9,31 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// The file layer on its own, below install's logic: what NodeRoot's doc
-// promises, one case per rule.
+// What Root's doc promises, one case per rule.
 
-// TestNodeRootReadsAsTheNodeWould: reads follow links the way the node
+// openTest opens dir as a node's root for one test.
+func openTest(t *testing.T, dir string) *Root {
+	t.Helper()
+	n, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// TestRootReadsAsTheNodeWould: reads follow links the way the node
 // itself would, with the root as "/", and never outside it.
-func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
+func TestRootReadsAsTheNodeWould(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
+	dnstest.WriteTree(t, outside, map[string]string{"secret": "outside\n", "dir/x": "outside\n"})
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"run/real/resolv.conf": "inside\n",
 		"usr/lib/x":            "inside\n",
 		"etc/abs":              "->/run/real/resolv.conf",
@@ -34,7 +46,7 @@ func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 		"etc/loop2":            "->loop",
 		"etc/sub/":             "",
 	})
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	for name, want := range map[string]string{
 		"/etc/abs":                "inside\n", // absolute: from the root
 		"/etc/rel":                "inside\n",
@@ -85,16 +97,16 @@ func TestNodeRootReadsAsTheNodeWould(t *testing.T) {
 	}
 }
 
-// TestNodeRootReadsNoFIFO: a FIFO planted where install reads neither
+// TestRootReadsNoFIFO: a FIFO planted where install reads neither
 // blocks it nor feeds it.
-func TestNodeRootReadsNoFIFO(t *testing.T) {
+func TestRootReadsNoFIFO(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{"etc/": ""})
+	dnstest.WriteTree(t, root, map[string]string{"etc/": ""})
 	if err := syscall.Mkfifo(filepath.Join(root, "etc/resolv.conf"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.ReadFile("/etc/resolv.conf")
@@ -113,18 +125,18 @@ func TestNodeRootReadsNoFIFO(t *testing.T) {
 	}
 }
 
-// TestNodeRootChangesNothingOutside: every change acts on the last element
+// TestRootChangesNothingOutside: every change acts on the last element
 // itself, through directories that stay inside the root; a directory on the
 // way that leads out (an absolute link, even to a place inside, or a
-// relative one that climbs out) is refused with errEscapesRoot, and a
+// relative one that climbs out) is refused with ErrEscapesRoot, and a
 // relative link that stays inside (merged /usr) is followed.
-func TestNodeRootChangesNothingOutside(t *testing.T) {
+func TestRootChangesNothingOutside(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
-	outsideBefore := treeOf(t, outside)
+	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n", "dir/keep": "precious too\n"})
+	outsideBefore := dnstest.Tree(t, outside)
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	dnstest.WriteTree(t, root, map[string]string{
 		"usr/sbin/":    "",
 		"sbin":         "->usr/sbin",
 		"abs":          "->/usr/sbin",
@@ -135,7 +147,7 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 		"etc/loopdir":  "->loopdir",
 		"etc/resolved": "",
 	})
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	changes := map[string]func(dir string) error{
 		"WriteTemp": func(dir string) error { _, err := n.WriteTemp(dir+"/f", []byte("x"), 0o644); return err },
 		"Mkdir":     func(dir string) error { return n.Mkdir(dir+"/d", 0o755) },
@@ -147,8 +159,8 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 	}
 	for op, change := range changes {
 		for _, dir := range []string{"/out", "/climb", "/abs"} {
-			if err := change(dir); !errors.Is(err, errEscapesRoot) {
-				t.Errorf("%s in %s = %v, want errEscapesRoot", op, dir, err)
+			if err := change(dir); !errors.Is(err, ErrEscapesRoot) {
+				t.Errorf("%s in %s = %v, want ErrEscapesRoot", op, dir, err)
 			} else if !strings.Contains(err.Error(), "leads out of the root") {
 				t.Errorf("%s in %s: %q does not say why", op, dir, err)
 			}
@@ -169,17 +181,17 @@ func TestNodeRootChangesNothingOutside(t *testing.T) {
 	if _, err := n.Lstat("/etc/loopdir/x"); !errors.Is(err, syscall.ELOOP) {
 		t.Errorf("Lstat below a loop = %v, want ELOOP", err)
 	}
-	diffTrees(t, outsideBefore, treeOf(t, outside))
+	dnstest.DiffTrees(t, outsideBefore, dnstest.Tree(t, outside))
 }
 
-// TestNodeRootModesIgnoreTheUmask: a file or directory gets exactly the
+// TestRootModesIgnoreTheUmask: a file or directory gets exactly the
 // mode asked for, set on the open file, whatever the installing shell's
 // umask. Not parallel: the umask is the process's.
-func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
+func TestRootModesIgnoreTheUmask(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	root := t.TempDir()
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	if err := n.Mkdir("/etc", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -187,13 +199,13 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isTempName(filepath.Base(tmp)) {
+	if !IsTempName(filepath.Base(tmp)) {
 		t.Errorf("temp name %q is not one the sweep recognises", tmp)
 	}
 	if err := n.Rename(tmp, "/etc/resolv.conf"); err != nil {
 		t.Fatal(err)
 	}
-	tree := treeOf(t, root)
+	tree := dnstest.Tree(t, root)
 	if got := tree["etc"]; got.Kind != "dir" || got.Mode != 0o755 {
 		t.Errorf("directory: %+v, want mode 0755", got)
 	}
@@ -203,21 +215,21 @@ func TestNodeRootModesIgnoreTheUmask(t *testing.T) {
 	if err := n.Overwrite("/etc/resolv.conf", []byte("x\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if got := treeOf(t, root)["etc/resolv.conf"]; got.Mode != 0o640 || got.Data != "x\n" {
+	if got := dnstest.Tree(t, root)["etc/resolv.conf"]; got.Mode != 0o640 || got.Data != "x\n" {
 		t.Errorf("after Overwrite: %+v", got)
 	}
 }
 
-// TestNodeRootStaysOnItsDirectory: the root is held open, so a root
-// directory renamed (or replaced by a link) after OpenNodeRoot does not
-// move what the NodeRoot reaches.
-func TestNodeRootStaysOnItsDirectory(t *testing.T) {
+// TestRootStaysOnItsDirectory: the root is held open, so a root
+// directory renamed (or replaced by a link) after Open does not
+// move what the Root reaches.
+func TestRootStaysOnItsDirectory(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
-	writeTree(t, root, map[string]string{"etc/hosts": "inside\n"})
-	writeTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
-	n := rootOf(t, root)
+	dnstest.WriteTree(t, root, map[string]string{"etc/hosts": "inside\n"})
+	dnstest.WriteTree(t, base, map[string]string{"other/etc/hosts": "other\n"})
+	n := openTest(t, root)
 	if err := os.Rename(root, filepath.Join(base, "moved")); err != nil {
 		t.Fatal(err)
 	}
@@ -226,5 +238,61 @@ func TestNodeRootStaysOnItsDirectory(t *testing.T) {
 	}
 	if data, err := n.ReadFile("/etc/hosts"); err != nil || string(data) != "inside\n" {
 		t.Errorf("ReadFile after the root moved = %q, %v", data, err)
+	}
+}
+
+// TestRootRefusesToFollowOut: issue 13's planted links, at the file
+// operations themselves.
+func TestRootRefusesToFollowOut(t *testing.T) {
+	outside := t.TempDir()
+	dnstest.WriteTree(t, outside, map[string]string{"victim": "precious\n"})
+	root := t.TempDir()
+	dnstest.WriteTree(t, root, map[string]string{
+		"out":        "->" + outside,
+		"etc/link":   "->" + outside + "/victim",
+		"etc/inside": "->../data/file",
+		"data/file":  "inside\n",
+		"etc/fifo/":  "",
+	})
+	fsys := openTest(t, root)
+	if _, err := fsys.WriteTemp("/out/x", []byte("x"), 0o644); !errors.Is(err, ErrEscapesRoot) {
+		t.Errorf("WriteTemp through a link out = %v, want ErrEscapesRoot", err)
+	}
+	if err := fsys.Overwrite("/etc/link", []byte("x"), 0o644); err == nil {
+		t.Error("Overwrite wrote through a symlink")
+	}
+	if data, err := fsys.ReadFile("/etc/inside"); err != nil || string(data) != "inside\n" {
+		t.Errorf("ReadFile through a link inside = %q, %v", data, err)
+	}
+	if _, err := fsys.ReadFile("/etc/link"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ReadFile of a link out = %v, want it resolved inside the root (not found)", err)
+	}
+	if err := fsys.Mkdir("/out/new", 0o755); !errors.Is(err, ErrEscapesRoot) {
+		t.Errorf("Mkdir through a link out = %v, want ErrEscapesRoot", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(data) != "precious\n" {
+		t.Errorf("outside file: %q, %v", data, err)
+	}
+}
+
+// TestRootStatFollowsLinksInside: Stat describes what a name leads to,
+// as ReadFile would read it, and a file over the bound is refused behind
+// an absolute link as well (TestRootReadsWithABound has the bound itself).
+func TestRootStatFollowsLinksInside(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dnstest.WriteTree(t, root, map[string]string{"etc/big": "", "etc/link": "->/etc/big"})
+	if err := os.Truncate(filepath.Join(root, "etc/big"), MaxNodeFile+1); err != nil {
+		t.Fatal(err)
+	}
+	n := openTest(t, root)
+	if data, err := n.ReadFile("/etc/link"); !errors.Is(err, ErrTooLarge) || data != nil {
+		t.Errorf("ReadFile of %d bytes behind a link = %d bytes, %v; want ErrTooLarge", MaxNodeFile+1, len(data), err)
+	}
+	if info, err := n.Stat("/etc/link"); err != nil || info.Size() != MaxNodeFile+1 || !info.Mode().IsRegular() {
+		t.Errorf("Stat through an absolute link = %v, %v", info, err)
+	}
+	if _, err := n.Stat("/etc/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat of a missing file = %v", err)
 	}
 }

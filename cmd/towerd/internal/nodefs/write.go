@@ -1,4 +1,4 @@
-package install
+package nodefs
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 )
 
 // The operations that change a node's files, each on a path's last element
-// itself (NodeRoot's rules).
+// itself (Root's rules).
 
 // Symlink creates name as a symlink to target; symlink(2) never follows or
 // replaces what is at name.
-func (n *NodeRoot) Symlink(target, name string) error {
+func (n *Root) Symlink(target, name string) error {
 	p, err := n.entry(name)
 	if err != nil {
 		return err
@@ -28,7 +28,7 @@ func (n *NodeRoot) Symlink(target, name string) error {
 
 // Rename renames the entry oldName to newName, replacing what newName
 // names, a symlink included, never what it points at.
-func (n *NodeRoot) Rename(oldName, newName string) error {
+func (n *Root) Rename(oldName, newName string) error {
 	oldP, err := n.entry(oldName)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (n *NodeRoot) Rename(oldName, newName string) error {
 }
 
 // Remove removes a file, link or empty directory, as os.Remove does.
-func (n *NodeRoot) Remove(name string) error {
+func (n *Root) Remove(name string) error {
 	p, err := n.entry(name)
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func (n *NodeRoot) Remove(name string) error {
 
 // Mkdir creates name with exactly perm, whatever the umask: the mode is
 // set on the new directory opened without following a link.
-func (n *NodeRoot) Mkdir(name string, perm fs.FileMode) error {
+func (n *Root) Mkdir(name string, perm fs.FileMode) error {
 	p, err := n.entry(name)
 	if err != nil {
 		return err
@@ -74,14 +74,14 @@ func (n *NodeRoot) Mkdir(name string, perm fs.FileMode) error {
 }
 
 // WriteTemp creates a new file beside name under an unpredictable name
-// (tempName), never following or reusing anything there (O_CREAT|O_EXCL|
+// (TempName), never following or reusing anything there (O_CREAT|O_EXCL|
 // O_NOFOLLOW), writes data, sets perm on the open file and syncs it.
-func (n *NodeRoot) WriteTemp(name string, data []byte, perm fs.FileMode) (string, error) {
+func (n *Root) WriteTemp(name string, data []byte, perm fs.FileMode) (string, error) {
 	var tmp string
 	var f *os.File
 	var err error
 	for range 8 { // a collision of 64 random bits is someone guessing
-		tmp = tempName(name)
+		tmp = TempName(name)
 		f, err = n.openEntry(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			break
@@ -100,7 +100,7 @@ func (n *NodeRoot) WriteTemp(name string, data []byte, perm fs.FileMode) (string
 // Overwrite writes data into the regular file name in place, with mode
 // perm: for a file that cannot be replaced by a rename (a bind mount). A
 // symlink at name is refused, not written through.
-func (n *NodeRoot) Overwrite(name string, data []byte, perm fs.FileMode) error {
+func (n *Root) Overwrite(name string, data []byte, perm fs.FileMode) error {
 	f, err := n.openEntry(name, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (n *NodeRoot) Overwrite(name string, data []byte, perm fs.FileMode) error {
 // openEntry opens name itself with flags, O_NOFOLLOW added: its directory
 // through the root, then the last element relative to that directory, so a
 // symlink there fails the open (ELOOP) instead of being followed.
-func (n *NodeRoot) openEntry(name string, flags int, perm fs.FileMode) (*os.File, error) {
+func (n *Root) openEntry(name string, flags int, perm fs.FileMode) (*os.File, error) {
 	p, err := n.entry(name)
 	if err != nil {
 		return nil, err

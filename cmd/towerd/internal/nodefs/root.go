@@ -1,4 +1,9 @@
-package install
+// Package nodefs is the one way towerd's node tools reach a node's files:
+// `towerd install` and `uninstall` (their writes and their detectors), and
+// whatever else reads a node as it stands under a root directory, a copied
+// one included. A Root never reaches outside its root directory, whatever
+// links were planted in it (Root's doc says how).
+package nodefs
 
 import (
 	"errors"
@@ -12,9 +17,8 @@ import (
 	"syscall"
 )
 
-// NodeRoot is a node's file system under a root directory ("/" for the live
-// system), and the one way install, uninstall and the detectors touch it.
-// Install runs as root and writes where other users may have planted
+// Root is a node's file system under a root directory ("/" for the live
+// system). Install runs as root and writes where other users may have planted
 // symlinks (issue 13: a link at the temp name made it overwrite a file
 // outside the root; a symlinked /etc/systemd/system put the units outside
 // it), so nothing is ever reached outside the root:
@@ -23,7 +27,7 @@ import (
 //     which walks a path one element at a time and refuses any step out of
 //     it (an absolute symlink, or ".." above the root), whatever the
 //     kernel: no openat2 needed;
-//   - reads (ReadFile, ReadDir) follow symlinks the way the node itself
+//   - reads (ReadFile, ReadDir, Stat) follow symlinks the way the node itself
 //     would, an absolute target taken from the root and ".." stopping there
 //     (resolve, as openat2's RESOLVE_IN_ROOT or chroot(2) would), so
 //     /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf is read
@@ -33,24 +37,22 @@ import (
 //     a symlink there points at, in a directory whose path may follow a
 //     relative link that stays inside (/bin -> usr/bin on merged-/usr
 //     systems) but not one that leads out of the root: that is refused, and
-//     the error says so (errEscapesRoot), as openat2's RESOLVE_BENEATH would;
-//   - files are created O_CREAT|O_EXCL under a random name (tempName),
+//     the error says so (ErrEscapesRoot), as openat2's RESOLVE_BENEATH would;
+//   - files are created O_CREAT|O_EXCL under a random name (TempName),
 //     written ones opened O_NOFOLLOW, and modes set with fchmod on the open
 //     file, so the installing shell's umask decides nothing.
 //
 // Names are absolute, as the node sees them ("/etc/resolv.conf"). A
-// NodeRoot is safe for use by one goroutine at a time; Close it when done.
-type NodeRoot struct {
+// Root is safe for use by one goroutine at a time; Close it when done.
+type Root struct {
 	root *os.Root
 	// readLimit bounds ReadFile (MaxNodeFile unless SetReadLimit).
 	readLimit int64
 }
 
-var _ fileSystem = (*NodeRoot)(nil)
-
-// OpenNodeRoot opens dir as a node's root ("" is "/"). The root itself is
+// Open opens dir as a node's root ("" is "/"). The root itself is
 // the operator's choice and may be reached through a link.
-func OpenNodeRoot(dir string) (*NodeRoot, error) {
+func Open(dir string) (*Root, error) {
 	if dir == "" {
 		dir = "/"
 	}
@@ -58,14 +60,14 @@ func OpenNodeRoot(dir string) (*NodeRoot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening root %s: %w", dir, err)
 	}
-	return &NodeRoot{root: r, readLimit: MaxNodeFile}, nil
+	return &Root{root: r, readLimit: MaxNodeFile}, nil
 }
 
 // Close releases the root directory.
-func (n *NodeRoot) Close() error { return n.root.Close() }
+func (n *Root) Close() error { return n.root.Close() }
 
-// errEscapesRoot is wrapped when a path leads out of the root.
-var errEscapesRoot = errors.New("a symlinked directory on the path leads out of the root; refusing to follow it")
+// ErrEscapesRoot is wrapped when a path leads out of the root.
+var ErrEscapesRoot = errors.New("a symlinked directory on the path leads out of the root; refusing to follow it")
 
 // maxLinks is how many symlinks one path may pass through, as on Linux.
 const maxLinks = 40
@@ -83,9 +85,9 @@ func rel(name string) string {
 // taken as the node would take it: an absolute target starts again at the
 // root, and ".." at the root stays there. Without, a link that leads out of
 // the root (an absolute one, or one with enough "..") is refused with
-// errEscapesRoot. A missing element ends the walk: the rest is appended as
+// ErrEscapesRoot. A missing element ends the walk: the rest is appended as
 // it is, so the operation that follows reports fs.ErrNotExist.
-func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
+func (n *Root) resolve(name string, inRoot bool) (string, error) {
 	todo := strings.Split(rel(name), "/")
 	done := "/"
 	for links := 0; len(todo) > 0; {
@@ -95,7 +97,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 		case elem == "" || elem == ".":
 			continue
 		case elem == ".." && done == "/" && !inRoot:
-			return "", errEscapesRoot
+			return "", ErrEscapesRoot
 		case elem == "..":
 			done = path.Dir(done)
 			continue
@@ -118,7 +120,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 		}
 		if strings.HasPrefix(target, "/") {
 			if !inRoot {
-				return "", errEscapesRoot
+				return "", ErrEscapesRoot
 			}
 			done = "/"
 		}
@@ -129,7 +131,7 @@ func (n *NodeRoot) resolve(name string, inRoot bool) (string, error) {
 
 // entry is name relative to the root with its directory resolved (not
 // inRoot): the path the operations on the last element act on.
-func (n *NodeRoot) entry(name string) (string, error) {
+func (n *Root) entry(name string) (string, error) {
 	clean := path.Clean("/" + name)
 	if clean == "/" {
 		return ".", nil
@@ -152,7 +154,7 @@ func named(err error, name string) error {
 }
 
 // Lstat describes name itself, not what a symlink there points at.
-func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) {
+func (n *Root) Lstat(name string) (fs.FileInfo, error) {
 	p, err := n.entry(name)
 	if err != nil {
 		return nil, err
@@ -162,7 +164,7 @@ func (n *NodeRoot) Lstat(name string) (fs.FileInfo, error) {
 }
 
 // Readlink returns the target of the symlink name, as written.
-func (n *NodeRoot) Readlink(name string) (string, error) {
+func (n *Root) Readlink(name string) (string, error) {
 	p, err := n.entry(name)
 	if err != nil {
 		return "", err
@@ -174,7 +176,8 @@ func (n *NodeRoot) Readlink(name string) (string, error) {
 // MaxNodeFile bounds every file ReadFile reads, unless SetReadLimit sets
 // another bound: install compares the towerd program it replaces (tens
 // of MB) before it writes; a file larger than that under a root is
-// planted or broken.
+// planted or broken, and a copied node's cannot make a reader hold
+// gigabytes.
 const MaxNodeFile = 256 << 20
 
 // ErrNotRegular and ErrTooLarge are wrapped by ReadFile for what it
@@ -186,11 +189,11 @@ var (
 
 // SetReadLimit sets the bound of ReadFile, for a reader that needs only a
 // node's configuration files (towerd doctor: 4 MiB).
-func (n *NodeRoot) SetReadLimit(max int64) { n.readLimit = max }
+func (n *Root) SetReadLimit(max int64) { n.readLimit = max }
 
 // ReadFile reads the regular file name, following symlinks inside the
 // root, up to the read limit (MaxNodeFile).
-func (n *NodeRoot) ReadFile(name string) ([]byte, error) { return n.ReadFileMax(name, n.readLimit) }
+func (n *Root) ReadFile(name string) ([]byte, error) { return n.ReadFileMax(name, n.readLimit) }
 
 // ReadFileMax reads name as ReadFile does, refusing more than max bytes.
 // Only a regular file is read, and it is opened without blocking: a FIFO
@@ -198,7 +201,7 @@ func (n *NodeRoot) ReadFile(name string) ([]byte, error) { return n.ReadFileMax(
 // hangs the reader nor feeds it without end, and a sparse file of many
 // GiB is refused by its size. /proc's files say they are regular and of
 // size 0: they are read up to the bound.
-func (n *NodeRoot) ReadFileMax(name string, max int64) ([]byte, error) {
+func (n *Root) ReadFileMax(name string, max int64) ([]byte, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
@@ -224,9 +227,20 @@ func (n *NodeRoot) ReadFileMax(name string, max int64) ([]byte, error) {
 	return data, named(err, name)
 }
 
+// Stat describes what name names, following symlinks inside the root as
+// ReadFile does.
+func (n *Root) Stat(name string) (fs.FileInfo, error) {
+	p, err := n.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	info, err := n.root.Lstat(rel(p))
+	return info, named(err, name)
+}
+
 // ReadDir lists the directory name, following symlinks inside the root,
 // sorted by entry name.
-func (n *NodeRoot) ReadDir(name string) ([]fs.DirEntry, error) {
+func (n *Root) ReadDir(name string) ([]fs.DirEntry, error) {
 	p, err := n.resolve(name, true)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}

@@ -1,4 +1,4 @@
-package install
+package nodefs
 
 import (
 	"errors"
@@ -7,16 +7,18 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// TestNodeRootReadsWithABound: what a root may hold in place of a file
-// besides a FIFO (TestNodeRootReadsNoFIFO): /dev/zero, endless, and a
+// TestRootReadsWithABound: what a root may hold in place of a file
+// besides a FIFO (TestRootReadsNoFIFO): /dev/zero, endless, and a
 // sparse file of 8 GiB. Each is refused at once, and nothing past the
 // bound is read.
-func TestNodeRootReadsWithABound(t *testing.T) {
+func TestRootReadsWithABound(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{"etc/ok": "12345678", "dev/": ""})
+	dnstest.WriteTree(t, root, map[string]string{"etc/ok": "12345678", "dev/": ""})
 	big := filepath.Join(root, "etc", "big")
 	if err := os.WriteFile(big, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func TestNodeRootReadsWithABound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n := rootOf(t, root)
+	n := openTest(t, root)
 	if _, err := n.ReadFile("/etc/big"); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("8 GiB sparse file: err = %v, want ErrTooLarge", err)
 	}
