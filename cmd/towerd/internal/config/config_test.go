@@ -26,6 +26,9 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"wrong type", "[cache]\nsize = \"many\"\n", `towerd.toml:2: key "cache.size"`},
 		{"bad duration", "[serve_stale]\nmax_age = \"forever\"\n", `towerd.toml:2: key "serve_stale.max_age": "forever" is not a duration`},
 		{"zero size", "\n[cache]\nsize = 0\n", `towerd.toml:3: key "cache.size": must be at least 1`},
+		{"max_bytes below 1MiB", "[cache]\nmax_bytes = \"512KiB\"\n", `towerd.toml:2: key "cache.max_bytes": must be between 1MiB and 1GiB (got 512KiB)`},
+		{"max_bytes over 1GiB", "[cache]\nmax_bytes = 2147483648\n", `key "cache.max_bytes": must be between 1MiB and 1GiB (got 2GiB)`},
+		{"max_bytes not a size", "[cache]\nmax_bytes = \"16 megs\"\n", `towerd.toml:2: key "cache.max_bytes": "16 megs" is not a size`},
 		{"bad listen", "listen = [\"localhost\"]\n", `towerd.toml:1: key "listen[0]"`},
 		{"bad allow", "allow = [\"everyone\"]\n", `key "allow[0]"`},
 		{"min over max", "[cache]\nmin_ttl = \"2h\"\nmax_ttl = \"1h\"\n", `key "cache.min_ttl"`},
@@ -278,6 +281,25 @@ func TestLoadSizeAndTCPKeys(t *testing.T) {
 	want := TCPConfig{MaxConnections: 32, IdleTimeout: Dur(3 * time.Second), ReadTimeout: Dur(500 * time.Millisecond), WriteTimeout: Dur(time.Second)}
 	if cfg.MaxUDPSize != 4096 || cfg.TCP != want {
 		t.Fatalf("loaded max_udp_size %d, tcp %+v; want 4096, %+v", cfg.MaxUDPSize, cfg.TCP, want)
+	}
+}
+
+// cache.max_bytes takes bytes as an integer or with a binary unit.
+func TestCacheMaxBytes(t *testing.T) {
+	if got := DefaultConfig().Cache.MaxBytes; got != 16<<20 {
+		t.Errorf("default cache.max_bytes = %v, want 16MiB", got)
+	}
+	for _, tt := range []struct {
+		value string
+		want  ByteSize
+	}{{"33554432", 32 << 20}, {`"32MiB"`, 32 << 20}, {`"1536KiB"`, 1536 << 10}, {`"1GiB"`, 1 << 30}, {`"2000000B"`, 2000000}} {
+		cfg, err := Load(writeFile(t, "towerd.toml", "[cache]\nmax_bytes = "+tt.value+"\n"), false)
+		if err != nil || cfg.Cache.MaxBytes != tt.want {
+			t.Errorf("max_bytes = %s: %v, %v; want %d", tt.value, cfg.Cache.MaxBytes, err, tt.want)
+		}
+	}
+	if s := ByteSize(1536 << 10).String(); s != "1536KiB" {
+		t.Errorf("String = %q", s)
 	}
 }
 

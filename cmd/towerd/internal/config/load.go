@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/upstream"
 )
@@ -268,6 +269,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Cache.Size <= 0 {
 		return keyErr("cache.size", "must be at least 1 (got %d)", c.Cache.Size)
+	}
+	// 1 MiB holds a few of the largest answers (64 KiB); below it one such
+	// answer would push out most of the cache.
+	if c.Cache.MaxBytes < 1<<20 || c.Cache.MaxBytes > cache.MaxBytesLimit {
+		return keyErr("cache.max_bytes", "must be between 1MiB and %s (got %v)", ByteSize(cache.MaxBytesLimit), c.Cache.MaxBytes)
 	}
 	if c.Cache.MinTTL.Duration < 0 || c.Cache.MaxTTL.Duration < 0 {
 		return keyErr("cache.min_ttl", "TTL clamps cannot be negative")

@@ -273,6 +273,7 @@ func cacheConfig(cfg config.Config) cache.Config {
 	}
 	return cache.Config{
 		Capacity:    cfg.Cache.Size,
+		MaxBytes:    int64(cfg.Cache.MaxBytes),
 		MinTTL:      cfg.Cache.MinTTL.Duration,
 		MaxTTL:      cfg.Cache.MaxTTL.Duration,
 		MaxStaleAge: maxStale,
