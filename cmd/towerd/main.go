@@ -23,6 +23,8 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -207,14 +209,20 @@ func splitList(s string) []string {
 }
 
 // warnNoRootServers says when zone "." starts without servers: its
-// resolv.conf does not exist (yet). towerd starts anyway and follows the
-// file (issue 14), but until it appears every name outside the other zones
-// gets SERVFAIL.
+// resolv.conf does not exist (yet), or is not a file towerd reads (a FIFO,
+// a device, too large: issue 21). towerd starts anyway and follows the
+// file (issue 14), but until it is usable every name outside the other
+// zones gets SERVFAIL.
 func warnNoRootServers(stderr io.Writer, zones []config.ZoneConfig, source string) {
 	for _, z := range zones {
 		if z.Name == "." && len(z.Servers) == 0 {
-			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s does not exist; "+
-				"towerd answers SERVFAIL for it until the file appears (set servers for zone \".\" or resolv_conf)\n", source)
+			why := source + " does not exist"
+			var refused *boundedfile.RefusedError
+			if _, err := resolvconf.ReadFile(source); errors.As(err, &refused) {
+				why = refused.Error()
+			}
+			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s; "+
+				"towerd answers SERVFAIL for it until the file is usable (set servers for zone \".\" or resolv_conf)\n", why)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -128,8 +129,9 @@ func TestZonesMergeAndAvoidLoops(t *testing.T) {
 
 // A followed resolv.conf that does not exist yet (its DHCP client has not
 // run) leaves "." without servers instead of failing, and names the file
-// the daemon is to wait for (issue 14). A file that cannot be read for
-// another reason still fails.
+// the daemon is to wait for (issue 14), and so does a file that is not
+// one (issue 21). A file that cannot be read for another reason still
+// fails.
 func TestZonesMissingResolvConf(t *testing.T) {
 	dir := t.TempDir()
 	cfg := DefaultConfig()
@@ -154,7 +156,24 @@ func TestZonesMissingResolvConf(t *testing.T) {
 		t.Error("no zone .")
 	}
 
-	cfg.ResolvConf = dir // a directory: exists, cannot be parsed
+	// What is not a resolv.conf (issue 21: a FIFO, a device, a directory)
+	// is waited for like a missing file; the daemon logs why.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, fifo, "/dev/zero"} {
+		cfg.ResolvConf = p
+		if zones, source, err := cfg.ForwardZones("/"); err != nil || source != p || len(zones[len(zones)-1].Servers) != 0 {
+			t.Errorf("resolv_conf %s: %v, %q, %v; want zone . waiting for it", p, zones, source, err)
+		}
+	}
+
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ResolvConf = filepath.Join(file, "resolv.conf") // ENOTDIR: cannot be read
 	if _, _, err := cfg.ForwardZones("/"); err == nil || !strings.Contains(err.Error(), "zone[.].servers") {
 		t.Errorf("unreadable resolv_conf: %v, want an error naming zone[.].servers", err)
 	}

@@ -78,7 +78,9 @@ func (c ConsulConfig) validate() error {
 		if path == "" {
 			continue
 		}
-		if _, err := os.ReadFile(path); err != nil {
+		// Read as the watch reads them (consul.ReadCredential): a FIFO or
+		// a device fails here, at start or in `towerd check`, not later.
+		if _, err := consul.ReadCredential(path); err != nil {
 			return keyErr(key, "cannot be read: %v", err)
 		}
 	}

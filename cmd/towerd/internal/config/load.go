@@ -17,6 +17,7 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/internal/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -45,15 +46,27 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// MaxFileSize is the most bytes the config file and each drop-in may
+// have: the sample with every key and its comments is under 20 KiB, and
+// an import of a dnsmasq config with many local records a few hundred.
+const MaxFileSize = 1 << 20
+
+// fileRule is how the config file and its drop-ins are read (issue 21): a
+// regular file up to MaxFileSize, opened without blocking, so neither
+// towerd's start, a reload nor `towerd check` can hang on a FIFO in their
+// place. Symlinks are followed: configuration managers link them.
+var fileRule = boundedfile.Rule{MaxSize: MaxFileSize}
+
 // Load reads path over the defaults, then its drop-ins (DropIns) over
 // it. A missing file is fine when optional (the default path): towerd then
-// runs on built-in defaults and the drop-ins.
+// runs on built-in defaults and the drop-ins. A file that is not a regular
+// file, or is larger than MaxFileSize, is an error naming it.
 func Load(path string, optional bool) (Config, error) {
 	cfg := DefaultConfig()
 	if path == "" {
 		return cfg, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.ReadFile(path, fileRule)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && optional:
 		data = nil
@@ -71,7 +84,7 @@ func Load(path string, optional bool) (Config, error) {
 		return cfg, err
 	}
 	for _, p := range dropIns {
-		d, err := os.ReadFile(p)
+		d, err := boundedfile.ReadFile(p, fileRule)
 		if err != nil {
 			return cfg, fmt.Errorf("reading config: %w", err)
 		}
@@ -369,11 +382,15 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
-			if errors.Is(err, fs.ErrNotExist) {
+			var refused *boundedfile.RefusedError
+			if errors.Is(err, fs.ErrNotExist) || errors.As(err, &refused) {
 				// The followed file may appear only once its manager runs
 				// (a DHCP client before its first lease, resolved before it
 				// starts): "." starts without servers and the daemon picks
-				// them up when the file appears (issue 14).
+				// them up when the file appears (issue 14). A file in its
+				// place that is not one (a FIFO, a device, too large: issue
+				// 21) is the same wait, not a node without DNS for its other
+				// zones; the daemon logs why.
 				source = path
 				out = append(out, ZoneConfig{Name: name})
 				continue
@@ -430,12 +447,11 @@ func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	if path == "" {
 		return readSystemResolvConf(root) // systemresolv.go
 	}
-	f, err := os.Open(path)
+	data, err := resolvconf.ReadFile(path)
 	if err != nil {
 		return resolvconf.Conf{}, path, err
 	}
-	defer f.Close()
-	rc, err := resolvconf.Parse(f)
+	rc, err := resolvconf.Parse(bytes.NewReader(data))
 	return rc, path, err
 }
 
