@@ -160,6 +160,10 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 			Name: "towerd_inflight_rejections_total",
 			Help: "Queries and prefetches that found the in-flight cap full.",
 		}, func() float64 { return float64(h.InflightRejections()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "towerd_query_log_lines_dropped_total",
+			Help: "Query-log lines not written because the query log was at its rate limit (log_queries_rate lines a second).",
+		}, func() float64 { return float64(h.QueryLogDropped()) }),
 	}
 	if srv != nil {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver"
 )
 
 // DefaultPath is where towerd looks for its config file. A missing file
@@ -45,6 +46,10 @@ type Config struct {
 	// `towerd log-queries on|off` switches it at runtime; a reload applies
 	// this key only when its value in the file changed.
 	LogQueries bool `toml:"log_queries"`
+	// LogQueriesRate: the most query-log lines a second; the lines past it
+	// are dropped and counted (towerd_query_log_lines_dropped_total). A
+	// reload applies it.
+	LogQueriesRate int `toml:"log_queries_rate"`
 	// StateDir: where the cache is saved on stop and loaded on start
 	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
 	StateDir string `toml:"state_dir"`
@@ -210,7 +215,13 @@ func DefaultConfig() Config {
 		MaxUDPSize:   1232,
 		LogLevel:     "info",
 		LogFormat:    "text",
-		StateDir:     DefaultStateDir,
+		// A node's own clients ask tens of names a second. journald takes
+		// 10,000 messages in 30 s from a service by default
+		// (RateLimitBurst=, RateLimitIntervalSec=) and drops the rest
+		// uncounted; 300 lines a second (about 60 KB/s) stays within it,
+		// and towerd counts what it drops.
+		LogQueriesRate: resolver.DefaultQueryLogRate,
+		StateDir:       DefaultStateDir,
 		// A snapshot of 10,000 entries is written in tens of milliseconds,
 		// fsync included; every 5 minutes keeps what a crash loses small
 		// without keeping the disk busy.

@@ -277,6 +277,9 @@ func (c *Config) Validate() error {
 	default:
 		return keyErr("log_format", "%q is not one of text, json", c.LogFormat)
 	}
+	if c.LogQueriesRate < 1 {
+		return keyErr("log_queries_rate", "must be at least 1 line a second (got %d)", c.LogQueriesRate)
+	}
 	if c.StateSaveInterval.Duration < 0 {
 		return keyErr("state_save_interval", "cannot be negative (\"0s\" means save only on stop)")
 	}
