@@ -23,6 +23,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
+	"github.com/towerd/towerd/cmd/towerd/internal/logsink"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/internal/boundedfile"
 )
@@ -40,6 +41,10 @@ const (
 	exitFail   = base.ExitFail   // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
 	exitConfig = base.ExitConfig // bad flags or configuration
 )
+
+// logFlushTimeout bounds how long towerd waits at exit for its last log
+// lines to be taken: a reader that stopped keeps them.
+const logFlushTimeout = 2 * time.Second
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
@@ -271,11 +276,19 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	// Every log line goes through the sink: a log reader that stops must
+	// not stop DNS (issue 21; cmd/towerd/internal/logsink).
+	sink := logsink.New(stderr)
+	log := newLogger(sink, cfg.LogLevel, cfg.LogFormat)
+	sink.Start(func(n uint64) {
+		log.Warn("log lines dropped: whatever reads towerd's log (the journal, a pipe) did not take them fast enough",
+			"dropped", n, "metric", "towerd_log_lines_dropped_total")
+	})
+	defer sink.Close(logFlushTimeout)
 	setGCPercent()
 	d, err := daemon.New(daemon.Options{
 		Config: cfg, Zones: zones, ZonesSource: source, Log: log, ConfigFile: o.configPath,
-		Load: o.load, Version: version, Systemd: true, Signals: true,
+		Load: o.load, Version: version, Systemd: true, Signals: true, LogMetrics: sink,
 	})
 	switch {
 	case errors.Is(err, daemon.ErrConfig):
