@@ -77,6 +77,16 @@ func TestHostsFileRefusedKeepsLastGood(t *testing.T) {
 		}
 	}
 
+	// A reload's new source (the daemon makes one per reload) keeps what
+	// the one it replaces read last.
+	var next *Source
+	within(t, func() {
+		next, _ = New(Options{HostsFiles: []string{hosts}, Replaces: s})
+	})
+	if got := answerOf(next, "one.lan.", dns.TypeA); got != "NOERROR one.lan. 0 IN A 192.0.2.10" {
+		t.Errorf("a new source replacing the old: one.lan. %s; want its last good address", got)
+	}
+
 	if err := os.Remove(hosts); err != nil {
 		t.Fatal(err)
 	}

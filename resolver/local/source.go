@@ -71,6 +71,10 @@ type Options struct {
 	// Log receives a line for each reload and each unreadable file or line;
 	// nil discards them.
 	Log *slog.Logger
+	// Replaces is the source this one takes over from (a configuration
+	// reload), or nil: a hosts file the new source cannot read keeps the
+	// entries Replaces last read from it.
+	Replaces *Source
 }
 
 // Address is one address domain (dnsmasq's address=/DOMAIN/IP).
@@ -135,6 +139,12 @@ func New(o Options) (*Source, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if old := o.Replaces; old != nil {
+		old.mu.Lock()
+		s.good = old.good // never changed, only replaced
+		old.mu.Unlock()
+	}
+	s.opts.Replaces = nil // not kept alive by its successor
 	s.Reload()
 	return s, nil
 }
