@@ -96,7 +96,11 @@ func Load(path string, optional bool) (Config, error) {
 	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
 		cfg.Consul.TokenFile = p
 	}
-	return cfg, Attribute(cfg.Validate(), files, path)
+	err = cfg.Validate()
+	if err == nil {
+		err = cfg.Consul.checkFiles()
+	}
+	return cfg, Attribute(err, files, path)
 }
 
 // Source is one file of the configuration: the config file or a drop-in,
