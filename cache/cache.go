@@ -29,6 +29,10 @@ type Config struct {
 	// Capacity is the maximum number of entries; beyond it the least
 	// recently used entry is evicted. Must be > 0.
 	Capacity int
+	// MaxBytes bounds what the entries cost, each counted as its reply,
+	// its name and EntryOverhead (bytes.go); beyond it least recently used
+	// entries are evicted. 0 means DefaultMaxBytes; at most MaxBytesLimit.
+	MaxBytes int64
 	// MinTTL is the lower clamp on an entry's TTL; 0 means none.
 	MinTTL time.Duration
 	// MaxTTL is the upper clamp on an entry's TTL; 0 means none.
@@ -46,6 +50,8 @@ func (cfg Config) validate() error {
 	switch {
 	case cfg.Capacity <= 0:
 		return fmt.Errorf("%w: Capacity must be > 0, got %d", ErrInvalidConfig, cfg.Capacity)
+	case cfg.MaxBytes < 0 || cfg.MaxBytes > MaxBytesLimit:
+		return fmt.Errorf("%w: MaxBytes must be between 0 and %d, got %d", ErrInvalidConfig, MaxBytesLimit, cfg.MaxBytes)
 	case cfg.MinTTL < 0:
 		return fmt.Errorf("%w: MinTTL must not be negative, got %s", ErrInvalidConfig, cfg.MinTTL)
 	case cfg.MaxTTL < 0:
@@ -93,10 +99,12 @@ type Cache struct {
 	// since it (see instant).
 	epoch time.Time
 
-	// mu guards lru: every Get moves an entry in the LRU list, so a read
-	// lock would buy nothing.
-	mu  sync.Mutex
-	lru *simplelru.LRU[Key, *item]
+	// mu guards lru and the byte count: every Get moves an entry in the
+	// LRU list, so a read lock would buy nothing.
+	mu       sync.Mutex
+	lru      *simplelru.LRU[Key, *item]
+	bytes    int64 // what the entries cost (entrySize)
+	maxBytes int64 // the bound on bytes
 
 	stats counters
 }
@@ -119,10 +127,12 @@ func New(cfg Config) (*Cache, error) {
 		c.now = time.Now
 	}
 	c.epoch = c.now()
+	c.maxBytes, _ = maxBytesOrDefault(cfg.MaxBytes) // validated
 	// simplelru (not the locked lru.Cache) so that one lock covers a lookup
 	// and the checks around it (Get drops an entry too old to serve).
-	// Evictions are counted from Add's return value, not by a callback.
-	lru, err := simplelru.NewLRU[Key, *item](cfg.Capacity, nil)
+	// Evictions are counted where they are made (addLocked); the callback
+	// only gives back an entry's bytes.
+	lru, err := simplelru.NewLRU[Key, *item](cfg.Capacity, c.onEvict)
 	if err != nil {
 		return nil, fmt.Errorf("creating LRU: %w", err)
 	}
@@ -176,21 +186,23 @@ func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
 		c.stats.refused.Add(1)
 		return false, reason
 	}
-	c.store(k, a.prepared)
-	return true, ""
+	return c.store(k, a.prepared)
 }
 
 // store adds the entry prepared as p under k and counts it: the one way in
-// of Set and SetWire.
-func (c *Cache) store(k Key, p prepared) {
+// of Set and SetWire. An entry larger than MaxBytes is refused.
+func (c *Cache) store(k Key, p prepared) (stored bool, reason string) {
 	it := newItem(p, c.clock())
 	c.mu.Lock()
-	evicted := c.lru.Add(k, it)
+	evicted, ok := c.addLocked(k, it)
 	c.mu.Unlock()
-	c.stats.stored.Add(1)
-	if evicted {
-		c.stats.evictions.Add(1)
+	if !ok {
+		c.stats.refused.Add(1)
+		return false, reasonOverMaxBytes
 	}
+	c.stats.stored.Add(1)
+	c.stats.evictions.Add(uint64(evicted))
+	return true, ""
 }
 
 // clock reads the cache's clock.

@@ -10,6 +10,7 @@ type collector struct {
 	c *Cache
 
 	entries, capacity        *prometheus.Desc
+	bytes, maxBytes          *prometheus.Desc
 	hits, misses, evictions  *prometheus.Desc
 	stored, refused, expired *prometheus.Desc
 }
@@ -29,10 +30,12 @@ func NewCollector(c *Cache) prometheus.Collector {
 		c:         c,
 		entries:   desc("towerd_cache_entries", "Answers in the cache now, expired ones kept for serve-stale included."),
 		capacity:  desc("towerd_cache_capacity_entries", "Most answers the cache holds (cache.size); past it the least recently used go."),
+		bytes:     desc("towerd_cache_bytes", "What the cached answers cost: each one's reply and name plus a fixed per-entry overhead."),
+		maxBytes:  desc("towerd_cache_max_bytes", "Most bytes the cache holds (cache.max_bytes); past it the least recently used answers go."),
 		hits:      desc("towerd_cache_hits_total", "Cache lookups answered by a fresh entry."),
 		misses:    desc("towerd_cache_misses_total", "Cache lookups without a fresh entry (none at all, or only an expired one)."),
 		expired:   desc("towerd_cache_expired_lookups_total", "Cache lookups that found only an expired entry, still within the maximum stale age."),
-		evictions: desc("towerd_cache_evictions_total", "Entries pushed out because the cache was full."),
+		evictions: desc("towerd_cache_evictions_total", "Entries pushed out because the cache was full (cache.size or cache.max_bytes)."),
 		stored:    desc("towerd_cache_stores_total", "Answers stored (new or replacing an entry)."),
 		refused:   desc("towerd_cache_store_refusals_total", "Answers the store policy kept out: NXDOMAIN, SERVFAIL, truncated replies and the like."),
 	}
@@ -40,7 +43,7 @@ func NewCollector(c *Cache) prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (col *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{col.entries, col.capacity, col.hits, col.misses,
+	for _, d := range []*prometheus.Desc{col.entries, col.capacity, col.bytes, col.maxBytes, col.hits, col.misses,
 		col.expired, col.evictions, col.stored, col.refused} {
 		ch <- d
 	}
@@ -57,6 +60,8 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(col.entries, float64(col.c.Len()))
 	gauge(col.capacity, float64(col.c.Capacity()))
+	gauge(col.bytes, float64(col.c.Bytes()))
+	gauge(col.maxBytes, float64(col.c.MaxBytes()))
 	counter(col.hits, s.Hits)
 	counter(col.misses, s.Misses+s.StaleHits)
 	counter(col.expired, s.StaleHits)

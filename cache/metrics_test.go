@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,14 +27,24 @@ func TestCollector(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(c))
+	// Two entries, a.example. and c.example.: each its reply with its TTL
+	// offsets, its name and the overhead.
+	wantBytes := 0
+	for _, k := range c.lru.Keys() {
+		it, _ := c.lru.Peek(k)
+		wantBytes += EntryOverhead + len(k.Name) + int(allocSize(len(it.data)))
+	}
 	want := `
+# HELP towerd_cache_bytes What the cached answers cost: each one's reply and name plus a fixed per-entry overhead.
+# TYPE towerd_cache_bytes gauge
+towerd_cache_bytes ` + strconv.Itoa(wantBytes) + `
 # HELP towerd_cache_capacity_entries Most answers the cache holds (cache.size); past it the least recently used go.
 # TYPE towerd_cache_capacity_entries gauge
 towerd_cache_capacity_entries 2
 # HELP towerd_cache_entries Answers in the cache now, expired ones kept for serve-stale included.
 # TYPE towerd_cache_entries gauge
 towerd_cache_entries 2
-# HELP towerd_cache_evictions_total Entries pushed out because the cache was full.
+# HELP towerd_cache_evictions_total Entries pushed out because the cache was full (cache.size or cache.max_bytes).
 # TYPE towerd_cache_evictions_total counter
 towerd_cache_evictions_total 1
 # HELP towerd_cache_expired_lookups_total Cache lookups that found only an expired entry, still within the maximum stale age.
@@ -42,6 +53,9 @@ towerd_cache_expired_lookups_total 1
 # HELP towerd_cache_hits_total Cache lookups answered by a fresh entry.
 # TYPE towerd_cache_hits_total counter
 towerd_cache_hits_total 2
+# HELP towerd_cache_max_bytes Most bytes the cache holds (cache.max_bytes); past it the least recently used answers go.
+# TYPE towerd_cache_max_bytes gauge
+towerd_cache_max_bytes 1.6777216e+07
 # HELP towerd_cache_misses_total Cache lookups without a fresh entry (none at all, or only an expired one).
 # TYPE towerd_cache_misses_total counter
 towerd_cache_misses_total 2

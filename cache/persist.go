@@ -221,10 +221,12 @@ func (c *Cache) load(r io.Reader, opts LoadOptions) (LoadStats, error) {
 
 	policy := c.policy.Load()
 	maxStale := policy.maxStaleAge
-	// Only the last Capacity entries can stay (they are the most recently
-	// used), so memory stays bounded by the cache's size whatever the
-	// file's count claims.
+	maxBytes := c.MaxBytes()
+	// Only the last Capacity entries, and the last MaxBytes of them, can
+	// stay (they are the most recently used), so memory stays bounded by
+	// the cache's bounds whatever the file's count claims.
 	kept := make([]snapshotEntry, 0, min(int(count), c.capacity))
+	var keptBytes int64
 	for i := uint32(0); i < count; i++ {
 		e, rejection, err := dec.entry()
 		if err != nil {
@@ -242,11 +244,19 @@ func (c *Cache) load(r io.Reader, opts LoadOptions) (LoadStats, error) {
 			stats.Skipped++
 			continue
 		}
-		if len(kept) == c.capacity {
+		size := entrySize(e.key, e.item)
+		if size > maxBytes {
+			stats.reject(reasonOverMaxBytes)
+			continue
+		}
+		for len(kept) == c.capacity || (len(kept) > 0 && keptBytes+size > maxBytes) {
+			keptBytes -= entrySize(kept[0].key, kept[0].item)
+			kept[0] = snapshotEntry{} // the array must not keep what was dropped
 			kept = kept[1:]
 			stats.Skipped++
 		}
 		kept = append(kept, e)
+		keptBytes += size
 	}
 	if err := verifyTrailer(br, sum); err != nil {
 		return LoadStats{}, err
@@ -259,7 +269,9 @@ func (c *Cache) load(r io.Reader, opts LoadOptions) (LoadStats, error) {
 			stats.Skipped++
 			continue
 		}
-		c.lru.Add(e.key, e.item)
+		if _, ok := c.addLocked(e.key, e.item); !ok {
+			continue // MaxBytes was lowered meanwhile
+		}
 		stats.Loaded++
 		if stats.Loaded == 1 || e.item.stored < oldest {
 			oldest = e.item.stored

@@ -44,6 +44,8 @@ const (
 	reasonPackFailed = "pack failed"
 	reasonTooLarge   = "too large"
 	reasonMalformed  = "malformed"
+	// reasonOverMaxBytes: the entry alone costs more than Config.MaxBytes.
+	reasonOverMaxBytes = "larger than the cache's byte bound"
 )
 
 // maxRRTTL is the largest TTL a record may carry. RFC 2181 §8: a TTL with the

@@ -3,11 +3,10 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // A snapshot file is read by a daemon that may run as root, from a directory
@@ -24,74 +23,40 @@ const RejectedSuffix = ".rejected"
 
 // SnapshotFile is a snapshot opened by OpenSnapshot, for Load.
 type SnapshotFile struct {
-	*os.File
+	*boundedfile.File
 	path string
 }
 
+// MaxSnapshotSize is the largest snapshot file OpenSnapshot accepts. Dump
+// writes less than the cache's bytes (each entry's key and reply, with a
+// header smaller than the overhead an entry is counted with), and the
+// cache holds at most MaxBytesLimit, so no file Dump wrote is refused.
+const MaxSnapshotSize = MaxBytesLimit + 1<<20
+
+// snapshotRule is the state file's rule: towerd writes it itself, 0600, so
+// a symlink, or a file someone else owns or could write, was planted.
+var snapshotRule = boundedfile.Rule{MaxSize: MaxSnapshotSize, NoFollow: true, Owned: true}
+
 // OpenSnapshot opens the snapshot at path for Load if it may be trusted: a
-// regular file (not a symlink, FIFO, device or directory), owned by this
-// process's effective user or by root, and writable by nobody else
-// (group or others): Dump's files are 0600, so a group-writable one was not
-// written by towerd, and a group is one more party who could have. The open
-// itself neither follows a symlink nor blocks (O_NOFOLLOW|O_NONBLOCK), and
-// the checks are made on the opened file (fstat), so the file cannot be
-// swapped between check and read.
+// regular file (not a symlink, FIFO, device or directory) of at most
+// MaxSnapshotSize bytes, owned by this process's effective user or by
+// root, and writable by nobody else (group or others). It neither follows
+// a symlink nor blocks, and the checks hold for the file that is read
+// (boundedfile.Open, the rule every followed file is read by).
 //
 // A missing file is an error wrapping fs.ErrNotExist. Any other refusal
 // renames the file to path+RejectedSuffix and returns an error wrapping
 // ErrBadSnapshot that says why and where the file went.
 func OpenSnapshot(path string) (*SnapshotFile, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	for err == unix.EINTR {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	}
+	f, err := boundedfile.Open(path, snapshotRule)
+	var refused *boundedfile.RefusedError
 	switch {
-	case errors.Is(err, unix.ENOENT):
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	case errors.Is(err, unix.ELOOP):
-		return nil, setAside(path, "it is a symlink")
+	case errors.As(err, &refused):
+		return nil, setAside(path, refused.Why)
 	case err != nil:
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if why := untrusted(st, os.Geteuid()); why != "" {
-		unix.Close(fd)
-		return nil, setAside(path, why)
-	}
-	// Reads of a regular file never block anyway; clearing the flag keeps
-	// the os.File an ordinary blocking one.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
-	}
-	return &SnapshotFile{File: os.NewFile(uintptr(fd), path), path: path}, nil
-}
-
-// untrusted says why a file with status st must not be loaded by a process
-// with effective user euid, or "".
-func untrusted(st unix.Stat_t, euid int) string {
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-	case unix.S_IFIFO:
-		return "it is a FIFO, not a regular file"
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return "it is a device, not a regular file"
-	case unix.S_IFDIR:
-		return "it is a directory, not a regular file"
-	default:
-		return fmt.Sprintf("it is not a regular file (type %#o)", st.Mode&unix.S_IFMT)
-	}
-	if int(st.Uid) != euid && st.Uid != 0 {
-		return fmt.Sprintf("it is owned by uid %d, neither towerd's user (uid %d) nor root", st.Uid, euid)
-	}
-	if perm := st.Mode & 0o7777; perm&0o022 != 0 {
-		return fmt.Sprintf("it is writable by group or others (mode %04o)", perm)
-	}
-	return ""
+	return &SnapshotFile{File: f, path: path}, nil
 }
 
 // setAside renames a refused snapshot out of the way, so the next start does

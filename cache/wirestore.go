@@ -29,8 +29,7 @@ func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 		c.stats.refused.Add(1)
 		return false, reason
 	}
-	c.store(k, a.prepared)
-	return true, ""
+	return c.store(k, a.prepared)
 }
 
 // AppendRecords is AppendFresh for a just prepared answer: its records

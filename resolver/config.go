@@ -62,6 +62,11 @@ type Config struct {
 	// Zero means DefaultMaxUDPSize, 1232 (DNS Flag Day 2020); 512 to 65535.
 	MaxUDPSize int
 
+	// QueryLogRate caps the query log at this many lines a second; the
+	// lines past it are dropped and counted (querylog.go). Zero means
+	// DefaultQueryLogRate.
+	QueryLogRate int
+
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
 }
@@ -71,6 +76,7 @@ const (
 	DefaultQueryTimeout    = 1800 * time.Millisecond
 	DefaultUpstreamTimeout = 5 * time.Second
 	DefaultMaxInflight     = 150
+	DefaultQueryLogRate    = 300 // within journald's default rate limit: 10,000 lines in 30 s
 )
 
 // loopbackOnly is the allow-list used when Config.Allow is empty.
@@ -92,7 +98,7 @@ func newSettings(cfg Config) (*settings, error) {
 		return nil, err
 	}
 	if cfg.QueryTimeout < 0 || cfg.UpstreamTimeout < 0 || cfg.StaleClientTimeout < 0 ||
-		cfg.StaleAnswerTTL < 0 || cfg.FailureRecheck < 0 || cfg.MaxInflight < 0 {
+		cfg.StaleAnswerTTL < 0 || cfg.FailureRecheck < 0 || cfg.MaxInflight < 0 || cfg.QueryLogRate < 0 {
 		return nil, errors.New("negative timeout, TTL or limit")
 	}
 	if cfg.QueryTimeout == 0 {
@@ -103,6 +109,9 @@ func newSettings(cfg Config) (*settings, error) {
 	}
 	if cfg.MaxInflight == 0 {
 		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.QueryLogRate == 0 {
+		cfg.QueryLogRate = DefaultQueryLogRate
 	}
 	switch {
 	case cfg.MaxUDPSize == 0:

@@ -28,9 +28,11 @@ type Handler struct {
 	log      *slog.Logger
 	obs      Observer
 
-	// The query log (querylog.go): off by default, switched at runtime.
+	// The query log (querylog.go): off by default, switched at runtime,
+	// at most Config.QueryLogRate lines a second.
 	logQueries atomic.Bool
 	queryLog   *slog.Logger
+	queryLines lineRate
 }
 
 // Observer receives one call per answered query; metrics implement it.

@@ -160,6 +160,10 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 			Name: "towerd_inflight_rejections_total",
 			Help: "Queries and prefetches that found the in-flight cap full.",
 		}, func() float64 { return float64(h.InflightRejections()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "towerd_query_log_lines_dropped_total",
+			Help: "Query-log lines not written because the query log was at its rate limit (log_queries_rate lines a second).",
+		}, func() float64 { return float64(h.QueryLogDropped()) }),
 	}
 	if srv != nil {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -183,7 +187,7 @@ var (
 	tcpConnectionsLimitDesc = prometheus.NewDesc("towerd_tcp_connections_limit",
 		"The cap on TCP connections: tcp.max_connections, lowered to keep file descriptors in reserve for upstreams and the admin server.", nil, nil)
 	tcpClosedDesc = prometheus.NewDesc("towerd_tcp_connections_closed_total",
-		"TCP connections closed, by reason: idle, cap (closed for a newer one or refused at the cap), oversize (query over 4 KiB announced), stalled (a query stopped arriving), write_timeout (the client did not read), error, client (closed by the client), shutdown.",
+		"TCP connections closed, by reason: idle, cap (closed for a newer one or refused at the cap), slow (closed for a newer one while its query was still arriving), oversize (query over 4 KiB announced), stalled (a query stopped arriving), write_timeout (the client did not read), error, client (closed by the client), shutdown.",
 		[]string{"reason"}, nil)
 	tcpAcceptErrorsDesc = prometheus.NewDesc("towerd_tcp_accept_errors_total",
 		"Failed TCP accepts, by kind: emfile (the process is out of file descriptors), enfile (the system is), other; each one backs off.",

@@ -111,6 +111,27 @@ func TestQueryLogLines(t *testing.T) {
 	}
 }
 
+// The query log writes at most QueryLogRate lines in a second of the
+// clock and counts the rest; the next second lets lines through again.
+func TestQueryLogRate(t *testing.T) {
+	var out lockedBuffer
+	e := buildEnv(t, func(c *Config) { c.QueryLogRate = 3 }, nil, func(h *Handler, _ *Server) {
+		h.queryLog = newQueryLog(slog.New(slog.NewJSONHandler(&out, nil)))
+	})
+	e.h.SetLogQueries(true)
+	for range 5 {
+		e.query("www.example.")
+	}
+	if n, dropped := len(out.lines(t)), e.h.QueryLogDropped(); n != 3 || dropped != 2 {
+		t.Errorf("5 queries in a second: %d lines, %d dropped; want 3 and 2", n, dropped)
+	}
+	e.clock.Advance(time.Second)
+	e.query("www.example.")
+	if n := len(out.lines(t)); n != 4 {
+		t.Errorf("the next second: %d lines in all, want 4", n)
+	}
+}
+
 // Trace returns the reply and the observation of a real query: the second
 // ask of a name comes from the cache, the first from the upstream server.
 func TestTraceNamesTheSource(t *testing.T) {

@@ -269,7 +269,7 @@ func (h *Handler) observe(s *settings, r *request, zone, source string, rcode in
 	if h.obs != nil {
 		h.obs.ObserveQuery(q)
 	}
-	if logging {
+	if logging && h.queryLines.take(s.Now(), s.QueryLogRate) {
 		h.logQuery(r, q)
 	}
 	if r.trace != nil {

@@ -23,8 +23,9 @@ import (
 // deadline, has no connection cap and spins on EMFILE. Here:
 //
 //   - the connections of all of a Server's listeners share one cap
-//     (tcpBudget); to admit a new one the connection idle longest is closed,
-//     and with none idle the new one is closed at once;
+//     (tcpBudget); to admit a new one the connection that has waited
+//     longest without bringing a whole query (idle, or slow to send one)
+//     is closed, and with none waiting the new one is closed at once;
 //   - a connection waits idleTimeout for a query's first byte, then the rest
 //     of the query must arrive within readTimeout (a stalled read closes it);
 //   - a query announced longer than MaxTCPQuerySize closes the connection
@@ -81,7 +82,8 @@ const (
 // towerd_tcp_connections_closed_total.
 const (
 	tcpClosedIdle         = iota // idle past the idle timeout
-	tcpClosedCap                 // closed to admit a newer one, or refused: the cap was full
+	tcpClosedCap                 // closed to admit a newer one while idle, or refused: the cap was full
+	tcpClosedSlow                // closed to admit a newer one while its query was still arriving
 	tcpClosedOversize            // announced a query over MaxTCPQuerySize
 	tcpClosedStalled             // a query's bytes stopped coming
 	tcpClosedWriteTimeout        // the client did not take a reply in time
@@ -92,7 +94,7 @@ const (
 )
 
 var tcpClosedLabels = [tcpClosedReasons]string{
-	"idle", "cap", "oversize", "stalled", "write_timeout", "error", "client", "shutdown",
+	"idle", "cap", "slow", "oversize", "stalled", "write_timeout", "error", "client", "shutdown",
 }
 
 // Kinds of accept errors: the kind label of towerd_tcp_accept_errors_total.
@@ -190,7 +192,8 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 	// connection's, for whatever the buffer must wait for.
 	rd := bufio.NewReaderSize(c, tcpReadBuffer)
 	for {
-		// Idle: only now may the cap close this connection for a newer one.
+		// Waiting (idle, then reading): only now may the cap close this
+		// connection for a newer one.
 		if !t.budget.setIdle(tc) {
 			reason = tcpClosedShutdown
 			return
@@ -205,7 +208,7 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 			}
 			return
 		}
-		if !t.budget.setBusy(tc) {
+		if !t.budget.setReading(tc) {
 			return // closed for a newer connection or by shutdown meanwhile
 		}
 		_ = c.SetReadDeadline(time.Now().Add(t.limits.read))
@@ -224,6 +227,9 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 		if _, err := io.ReadFull(rd, query[:n]); err != nil {
 			reason = readFailure(err)
 			return
+		}
+		if !t.budget.setAnswering(tc) {
+			return // its query came too slowly: closed for a newer connection
 		}
 		var werr error
 		out, werr = t.answer(c, out, query[:n], from, &q)

@@ -9,35 +9,53 @@ import (
 
 // tcpBudget is the one cap on TCP connections shared by all of a Server's
 // TCP listeners: file descriptors are the process's, not a listener's. It
-// knows which connections are idle (waiting for a query's first byte), in
-// the order they went idle, so the one idle longest can be closed to admit
-// a new connection (issue 13; unbound's incoming-num-tcp closes idle
-// connections the same way when it runs short).
+// knows which connections are waiting (holding a slot without a whole
+// query: idle, or reading one whose last byte has not come), in the order
+// they began to wait, so that at the cap the one that has waited longest
+// gives its slot to the new connection (issues 13, 21). A connection
+// begins to wait when it is admitted and again after each answer, and
+// stops when its query is in; one being answered, or whose reply is being
+// written, never loses its slot: its deadlines bound it.
+//
+// So slots go to clients that ask (issue 21: 500 connections sending a
+// byte a second held every slot, and 19 of 40 real TCP queries failed). A
+// real client's query arrives in one segment right after it connects, so
+// its connection is the newest waiting one, the last to go, and soon not
+// waiting at all; a slow sender keeps waiting and goes first.
+//
+// Why not a limit per source: on a node every client is 127.0.0.1, the
+// attacker too. unbound shrinks tcp-idle-timeout (which covers reading a
+// query too) from 30 s down to 200 ms as its incoming TCP buffers run
+// short; here only the connection that must go is cut, and only when one
+// must. dnsmasq serves TCP with at most 20 child processes that live up to
+// 150 s, so 20 such connections stop its TCP.
 type tcpBudget struct {
 	limit int
 
-	mu    sync.Mutex
-	open  int                   // connections counted against limit
-	idle  list.List             // of *tcpConn, idle longest first
-	conns map[*tcpConn]struct{} // every connection being served
+	mu      sync.Mutex
+	open    int                   // connections counted against limit
+	waiting list.List             // of *tcpConn, waiting longest first
+	conns   map[*tcpConn]struct{} // every connection being served
 
 	closed     [tcpClosedReasons]atomic.Uint64
 	acceptErrs [acceptErrorKinds]atomic.Uint64
 
-	// Tests' hooks, nil otherwise: a connection went idle; one was
-	// released for a reason.
+	// Tests' hooks, nil otherwise: a connection went idle; one began
+	// reading a query; one was released for a reason.
 	onIdle    func()
+	onReading func()
 	onRelease func(reason int)
 }
 
 // tcpConn is one served connection; its fields but conn and owner are
 // guarded by tcpBudget.mu.
 type tcpConn struct {
-	conn    net.Conn
-	owner   *tcpServer
-	idleAt  *list.Element // non-nil while idle
-	closeAs int           // -1, or why towerd closed it (cap, shutdown)
-	counted bool          // counted in open
+	conn      net.Conn
+	owner     *tcpServer
+	waitingAt *list.Element // non-nil while waiting
+	reading   bool          // a query's first byte came; the rest has not
+	closeAs   int           // -1, or why towerd closed it (cap, slow, shutdown)
+	counted   bool          // counted in open
 }
 
 func newTCPBudget(limit int) *tcpBudget {
@@ -45,9 +63,8 @@ func newTCPBudget(limit int) *tcpBudget {
 }
 
 // admit takes a new connection under the cap: at the cap, the connection
-// idle longest is closed to make room; with none idle, c is closed and nil
-// returned. A connection in the middle of a query is never closed for a
-// newer one: its read and write deadlines bound it.
+// waiting longest is closed to make room; with none waiting, c is closed
+// and nil returned.
 func (b *tcpBudget) admit(owner *tcpServer, c net.Conn) *tcpConn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -59,19 +76,33 @@ func (b *tcpBudget) admit(owner *tcpServer, c net.Conn) *tcpConn {
 	default:
 	}
 	if b.open >= b.limit {
-		oldest := b.idle.Front()
+		oldest := b.waiting.Front()
 		if oldest == nil {
 			b.closed[tcpClosedCap].Add(1) // counted before the client can see it
 			c.Close()
 			return nil
 		}
-		b.closeLocked(oldest.Value.(*tcpConn), tcpClosedCap)
+		victim, reason := oldest.Value.(*tcpConn), tcpClosedCap
+		if victim.reading {
+			reason = tcpClosedSlow
+		}
+		b.closeLocked(victim, reason)
 	}
 	tc := &tcpConn{conn: c, owner: owner, closeAs: -1, counted: true}
+	tc.waitingAt = b.waiting.PushBack(tc) // from now: a new connection has no query yet
 	b.conns[tc] = struct{}{}
 	b.open++
 	owner.conns.Add(1) // before shutdown's Wait: shutdown takes b.mu after closing stop
 	return tc
+}
+
+// unlistLocked takes tc off the waiting list.
+func (b *tcpBudget) unlistLocked(tc *tcpConn) {
+	if tc.waitingAt != nil {
+		b.waiting.Remove(tc.waitingAt)
+		tc.waitingAt = nil
+	}
+	tc.reading = false
 }
 
 // closeLocked closes tc for reason; its goroutine's read fails and it
@@ -80,10 +111,7 @@ func (b *tcpBudget) closeLocked(tc *tcpConn, reason int) {
 	if tc.closeAs >= 0 {
 		return
 	}
-	if tc.idleAt != nil {
-		b.idle.Remove(tc.idleAt)
-		tc.idleAt = nil
-	}
+	b.unlistLocked(tc)
 	tc.closeAs = reason
 	if tc.counted {
 		tc.counted = false
@@ -92,7 +120,8 @@ func (b *tcpBudget) closeLocked(tc *tcpConn, reason int) {
 	tc.conn.Close()
 }
 
-// setIdle marks tc as waiting for its next query. It reports false when tc
+// setIdle marks tc as waiting for its next query (a connection just
+// admitted waits already, from its admission). It reports false when tc
 // is to be closed instead (towerd closed it, or its listener is stopping).
 func (b *tcpBudget) setIdle(tc *tcpConn) bool {
 	b.mu.Lock()
@@ -105,22 +134,36 @@ func (b *tcpBudget) setIdle(tc *tcpConn) bool {
 		return false
 	default:
 	}
-	tc.idleAt = b.idle.PushBack(tc)
+	if tc.waitingAt == nil {
+		tc.waitingAt = b.waiting.PushBack(tc)
+	}
 	if b.onIdle != nil {
 		b.onIdle()
 	}
 	return true
 }
 
-// setBusy marks tc as reading or answering a query; false when towerd
-// closed it meanwhile.
-func (b *tcpBudget) setBusy(tc *tcpConn) bool {
+// setReading marks tc as reading a query whose first byte just came: it
+// still waits, in the same place; false when towerd closed it meanwhile.
+func (b *tcpBudget) setReading(tc *tcpConn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if tc.idleAt != nil {
-		b.idle.Remove(tc.idleAt)
-		tc.idleAt = nil
+	if tc.closeAs >= 0 {
+		return false
 	}
+	tc.reading = true
+	if b.onReading != nil {
+		b.onReading()
+	}
+	return true
+}
+
+// setAnswering marks tc as holding a whole query: from now until it is
+// idle again its slot is its own. False when towerd closed it meanwhile.
+func (b *tcpBudget) setAnswering(tc *tcpConn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unlistLocked(tc)
 	return tc.closeAs < 0
 }
 
@@ -131,10 +174,7 @@ func (b *tcpBudget) release(tc *tcpConn, reason int) {
 	if tc.closeAs >= 0 {
 		reason = tc.closeAs
 	}
-	if tc.idleAt != nil {
-		b.idle.Remove(tc.idleAt)
-		tc.idleAt = nil
-	}
+	b.unlistLocked(tc)
 	if tc.counted {
 		tc.counted = false
 		b.open--
@@ -149,12 +189,13 @@ func (b *tcpBudget) release(tc *tcpConn, reason int) {
 	tc.owner.conns.Done()
 }
 
-// closeOwned closes owner's idle connections, or all of them.
+// closeOwned closes owner's waiting connections (a query still arriving
+// is not one being answered), or all of them.
 func (b *tcpBudget) closeOwned(owner *tcpServer, all bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for tc := range b.conns {
-		if tc.owner == owner && (all || tc.idleAt != nil) {
+		if tc.owner == owner && (all || tc.waitingAt != nil) {
 			b.closeLocked(tc, tcpClosedShutdown)
 		}
 	}

@@ -24,6 +24,9 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
+	"github.com/towerd/towerd/cmd/towerd/internal/logsink"
+	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -39,6 +42,10 @@ const (
 	exitFail   = base.ExitFail   // a runtime failure: a port that cannot be bound, an upstream that cannot be set up
 	exitConfig = base.ExitConfig // bad flags or configuration
 )
+
+// logFlushTimeout bounds how long towerd waits at exit for its last log
+// lines to be taken: a reader that stopped keeps them.
+const logFlushTimeout = 2 * time.Second
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
@@ -208,14 +215,20 @@ func splitList(s string) []string {
 }
 
 // warnNoRootServers says when zone "." starts without servers: its
-// resolv.conf does not exist (yet). towerd starts anyway and follows the
-// file (issue 14), but until it appears every name outside the other zones
-// gets SERVFAIL.
+// resolv.conf does not exist (yet), or is not a file towerd reads (a FIFO,
+// a device, too large: issue 21). towerd starts anyway and follows the
+// file (issue 14), but until it is usable every name outside the other
+// zones gets SERVFAIL.
 func warnNoRootServers(stderr io.Writer, zones []config.ZoneConfig, source string) {
 	for _, z := range zones {
 		if z.Name == "." && len(z.Servers) == 0 {
-			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s does not exist; "+
-				"towerd answers SERVFAIL for it until the file appears (set servers for zone \".\" or resolv_conf)\n", source)
+			why := source + " does not exist"
+			var refused *boundedfile.RefusedError
+			if _, err := resolvconf.ReadFile(source); errors.As(err, &refused) {
+				why = refused.Error()
+			}
+			fmt.Fprintf(stderr, "towerd: warning: zone \".\" has no servers: %s; "+
+				"towerd answers SERVFAIL for it until the file is usable (set servers for zone \".\" or resolv_conf)\n", why)
 		}
 	}
 }
@@ -264,11 +277,19 @@ func serveCommand(args []string, stdout, stderr io.Writer, check bool) int {
 		checkWarnings(o, cfg, stderr) // check.go
 		return exitOK
 	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	// Every log line goes through the sink: a log reader that stops must
+	// not stop DNS (issue 21; cmd/towerd/internal/logsink).
+	sink := logsink.New(stderr)
+	log := newLogger(sink, cfg.LogLevel, cfg.LogFormat)
+	sink.Start(func(n uint64) {
+		log.Warn("log lines dropped: whatever reads towerd's log (the journal, a pipe) did not take them fast enough",
+			"dropped", n, "metric", "towerd_log_lines_dropped_total")
+	})
+	defer sink.Close(logFlushTimeout)
 	setGCPercent()
 	d, err := daemon.New(daemon.Options{
 		Config: cfg, Zones: zones, ZonesSource: source, Log: log, ConfigFile: o.configPath,
-		Load: o.load, Version: version, Systemd: true, Signals: true,
+		Load: o.load, Version: version, Systemd: true, Signals: true, LogMetrics: sink,
 	})
 	switch {
 	case errors.Is(err, daemon.ErrConfig):

@@ -61,11 +61,8 @@ func newClients(cfg Config) (clients, error) {
 	if cfg.Token != "" {
 		c.Token = cfg.Token
 	}
-	if cfg.TokenFile != "" {
-		c.TokenFile = cfg.TokenFile // read by api.NewClient; it wins over a token
-	}
-	if cfg.TLSCAFile != "" {
-		c.TLSConfig.CAFile = cfg.TLSCAFile
+	if err := readCredentials(cfg, c); err != nil {
+		return clients{}, err
 	}
 	// Every blocking query holds a connection for its whole wait. The
 	// watches and the service list or /v1/agent/self on the pooled client,

@@ -21,6 +21,11 @@ const SetFileName = "watch-set.json"
 // setVersion is the file format's version; another one is refused.
 const setVersion = 1
 
+// MaxSetFileSize is the most of the set's file ReadSet reads (issue 21):
+// 150 services (consul.max_watches at most) take under 20 KiB; a longer
+// file fails to decode and is ignored.
+const MaxSetFileSize = 1 << 20
+
 // SavedService is one service of a saved set.
 type SavedService struct {
 	Name string `json:"name"`
@@ -86,7 +91,7 @@ func (w *Watcher) WriteSet(out io.Writer) (int, error) {
 // will watch.
 func (w *Watcher) ReadSet(in io.Reader) (int, error) {
 	var set savedSet
-	dec := json.NewDecoder(io.LimitReader(in, 1<<20))
+	dec := json.NewDecoder(io.LimitReader(in, MaxSetFileSize))
 	if err := dec.Decode(&set); err != nil {
 		return 0, fmt.Errorf("consul watch set: %w", err)
 	}

@@ -38,7 +38,7 @@ func FuzzParseHosts(f *testing.F) {
 	f.Add(testHosts)
 	f.Add("::1 localhost\n# c\n\n10.0.0.1\tx y#z\n")
 	f.Fuzz(func(t *testing.T, body string) {
-		entries, _, _ := parseHosts(strings.NewReader(body))
+		entries, _, _, _ := parseHosts(strings.NewReader(body))
 		for _, e := range entries {
 			if !e.addr.IsValid() || len(e.names) == 0 {
 				t.Fatalf("entry %+v", e)

@@ -23,9 +23,16 @@ type hostsEntry struct {
 // comment anywhere on a line, fields are separated by blanks, the first is
 // an IPv4 or IPv6 address and the others its names. A line whose address
 // does not parse (a zone index such as fe80::1%eth0 included, as in
-// dnsmasq) is skipped, as is a name that is not a domain name; each is
-// reported in bad, "line N: why", so the caller can log them.
-func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, err error) {
+// dnsmasq) is skipped, as is a name that is not a domain name; the first
+// maxBadLinesLogged are reported in bad, "line N: why", so the caller can
+// log them, and all of them are counted in badCount (a file of garbage
+// must not become a list of its lines).
+func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, badCount int, err error) {
+	skip := func(why string) {
+		if badCount++; len(bad) < maxBadLinesLogged {
+			bad = append(bad, why)
+		}
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -39,17 +46,17 @@ func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, err error) {
 		}
 		addr, perr := netip.ParseAddr(fields[0])
 		if perr != nil || addr.Zone() != "" {
-			bad = append(bad, fmt.Sprintf("line %d: %q is not an IP address", n, fields[0]))
+			skip(fmt.Sprintf("line %d: %q is not an IP address", n, fields[0]))
 			continue
 		}
 		if len(fields) == 1 {
-			bad = append(bad, fmt.Sprintf("line %d: %s has no name", n, fields[0]))
+			skip(fmt.Sprintf("line %d: %s has no name", n, fields[0]))
 			continue
 		}
 		e := hostsEntry{addr: addr}
 		for _, name := range fields[1:] {
 			if !hostName(name) {
-				bad = append(bad, fmt.Sprintf("line %d: %q is not a host name", n, name))
+				skip(fmt.Sprintf("line %d: %q is not a host name", n, name))
 				continue
 			}
 			e.names = append(e.names, canonical(name))
@@ -58,7 +65,7 @@ func parseHosts(r io.Reader) (entries []hostsEntry, bad []string, err error) {
 			entries = append(entries, e)
 		}
 	}
-	return entries, bad, sc.Err()
+	return entries, bad, badCount, sc.Err()
 }
 
 // canonical is name fully qualified with ASCII letters in lower case, the

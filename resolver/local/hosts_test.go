@@ -19,7 +19,7 @@ fe80::1%eth0 scoped.lan
 10.0.0.6
 10.0.0.7 good.lan bad..name
 `
-	entries, bad, err := parseHosts(strings.NewReader(file))
+	entries, bad, _, err := parseHosts(strings.NewReader(file))
 	if err != nil {
 		t.Fatal(err)
 	}

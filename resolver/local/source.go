@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // Options configure a Source.
@@ -69,6 +71,10 @@ type Options struct {
 	// Log receives a line for each reload and each unreadable file or line;
 	// nil discards them.
 	Log *slog.Logger
+	// Replaces is the source this one takes over from (a configuration
+	// reload), or nil: a hosts file the new source cannot read keeps the
+	// entries Replaces last read from it.
+	Replaces *Source
 }
 
 // Address is one address domain (dnsmasq's address=/DOMAIN/IP).
@@ -86,7 +92,26 @@ type Source struct {
 
 	mu   sync.Mutex // serializes Reload and Poll
 	seen []fileStamp
+	// good is each hosts file's entries from its last read that passed:
+	// a file refused or unreadable later keeps them (issue 21).
+	good map[string][]hostsEntry
 }
+
+// MaxHostsFileSize is the most bytes a hosts file may have (issue 21:
+// /dev/urandom as a hosts file grew towerd ~23 MB/s and it never served).
+// A node's /etc/hosts is a few lines; the largest lists people load with
+// addn-hosts (ad-block hosts files) are a few MiB.
+const MaxHostsFileSize = 16 << 20
+
+// hostsRule is how hosts files are read: regular files up to
+// MaxHostsFileSize, opened without blocking. Symlinks are followed
+// (/etc/hosts is one on some systems, and addn-hosts directories hold
+// them); the file at the end must pass.
+var hostsRule = boundedfile.Rule{MaxSize: MaxHostsFileSize}
+
+// maxBadLinesLogged is how many skipped lines of one file are logged one
+// by one at each read; the rest are counted in one more line.
+const maxBadLinesLogged = 10
 
 // fileStamp is what Poll compares to tell that a hosts file changed.
 type fileStamp struct {
@@ -114,6 +139,12 @@ func New(o Options) (*Source, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if old := o.Replaces; old != nil {
+		old.mu.Lock()
+		s.good = old.good // never changed, only replaced
+		old.mu.Unlock()
+	}
+	s.opts.Replaces = nil // not kept alive by its successor
 	s.Reload()
 	return s, nil
 }
@@ -199,36 +230,54 @@ func (s *Source) reload(stamps []fileStamp) {
 		}
 	}
 	hosts := 0
+	good := make(map[string][]hostsEntry, len(stamps))
 	for _, st := range stamps {
 		if st.size < 0 {
-			s.log.Debug("hosts file not read", "file", st.path)
+			s.log.Debug("hosts file not read", "file", st.path) // gone: its names go
 			continue
 		}
-		n, err := s.readHosts(t, st.path)
+		entries, err := s.readHosts(st.path)
 		if err != nil {
-			s.log.Warn("hosts file not read", "file", st.path, "err", err)
+			// A FIFO, a device or a huge file in its place, or a read that
+			// failed: what the file said last time stays.
+			last, ok := s.good[st.path]
+			s.log.Warn("hosts file not read; its last good entries stay", "file", st.path, "err", err, "entries", len(last))
+			if !ok {
+				continue
+			}
+			entries = last
 		}
-		hosts += n
+		good[st.path] = entries
+		for _, e := range entries {
+			t.addHost(e)
+		}
+		hosts += len(entries)
 	}
+	s.good = good
 	s.seen = stamps
 	s.t.Store(t)
 	s.log.Info("local data loaded", "names", len(t.names), "hosts_entries", hosts, "files", len(stamps))
 }
 
-func (s *Source) readHosts(t *table, path string) (int, error) {
-	f, err := os.Open(path)
+// readHosts reads one hosts file under hostsRule. Neither the open nor the
+// reads can block: Reload runs in the daemon's reload path.
+func (s *Source) readHosts(path string) ([]hostsEntry, error) {
+	f, err := boundedfile.Open(path, hostsRule)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer f.Close()
-	entries, bad, err := parseHosts(f)
+	entries, bad, badCount, err := parseHosts(f)
+	if err != nil {
+		return nil, err
+	}
 	for _, b := range bad {
 		s.log.Warn("hosts file line skipped", "file", path, "why", b)
 	}
-	for _, e := range entries {
-		t.addHost(e)
+	if more := badCount - len(bad); more > 0 {
+		s.log.Warn("hosts file lines skipped", "file", path, "more", more)
 	}
-	return len(entries), err
+	return entries, nil
 }
 
 // Covers implements resolver.RecordSource: whether Lookup might answer for

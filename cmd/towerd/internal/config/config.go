@@ -8,7 +8,13 @@ package config
 
 import (
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver"
 )
 
 // DefaultPath is where towerd looks for its config file. A missing file
@@ -40,6 +46,10 @@ type Config struct {
 	// `towerd log-queries on|off` switches it at runtime; a reload applies
 	// this key only when its value in the file changed.
 	LogQueries bool `toml:"log_queries"`
+	// LogQueriesRate: the most query-log lines a second; the lines past it
+	// are dropped and counted (towerd_query_log_lines_dropped_total). A
+	// reload applies it.
+	LogQueriesRate int `toml:"log_queries_rate"`
 	// StateDir: where the cache is saved on stop and loaded on start
 	// (daemon/state.go); "" = not saved. At its default, $STATE_DIRECTORY wins.
 	StateDir string `toml:"state_dir"`
@@ -62,6 +72,11 @@ type Config struct {
 type CacheConfig struct {
 	// Size: maximum number of cached answers (LRU beyond it).
 	Size int `toml:"size"`
+	// MaxBytes: most bytes the cached answers may take, each counted as
+	// its reply, its name and a fixed overhead (cache.EntryOverhead); the
+	// least recently used go beyond it. An integer of bytes or a string
+	// such as "16MiB". A reload applies it at once.
+	MaxBytes ByteSize `toml:"max_bytes"`
 	// MinTTL, MaxTTL: clamps on a cached answer's TTL; "0s" = no clamp.
 	MinTTL Duration `toml:"min_ttl"`
 	MaxTTL Duration `toml:"max_ttl"`
@@ -151,6 +166,45 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Dur wraps d for the config structs; flags and tests build values with it.
 func Dur(d time.Duration) Duration { return Duration{d} }
 
+// ByteSize is a size in bytes: a TOML integer, or a string with a binary
+// unit, as in "16MiB" (unbound's msg-cache-size takes "4m" the same way).
+type ByteSize int64
+
+// byteUnits are the suffixes UnmarshalText takes, largest first.
+var byteUnits = []struct {
+	suffix string
+	size   int64
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+// UnmarshalText parses "16MiB", "512KiB", "1GiB", "4096B" or "4096".
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s, unit := strings.TrimSpace(string(text)), int64(1)
+	for _, u := range byteUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, unit = strings.TrimSpace(n), u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/unit {
+		return fmt.Errorf("%q is not a size (examples: 16777216, \"16MiB\", \"512KiB\", \"1GiB\")", text)
+	}
+	*b = ByteSize(n * unit)
+	return nil
+}
+
+// MarshalText writes the size in the largest unit that divides it.
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+func (b ByteSize) String() string {
+	for _, u := range byteUnits {
+		if b != 0 && int64(b)%u.size == 0 {
+			return strconv.FormatInt(int64(b)/u.size, 10) + u.suffix
+		}
+	}
+	return "0B"
+}
+
 // DefaultConfig returns the built-in configuration: loopback port 53, the
 // consul. zone to the local agent, everything else to the system's resolvers.
 func DefaultConfig() Config {
@@ -161,13 +215,20 @@ func DefaultConfig() Config {
 		MaxUDPSize:   1232,
 		LogLevel:     "info",
 		LogFormat:    "text",
-		StateDir:     DefaultStateDir,
+		// A node's own clients ask tens of names a second. journald takes
+		// 10,000 messages in 30 s from a service by default
+		// (RateLimitBurst=, RateLimitIntervalSec=) and drops the rest
+		// uncounted; 300 lines a second (about 60 KB/s) stays within it,
+		// and towerd counts what it drops.
+		LogQueriesRate: resolver.DefaultQueryLogRate,
+		StateDir:       DefaultStateDir,
 		// A snapshot of 10,000 entries is written in tens of milliseconds,
 		// fsync included; every 5 minutes keeps what a crash loses small
 		// without keeping the disk busy.
 		StateSaveInterval: Dur(5 * time.Minute),
 		Cache: CacheConfig{
 			Size:     10000,
+			MaxBytes: cache.DefaultMaxBytes,
 			MinTTL:   Dur(0),
 			MaxTTL:   Dur(24 * time.Hour),
 			Prefetch: true,

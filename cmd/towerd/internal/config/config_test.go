@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,9 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"wrong type", "[cache]\nsize = \"many\"\n", `towerd.toml:2: key "cache.size"`},
 		{"bad duration", "[serve_stale]\nmax_age = \"forever\"\n", `towerd.toml:2: key "serve_stale.max_age": "forever" is not a duration`},
 		{"zero size", "\n[cache]\nsize = 0\n", `towerd.toml:3: key "cache.size": must be at least 1`},
+		{"max_bytes below 1MiB", "[cache]\nmax_bytes = \"512KiB\"\n", `towerd.toml:2: key "cache.max_bytes": must be between 1MiB and 1GiB (got 512KiB)`},
+		{"max_bytes over 1GiB", "[cache]\nmax_bytes = 2147483648\n", `key "cache.max_bytes": must be between 1MiB and 1GiB (got 2GiB)`},
+		{"max_bytes not a size", "[cache]\nmax_bytes = \"16 megs\"\n", `towerd.toml:2: key "cache.max_bytes": "16 megs" is not a size`},
 		{"bad listen", "listen = [\"localhost\"]\n", `towerd.toml:1: key "listen[0]"`},
 		{"bad allow", "allow = [\"everyone\"]\n", `key "allow[0]"`},
 		{"min over max", "[cache]\nmin_ttl = \"2h\"\nmax_ttl = \"1h\"\n", `key "cache.min_ttl"`},
@@ -118,8 +122,9 @@ func TestZonesMergeAndAvoidLoops(t *testing.T) {
 
 // A followed resolv.conf that does not exist yet (its DHCP client has not
 // run) leaves "." without servers instead of failing, and names the file
-// the daemon is to wait for (issue 14). A file that cannot be read for
-// another reason still fails.
+// the daemon is to wait for (issue 14), and so does a file that is not
+// one (issue 21). A file that cannot be read for another reason still
+// fails.
 func TestZonesMissingResolvConf(t *testing.T) {
 	dir := t.TempDir()
 	cfg := DefaultConfig()
@@ -144,7 +149,24 @@ func TestZonesMissingResolvConf(t *testing.T) {
 		t.Error("no zone .")
 	}
 
-	cfg.ResolvConf = dir // a directory: exists, cannot be parsed
+	// What is not a resolv.conf (issue 21: a FIFO, a device, a directory)
+	// is waited for like a missing file; the daemon logs why.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, fifo, "/dev/zero"} {
+		cfg.ResolvConf = p
+		if zones, source, err := cfg.ForwardZones("/"); err != nil || source != p || len(zones[len(zones)-1].Servers) != 0 {
+			t.Errorf("resolv_conf %s: %v, %q, %v; want zone . waiting for it", p, zones, source, err)
+		}
+	}
+
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ResolvConf = filepath.Join(file, "resolv.conf") // ENOTDIR: cannot be read
 	if _, _, err := cfg.ForwardZones("/"); err == nil || !strings.Contains(err.Error(), "zone[.].servers") {
 		t.Errorf("unreadable resolv_conf: %v, want an error naming zone[.].servers", err)
 	}
@@ -271,6 +293,25 @@ func TestLoadSizeAndTCPKeys(t *testing.T) {
 	want := TCPConfig{MaxConnections: 32, IdleTimeout: Dur(3 * time.Second), ReadTimeout: Dur(500 * time.Millisecond), WriteTimeout: Dur(time.Second)}
 	if cfg.MaxUDPSize != 4096 || cfg.TCP != want {
 		t.Fatalf("loaded max_udp_size %d, tcp %+v; want 4096, %+v", cfg.MaxUDPSize, cfg.TCP, want)
+	}
+}
+
+// cache.max_bytes takes bytes as an integer or with a binary unit.
+func TestCacheMaxBytes(t *testing.T) {
+	if got := DefaultConfig().Cache.MaxBytes; got != 16<<20 {
+		t.Errorf("default cache.max_bytes = %v, want 16MiB", got)
+	}
+	for _, tt := range []struct {
+		value string
+		want  ByteSize
+	}{{"33554432", 32 << 20}, {`"32MiB"`, 32 << 20}, {`"1536KiB"`, 1536 << 10}, {`"1GiB"`, 1 << 30}, {`"2000000B"`, 2000000}} {
+		cfg, err := Load(writeFile(t, "towerd.toml", "[cache]\nmax_bytes = "+tt.value+"\n"), false)
+		if err != nil || cfg.Cache.MaxBytes != tt.want {
+			t.Errorf("max_bytes = %s: %v, %v; want %d", tt.value, cfg.Cache.MaxBytes, err, tt.want)
+		}
+	}
+	if s := ByteSize(1536 << 10).String(); s != "1536KiB" {
+		t.Errorf("String = %q", s)
 	}
 }
 

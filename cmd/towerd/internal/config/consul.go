@@ -68,20 +68,6 @@ func (c ConsulConfig) validate() error {
 	if c.Token != "" && c.TokenFile != "" {
 		return keyErr("consul.token_file", "set consul.token or consul.token_file, not both")
 	}
-	tokenFile, ok := ExpandCredentials(c.TokenFile)
-	if !ok {
-		// Only towerd.service has the credential: check-config outside
-		// it cannot read the file, which is no error.
-		tokenFile = ""
-	}
-	for key, path := range map[string]string{"consul.token_file": tokenFile, "consul.tls_ca_file": c.TLSCAFile} {
-		if path == "" {
-			continue
-		}
-		if _, err := os.ReadFile(path); err != nil {
-			return keyErr(key, "cannot be read: %v", err)
-		}
-	}
 	if c.Domain != "" {
 		if _, ok := dns.IsDomainName(c.Domain); !ok {
 			return keyErr("consul.domain", "%q is not a domain name", c.Domain)
@@ -111,6 +97,32 @@ func (c ConsulConfig) validate() error {
 	}
 	if c.AnswerTTL.Duration%time.Second != 0 {
 		return keyErr("consul.answer_ttl", "DNS TTLs are whole seconds (got %v)", c.AnswerTTL)
+	}
+	return nil
+}
+
+// checkFiles reads consul.token_file and consul.tls_ca_file as the watch
+// reads them (consul.ReadCredential), so that a missing one, a FIFO or a
+// device fails the start, a reload or `towerd check` naming the key, not
+// the watch later. Load calls it after Validate: what Validate checks is
+// the configuration, this the files it names on this machine.
+func (c ConsulConfig) checkFiles() error {
+	if !c.Enabled {
+		return nil
+	}
+	tokenFile, ok := ExpandCredentials(c.TokenFile)
+	if !ok {
+		// Only towerd.service has the credential: check-config outside
+		// it cannot read the file, which is no error.
+		tokenFile = ""
+	}
+	for _, f := range []struct{ key, path string }{{"consul.token_file", tokenFile}, {"consul.tls_ca_file", c.TLSCAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := consul.ReadCredential(f.path); err != nil {
+			return keyErr(f.key, "cannot be read: %v", err)
+		}
 	}
 	return nil
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/miekg/dns"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/internal/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -44,15 +46,27 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// MaxFileSize is the most bytes the config file and each drop-in may
+// have: the sample with every key and its comments is under 20 KiB, and
+// an import of a dnsmasq config with many local records a few hundred.
+const MaxFileSize = 1 << 20
+
+// fileRule is how the config file and its drop-ins are read (issue 21): a
+// regular file up to MaxFileSize, opened without blocking, so neither
+// towerd's start, a reload nor `towerd check` can hang on a FIFO in their
+// place. Symlinks are followed: configuration managers link them.
+var fileRule = boundedfile.Rule{MaxSize: MaxFileSize}
+
 // Load reads path over the defaults, then its drop-ins (DropIns) over
 // it. A missing file is fine when optional (the default path): towerd then
-// runs on built-in defaults and the drop-ins.
+// runs on built-in defaults and the drop-ins. A file that is not a regular
+// file, or is larger than MaxFileSize, is an error naming it.
 func Load(path string, optional bool) (Config, error) {
 	cfg := DefaultConfig()
 	if path == "" {
 		return cfg, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.ReadFile(path, fileRule)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && optional:
 		data = nil
@@ -70,7 +84,7 @@ func Load(path string, optional bool) (Config, error) {
 		return cfg, err
 	}
 	for _, p := range dropIns {
-		d, err := os.ReadFile(p)
+		d, err := boundedfile.ReadFile(p, fileRule)
 		if err != nil {
 			return cfg, fmt.Errorf("reading config: %w", err)
 		}
@@ -82,7 +96,11 @@ func Load(path string, optional bool) (Config, error) {
 	if p, ok := ExpandCredentials(cfg.Consul.TokenFile); ok {
 		cfg.Consul.TokenFile = p
 	}
-	return cfg, Attribute(cfg.Validate(), files, path)
+	err = cfg.Validate()
+	if err == nil {
+		err = cfg.Consul.checkFiles()
+	}
+	return cfg, Attribute(err, files, path)
 }
 
 // Source is one file of the configuration: the config file or a drop-in,
@@ -263,11 +281,19 @@ func (c *Config) Validate() error {
 	default:
 		return keyErr("log_format", "%q is not one of text, json", c.LogFormat)
 	}
+	if c.LogQueriesRate < 1 {
+		return keyErr("log_queries_rate", "must be at least 1 line a second (got %d)", c.LogQueriesRate)
+	}
 	if c.StateSaveInterval.Duration < 0 {
 		return keyErr("state_save_interval", "cannot be negative (\"0s\" means save only on stop)")
 	}
 	if c.Cache.Size <= 0 {
 		return keyErr("cache.size", "must be at least 1 (got %d)", c.Cache.Size)
+	}
+	// 1 MiB holds a few of the largest answers (64 KiB); below it one such
+	// answer would push out most of the cache.
+	if c.Cache.MaxBytes < 1<<20 || c.Cache.MaxBytes > cache.MaxBytesLimit {
+		return keyErr("cache.max_bytes", "must be between 1MiB and %s (got %v)", ByteSize(cache.MaxBytesLimit), c.Cache.MaxBytes)
 	}
 	if c.Cache.MinTTL.Duration < 0 || c.Cache.MaxTTL.Duration < 0 {
 		return keyErr("cache.min_ttl", "TTL clamps cannot be negative")
@@ -363,11 +389,15 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		servers := z.Servers
 		if len(servers) == 0 && name == "." {
 			rc, path, err := readResolvConf(root, c.ResolvConf)
-			if errors.Is(err, fs.ErrNotExist) {
+			var refused *boundedfile.RefusedError
+			if errors.Is(err, fs.ErrNotExist) || errors.As(err, &refused) {
 				// The followed file may appear only once its manager runs
 				// (a DHCP client before its first lease, resolved before it
 				// starts): "." starts without servers and the daemon picks
-				// them up when the file appears (issue 14).
+				// them up when the file appears (issue 14). A file in its
+				// place that is not one (a FIFO, a device, too large: issue
+				// 21) is the same wait, not a node without DNS for its other
+				// zones; the daemon logs why.
 				source = path
 				out = append(out, ZoneConfig{Name: name})
 				continue
@@ -424,12 +454,11 @@ func readResolvConf(root, path string) (resolvconf.Conf, string, error) {
 	if path == "" {
 		return readSystemResolvConf(root) // systemresolv.go
 	}
-	f, err := os.Open(path)
+	data, err := resolvconf.ReadFile(path)
 	if err != nil {
 		return resolvconf.Conf{}, path, err
 	}
-	defer f.Close()
-	rc, err := resolvconf.Parse(f)
+	rc, err := resolvconf.Parse(bytes.NewReader(data))
 	return rc, path, err
 }
 

@@ -3,14 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"regexp"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
-	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // The control subcommands must find a running towerd on the day its config
@@ -29,10 +28,6 @@ type Located struct {
 	// line each; empty when every file was read.
 	Notes []string
 }
-
-// maxLocateBytes bounds each file Locate reads: a config file is a few
-// KiB; a larger one is not read (its note says so) and the defaults stand.
-const maxLocateBytes = 1 << 20
 
 // Locate reads [admin] listen and [control] socket from path and its
 // drop-ins, in the order Load reads them, over the defaults. A file that
@@ -53,7 +48,9 @@ func Locate(path string, optional bool) Located {
 	}
 	files = append(files, dropIns...)
 	for i, p := range files {
-		data, err := readBounded(p, maxLocateBytes)
+		// The config files' own rule (fileRule); a file it refuses is not
+		// read, its note says why, and the defaults stand.
+		data, err := boundedfile.ReadFile(p, fileRule)
 		if errors.Is(err, fs.ErrNotExist) && (optional || i > 0) {
 			continue
 		}
@@ -118,32 +115,6 @@ func scanLenient(data []byte) (adminListen, controlSocket *string) {
 		}
 	}
 	return adminListen, controlSocket
-}
-
-// readBounded reads a regular file of at most limit bytes, opening it
-// without blocking (O_NONBLOCK: a FIFO would block the open itself) and
-// checking its type on the opened descriptor.
-func readBounded(path string, limit int64) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	info, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !info.Mode().IsRegular():
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, info.Mode().Type())
-	case info.Size() > limit:
-		return nil, fmt.Errorf("%s: %d bytes, more than a config file may have (%d)", path, info.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(data)) > limit {
-		err = fmt.Errorf("%s: grew past %d bytes while read", path, limit)
-	}
-	return data, err
 }
 
 // oneLine is err's text up to its first line break: go-toml's errors can

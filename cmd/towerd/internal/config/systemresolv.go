@@ -3,7 +3,6 @@ package config
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -20,7 +19,7 @@ import (
 // hand-written config without it).
 func SystemResolvConfs(root string) (paths []string, note string) {
 	paths = resolvconf.SystemPaths(root)
-	data, err := os.ReadFile(paths[1])
+	data, err := resolvconf.ReadFile(paths[1])
 	if err != nil || !bytes.HasPrefix(data, []byte(resolvconf.ManagedMarker)) {
 		return paths, ""
 	}
@@ -45,7 +44,7 @@ func readSystemResolvConf(root string) (resolvconf.Conf, string, error) {
 		return resolvconf.ReadSystem(root)
 	}
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := resolvconf.ReadFile(p)
 		if err != nil || len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}

@@ -3,16 +3,14 @@ package ctl
 import (
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // `towerd cache list|dump|load`: the cache of a running towerd (ctl.go
@@ -188,26 +186,10 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 // own bound on a load (admin's maxLoadBytes).
 const maxLoadFile = 256 << 20
 
-// openLoadFile opens FILE for cache load: without blocking (a FIFO at the
-// path must not hang the command) and only if it is a regular file of at
-// most maxLoadFile bytes.
-func openLoadFile(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	info, err := f.Stat()
-	switch {
-	case err != nil:
-	case !info.Mode().IsRegular():
-		err = fmt.Errorf("%s is not a regular file (%s)", path, info.Mode().Type())
-	case info.Size() > maxLoadFile:
-		err = fmt.Errorf("%s has %d bytes, more than a load may send (%d)", path, info.Size(), maxLoadFile)
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+// openLoadFile opens FILE for cache load by the rule every file towerd
+// reads is opened by (internal/boundedfile): without blocking (a FIFO at
+// the path must not hang the command), a regular file of at most
+// maxLoadFile bytes, links followed (the operator names the file).
+func openLoadFile(path string) (*boundedfile.File, error) {
+	return boundedfile.Open(path, boundedfile.Rule{MaxSize: maxLoadFile})
 }

@@ -56,6 +56,9 @@ type Options struct {
 	Systemd bool
 	// Signals: SIGHUP reloads, SIGTERM and SIGINT shut down.
 	Signals bool
+	// LogMetrics are the metrics of what Log writes to (the log sink's
+	// dropped lines), registered with towerd's own; nil = none.
+	LogMetrics prometheus.Collector
 	// ResolvConfWatch tunes the watch of zone "."'s resolv.conf when the
 	// zone has no configured servers (resolvwatch.go); the zero value is
 	// what `towerd serve` uses.
@@ -139,6 +142,11 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.cache = c
 	d.tel = admin.NewTelemetry(c, time.Now(), opts.Version)
+	if opts.LogMetrics != nil {
+		if err := d.tel.Register(opts.LogMetrics); err != nil {
+			d.log.Error("BUG: registering the log's metrics", "err", err)
+		}
+	}
 	d.initFollow()      // resolvwatch.go
 	d.loadCache(c, cfg) // state.go
 	if err := d.prepareConsul(cfg); err != nil {
@@ -223,6 +231,7 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource)
 		StaleClientTimeout: cfg.ServeStale.ClientTimeout.Duration,
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
+		QueryLogRate:       cfg.LogQueriesRate,
 	}
 	rcfg.Records = records
 	for _, a := range cfg.Allow {
@@ -268,6 +277,7 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 func cacheConfig(cfg config.Config) cache.Config {
 	return cache.Config{
 		Capacity:    cfg.Cache.Size,
+		MaxBytes:    int64(cfg.Cache.MaxBytes),
 		MinTTL:      cfg.Cache.MinTTL.Duration,
 		MaxTTL:      cfg.Cache.MaxTTL.Duration,
 		MaxStaleAge: staleAge(cfg),

@@ -32,6 +32,7 @@ func (d *Daemon) newLocal(cfg config.Config, zones []config.ZoneConfig) (*local.
 		BogusPriv:    cfg.Local.BogusPriv,
 		TTL:          cfg.Local.TTL.Duration,
 		Log:          d.log,
+		Replaces:     d.local.Load(), // nil at start: a reload keeps what it read last
 	}
 	for i, a := range cfg.Local.Address {
 		o.Addresses = append(o.Addresses, local.Address{Domain: a.Name, Addrs: addrs[i]})

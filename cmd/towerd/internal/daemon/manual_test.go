@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/logsink"
 	"github.com/towerd/towerd/cmd/towerd/internal/manual"
 )
 
@@ -94,7 +96,13 @@ func startedTelemetryDaemon(t *testing.T) *Daemon {
 	// Port 9 (discard) on loopback: never asked, the test sends no query.
 	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
 	cfg.Zones = zones
-	d, stop := runDaemon(t, Options{Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler), ConfigFile: "test.toml"})
+	// The log goes through a sink, whose metrics the daemon registers, as
+	// in towerd serve.
+	sink := logsink.New(io.Discard)
+	sink.Start(nil)
+	t.Cleanup(func() { sink.Close(time.Second) })
+	d, stop := runDaemon(t, Options{Config: cfg, Zones: zones, Log: slog.New(slog.NewTextHandler(sink, nil)),
+		ConfigFile: "test.toml", LogMetrics: sink})
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
@@ -251,7 +259,7 @@ func withChanged(cfg config.Config, k manual.ConfigKey) config.Config {
 		v.Set(reflect.ValueOf(config.Dur(v.Interface().(config.Duration).Duration + time.Second)))
 	case v.Kind() == reflect.String:
 		v.SetString(v.String() + "x")
-	case v.Kind() == reflect.Int:
+	case v.Kind() == reflect.Int, v.Kind() == reflect.Int64: // an int64 is a config.ByteSize
 		v.SetInt(v.Int() + 1)
 	case v.Kind() == reflect.Bool:
 		v.SetBool(!v.Bool())

@@ -3,8 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/internal/boundedfile"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/upstream"
 )
@@ -92,8 +93,10 @@ func (d *Daemon) startFollow(cfg config.Config) {
 		default:
 		}
 	}
+	opts := d.opts.ResolvConfWatch
+	opts.Refused = func(error) { wake(nil) } // followResolvConf logs why
 	for _, p := range paths {
-		f.watchers = append(f.watchers, resolvconf.StartWatch(ctx, p, d.opts.ResolvConfWatch, wake))
+		f.watchers = append(f.watchers, resolvconf.StartWatch(ctx, p, opts, wake))
 	}
 	d.follow = f
 	d.log.Info("zone \".\" follows its resolv.conf", "files", strings.Join(paths, " "))
@@ -150,8 +153,14 @@ func (d *Daemon) followResolvConf() {
 	if f == nil {
 		return // a wake-up from a watch stopped since
 	}
-	path, data := readFollowed(f.paths)
-	if data == nil {
+	path, data, refused := readFollowed(f.paths)
+	switch {
+	case data == nil && refused != nil:
+		// A FIFO, a device or a huge file in its place (issue 21): the
+		// servers read last stay, as for a missing file.
+		d.followKept(refused.Why, refused.Path)
+		return
+	case data == nil:
 		d.followKept("missing or empty", strings.Join(f.paths, " "))
 		return
 	}
@@ -205,16 +214,23 @@ func (d *Daemon) followKept(why, path string) {
 	}
 }
 
-// readFollowed returns the first of paths that reads as a non-empty file.
-// An empty file is one caught between truncate and write, as in
-// resolvconf.StartWatch.
-func readFollowed(paths []string) (string, []byte) {
+// readFollowed returns the first of paths that reads as a non-empty file,
+// under resolvconf.FileRule: nothing here can block on the file, and Run's
+// loop calls it. An empty file is one caught between truncate and write,
+// as in resolvconf.StartWatch. When none reads, refused is the first
+// file the rule refused, if any.
+func readFollowed(paths []string) (path string, data []byte, refused *boundedfile.RefusedError) {
 	for _, p := range paths {
-		if data, err := os.ReadFile(p); err == nil && len(data) > 0 {
-			return p, data
+		data, err := resolvconf.ReadFile(p)
+		if err == nil && len(data) > 0 {
+			return p, data, nil
+		}
+		var r *boundedfile.RefusedError
+		if refused == nil && errors.As(err, &r) {
+			refused = r
 		}
 	}
-	return "", nil
+	return "", nil, refused
 }
 
 // rootServers are the addresses of zone "."'s running group, nil without one.

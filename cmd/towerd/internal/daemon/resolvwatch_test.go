@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,20 +164,37 @@ func TestReadFollowed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p, data := readFollowed(paths); p != "" || data != nil {
-		t.Errorf("no files: %q %q", p, data)
+	if p, data, refused := readFollowed(paths); p != "" || data != nil || refused != nil {
+		t.Errorf("no files: %q %q %v", p, data, refused)
 	}
 	write(paths[1], "nameserver 192.0.2.1\n")
-	if p, _ := readFollowed(paths); p != paths[1] {
+	if p, _, _ := readFollowed(paths); p != paths[1] {
 		t.Errorf("only /etc/resolv.conf: read %q", p)
 	}
 	write(paths[0], "")
-	if p, _ := readFollowed(paths); p != paths[1] {
+	if p, _, _ := readFollowed(paths); p != paths[1] {
 		t.Errorf("resolved's file empty: read %q, want /etc/resolv.conf", p)
 	}
 	write(paths[0], "nameserver 192.0.2.2\n")
-	if p, _ := readFollowed(paths); p != paths[0] {
+	if p, _, _ := readFollowed(paths); p != paths[0] {
 		t.Errorf("resolved's file appeared: read %q, want it", p)
+	}
+	// A FIFO in resolved's place is passed over and named when nothing
+	// else reads (issue 21).
+	if err := os.Remove(paths[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(paths[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := readFollowed(paths); p != paths[1] {
+		t.Errorf("resolved's file a FIFO: read %q, want /etc/resolv.conf", p)
+	}
+	if err := os.Remove(paths[1]); err != nil {
+		t.Fatal(err)
+	}
+	if p, data, refused := readFollowed(paths); p != "" || data != nil || refused == nil || refused.Path != paths[0] || !strings.Contains(refused.Why, "FIFO") {
+		t.Errorf("only a FIFO: %q %q %v; want it named as refused", p, data, refused)
 	}
 }
 

@@ -296,6 +296,9 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 		// Unreachable: the config was validated with the same rules.
 		d.log.Error("BUG: cache TTL policy rejected after validation; the old one stays", "err", err)
 	}
+	if err := d.cache.SetMaxBytes(cc.MaxBytes); err != nil {
+		d.log.Error("BUG: cache.max_bytes rejected after validation; the old bound stays", "err", err)
+	}
 	// The old groups finish their attempts within the upstream timeout, as
 	// the closing above assumes.
 	d.tel.Upstreams.SetGroups(groups, cfg.Upstream.Timeout.Duration)

@@ -10,17 +10,18 @@ package resolvconf
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/towerd/towerd/internal/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -49,6 +50,23 @@ const (
 	resolvedPath   = "run/systemd/resolve/resolv.conf"
 	resolvConfPath = "etc/resolv.conf"
 )
+
+// MaxFileSize is the most bytes a resolv.conf towerd reads may have (issue
+// 21: a 100 MB one kept 311 MB, /dev/zero took 1.63 GB in 4 s). glibc uses
+// three nameservers; the files resolved, DHCP clients and NetworkManager
+// write are under a KiB even with their comments. 64 KiB holds any file
+// an operator would write, with room to spare.
+const MaxFileSize = 64 << 10
+
+// FileRule is how every resolv.conf is read: a regular file of at most
+// MaxFileSize, opened without blocking. Symlinks are followed:
+// /etc/resolv.conf usually is one (into /run/systemd/resolve or
+// /run/resolvconf), and the file at its end must pass the rule.
+var FileRule = boundedfile.Rule{MaxSize: MaxFileSize}
+
+// ReadFile reads the resolv.conf at path under FileRule. A file that is
+// not regular or too large is a *boundedfile.RefusedError.
+func ReadFile(path string) ([]byte, error) { return boundedfile.ReadFile(path, FileRule) }
 
 // Parse reads resolv.conf(5) syntax: nameserver, search, domain and
 // options lines; "#" and ";" start comments; unknown keywords are ignored. It
@@ -108,16 +126,15 @@ func ReadSystem(root string) (Conf, string, error) {
 		root = "/"
 	}
 	path := filepath.Join(root, resolvedPath)
-	f, err := os.Open(path)
+	data, err := ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		path = filepath.Join(root, resolvConfPath)
-		f, err = os.Open(path)
+		data, err = ReadFile(path)
 	}
 	if err != nil {
-		return Conf{}, path, fmt.Errorf("opening %s: %w", path, err)
+		return Conf{}, path, err // names the path
 	}
-	defer f.Close()
-	conf, err := Parse(f)
+	conf, err := Parse(bytes.NewReader(data))
 	if err != nil {
 		return Conf{}, path, fmt.Errorf("parsing %s: %w", path, err)
 	}

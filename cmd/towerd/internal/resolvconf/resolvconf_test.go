@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 func TestParseResolvConf(t *testing.T) {
@@ -141,6 +143,23 @@ func TestSystemResolvConf(t *testing.T) {
 				t.Errorf("nameservers = %q, want %q", conf.Nameservers, tt.wantNS)
 			}
 		})
+	}
+}
+
+// TestSystemResolvConfRefused: /etc/resolv.conf pointing at /dev/zero (issue
+// 21: 1.63 GB in 4 s) is refused at once, the error naming the file.
+func TestSystemResolvConfRefused(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, resolvConfPath)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", path); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := ReadSystem(root)
+	if got != path || !errors.Is(err, boundedfile.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+		t.Errorf("ReadSystem = %q, %v; want %s refused as not a regular file", got, err, path)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // DefaultPollInterval is how often a watched file is re-read when no
@@ -27,6 +29,11 @@ type WatchOptions struct {
 	// NoInotify leaves inotify out, so only the poll notices changes
 	// (tests of the fallback).
 	NoInotify bool
+	// Refused, when set, is called (from the watch's goroutine) when the
+	// file becomes one FileRule refuses (a FIFO, a device, too large),
+	// once for each reason in a row: the last bytes seen stay in force,
+	// and the caller gets to say why.
+	Refused func(error)
 }
 
 // Watcher follows one resolv.conf-style file: DHCP clients and resolved
@@ -42,6 +49,7 @@ type Watcher struct {
 
 	initial []byte
 	last    []byte
+	refusal string // why the file was last refused, "" once it read
 	done    chan struct{}
 
 	// Touched only by the run goroutine after Start returns.
@@ -85,7 +93,7 @@ func StartWatch(ctx context.Context, path string, opts WatchOptions, changed fun
 	}
 	// Arm before the first read: a change between the two is then seen.
 	w.arm()
-	w.initial, _ = os.ReadFile(path)
+	w.initial, _ = w.read()
 	w.last = w.initial
 	go func() {
 		defer close(w.done)
@@ -115,7 +123,7 @@ func (w *Watcher) run(ctx context.Context, events <-chan struct{}) {
 		case <-tick.C:
 		}
 		w.arm()
-		data, err := os.ReadFile(w.path)
+		data, err := w.read()
 		// An empty file is taken for one being written (created or
 		// truncated, its bytes not there yet), like a missing one: the
 		// last servers stay.
@@ -125,6 +133,25 @@ func (w *Watcher) run(ctx context.Context, events <-chan struct{}) {
 		w.last = data
 		w.changed(data)
 	}
+}
+
+// read reads the file under FileRule and tells Refused of a refusal
+// that is new. Neither the open nor the read can block, so stopping the
+// watch never waits on the file.
+func (w *Watcher) read() ([]byte, error) {
+	data, err := ReadFile(w.path)
+	var refused *boundedfile.RefusedError
+	if !errors.As(err, &refused) {
+		w.refusal = ""
+		return data, err
+	}
+	if refused.Why != w.refusal {
+		w.refusal = refused.Why
+		if w.opts.Refused != nil {
+			w.opts.Refused(err)
+		}
+	}
+	return nil, err
 }
 
 // arm adds inotify watches for the directory of the path and of every

@@ -2,13 +2,17 @@ package resolvconf
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/internal/boundedfile"
 )
 
 // watchNever is a poll interval no test lives to see: with it, only inotify can
@@ -211,4 +215,56 @@ func TestWatchStopsWithItsContext(t *testing.T) {
 		t.Fatal("watch did not stop")
 	}
 	watchRenameOver(t, path, "nameserver 10.5.0.2\n")
+}
+
+// TestWatchRefusesWhatIsNotAResolvConf: a FIFO, /dev/zero behind a link
+// and a 100 MB file swapped in for the followed file are each reported
+// once to Refused, never delivered as a change, and never block the watch
+// (issue 21: a FIFO swapped in wedged the daemon's main loop, /dev/zero
+// took 1.63 GB). A good file afterwards is a change again.
+func TestWatchRefusesWhatIsNotAResolvConf(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "resolv.conf")
+	watchWrite(t, path, "nameserver 10.0.0.1\n")
+	refusals := make(chan error, 16)
+	_, changes := startTestWatch(t, path, WatchOptions{PollInterval: 50 * time.Millisecond,
+		Refused: func(err error) { refusals <- err }})
+	big := filepath.Join(dir, "big")
+	watchWrite(t, big, "")
+	if err := os.Truncate(big, 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	swapIn := map[string]func(tmp string) error{
+		"FIFO":                func(tmp string) error { return unix.Mkfifo(tmp, 0o644) },
+		"device":              func(tmp string) error { return os.Symlink("/dev/zero", tmp) },
+		"more than the 65536": func(tmp string) error { return os.Symlink(big, tmp) },
+	}
+	for _, why := range []string{"FIFO", "device", "more than the 65536"} {
+		tmp := path + ".new"
+		if err := swapIn[why](tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-refusals:
+			if !errors.Is(err, boundedfile.ErrNotRegular) && !errors.Is(err, boundedfile.ErrTooLarge) || !strings.Contains(err.Error(), why) {
+				t.Errorf("refusal %v, want one saying %q", err, why)
+			}
+		case <-time.After(watchBound):
+			t.Fatalf("%s swapped in: no refusal within %v", why, watchBound)
+		}
+	}
+	select {
+	case got := <-changes:
+		t.Fatalf("a refused file was delivered as a change: %d bytes", len(got))
+	default:
+	}
+	watchRenameOver(t, path, "nameserver 10.0.0.2\n")
+	watchExpect(t, changes, "nameserver 10.0.0.2\n")
+	if len(refusals) != 0 {
+		t.Errorf("%d more refusals: each state is reported once", len(refusals))
+	}
 }
