@@ -27,7 +27,7 @@ func TestHostsFileRefusedKeepsLastGood(t *testing.T) {
 	if err := syscall.Mkfifo(startFIFO, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, hosts, "192.0.2.10 one.lan\n", time.Unix(1e9, 0))
+	writeHosts(t, hosts, "192.0.2.10 one.lan\n", time.Unix(1e9, 0))
 	var logs bytes.Buffer
 	var s *Source
 	within(t, func() {
@@ -48,7 +48,7 @@ func TestHostsFileRefusedKeepsLastGood(t *testing.T) {
 	}
 
 	big := filepath.Join(dir, "big")
-	writeFile(t, big, "", time.Unix(1e9, 0))
+	writeHosts(t, big, "", time.Unix(1e9, 0))
 	if err := os.Truncate(big, MaxHostsFileSize+1); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestHostsFileRefusedKeepsLastGood(t *testing.T) {
 // count, not a line per line.
 func TestHostsFileOfGarbage(t *testing.T) {
 	hosts := filepath.Join(t.TempDir(), "hosts")
-	writeFile(t, hosts, strings.Repeat("not-an-address name\n", 10000)+"192.0.2.1 ok.lan\n", time.Unix(1e9, 0))
+	writeHosts(t, hosts, strings.Repeat("not-an-address name\n", 10000)+"192.0.2.1 ok.lan\n", time.Unix(1e9, 0))
 	var logs bytes.Buffer
 	s, err := New(Options{HostsFiles: []string{hosts}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -305,7 +305,7 @@ func TestCacheMaxBytes(t *testing.T) {
 		value string
 		want  ByteSize
 	}{{"33554432", 32 << 20}, {`"32MiB"`, 32 << 20}, {`"1536KiB"`, 1536 << 10}, {`"1GiB"`, 1 << 30}, {`"2000000B"`, 2000000}} {
-		cfg, err := Load(writeFile(t, "towerd.toml", "[cache]\nmax_bytes = "+tt.value+"\n"), false)
+		cfg, err := Load(dnstest.WriteFile(t, "towerd.toml", "[cache]\nmax_bytes = "+tt.value+"\n"), false)
 		if err != nil || cfg.Cache.MaxBytes != tt.want {
 			t.Errorf("max_bytes = %s: %v, %v; want %d", tt.value, cfg.Cache.MaxBytes, err, tt.want)
 		}

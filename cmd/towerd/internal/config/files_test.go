@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestLoadRefusesWhatIsNotAConfigFile: a FIFO or a device as the config
@@ -44,7 +45,7 @@ func TestLoadRefusesWhatIsNotAConfigFile(t *testing.T) {
 		return os.Truncate(p, 100<<20)
 	})
 	fifoDropIn := withDropIn("20-fifo.toml", func(p string) error { return syscall.Mkfifo(p, 0o644) })
-	tokenFIFO := writeFile(t, "towerd.toml", "[consul]\ntoken_file = \""+fifo+"\"\n")
+	tokenFIFO := dnstest.WriteFile(t, "towerd.toml", "[consul]\ntoken_file = \""+fifo+"\"\n")
 	for _, tt := range []struct {
 		name, path, names string
 		want              error
