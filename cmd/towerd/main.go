@@ -26,7 +26,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/daemon"
 	"github.com/towerd/towerd/cmd/towerd/internal/logsink"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 )
 
 // TestReadCredentials: the token and CA files, configured or from Consul's

@@ -41,7 +41,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 )
 
 // Options configure a Source.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 	"github.com/towerd/towerd/test/dnstest"
 )
 

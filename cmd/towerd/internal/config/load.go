@@ -17,7 +17,7 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 

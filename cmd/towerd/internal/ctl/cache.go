@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/base"
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 )
 
 // `towerd cache list|dump|load`: the cache of a running towerd (ctl.go
@@ -187,7 +187,7 @@ func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 const maxLoadFile = 256 << 20
 
 // openLoadFile opens FILE for cache load by the rule every file towerd
-// reads is opened by (internal/boundedfile): without blocking (a FIFO at
+// reads is opened by (resolver/boundedfile): without blocking (a FIFO at
 // the path must not hang the command), a regular file of at most
 // maxLoadFile bytes, links followed (the operator names the file).
 func openLoadFile(path string) (*boundedfile.File, error) {

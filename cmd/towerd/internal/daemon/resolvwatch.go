@@ -14,8 +14,8 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
-	"github.com/towerd/towerd/internal/boundedfile"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 

@@ -21,7 +21,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 	"github.com/towerd/towerd/upstream"
 )
 

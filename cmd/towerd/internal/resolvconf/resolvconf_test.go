@@ -10,7 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/towerd/towerd/internal/boundedfile"
+	"github.com/towerd/towerd/resolver/boundedfile"
 )
 
 func TestParseResolvConf(t *testing.T) {

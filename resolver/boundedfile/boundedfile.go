@@ -14,7 +14,9 @@
 //
 // It imports only the standard library and x/sys, so every package that
 // reads such a file can use it without an import edge between them (cache
-// and upstream know nothing of each other; DESIGN.md).
+// and upstream know nothing of each other; DESIGN.md). It sits under
+// resolver/ beside the other shared leaves (dnswire, dnslisten) because the
+// top level of the tree is fixed.
 package boundedfile
 
 import (
