@@ -180,7 +180,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 		"nothing cached for this type", "NOERROR from upstream "+s.def.Addr, "192.0.2.10")
 	out, _ = ctl(0, "lookup", "www.example", "a")
 	mustContain(t, "second lookup", out, "cache     fresh, positive, ", "of 5m0s left", "NOERROR from the cache (fresh)", "192.0.2.10")
-	out, _ = ctl(0, "lookup", "nothing.example.", "AAAA")
+	out, _ = ctl(5, "lookup", "nothing.example.", "AAAA") // NXDOMAIN exits 5
 	mustContain(t, "NXDOMAIN lookup", out, "nothing.example. AAAA", "NXDOMAIN from upstream "+s.def.Addr)
 	_, stderr := ctl(2, "lookup", "www.example.", "NOTATYPE")
 	mustContain(t, "bad type", stderr, `"NOTATYPE" is not a DNS type`, "usage: towerd lookup")
