@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -126,5 +127,31 @@ func TestLookupConsulSources(t *testing.T) {
 			"NXDOMAIN from " + consulDNS}, nil},
 		{[]string{"web.service.consul", "TXT"}, 0, []string{
 			"watch     passed it to Consul's DNS: the watch answers A, AAAA and SRV questions only", "from " + consulDNS}, nil},
+	})
+}
+
+// An entry read back from the state file is named for it, fresh or stale,
+// never for an upstream (issue 25 with issue 21's rule).
+func TestLookupNamesAStateFileEntry(t *testing.T) {
+	t.Parallel()
+	up := newTestUpstream(t)
+	up.Add(t, "kept.example. 3600 IN A 192.0.2.40", "zero.example. 0 IN A 192.0.2.41")
+	stateDir := t.TempDir()
+	args := []string{"-config", "", "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr, "-state-dir", stateDir}
+	first := startTowerd(t, args...)
+	runLookups(t, first.Control, []lookupCase{
+		{[]string{"kept.example."}, 0, []string{"NOERROR from upstream " + up.Addr + " (zone .)"}, nil},
+		{[]string{"zero.example."}, 0, []string{"NOERROR from upstream " + up.Addr + " (zone .)"}, nil},
+	})
+	first.signal(t, syscall.SIGTERM)
+	if code := first.waitExit(t, stopTimeout); code != 0 {
+		t.Fatalf("first towerd exited %d", code)
+	}
+	up.Stop()
+	newBlackhole(t, up.Addr)
+	second := startTowerd(t, args...)
+	runLookups(t, second.Control, []lookupCase{
+		{[]string{"kept.example."}, 0, []string{"NOERROR from the cache (fresh), an entry from the state file read at start (zone .)", "192.0.2.40"}, []string{"stored from upstream"}},
+		{[]string{"zero.example."}, 0, []string{"NOERROR from a stale cache entry (the refresh failed or is not due), an entry from the state file read at start (zone .)", "192.0.2.41"}, nil},
 	})
 }
