@@ -120,13 +120,13 @@ func TestLookupConsulSources(t *testing.T) {
 	runLookups(t, d.Control, []lookupCase{
 		{[]string{"web.service.consul"}, 0, []string{"NOERROR from the Consul watch (pushed records)", "127.0.0.10"}, []string{"passed it"}},
 		{[]string{agent.Node + ".node.consul"}, 0, []string{
-			"watch     passed it to Consul's DNS: not a service name: nodes, prepared queries and the like are Consul's DNS's",
+			"watch     left it to the cache and Consul's DNS: not a service name: nodes, prepared queries and the like are Consul's DNS's",
 			"NOERROR from " + consulDNS, "127.0.0.1"}, nil},
 		{[]string{"nope.service.consul"}, exitNXDOMAIN, []string{
-			"watch     passed it to Consul's DNS: the watch holds no records of the service",
+			"watch     left it to the cache and Consul's DNS: the watch holds no records of the service",
 			"NXDOMAIN from " + consulDNS}, nil},
 		{[]string{"web.service.consul", "TXT"}, 0, []string{
-			"watch     passed it to Consul's DNS: the watch answers A, AAAA and SRV questions only", "from " + consulDNS}, nil},
+			"watch     left it to the cache and Consul's DNS: the watch answers A, AAAA and SRV questions only", "from " + consulDNS}, nil},
 	})
 }
 

@@ -106,7 +106,7 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 		fmt.Fprintf(w, "  cache     %s, %s, %s, from %s\n", e.State, e.Kind, age, e.Source)
 	}
 	if rep.Passed != "" {
-		fmt.Fprintf(w, "  watch     passed it to Consul's DNS: %s\n", rep.Passed)
+		fmt.Fprintf(w, "  watch     left it to the cache and Consul's DNS: %s\n", rep.Passed)
 	}
 	rcode := rep.Rcode
 	if rcode == "" {
