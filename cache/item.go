@@ -31,6 +31,8 @@ type Result struct {
 	// RefreshFailedAt is the last MarkRefreshFailed time for this entry;
 	// zero if there was none since it was stored.
 	RefreshFailedAt time.Time
+	// Origin says how the entry came into the cache.
+	Origin Origin
 }
 
 // Info describes one entry for operators (the admin inspect endpoint).
@@ -230,6 +232,7 @@ func (it *item) result(a age, now instant) Result {
 		Remaining: a.remaining,
 		Expired:   a.expired,
 		Stored:    now.at(it.stored),
+		Origin:    it.origin,
 	}
 	if ns := it.refreshFailedAt.Load(); ns != 0 {
 		r.RefreshFailedAt = time.Unix(0, ns)

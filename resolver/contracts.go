@@ -14,19 +14,26 @@ import (
 // consul.Watcher's check (RecordSource) sits in contracts_test.go, because
 // resolver/consul must not import the resolver.
 
-// RecordSource answers questions from records pushed into memory (the Consul
-// watch). Lookup returns ok=false for every question it does not cover, and
-// the query then takes the normal path (cache, upstream). stale reports that
-// the source has lost contact with its origin and serves its last known
-// records; the answer is then counted and marked as stale.
+// RecordSource answers questions from records held in memory (local data,
+// the Consul watch's pushed records). Answer returns ok=false for every
+// question it does not answer, and the query then takes the normal path
+// (cache, upstream). stale reports that the source has lost contact with its
+// origin and serves its last known records; the answer is then counted and
+// marked as stale. why is what decided, in the source's words: with ok, the
+// rule or data that answered ("hosts /etc/hosts", "domain_needed",
+// "watch"); without, why a source the name belongs to left it to the cache
+// and the upstreams ("" when it is none of the source's business). It goes
+// into the query's observation (Query.Rule, Query.Passed) as it is, so that
+// `towerd lookup` names what answered, not a guess made beside it (issue
+// 25).
 //
 // Covers tells, from a canonical name alone (lower case, fully qualified,
-// only read during the call) and without allocating, whether Lookup might
+// only read during the call) and without allocating, whether Answer might
 // answer for it: the fast path answers from the cache only the names a
 // source does not cover, so that a pushed record is never shadowed by a
 // cached one.
 type RecordSource interface {
-	Lookup(q dns.Question) (m *dns.Msg, stale, ok bool)
+	Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok bool)
 	Covers(name []byte) bool
 }
 

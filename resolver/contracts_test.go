@@ -15,7 +15,7 @@ import (
 
 // The Consul watch is the resolver's RecordSource. The check lives here
 // because resolver/consul must not import the resolver; renaming Covers or
-// Lookup there breaks this package's tests at compile time.
+// Answer there breaks this package's tests at compile time.
 var _ RecordSource = (*consul.Watcher)(nil)
 
 // Local data (issue 15) is a RecordSource too, for the same reason kept

@@ -49,16 +49,16 @@ type diffRecords struct{}
 
 func (diffRecords) Covers(name []byte) bool { return strings.HasSuffix(string(name), ".consul.") }
 
-func (diffRecords) Lookup(q dns.Question) (*dns.Msg, bool, bool) {
+func (diffRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
 	if !strings.EqualFold(q.Name, "web.service.consul.") || q.Qtype != dns.TypeA {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	m := new(dns.Msg)
 	m.SetQuestion(q.Name, q.Qtype)
 	m.Response = true
 	rr, _ := dns.NewRR("web.service.consul. 0 IN A 192.0.2.80")
 	m.Answer = []dns.RR{rr}
-	return m, false, true
+	return m, false, "watch", true
 }
 
 var _ RecordSource = diffRecords{}
@@ -107,7 +107,7 @@ var diffNames = []string{"www.example.", "MX.Example.", "web.service.consul.", "
 // source's when it answers, else the upstream's (diffUpstream: NOERROR).
 func sourceRcode(rs RecordSource, name string, qtype uint16) int {
 	if rs != nil {
-		if m, _, ok := rs.Lookup(dns.Question{Name: name, Qtype: qtype, Qclass: dns.ClassINET}); ok {
+		if m, _, _, ok := rs.Answer(dns.Question{Name: name, Qtype: qtype, Qclass: dns.ClassINET}); ok {
 			return m.Rcode
 		}
 	}

@@ -55,10 +55,12 @@
 //     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
 //     64 KiB over TCP, the fast path's included): replyShape, written as bytes by the fast path and
 //     on a dns.Msg by replyShape.apply.
-//   - Records before the cache: ServeDNS asks RecordSource.Lookup (the
+//   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
-//     watch; the first that answers wins and names the source); the fast
-//     path declines every name RecordSource.Covers, the union of a Chain's.
+//     watch; the first that answers wins and names the source, and its why
+//     — the rule that answered, or why the watch passed the name on — goes
+//     into the observation, Query.Rule and Query.Passed); the fast path
+//     declines every name RecordSource.Covers, the union of a Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry, and the wire miss (route 6) its

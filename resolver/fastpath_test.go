@@ -291,8 +291,8 @@ func TestFastPathDeclines(t *testing.T) {
 // none of them.
 type coverAll struct{}
 
-func (coverAll) Lookup(dns.Question) (*dns.Msg, bool, bool) { return nil, false, false }
-func (coverAll) Covers(name []byte) bool                    { return strings.HasSuffix(string(name), ".consul.") }
+func (coverAll) Answer(dns.Question) (*dns.Msg, bool, string, bool) { return nil, false, "", false }
+func (coverAll) Covers(name []byte) bool                            { return strings.HasSuffix(string(name), ".consul.") }
 
 func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 	h, _ := diffHandler(t, nil)

@@ -50,7 +50,24 @@ type Query struct {
 	Rcode    int
 	Duration time.Duration
 	Prefetch bool // a prefetch was started by this hit
+
+	// What decided, for `towerd lookup` (Handler.Trace, issue 25); filled
+	// on the general path. Rule is the why of the record source that
+	// answered (RecordSource: "hosts FILE", "record", "address DOMAIN",
+	// "local DOMAIN", "domain_needed", "bogus_priv", "watch"), or
+	// RuleRequest for towerd's own REFUSED, FORMERR, NOTIMP or BADVERS.
+	// Passed is why the source the name belongs to (the Consul watch) left
+	// it to the cache and the upstreams. Entry, for an answer from the
+	// cache (Source cache, or stale with no Rule), is how the entry came
+	// into the cache.
+	Rule   string
+	Passed string
+	Entry  cache.Origin
 }
+
+// RuleRequest is Query.Rule for an answer the request checks gave
+// (admit): the client outside allow, an AXFR, a malformed query.
+const RuleRequest = "request"
 
 // NewHandler returns a handler answering from c and cfg's zones. log and obs
 // may be nil.
@@ -115,6 +132,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		if len(m.Question) == 1 {
 			zone = s.router.route(m.Question[0].Name).Name
 		}
+		r.rule = RuleRequest
 		h.observe(s, &r, zone, SourceLocal, rcode, start, false)
 		a.rcode(rcode)
 		return
@@ -125,20 +143,24 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		h.observe(s, &r, zone.Name, source, rcode, start, prefetch)
 	}
 
-	if body, stale, source, ok := lookupRecords(s.Records, q); ok {
-		if stale {
+	body, bodyStale, source, why, answered := lookupRecords(s.Records, q)
+	if answered {
+		r.rule = why
+		if bodyStale {
 			source = SourceStale
 		}
 		// Pushed and local records carry their own TTLs; a stale source
 		// keeps them (they are the last known truth) but the answer is
 		// marked stale. They never enter the cache.
 		record(source, body.Rcode, false)
-		a.records(body, stale)
+		a.records(body, bodyStale)
 		return
 	}
+	r.passed = why
 
 	key := cache.NewKey(q.Name, q.Qtype, q.Qclass, r.do, r.cd())
 	res, found := h.cache.Get(key)
+	r.entry = res.Origin
 	if found && res.Fresh {
 		prefetch := h.prefetch(s, zone, key, res.TTL, res.Remaining)
 		record(SourceCache, res.Msg.Rcode, prefetch)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -47,6 +48,9 @@ type request struct {
 	qname    string // the question's name; on the fast path it aliases plainQuery.name
 	upstream string // host:port of the server whose reply is relayed, when known
 	trace    *Query // Trace's: observe copies the observation here
+	// What decided (Query.Rule, Query.Passed, Query.Entry).
+	rule, passed string
+	entry        cache.Origin
 }
 
 // fromMsg fills r from an unpacked query and the connection it came on.
@@ -265,7 +269,7 @@ func (h *Handler) observe(s *settings, r *request, zone, source string, rcode in
 		return
 	}
 	q := Query{Proto: r.proto(), Qtype: r.qtype, Zone: zone, Source: source, Server: r.upstream,
-		Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch}
+		Rcode: rcode, Duration: s.Now().Sub(start), Prefetch: prefetch, Rule: r.rule, Passed: r.passed, Entry: r.entry}
 	if h.obs != nil {
 		h.obs.ObserveQuery(q)
 	}

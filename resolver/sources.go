@@ -3,7 +3,7 @@ package resolver
 import "github.com/miekg/dns"
 
 // Chain is a RecordSource made of several, consulted in order: the first
-// whose Lookup answers wins (issue 15: local data, then the Consul watch).
+// whose Answer answers wins (issue 15: local data, then the Consul watch).
 // It covers the union of its sources' names, so the fast path never answers
 // from the cache a name any of them might answer.
 type Chain []ChainSource
@@ -17,10 +17,11 @@ type ChainSource struct {
 
 var _ RecordSource = Chain(nil)
 
-// Lookup implements RecordSource.
-func (c Chain) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
-	m, stale, _, ok = c.lookup(q)
-	return m, stale, ok
+// Answer implements RecordSource. Without an answer, why is the first
+// reason a source gave for passing the question on.
+func (c Chain) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok bool) {
+	m, stale, _, why, ok = c.answer(q)
+	return m, stale, why, ok
 }
 
 // Covers implements RecordSource, without allocating.
@@ -33,24 +34,31 @@ func (c Chain) Covers(name []byte) bool {
 	return false
 }
 
-func (c Chain) lookup(q dns.Question) (m *dns.Msg, stale bool, label string, ok bool) {
+func (c Chain) answer(q dns.Question) (m *dns.Msg, stale bool, label, why string, ok bool) {
+	passed := ""
 	for _, src := range c {
-		if m, stale, ok := src.Lookup(q); ok {
-			return m, stale, src.Label, true
+		m, stale, why, ok := src.Answer(q)
+		if ok {
+			return m, stale, src.Label, why, true
+		}
+		if passed == "" {
+			passed = why
 		}
 	}
-	return nil, false, "", false
+	return nil, false, "", passed, false
 }
 
 // lookupRecords asks rs (Config.Records) and names where the answer came
-// from: a Chain's source label, SourceRecords for a single source.
-func lookupRecords(rs RecordSource, q dns.Question) (m *dns.Msg, stale bool, label string, ok bool) {
+// from (a Chain's source label, SourceRecords for a single source) and why
+// (RecordSource's why: the rule that answered, or why the question was
+// passed on).
+func lookupRecords(rs RecordSource, q dns.Question) (m *dns.Msg, stale bool, label, why string, ok bool) {
 	switch rs := rs.(type) {
 	case nil:
-		return nil, false, "", false
+		return nil, false, "", "", false
 	case Chain:
-		return rs.lookup(q)
+		return rs.answer(q)
 	}
-	m, stale, ok = rs.Lookup(q)
-	return m, stale, SourceRecords, ok
+	m, stale, why, ok = rs.Answer(q)
+	return m, stale, SourceRecords, why, ok
 }

@@ -13,10 +13,11 @@ import (
 // Trace answers m the way ServeDNS answers a client at client over TCP (so
 // no UDP size limit cuts the answer), and returns the reply with its
 // observation: the source (cache, stale, upstream, consul, local), the
-// upstream server that replied, the rcode and the time taken. The query is
-// real: it is counted, may fill the cache and appears in the query log.
-// `towerd lookup` explains an answer with it (issue 15). The reply is nil
-// when the handler wrote none.
+// upstream server that replied, the rcode, the time taken, and what decided
+// (Query.Rule, Passed, Entry), recorded as the answer was made, never
+// worked out beside it (issue 25). The query is real: it is counted, may
+// fill the cache and appears in the query log. `towerd lookup` explains an
+// answer with it (issue 15). The reply is nil when the handler wrote none.
 func (h *Handler) Trace(m *dns.Msg, client netip.Addr) (*dns.Msg, Query) {
 	w := &traceWriter{remote: &net.TCPAddr{IP: client.AsSlice(), Port: 0}}
 	var q Query

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,7 +137,9 @@ func TestCLICompletion(t *testing.T) {
 			t.Errorf("zsh -n: %v\n%s", err, out)
 		}
 	}
-	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load", "('flush')\n\t\t_arguments -s \\\n\t\t\t'-all[", "'-zone[forget every name at or below ZONE]:string: '")
+	mustContain(t, "zsh completion", zsh, "#compdef towerd", "compadd -- list dump load",
+		"('flush')\n\t\t_arguments -s \\\n\t\t\t'(-all --all)'{-all,--all}'[",
+		"'(-zone --zone)'{-zone,--zone}'[forget every name at or below ZONE]:string: '")
 	for _, tc := range []struct {
 		words string
 		want  string
@@ -152,11 +155,58 @@ func TestCLICompletion(t *testing.T) {
 		{"towerd -con", "-config -consul-dns -consul-http -control"},
 		{"towerd drill -clients ''", ""},
 		{"towerd completion z", "zsh"},
+		// Both spellings of a flag, as the usage lines write them (issue
+		// 25: install's --root and --dry-run did not complete).
+		{"towerd install --r", "--root"},
+		{"towerd install --dry", "--dry-run"},
+		{"towerd install -dry", "-dry-run"},
+		{"towerd flush --", "--all --config --control --zone"},
+		{"towerd cache list --s", "--stale"},
+		{"towerd --con", "--config --consul-dns --consul-http --control"},
+		{"towerd lookup --control /run/x.sock www.example. AA", "AAAA"},
 	} {
 		script := fmt.Sprintf("source %s\nCOMP_WORDS=(%s)\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n_towerd\nprintf '%%s\\n' \"${COMPREPLY[@]}\" | sort | tr '\\n' ' '", bashFile, tc.words)
 		out, err := exec.Command("bash", "-c", script).CombinedOutput()
 		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
 			t.Errorf("completing %q: %q (%v), want %q", tc.words, got, err, tc.want)
+		}
+	}
+	// A directory after --root: the value of a flag spelled with two
+	// dashes completes as the flag's own.
+	if err := os.Mkdir(filepath.Join(dir, "node"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("source %s\nCOMP_WORDS=(towerd install --root %s/n)\nCOMP_CWORD=3\n_towerd\nprintf '%%s ' \"${COMPREPLY[@]}\"", bashFile, dir)
+	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != dir+"/node" {
+		t.Errorf("completing towerd install --root %s/n: %q (%v), want %s/node", dir, out, err, dir)
+	}
+
+	// zsh: the specs _arguments is handed once zsh has expanded the
+	// script (a stub _arguments prints them): each flag both ways.
+	if _, err := exec.LookPath("zsh"); err != nil {
+		t.Log("no zsh: its completion is checked by zsh -n in the package test only")
+		return
+	}
+	for _, tc := range []struct {
+		words string
+		want  []string
+	}{
+		{"towerd install ''", []string{"(-root --root)-root[", "(-root --root)--root[", "(-dry-run --dry-run)--dry-run[", "(-dry-run --dry-run)-dry-run["}},
+		{"towerd flush ''", []string{"(-zone --zone)--zone[forget every name at or below ZONE]:string: ", "(-all --all)-all[forget everything cached]"}},
+		{"towerd cache list ''", []string{"(-stale --stale)--stale["}},
+	} {
+		script := fmt.Sprintf("compdef() { : }\nsource %s\n_arguments() { print -rl -- \"$@\" }\n_describe() { : }\ncompadd() { : }\n"+
+			"words=(%s)\nCURRENT=${#words}\n_towerd", zshFile, tc.words)
+		out, err := exec.Command("zsh", "-f", "-c", script).CombinedOutput()
+		specs := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err != nil {
+			t.Errorf("zsh completing %s: %v\n%s", tc.words, err, out)
+			continue
+		}
+		for _, w := range tc.want {
+			if !slices.ContainsFunc(specs, func(s string) bool { return strings.HasPrefix(s, w) }) {
+				t.Errorf("zsh completing %s: no spec %q among\n%s", tc.words, w, out)
+			}
 		}
 	}
 }
@@ -180,7 +230,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 		"nothing cached for this type", "NOERROR from upstream "+s.def.Addr, "192.0.2.10")
 	out, _ = ctl(0, "lookup", "www.example", "a")
 	mustContain(t, "second lookup", out, "cache     fresh, positive, ", "of 5m0s left", "NOERROR from the cache (fresh)", "192.0.2.10")
-	out, _ = ctl(0, "lookup", "nothing.example.", "AAAA")
+	out, _ = ctl(5, "lookup", "nothing.example.", "AAAA") // NXDOMAIN exits 5
 	mustContain(t, "NXDOMAIN lookup", out, "nothing.example. AAAA", "NXDOMAIN from upstream "+s.def.Addr)
 	_, stderr := ctl(2, "lookup", "www.example.", "NOTATYPE")
 	mustContain(t, "bad type", stderr, `"NOTATYPE" is not a DNS type`, "usage: towerd lookup")

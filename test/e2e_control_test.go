@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -160,15 +161,31 @@ func TestControlRefusesOthers(t *testing.T) {
 		}
 	}
 	refusedAll("socket mode 0660")
+	// The kernel refused those (the socket's mode): towerd saw none.
+	if n := towerdMetric(t, d, "towerd_control_refused_total"); n != 0 {
+		t.Errorf("towerd_control_refused_total %v after refusals by the socket's mode", n)
+	}
 	// A mode loosened by hand does not open the channel: towerd checks the
 	// peer itself.
 	if err := os.Chmod(sock, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
 	refusedAll("socket mode 0666")
 	code, out := asUser(t, "", "flush", "-all", "-control", sock)
 	if !strings.Contains(out, "uid 65534") || code != exitDenied {
 		t.Errorf("the peer check's refusal does not name the caller: %s", out)
+	}
+	// Each refused connection is counted; the log names the caller, at
+	// most once per 10 s however fast the refusals come (issue 21's report).
+	took := time.Since(began)
+	if n := towerdMetric(t, d, "towerd_control_refused_total"); n != float64(len(actions)+1) {
+		t.Errorf("towerd_control_refused_total %v, want %d (one per connection refused by the peer check)", n, len(actions)+1)
+	}
+	refusedLine := regexp.MustCompile(`level=WARN msg="control socket connection refused" why="uid 65534 \(pid \d+\) may not use towerd's control socket[^"]*" refused_unlogged_since_last_line=\d+ peer_uid=65534 peer_gid=65534 peer_pid=\d+`)
+	if lines := refusedLine.FindAllString(d.stderr.String(), -1); len(lines) == 0 || len(lines) > 1+int(took/(10*time.Second)) {
+		t.Errorf("%d refusal lines in %v for %d refusals, want 1 to %d:\n%s", len(lines), took, len(actions)+1,
+			1+int(took/(10*time.Second)), lastLines(d.stderr.String(), 40))
 	}
 	// The admin port serves none of it, to anyone.
 	for _, path := range []string{"/cache/load", "/cache/flush", "/log-queries", "/reload", "/cache/dump", "/lookup", "/cache"} {

@@ -276,10 +276,12 @@ source "$0"`
 				t.Errorf("zsh: towerd <TAB> does not offer %q: %s", c, listed)
 			}
 		}
-		if got := zcomplete("stats", "-"); !strings.Contains(got, "\n-json[") || !strings.Contains(got, "\n-config[") || strings.Contains(got, "-cache-size") {
+		// Each flag both ways, -flag and --flag, neither after the other.
+		if got := zcomplete("stats", "-"); !strings.Contains(got, "\n(-json --json)-json[") || !strings.Contains(got, "\n(-json --json)--json[") ||
+			!strings.Contains(got, "\n(-config --config)-config[") || strings.Contains(got, "-cache-size") {
 			t.Errorf("zsh: towerd stats -<TAB> specs:\n%s", got)
 		}
-		if got := zcomplete("-config", ""); !regexp.MustCompile(`\n-config\[[^\n]*\]:file:_files\n`).MatchString(got) {
+		if got := zcomplete("-config", ""); !regexp.MustCompile(`\n\(-config --config\)-config\[[^\n]*\]:file:_files\n`).MatchString(got) {
 			t.Errorf("zsh: towerd -config <TAB> specs:\n%s", got)
 		}
 		if got := zcomplete("import-dnsmasq", ""); !strings.Contains(got, "\n1:file:_files") {

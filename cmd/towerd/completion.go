@@ -16,7 +16,10 @@ import (
 // the subcommand table: the subcommands, each one's flags (read from its
 // own -h, so a flag added to a subcommand is completed without touching
 // this file) with what their values are (a file, a directory, or
-// anything), and what the positional arguments take. The Debian package
+// anything), and what the positional arguments take. Every flag completes
+// as -flag and as --flag: Go's flag package takes both, and the usage lines
+// write some with two dashes (install's --root, --dry-run), as GNU tools
+// do (issue 25). The Debian package
 // installs exactly this output, and its man page is written from
 // `towerd help -json` (helpDocs), so there is one reading of the table.
 
@@ -236,7 +239,11 @@ _towerd() {
 			COMPREPLY=(); return
 		fi
 	fi
-	if [[ $cur == -* ]]; then
+	# $flags are the -flag forms; --flag completes from them with one more
+	# dash in front.
+	if [[ $cur == --* ]]; then
+		COMPREPLY=($(compgen -P - -W "$flags" -- "${cur#-}")); return
+	elif [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$flags" -- "$cur")); return
 	fi
 	# Which positional argument this is: the words before it that are
@@ -314,7 +321,7 @@ _towerd() {
 	for _, c := range commands {
 		fmt.Fprintf(w, "\t(%s)\n\t\t_arguments -s", shellQuote(c.Name))
 		for _, f := range commandFlags(c) {
-			spec := "-" + f.Name + "[" + zshText(f.Usage) + "]"
+			spec := "[" + zshText(f.Usage) + "]"
 			switch valueKind(f) {
 			case "file":
 				spec += ":file:_files"
@@ -323,7 +330,12 @@ _towerd() {
 			case "value":
 				spec += ":" + zshText(f.Value) + ": "
 			}
-			fmt.Fprintf(w, " \\\n\t\t\t%s", shellQuote(spec))
+			// _arguments' idiom for one option spelled two ways: the
+			// brace expansion gives both specs, and the exclusion list
+			// keeps either from being offered after the other. Flag
+			// names are letters, digits, '_', '.' and '-': safe outside
+			// quotes.
+			fmt.Fprintf(w, " \\\n\t\t\t%s{-%s,--%s}%s", shellQuote("(-"+f.Name+" --"+f.Name+")"), f.Name, f.Name, shellQuote(spec))
 		}
 		for i, a := range positionals(c.Name) {
 			action := " "

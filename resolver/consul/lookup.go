@@ -152,7 +152,24 @@ func (w *Watcher) Covers(name []byte) bool {
 	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
 }
 
-// Lookup implements resolver.RecordSource. A question for a service that is
+// Why the watch answered a question or left it to Consul's DNS: Answer's
+// why, which `towerd lookup` shows (issue 25).
+const (
+	// WhyWatch: the watch's records answered.
+	WhyWatch = "watch"
+
+	whyType        = "the watch answers A, AAAA and SRV questions only"
+	whyNotService  = "not a service name: nodes, prepared queries and the like are Consul's DNS's"
+	whyNoDC        = "the watch does not know the datacenter yet (it learns it from its first reply)"
+	whyOtherDC     = "a service of another datacenter: the watch holds the local datacenter's"
+	whyNotWatched  = "the watch holds no records of the service: it does not exist, has no healthy instance, or is not watched yet (questions for it ask for a watch)"
+	whyNoInstances = "the service is watched but has no healthy instance now"
+	whyTooOld      = "the watch lost the agent longer ago than the maximum stale age"
+	whyNoTag       = "no healthy instance of the service has the tag"
+	whyNoRecords   = "the watch cannot build Consul's records for the instances"
+)
+
+// Answer implements resolver.RecordSource. A question for a service that is
 // not watched yet returns ok=false and starts its watch (demand mode), so
 // the next question is answered from memory. It answers A, AAAA and SRV
 // questions about services the watch holds, in the local datacenter, from
@@ -160,23 +177,25 @@ func (w *Watcher) Covers(name []byte) bool {
 // datacenters, services filtered out or without a healthy instance, and
 // records lost for longer than the maximum stale age — returns ok=false and
 // goes to Consul's DNS through the cache. stale is true while the agent does
-// not answer the watch.
-func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
+// not answer the watch. why is WhyWatch for an answer, and for a question
+// under the Consul domain left to Consul's DNS the reason; "" for a name
+// outside it.
+func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok bool) {
+	if q.Qclass != dns.ClassINET {
+		return nil, false, "", false
+	}
+	info := w.info.Load()
+	if info == nil || !inDomain(q.Name, info.domain) {
+		return nil, false, "", false // the domain is not known yet, or not this name's
+	}
 	switch q.Qtype {
 	case dns.TypeA, dns.TypeAAAA, dns.TypeSRV:
 	default:
-		return nil, false, false
-	}
-	if q.Qclass != dns.ClassINET {
-		return nil, false, false
-	}
-	info := w.info.Load()
-	if info == nil {
-		return nil, false, false // the domain is not known yet
+		return nil, false, whyType, false
 	}
 	sq, ok := parseServiceQuery(q.Name, q.Qtype, info.domain)
 	if !ok {
-		return nil, false, false
+		return nil, false, whyNotService, false
 	}
 	if info.datacenter == "" {
 		// Records cannot be named yet: a token without agent:read and no
@@ -185,24 +204,24 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		if sq.dc == "" {
 			w.noteAsked(sq.service)
 		}
-		return nil, false, false
+		return nil, false, whyNoDC, false
 	}
 	if sq.dc != "" && sq.dc != info.datacenter {
-		return nil, false, false
+		return nil, false, whyOtherDC, false
 	}
 	// A question for a service is what starts and keeps its watch: an
 	// unwatched one goes the normal way this time (noteAsked asks for the
 	// watch), a watched one without healthy instances too.
 	if !w.noteAsked(sq.service) {
-		return nil, false, false
+		return nil, false, whyNotWatched, false
 	}
 	svc := w.store.get(sq.service)
 	if svc == nil {
-		return nil, false, false
+		return nil, false, whyNoInstances, false
 	}
 	if !svc.lostAt.IsZero() {
 		if w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {
-			return nil, false, false // too old to vouch for; Consul's DNS decides
+			return nil, false, whyTooOld, false // too old to vouch for; Consul's DNS decides
 		}
 		stale = true
 	}
@@ -215,7 +234,7 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 			}
 		}
 		if len(instances) == 0 {
-			return nil, false, false // Consul says NXDOMAIN, which is never cached
+			return nil, false, whyNoTag, false // Consul says NXDOMAIN, which is never cached
 		}
 	} else {
 		instances = slices.Clone(instances)
@@ -233,7 +252,7 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		nodeMetaTXT: info.nodeMetaTXT}
 	answer, extra, ok := b.records(l, instances)
 	if !ok {
-		return nil, false, false
+		return nil, false, whyNoRecords, false
 	}
 	m = new(dns.Msg)
 	m.Answer, m.Extra = answer, extra
@@ -242,7 +261,20 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		// a resolver cache it (RFC 2308), as Consul answers.
 		m.Ns = []dns.RR{b.soa(info.domain, uint32(w.clock.Now().Unix()))}
 	}
-	return m, stale, true
+	return m, stale, WhyWatch, true
+}
+
+// Lookup is Answer without the why.
+func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
+	m, stale, _, ok = w.Answer(q)
+	return m, stale, ok
+}
+
+// inDomain reports whether name lies below domain (canonical), in any
+// letter case, without allocating.
+func inDomain(name, domain string) bool {
+	n := len(name) - len(domain)
+	return n > 0 && name[n-1] == '.' && strings.EqualFold(name[n:], domain)
 }
 
 // responseDomain is the domain as the question wrote it (Consul names SRV

@@ -217,15 +217,15 @@ func (s *Source) reload(stamps []fileStamp) {
 	t := newTable(&s.opts)
 	for _, rr := range s.opts.Records {
 		rr = dns.Copy(rr)
-		t.add(rr)
+		t.add(rr, fromRecords)
 		switch rr := rr.(type) {
 		case *dns.A:
 			if a, ok := netip.AddrFromSlice(rr.A.To4()); ok {
-				t.addPTR(a, rr.Hdr.Name)
+				t.addPTR(a, rr.Hdr.Name, fromRecords)
 			}
 		case *dns.AAAA:
 			if a, ok := netip.AddrFromSlice(rr.AAAA); ok {
-				t.addPTR(a, rr.Hdr.Name)
+				t.addPTR(a, rr.Hdr.Name, fromRecords)
 			}
 		}
 	}
@@ -248,8 +248,9 @@ func (s *Source) reload(stamps []fileStamp) {
 			entries = last
 		}
 		good[st.path] = entries
+		from := t.hostsFile(st.path)
 		for _, e := range entries {
-			t.addHost(e)
+			t.addHost(e, from)
 		}
 		hosts += len(entries)
 	}
@@ -287,23 +288,36 @@ func (s *Source) Covers(name []byte) bool {
 	return t != nil && t.covers(name)
 }
 
-// Lookup implements resolver.RecordSource. Local answers are never stale.
-func (s *Source) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
+// Answer implements resolver.RecordSource. Local answers are never stale.
+// why names the rule that answered (issue 25, `towerd lookup`): "hosts
+// FILE" or "record" (RuleHosts, RuleRecord) for a name with records, where
+// the answer's first record came from; "address DOMAIN" or "local DOMAIN"
+// (RuleAddress, RuleLocal) for the longest address or local domain
+// (canonical; "address ." is dnsmasq's address=/#/); RuleDomainNeeded;
+// RuleBogusPriv. A question that is not local gets ok=false and no why:
+// the name is none of local data's business.
+func (s *Source) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok bool) {
 	if q.Qclass != dns.ClassINET {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	t := s.t.Load()
 	if t == nil {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	name := canonical(q.Name)
-	rcode, answer, ok := t.lookup(q.Name, name, q.Qtype)
+	rcode, answer, why, ok := t.lookup(q.Name, name, q.Qtype)
 	if !ok {
-		return nil, false, false
+		return nil, false, "", false
 	}
 	m = new(dns.Msg)
 	m.Response = true
 	m.Rcode = rcode
 	m.Answer = answer
-	return m, false, true
+	return m, false, why, true
+}
+
+// Lookup is Answer without the why.
+func (s *Source) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
+	m, stale, _, ok = s.Answer(q)
+	return m, stale, ok
 }

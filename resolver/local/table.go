@@ -14,7 +14,11 @@ type table struct {
 	// names holds every name with records: static ones, hosts files' names
 	// and the PTR names synthesized from their addresses. Owners are
 	// canonical; answers carry the name as the client asked it.
-	names map[string][]dns.RR
+	names map[string][]datum
+	// from names where each datum came from, by datum.from: "record" (the
+	// static records) first, then "hosts FILE" for each hosts file read.
+	// An answer names its first record's (`towerd lookup`, issue 25).
+	from []string
 	// ents are the ancestors of names (empty non-terminals): inside a local
 	// domain they exist, so they get NODATA, not NXDOMAIN.
 	ents map[string]bool
@@ -30,15 +34,40 @@ type table struct {
 	ttl                     uint32
 }
 
+// The rules Source.Answer names, the first word of its why (issue 25:
+// `towerd lookup` shows which one answered).
+const (
+	RuleHosts        = "hosts"   // "hosts FILE": a name of that hosts file
+	RuleRecord       = "record"  // a static record (Options.Records)
+	RuleAddress      = "address" // "address DOMAIN": an address domain
+	RuleLocal        = "local"   // "local DOMAIN": a local domain
+	RuleDomainNeeded = "domain_needed"
+	RuleBogusPriv    = "bogus_priv"
+)
+
+// datum is one record of local data and where it came from, an index
+// into table.from.
+type datum struct {
+	dns.RR
+	from uint32
+}
+
+// fromRecords is table.from's index of the static records.
+const fromRecords = 0
+
 // rule is one domain's address= and local= settings.
 type rule struct {
 	v4, v6 []netip.Addr // A and AAAA answers for the domain and every name below it
 	local  bool         // answered only from local data: NXDOMAIN for unknown names
+	// address and domain name the rule in answers: "address example.test."
+	// and "local example.test." (domain canonical, "." for address=/#/).
+	address, domain string
 }
 
 func newTable(o *Options) *table {
 	t := &table{
-		names:        map[string][]dns.RR{},
+		names:        map[string][]datum{},
+		from:         []string{RuleRecord},
 		ents:         map[string]bool{},
 		rules:        map[string]*rule{},
 		forwarded:    map[string]bool{},
@@ -71,23 +100,30 @@ func (t *table) ruleFor(domain string) *rule {
 	d := canonical(domain)
 	r := t.rules[d]
 	if r == nil {
-		r = &rule{}
+		r = &rule{address: RuleAddress + " " + d, domain: RuleLocal + " " + d}
 		t.rules[d] = r
 	}
 	return r
 }
 
-// add stores rr under its canonical owner, once: a hosts file naming the same
-// address twice for a name gives one record.
-func (t *table) add(rr dns.RR) {
+// hostsFile adds path to t.from and returns its index, for addHost.
+func (t *table) hostsFile(path string) uint32 {
+	t.from = append(t.from, RuleHosts+" "+path)
+	return uint32(len(t.from) - 1)
+}
+
+// add stores rr, which came from t.from[from], under its canonical owner,
+// once: a hosts file naming the same address twice for a name gives one
+// record (the first place that gave it is the one named).
+func (t *table) add(rr dns.RR, from uint32) {
 	h := rr.Header()
 	h.Name = canonical(h.Name)
 	for _, have := range t.names[h.Name] {
-		if dns.IsDuplicate(have, rr) {
+		if dns.IsDuplicate(have.RR, rr) {
 			return
 		}
 	}
-	t.names[h.Name] = append(t.names[h.Name], rr)
+	t.names[h.Name] = append(t.names[h.Name], datum{RR: rr, from: from})
 	for i := strings.IndexByte(h.Name, '.') + 1; i < len(h.Name); i = i + strings.IndexByte(h.Name[i:], '.') + 1 {
 		t.ents[h.Name[i:]] = true
 	}
@@ -95,22 +131,23 @@ func (t *table) add(rr dns.RR) {
 
 // addHost adds a hosts entry's address records and, for its first name, the
 // PTR record of its address unless one exists: dnsmasq answers a reverse
-// lookup with the first name of the first line that has the address.
-func (t *table) addHost(e hostsEntry) {
+// lookup with the first name of the first line that has the address. from
+// is the file's index (hostsFile).
+func (t *table) addHost(e hostsEntry, from uint32) {
 	for _, name := range e.names {
-		t.add(addressRR(name, e.addr, 0))
+		t.add(addressRR(name, e.addr, 0), from)
 	}
-	t.addPTR(e.addr, e.names[0])
+	t.addPTR(e.addr, e.names[0], from)
 }
 
-func (t *table) addPTR(addr netip.Addr, target string) {
+func (t *table) addPTR(addr netip.Addr, target string, from uint32) {
 	owner := reverseName(addr)
-	for _, rr := range t.names[owner] {
-		if rr.Header().Rrtype == dns.TypePTR {
+	for _, d := range t.names[owner] {
+		if d.Header().Rrtype == dns.TypePTR {
 			return
 		}
 	}
-	t.add(&dns.PTR{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypePTR, Class: dns.ClassINET}, Ptr: target})
+	t.add(&dns.PTR{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypePTR, Class: dns.ClassINET}, Ptr: target}, from)
 }
 
 func addressRR(owner string, a netip.Addr, ttl uint32) dns.RR {
@@ -206,15 +243,17 @@ func (t *table) forwards(name string) bool {
 const maxChase = 8
 
 // lookup answers qtype for name (canonical; qname is the name as asked, the
-// owner of the answer). ok=false: the question is not local and goes on to
-// the next source, the cache and the upstream. The order is dnsmasq's:
-// names with records (hosts files, static records) first, then the longest
-// address/local domain, then domain_needed, then bogus_priv.
-func (t *table) lookup(qname, name string, qtype uint16) (rcode int, answer []dns.RR, ok bool) {
-	rrs, known := t.names[name]
+// owner of the answer) and names what decided: the first record's origin
+// (t.from), the address or local domain, RuleDomainNeeded or RuleBogusPriv.
+// ok=false: the question is not local and goes on to the next source, the
+// cache and the upstream. The order is dnsmasq's: names with records (hosts
+// files, static records) first, then the longest address/local domain, then
+// domain_needed, then bogus_priv.
+func (t *table) lookup(qname, name string, qtype uint16) (rcode int, answer []dns.RR, why string, ok bool) {
+	data, known := t.names[name]
 	if known {
-		if answer := t.records(qname, rrs, qtype); len(answer) > 0 {
-			return dns.RcodeSuccess, answer, true
+		if answer, from := t.records(qname, data, qtype); len(answer) > 0 {
+			return dns.RcodeSuccess, answer, t.from[from], true
 		}
 	}
 	if r := t.rule(name); r != nil {
@@ -229,28 +268,28 @@ func (t *table) lookup(qname, name string, qtype uint16) (rcode int, answer []dn
 			for _, a := range addrs {
 				answer = append(answer, addressRR(qname, a, t.ttl))
 			}
-			return dns.RcodeSuccess, answer, true
+			return dns.RcodeSuccess, answer, r.address, true
 		}
 		// Since dnsmasq 2.86, address= answers only its own families and
 		// forwards the rest, unless the domain is also local=.
 		if r.local {
 			if known || t.ents[name] || len(r.v4)+len(r.v6) > 0 {
-				return dns.RcodeSuccess, nil, true // NODATA: the name exists
+				return dns.RcodeSuccess, nil, r.domain, true // NODATA: the name exists
 			}
-			return dns.RcodeNameError, nil, true
+			return dns.RcodeNameError, nil, r.domain, true
 		}
 	}
 	if t.domainNeeded && (qtype == dns.TypeA || qtype == dns.TypeAAAA) && singleLabel(name) && !t.forwarded[name] {
 		// dnsmasq's domain-needed covers A and AAAA only: other types of
 		// a dotless name still go upstream.
-		return negative(known), nil, true
+		return negative(known), nil, RuleDomainNeeded, true
 	}
 	if t.bogusPriv && qtype == dns.TypePTR && !t.forwards(name) {
 		if a, isRev := reverseAddr([]byte(name)); isRev && isPrivate(a) {
-			return negative(known), nil, true
+			return negative(known), nil, RuleBogusPriv, true
 		}
 	}
-	return 0, nil, false
+	return 0, nil, "", false
 }
 
 // negative is the answer for a name known locally without records of the
@@ -264,33 +303,39 @@ func negative(known bool) int {
 
 // records returns the records of qtype at a name, owned by qname, following
 // a CNAME inside local data: a stub such as glibc's does not chase it
-// itself. A target outside local data ends the answer with the CNAME.
-func (t *table) records(qname string, rrs []dns.RR, qtype uint16) []dns.RR {
-	var out []dns.RR
+// itself. A target outside local data ends the answer with the CNAME. from
+// is where the answer's first record came from.
+func (t *table) records(qname string, data []datum, qtype uint16) (out []dns.RR, from uint32) {
 	owner := qname
 	for range maxChase {
-		var cname *dns.CNAME
+		var cname *datum
 		matched := false
-		for _, rr := range rrs {
-			rt := rr.Header().Rrtype
+		for i, d := range data {
+			rt := d.Header().Rrtype
 			switch {
 			case rt == qtype || qtype == dns.TypeANY:
-				out = append(out, t.withOwner(rr, owner))
+				if len(out) == 0 {
+					from = d.from
+				}
+				out = append(out, t.withOwner(d.RR, owner))
 				matched = true
 			case rt == dns.TypeCNAME:
-				cname = rr.(*dns.CNAME)
+				cname = &data[i]
 			}
 		}
 		if matched || cname == nil {
-			return out
+			return out, from
 		}
-		out = append(out, t.withOwner(cname, owner))
-		owner = canonical(cname.Target)
-		if rrs = t.names[owner]; rrs == nil {
-			return out
+		if len(out) == 0 {
+			from = cname.from
+		}
+		out = append(out, t.withOwner(cname.RR, owner))
+		owner = canonical(cname.RR.(*dns.CNAME).Target)
+		if data = t.names[owner]; data == nil {
+			return out, from
 		}
 	}
-	return out
+	return out, from
 }
 
 // withOwner copies rr with the answer's owner name and TTL.

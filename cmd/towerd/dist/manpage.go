@@ -107,6 +107,11 @@ may
 .B towerd doctor
 exits 0 when it found nothing above a note, 1 with warnings, 2 with
 problems (or when it could not run), so that a deploy can be gated on it.
+.PP
+.B towerd lookup
+exits 0 when the answer is NOERROR (NODATA included: the name exists),
+5 when it is NXDOMAIN, and 6 when the lookup failed: SERVFAIL, REFUSED
+or another error rcode.
 .SH SIGNALS
 .TP
 .BR SIGTERM ", " SIGINT

@@ -68,13 +68,14 @@ type verdict struct {
 	allowed bool
 	why     string
 	peer    peer
+	known   bool // the kernel told who the peer is
 }
 
 // connVerdict is the control server's ConnContext: it reads the peer's
 // credentials once per connection.
 func (ap AccessPolicy) connVerdict(ctx context.Context, c net.Conn) context.Context {
 	p, err := peerOf(c)
-	v := verdict{peer: p}
+	v := verdict{peer: p, known: err == nil}
 	if err != nil {
 		v.why = "cannot tell who is connecting, so refusing: " + err.Error()
 	} else {

@@ -123,6 +123,20 @@ func (a *Server) serveCacheList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"zone": zone, "entries": entries})
 }
 
+// entrySource says where an entry of the zone came from, for humans. What
+// an upstream stored came from the servers of the zone the name routes to
+// (pushed Consul records never enter the cache); what a file put there is
+// named for the file, never for an upstream (issue 21).
+func entrySource(o cache.Origin, zone string) string {
+	switch o {
+	case cache.OriginRestored:
+		return "state file read at start (zone " + zone + ")"
+	case cache.OriginImported:
+		return "towerd cache load (zone " + zone + ")"
+	}
+	return "upstream zone " + zone
+}
+
 // describe is one entry as /cache and /cache/list show it.
 func (a *Server) describe(info cache.Info) cacheEntry {
 	v := a.view.Load()
@@ -133,18 +147,8 @@ func (a *Server) describe(info cache.Info) cacheEntry {
 			state = "expired" // kept until looked up, never served
 		}
 	}
-	// What an upstream stored came from the servers of the zone the name
-	// routes to (pushed Consul records never enter the cache); what a file
-	// put there is named for the file, never for an upstream (issue 21).
 	zone := a.handler.ZoneOf(info.Key.Name)
-	origin := originLabels[info.Origin]
-	source := "upstream zone " + zone
-	switch info.Origin {
-	case cache.OriginRestored:
-		source = "state file read at start (zone " + zone + ")"
-	case cache.OriginImported:
-		source = "towerd cache load (zone " + zone + ")"
-	}
+	origin, source := originLabels[info.Origin], entrySource(info.Origin, zone)
 	return cacheEntry{
 		Key: info.Key.String(), Name: info.Key.Name, Type: dns.Type(info.Key.Type).String(), Kind: info.Kind.String(),
 		State: state, TTLSeconds: info.TTL.Seconds(), RemainingSeconds: info.Remaining.Seconds(),

@@ -71,7 +71,7 @@ const (
 func (a *Server) StartControl(l net.Listener, policy AccessPolicy, maxConns int) {
 	a.ctl, a.ctlConns = a.bounded(a.controlRoutes(),
 		httpBounds{controlHeaderTimeout, controlReadTimeout, controlWriteTimeout, controlIdleTimeout, maxConns})
-	a.ctl.ConnContext = policy.connVerdict
+	a.ctl.ConnContext = a.connVerdict(policy)
 	a.ctlDone = serve(a.ctl, l)
 }
 

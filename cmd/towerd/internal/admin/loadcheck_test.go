@@ -18,8 +18,10 @@ import (
 // covers one name.
 type watchedRecords struct{}
 
-func (watchedRecords) Lookup(dns.Question) (*dns.Msg, bool, bool) { return nil, false, false }
-func (watchedRecords) Covers(name []byte) bool                    { return string(name) == "web.service.consul." }
+func (watchedRecords) Answer(dns.Question) (*dns.Msg, bool, string, bool) {
+	return nil, false, "", false
+}
+func (watchedRecords) Covers(name []byte) bool { return string(name) == "web.service.consul." }
 
 // reply builds an upstream reply to name/qtype from presentation records.
 func forgedReply(t *testing.T, name string, qtype uint16, answer, ns, extra []string) *dns.Msg {

@@ -8,31 +8,44 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // `towerd lookup`'s endpoint: how this towerd answers a question, and why.
 
 // LookupReport is POST /lookup's answer: how this towerd answers a
-// question and why, for `towerd lookup`.
+// question and why, for `towerd lookup`. What decided comes from the
+// resolver's observation of the query itself (resolver.Query), never from a
+// guess made beside it (issue 25).
 type LookupReport struct {
 	Name    string         `json:"name"`
 	Type    string         `json:"type"`
 	Zone    string         `json:"zone"`
 	Servers []LookupServer `json:"servers"`
-	// Watch is "covered" when the Consul watch may answer the name,
-	// "not covered", or "off".
-	Watch string `json:"watch"`
 	// Cached are the name's cache entries of this type before the query.
 	Cached []cacheEntry `json:"cached"`
 	// The query's outcome: where the answer came from (resolver.Source*),
-	// the upstream server that replied, the rcode and the time taken.
-	Source          string   `json:"source"`
-	Upstream        string   `json:"upstream,omitempty"`
-	Rcode           string   `json:"rcode"`
-	DurationSeconds float64  `json:"duration_seconds"`
-	Answer          []string `json:"answer"`
-	Authority       []string `json:"authority"`
+	// the upstream server that replied, the rcode ("" when towerd wrote no
+	// answer) and the time taken.
+	Source          string  `json:"source"`
+	Upstream        string  `json:"upstream,omitempty"`
+	Rcode           string  `json:"rcode"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// Rule is what decided an answer of local data or the Consul watch
+	// (resolver.Query.Rule: "hosts FILE", "record", "address DOMAIN",
+	// "local DOMAIN", "domain_needed", "bogus_priv", "watch", or "request"
+	// for towerd's own REFUSED or FORMERR). Passed is why the Consul watch
+	// left a name of its domain to Consul's DNS.
+	Rule   string `json:"rule,omitempty"`
+	Passed string `json:"passed,omitempty"`
+	// Origin and Entry, for an answer from a cache entry (source cache, or
+	// stale without a rule): how the entry came in ("upstream", "state
+	// file", "cache load") and where from, as /cache says it.
+	Origin    string   `json:"origin,omitempty"`
+	Entry     string   `json:"entry,omitempty"`
+	Answer    []string `json:"answer"`
+	Authority []string `json:"authority"`
 }
 
 // LookupServer is one server of the zone with its health.
@@ -74,14 +87,6 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds()})
 		}
 	}
-	switch covered, on := a.handler.RecordsCover(name); {
-	case !on:
-		rep.Watch = "off"
-	case covered:
-		rep.Watch = "covered"
-	default:
-		rep.Watch = "not covered"
-	}
 	for _, info := range a.cache.Inspect(name) {
 		if info.Key.Type == qtype && !info.Key.DO && !info.Key.CD {
 			rep.Cached = append(rep.Cached, a.describe(info))
@@ -90,8 +95,13 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	reply, q := a.handler.Trace(m, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	rep.Source, rep.Upstream, rep.Rcode, rep.DurationSeconds = q.Source, q.Server, dnswire.RcodeName(q.Rcode), q.Duration.Seconds()
+	rep.Source, rep.Upstream, rep.DurationSeconds = q.Source, q.Server, q.Duration.Seconds()
+	rep.Rule, rep.Passed = q.Rule, q.Passed
+	if (q.Source == resolver.SourceCache || q.Source == resolver.SourceStale) && q.Rule == "" {
+		rep.Origin, rep.Entry = originLabels[q.Entry], entrySource(q.Entry, rep.Zone)
+	}
 	if reply != nil {
+		rep.Rcode = dnswire.RcodeName(q.Rcode)
 		for _, rr := range reply.Answer {
 			rep.Answer = append(rep.Answer, rr.String())
 		}

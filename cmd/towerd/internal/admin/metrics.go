@@ -32,6 +32,8 @@ type Telemetry struct {
 	cacheSaves      *prometheus.CounterVec
 	cacheSaveOKTime prometheus.Gauge
 
+	controlRefused prometheus.Counter // refused.go
+
 	mu         sync.Mutex
 	lastReload ReloadStatus
 	watch      func() *WatchStatus // nil until a Consul watch reports to us
@@ -79,6 +81,10 @@ func NewTelemetry(c *cache.Cache, now time.Time, version string) *Telemetry {
 			Name: "towerd_cache_last_save_success_timestamp_seconds",
 			Help: "Unix time of the last cache snapshot written; 0 before the first.",
 		}),
+		controlRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "towerd_control_refused_total",
+			Help: "Control socket connections refused by the peer check: not root, towerd's user or a member of the operators' group, or credentials the kernel could not give.",
+		}),
 	}
 	// Both results exist from the start, so rate() sees the first failure.
 	t.reloads.WithLabelValues("success")
@@ -99,6 +105,7 @@ func NewTelemetry(c *cache.Cache, now time.Time, version string) *Telemetry {
 		t.Upstreams,
 		t.reloads, t.reloadOK, t.reloadOKTime,
 		t.cacheSaves, t.cacheSaveOKTime,
+		t.controlRefused,
 	)
 	return t
 }

@@ -32,6 +32,7 @@ var ownMetrics = []string{
 	"towerd_tcp_connections", "towerd_tcp_connections_limit", "towerd_tcp_connections_closed_total", "towerd_tcp_accept_errors_total",
 	"towerd_config_reloads_total", "towerd_config_last_reload_successful", "towerd_config_last_reload_success_timestamp_seconds",
 	"towerd_cache_saves_total", "towerd_cache_last_save_success_timestamp_seconds",
+	"towerd_control_refused_total",
 }
 
 // gatherEverything wires a registry the way the daemon does, with a Consul

@@ -70,6 +70,9 @@ type Server struct {
 
 	ctl     *http.Server // the control channel (control.go); nil when off
 	ctlDone chan error
+	// refusals rate-limits the log lines of refused control connections
+	// (refused.go).
+	refusals refusalLog
 	// limits: the connection caps of the two servers (limit.go).
 	adminConns, ctlConns *connLimiter
 }
