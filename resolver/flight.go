@@ -251,15 +251,20 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 func (f *flights) close() {
 	f.cancel()
 	f.expiry.Stop()
-	// A resolution waiting for its first reply has no goroutine watching
-	// the context: one takes it over.
+	// Nothing watches a resolution's context: each is kicked, outside the
+	// lock (a kicked resolution ends at once, and its flight's end takes
+	// the lock).
 	f.mu.Lock()
+	var started []*upstream.WireCall
 	for _, fl := range f.running {
 		if fl.callStarted {
-			fl.call.Kick()
+			started = append(started, fl.call)
 		}
 	}
 	f.mu.Unlock()
+	for _, c := range started {
+		c.Kick()
+	}
 	f.wg.Wait()
 	f.workers.stop()
 }
