@@ -181,18 +181,23 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		h.fail(a, stale, record)
 		return
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-fl.done:
-	case <-timer.C:
-		h.fail(a, stale, record)
-		return
-	case <-zoneDown:
-		// The zone's last server was marked down while this client waited:
-		// as above, the stale answer is due now.
-		h.fail(a, stale, record)
-		return
+	// The client waits as every waiter does (deadlines.go): woken when the
+	// flight ends or its deadline passes.
+	if w := h.flights.wait(fl, time.Now().Add(wait)); w != nil {
+		select {
+		case timedOut := <-w.woken:
+			release(w)
+			if timedOut {
+				h.fail(a, stale, record)
+				return
+			}
+		case <-zoneDown:
+			// The zone's last server was marked down while this client
+			// waited: as above, the stale answer is due now.
+			h.flights.leave(w)
+			h.fail(a, stale, record)
+			return
+		}
 	}
 	if fl.err != nil {
 		if stale == nil {

@@ -426,7 +426,7 @@ func TestMissAfterFlightEnded(t *testing.T) {
 	if plan != missWait {
 		t.Fatalf("plan %v, want missWait", plan)
 	}
-	<-fl.done
+	waitFlight(e.h, fl)
 	if fl.err != nil || fl.msg == nil || len(fl.msg.Answer) != 1 {
 		t.Fatalf("flight msg %v err %v", fl.msg, fl.err)
 	}

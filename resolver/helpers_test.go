@@ -231,3 +231,12 @@ func holdSlot(tb testing.TB, h *Handler, key cache.Key) {
 	}
 	tb.Cleanup(func() { fl.finish(outcome{err: context.Canceled}) })
 }
+
+// waitFlight waits for fl to end, as a ServeDNS client with no deadline
+// to speak of waits.
+func waitFlight(h *Handler, fl *flight) {
+	if w := h.flights.wait(fl, time.Now().Add(time.Hour)); w != nil {
+		<-w.woken
+		release(w)
+	}
+}

@@ -51,22 +51,19 @@ type wireReplier interface {
 	missPanicked(v any, stack []byte)
 }
 
-// wireWaiter is one client of the wire miss path waiting for a flight.
+// wireWaiter is one client of the wire miss path waiting for a flight:
+// its waiter (deadlines.go) has the query_timeout as its deadline.
 type wireWaiter struct {
-	h        *Handler
-	s        *settings // the configuration the query was admitted under
-	zone     string
-	replier  wireReplier
-	from     netip.AddrPort
-	tcp      bool       // the query came over TCP: TCP's size limit
-	start    time.Time  // by s.Now, for observe
-	deadline time.Time  // query_timeout, by the real clock as ServeDNS's timer
-	pkt      []byte     // the query's bytes, a copy
-	q        plainQuery // the answer's scratch space (parsed again from pkt)
-	// fl is the flight waited for, heapIndex the waiter's place in
-	// flights.deadlines; both guarded by flights.mu.
-	fl        *flight
-	heapIndex int
+	waiter
+	h       *Handler
+	s       *settings // the configuration the query was admitted under
+	zone    string
+	replier wireReplier
+	from    netip.AddrPort
+	tcp     bool       // the query came over TCP: TCP's size limit
+	start   time.Time  // by s.Now, for observe
+	pkt     []byte     // the query's bytes, a copy
+	q       plainQuery // the answer's scratch space (parsed again from pkt)
 }
 
 var waiterPool = sync.Pool{New: func() any { return &wireWaiter{pkt: make([]byte, 0, 512)} }}
@@ -89,7 +86,7 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 	}
 	w := waiterPool.Get().(*wireWaiter)
 	w.h, w.s, w.zone, w.replier, w.from, w.tcp, w.start = h, s, zone.Name, q.replier, from, q.tcp, start
-	w.deadline = time.Now().Add(s.QueryTimeout)
+	w.wire, w.deadline = w, time.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
 	fl, started, ok := h.flights.joinWire(k, s.MaxInflight, w, resolution{h: h, s: s, zone: zone})
 	if !ok {

@@ -284,7 +284,7 @@ func TestWireMissTimeout(t *testing.T) {
 		t.Fatal("the resolution ended with the client's timer")
 	}
 	release()
-	<-fl.done
+	waitFlight(h, fl)
 	if _, fresh := h.cache.Fresh(key); !fresh {
 		t.Fatal("the late reply did not fill the cache")
 	}
@@ -359,11 +359,11 @@ func FuzzWireMiss(f *testing.F) {
 func TestWireDeadlines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 3))
 	base := time.Now()
-	var h wireDeadlines
-	var live []*wireWaiter
+	var h deadlines
+	var live []*waiter
 	for range 5000 {
 		if len(live) == 0 || rng.IntN(3) > 0 {
-			w := &wireWaiter{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
+			w := &waiter{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
 			root := h.push(w)
 			if root != (h[0] == w) {
 				t.Fatal("push misreported the root")
