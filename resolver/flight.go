@@ -125,8 +125,9 @@ func (o *outcome) message() *dns.Msg {
 // that flight ended finds the answer here rather than asking the upstream a
 // second time; a fresh entry comes back as a flight ended at birth (no
 // waiter can join it: flights.wait). A prefetch does not look: its entry
-// is fresh, and it is meant to refresh it.
-func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool) (fl *flight, started, ok bool) {
+// is fresh, and it is meant to refresh it. aliased says key's name
+// aliases a packet: a flight made for it keeps a copy.
+func (f *flights) join(key cache.Key, limit int, res resolution, fromCache, aliased bool) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, found := f.running[key]; found {
@@ -143,6 +144,9 @@ func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool)
 	if f.inflight.Load() >= int64(limit) {
 		f.rejected.Add(1)
 		return nil, false, false
+	}
+	if aliased {
+		key.Name = strings.Clone(key.Name)
 	}
 	return f.newLocked(key, res), true, true
 }

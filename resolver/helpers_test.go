@@ -225,7 +225,7 @@ func overLoopback(tb testing.TB, zone string, fn dnstest.ExchangeFunc) *upstream
 // slot until the test ends (then it is ended, so the handler can close).
 func holdSlot(tb testing.TB, h *Handler, key cache.Key) {
 	tb.Helper()
-	fl, started, ok := h.flights.join(key, h.settings.Load().MaxInflight, resolution{}, false)
+	fl, started, ok := h.flights.join(key, h.settings.Load().MaxInflight, resolution{}, false, false)
 	if !ok || !started {
 		tb.Fatal("no slot to hold")
 	}

@@ -73,15 +73,16 @@ func putWaiter(w *wireWaiter) {
 	waiterPool.Put(w)
 }
 
-// missPacket is answerPacket's miss: it starts or joins the flight for q's
-// question with a wire waiter and reports true, or reports false, having
-// changed nothing, when ServeDNS must take the query: the cache holds an
-// entry for the question (fresh but too big, or stale: ServeDNS's lookup
-// decides), the socket drains, or the flights turn it away.
+// missPacket is answerPacket's miss, for a question with no entry in the
+// cache (notFresh looked): it starts or joins the flight for q's question
+// with a wire waiter and reports true, or reports false, having changed
+// nothing, when ServeDNS must take the query: the socket drains, or the
+// flights turn it away (an entry was stored since, the cap is full).
 func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) bool {
-	// A key aliasing name, for lookups only (see rejectPacket).
+	// A key aliasing name, for lookups only: joinWire copies it into a
+	// flight it makes.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if h.cache.Has(k) || !q.replier.beginMiss() {
+	if !q.replier.beginMiss() {
 		return false
 	}
 	w := waiterPool.Get().(*wireWaiter)
