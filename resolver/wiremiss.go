@@ -22,22 +22,24 @@ import (
 // the first attempt itself (flight.start, resolution.go). When the flight
 // ends (on the upstream's attempt reader for a first reply that is an
 // answer of the zone's own), each wire waiter is answered from the
-// prepared entry with the code and the bytes of a hit: a UDP waiter by a
-// raw non-blocking sendto (udpServer.sendMiss), a TCP waiter through its
-// connection's goroutine, which waits for it (tcpMiss). Nothing is a
-// dns.Msg on the way, unless the answer does not fit the client's size: it
-// is then truncated by ServeDNS's code, on a goroutine of the flights'
-// pool. General-path clients of the same question share the flight.
+// prepared entry with the code and the bytes of a hit, written where the
+// flight ends: to a UDP client by a raw non-blocking sendto
+// (udpServer.sendMiss), to a TCP client by a raw non-blocking sendmsg on
+// its connection (tcpPipe, which pipelines the connection's queries).
+// Nothing is a dns.Msg on the way, unless the answer does not fit the
+// client's size: it is then truncated by ServeDNS's code, on a goroutine
+// of the flights' pool. General-path clients of the same question share
+// the flight.
 //
 // The decisions are ServeDNS's, made in the same places: admission and
-// the reply core (answerPacket, request.go), the miss decision (a stale
-// entry, or any entry, goes to ServeDNS, which may serve it; a full cap is
-// the fast reject's), the client's query_timeout (SERVFAIL with EDE 22,
+// the reply core (answerPacket, request.go), the miss decision (an entry
+// the fast path cannot serve goes to ServeDNS; a full cap is the fast
+// reject's), the client's query_timeout (SERVFAIL with EDE 22,
 // the resolution going on to fill the cache), observe. TestWireMiss* and
 // FuzzFastPath's miss half hold the answers to ServeDNS's.
 
 // wireReplier is the socket side of the wire miss path: the UDP server
-// whose reader took the query, a TCP connection (tcpMiss), and a test's
+// whose reader took the query, a TCP connection (tcpPipe), and a test's
 // recorder.
 type wireReplier interface {
 	// beginMiss registers an answer to be sent later; false while the

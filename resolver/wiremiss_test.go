@@ -475,15 +475,15 @@ func TestWireStartPanicEndsTheFlight(t *testing.T) {
 }
 
 // TestWireMissOverTCPMatchesServeDNS: a TCP client's miss takes the wire
-// path too (issue 22: its answer handed to the connection's goroutine,
-// tcpMiss) and gets the answer ServeDNS gives over TCP for the same
+// path too (issue 22: its answer written by whoever ends the flight,
+// tcpPipe) and gets the answer ServeDNS gives over TCP for the same
 // upstream reply, with TCP's size limit.
 func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
 	u := wireUpstream(t)
 	hw, _ := wireHandler(t, u.Addr, nil, nil)
 	hg, _ := wireHandler(t, u.Addr, nil, nil)
 	from := diffClients[0].addr
-	miss := &tcpMiss{}
+	miss := newMissRecorder()
 	wireAnswered := 0
 	for i, v := range wireVariants() {
 		if i%3 != 0 {
@@ -495,8 +495,7 @@ func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
 		var first []byte
 		switch {
 		case ok && len(reply) == 0:
-			<-miss.ended()
-			first = append([]byte(nil), miss.answer...)
+			first = miss.next(t)
 			wireAnswered++
 		case ok:
 			first = reply
