@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/resolver/dnswire"
 )
@@ -58,60 +58,6 @@ type attemptResult struct {
 
 // replied reports whether the attempt got a reply, whatever its rcode.
 func (r *attemptResult) replied() bool { return r.raw != nil }
-
-// Exchange resolves m through the group and returns the scrubbed reply; see
-// ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
-// relays replies should use ExchangeScrubbed and act on ChaseName.
-func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	reply, _, err := g.ExchangeScrubbed(ctx, m)
-	return reply, err
-}
-
-// ExchangeScrubbed resolves m: it sends a first attempt to the first usable
-// server and, each time the newest attempt's RTO runs out or an attempt
-// fails (SERVFAIL, REFUSED, network error), one more to the next server, up
-// to MaxAttempts packets. Every attempt's socket stays open until the
-// resolution ends, and the first reply to any of them that is an answer
-// (any rcode but SERVFAIL and REFUSED) wins: a slow server whose reply to
-// the first packet arrives after the third was sent is still heard. The
-// resolution ends then, when ctx is done (only the caller's deadline gives
-// up on a slow server; without one, 5s does), or when every attempt has
-// failed. The reply is scrubbed (with the group's zone as its scope) and
-// carries m's ID. Without an answer, the last SERVFAIL or REFUSED reply is
-// returned with a *RcodeError, else an error wrapping ErrTimeout or
-// ErrNetwork, or the context's error when the caller cancelled.
-func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, ScrubResult, error) {
-	reply, _, result, err := g.exchange(ctx, m)
-	return reply, result, err
-}
-
-// exchange is Exchange and ExchangeScrubbed: the one resolution
-// (ExchangeWire) of m packed, its reply unpacked for a caller that wants a
-// dns.Msg.
-func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
-	}
-	bufp := packPool.Get().(*[]byte)
-	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
-	if err != nil {
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: packing query: %w", g.name, err)
-	}
-	*bufp = packed[:0]
-	wr, err := g.ExchangeWire(ctx, packed, time.Time{})
-	if wr.Raw == nil {
-		return nil, "", ScrubResult{}, err
-	}
-	reply := new(dns.Msg)
-	if uerr := reply.Unpack(wr.Raw); uerr != nil {
-		// The view read it, miekg/dns does not (a record the view does not
-		// read through): as a reply that does not unpack, no answer.
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w: reply from %s does not unpack: %w", g.name, ErrNetwork, wr.Server, uerr)
-	}
-	reply.Id = m.Id
-	return reply, wr.Server, wr.Scrub, err
-}
 
 // The rules of a resolution's attempts, applied by the call's events
 // (wirecall.go) under its lock. Each attempt is one packet with a socket
@@ -360,5 +306,69 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		if !replied[s] {
 			g.markFailed(s)
 		}
+	}
+}
+
+// armLocked sets the call's timer for the RTO of rtoOf or the deadline,
+// whichever comes first.
+func (c *WireCall) armLocked() {
+	due := c.deadline
+	if a := c.rtoOf; a != nil {
+		due = minTime(due, a.sent.Add(a.rto))
+	}
+	c.due = due
+	if c.timer == nil {
+		c.timer = armCallTimer(c, time.Until(due))
+		return
+	}
+	c.timer.t.Reset(time.Until(due))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// callTimer is a pooled timer whose function runs its call's expire: a
+// resolution that ends before it fires stops it and gives it back,
+// costing no allocation. A firing the call has moved past (it was reset
+// meanwhile, or the timer went back to the pool and on to another call)
+// finds the call not due (WireCall.due) and does nothing.
+type callTimer struct {
+	t    *time.Timer
+	call atomic.Pointer[WireCall]
+}
+
+var callTimers sync.Pool
+
+func armCallTimer(c *WireCall, d time.Duration) *callTimer {
+	ct, _ := callTimers.Get().(*callTimer)
+	if ct == nil {
+		ct = new(callTimer)
+		ct.t = time.AfterFunc(time.Hour, ct.fire)
+		ct.t.Stop()
+	}
+	ct.call.Store(c)
+	ct.t.Reset(d)
+	return ct
+}
+
+func (ct *callTimer) fire() {
+	if c := ct.call.Load(); c != nil {
+		c.expire()
+	}
+}
+
+// stop stops the timer; one that has fired already is not reused (its
+// function may still be about to run).
+func (ct *callTimer) stop() {
+	if ct == nil {
+		return
+	}
+	if ct.t.Stop() {
+		ct.call.Store(nil)
+		callTimers.Put(ct)
 	}
 }
