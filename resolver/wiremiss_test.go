@@ -392,9 +392,13 @@ func TestWireDeadlines(t *testing.T) {
 }
 
 // A resolution that panics fails like one that errs: the process lives,
-// the waiting ServeDNS client gets SERVFAIL, and onPanic hears of it.
+// the waiting ServeDNS client gets SERVFAIL, and onPanic hears of it. (The
+// upstream holds its reply: one to the attempt sent before the panic could
+// otherwise end the flight first.)
 func TestResolutionPanicIsRecovered(t *testing.T) {
 	u := wireUpstream(t)
+	_, release := u.Hold("boom.example.")
+	defer release()
 	g, err := upstream.NewGroup(".", []string{u.Addr}, upstream.GroupOptions{})
 	if err != nil {
 		t.Fatal(err)
