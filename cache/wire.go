@@ -65,3 +65,74 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 	hit.Remaining = a.remaining
 	return dst, hit, true
 }
+
+// Stale is what AppendStale found for a key whose fresh answer
+// AppendFresh did not write.
+type Stale uint8
+
+const (
+	// StaleNone: no entry that may be served (one expired past
+	// MaxStaleAge was removed, as Get removes it).
+	StaleNone Stale = iota
+	// StaleFresh: the entry is fresh; AppendFresh declined it for its size.
+	StaleFresh
+	// StaleTooBig: a stale entry whose records do not fit.
+	StaleTooBig
+	// StaleWritten: a stale entry, its records written.
+	StaleWritten
+)
+
+// StaleHit describes a stale entry AppendStale wrote.
+type StaleHit struct {
+	WireHit
+	// Expired is how long ago the entry expired.
+	Expired time.Duration
+	// RefreshFailedAt is the last MarkRefreshFailed time for the entry;
+	// zero if there was none since it was stored.
+	RefreshFailedAt time.Time
+}
+
+// AppendStale is AppendFresh for an entry that expired but may still be
+// served (RFC 8767: for no longer than MaxStaleAge): it appends the
+// entry's records to dst, every TTL set to ttl (the resolver's stale
+// answer TTL), when they fit in limit bytes, bumps recency and reports
+// StaleWritten with what the resolver's serve-stale rules need. It counts
+// nothing (CountStaleHit does, for a stale answer given): the resolver may
+// still leave the query to Get. Otherwise dst comes back unchanged with
+// what was found. name is AppendFresh's.
+func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool, limit int, ttl uint32) ([]byte, StaleHit, Stale) {
+	if len(name) == 0 {
+		return dst, StaleHit{}, StaleNone
+	}
+	k := Key{Name: unsafe.String(&name[0], len(name)), Type: qtype, Class: qclass, DO: do, CD: cd} // as AppendFresh's
+	now := c.now().Sub(c.epoch)
+	c.mu.Lock()
+	it, ok := c.lru.Get(k)
+	if !ok {
+		c.mu.Unlock()
+		return dst, StaleHit{}, StaleNone
+	}
+	a := it.ageAt(now)
+	if !a.servable(c.policy.Load().maxStaleAge) {
+		c.lru.Remove(k) // too old even for serve-stale, as Get drops it
+		c.mu.Unlock()
+		return dst, StaleHit{}, StaleNone
+	}
+	c.mu.Unlock()
+	if a.fresh {
+		return dst, StaleHit{}, StaleFresh
+	}
+	dst, hit, ok := it.appendRecords(dst, ttl, limit)
+	if !ok {
+		return dst, StaleHit{}, StaleTooBig
+	}
+	st := StaleHit{WireHit: hit, Expired: a.expired}
+	if ns := it.refreshFailedAt.Load(); ns != 0 {
+		st.RefreshFailedAt = time.Unix(0, ns)
+	}
+	return dst, st, StaleWritten
+}
+
+// CountStaleHit counts a stale answer given from AppendStale's bytes, as
+// a Get that served the entry stale would have.
+func (c *Cache) CountStaleHit() { c.stats.staleHits.Add(1) }

@@ -179,3 +179,60 @@ func BenchmarkAppendFresh(b *testing.B) {
 		}
 	}
 }
+
+// AppendStale writes an expired entry within MaxStaleAge as Get gives it
+// stale, every TTL the caller's, with Get's expiry and failure time; it
+// says what it found otherwise (fresh, too big, nothing), drops an entry
+// too old to serve as Get does, and counts nothing.
+func TestAppendStaleMatchesGet(t *testing.T) {
+	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
+	k := keyA("www.example.com.")
+	m := reply(t, dns.RcodeSuccess, sections{
+		answer: []string{"www.example.com. 300 IN CNAME a.example.com.", "a.example.com. 120 IN A 192.0.2.1"},
+		ns:     []string{"example.com. 600 IN NS ns1.example.com."},
+	})
+	mustSet(t, c, k, m)
+	appendStale := func(limit int) ([]byte, StaleHit, Stale) {
+		return c.AppendStale(nil, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit, 30)
+	}
+	if _, _, found := appendStale(dns.MaxMsgSize); found != StaleFresh {
+		t.Fatalf("fresh entry: %v, want StaleFresh", found)
+	}
+	clock.Advance(150 * time.Second)
+	c.MarkRefreshFailed(k)
+	before := c.Stats()
+	out, st, found := appendStale(dns.MaxMsgSize)
+	if found != StaleWritten {
+		t.Fatalf("stale entry: %v, want StaleWritten", found)
+	}
+	if got := c.Stats(); got != before {
+		t.Errorf("AppendStale counted: %+v, before %+v", got, before)
+	}
+	want, _ := c.Get(k)
+	if st.Expired != want.Expired || !st.RefreshFailedAt.Equal(want.RefreshFailedAt) || st.TTL != want.TTL ||
+		st.Answer != 2 || st.Ns != 1 || st.Extra != 0 {
+		t.Errorf("stale hit %+v, want Get's expiry %s, failure %s, TTL %s, 2/1/0 records",
+			st, want.Expired, want.RefreshFailedAt, want.TTL)
+	}
+	// The bytes behind a header and question: Get's records, TTL 30.
+	q := new(dns.Msg).SetQuestion(k.Name, k.Type)
+	head, _ := q.Pack()
+	full, _, _ := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30)
+	binary.BigEndian.PutUint16(full[6:], st.Answer)
+	binary.BigEndian.PutUint16(full[8:], st.Ns)
+	got := new(dns.Msg)
+	if err := got.Unpack(full); err != nil {
+		t.Fatal(err)
+	}
+	setTTLs(30, want.Msg.Answer, want.Msg.Ns)
+	if !sameRecords(got.Answer, want.Msg.Answer) || !sameRecords(got.Ns, want.Msg.Ns) {
+		t.Errorf("stale records\n%v\nwant as Get with TTL 30\n%v", got, want.Msg)
+	}
+	if _, _, found := appendStale(len(out) - 1); found != StaleTooBig {
+		t.Errorf("short limit: %v, want StaleTooBig", found)
+	}
+	clock.Advance(time.Hour) // past MaxStaleAge
+	if _, _, found := appendStale(dns.MaxMsgSize); found != StaleNone || c.Has(k) {
+		t.Errorf("too old: %v, kept %v; want StaleNone, removed", found, c.Has(k))
+	}
+}

@@ -168,3 +168,22 @@ func (s *settings) wantsPrefetch(ttl, remaining time.Duration) bool {
 func (s *settings) staleAtOnce(ttl, expired time.Duration) bool {
 	return ttl > 0 && expired < s.StaleClientTimeout
 }
+
+// staleWait is how long a client whose question has a stale answer (an
+// entry of ttl, expired ago) waits for fl, its entry's refresh, before it
+// gets the stale answer; 0 is at once, the refresh running behind it.
+//
+// The client response timer runs from the refresh's start, not this
+// client's arrival: a refresh that has not answered within it will not be
+// waited for again by every client that joins it (a black-holed upstream
+// keeps one open until upstream.timeout). RFC 8767 §5 lets the timer be
+// shorter, down to 0. An entry that only just expired is answered at once
+// (staleAtOnce), and so is every client while each of the zone's servers
+// is marked down: waiting out the timer would only delay the stale answer
+// it will get anyway (the refresh still runs, as a probe).
+func (s *settings) staleWait(fl *flight, zone Zone, ttl, expired time.Duration) time.Duration {
+	if s.staleAtOnce(ttl, expired) || zone.Upstream.AllDown() {
+		return 0
+	}
+	return min(s.QueryTimeout, max(0, s.StaleClientTimeout-time.Since(fl.started)))
+}

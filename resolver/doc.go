@@ -10,7 +10,10 @@
 //  1. Fast hit (fastpath.go answerPacket): a plain query whose answer is
 //     fresh in the cache is answered from the packet's bytes into a reused
 //     buffer, with no allocation, by the reader of a UDP socket bound to
-//     one address (udp.go) or by a TCP connection's loop (tcp.go).
+//     one address (udp.go) or by a TCP connection's loop (tcp.go); so is
+//     one whose entry expired when its stale answer is due at once
+//     (stalePacket: the records with the stale answer TTL, EDE 3), the
+//     refresh it starts a flight like a prefetch.
 //  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss while
 //     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
 //  3. UDP general (udp.go servePacket → ServeDNS): everything routes 1,
@@ -21,6 +24,9 @@
 //     goroutine. The TCP loop (issue 13) caps connections across listeners
 //     (tcpbudget.go), reads a query only after its length is at most
 //     MaxTCPQuerySize, and puts deadlines on idling, reading and writing.
+//     A connection's queries are pipelined (tcppipe.go, RFC 7766
+//     §6.2.1.1): up to maxPipelined wait for their answers at once, each
+//     written as it comes.
 //  5. Wildcard UDP via dns.Server (server.go AddPacketConn, a socket bound
 //     to 0.0.0.0 or ::, which must answer from the address each query was
 //     sent to) → ServeDNS.
@@ -32,12 +38,12 @@
 //     flight ends (on the upstream's attempt reader for a first reply
 //     that is an answer of the zone's own: no goroutine woken, no
 //     dns.Msg), each waiter is answered from the prepared entry with
-//     route 1's writer: over UDP by a raw non-blocking sendto, over TCP
-//     handed to the connection's goroutine (tcpMiss). An answer that does
-//     not fit the client's size is truncated by ServeDNS's code on a
-//     goroutine; failures and the client's query_timeout give SERVFAIL
-//     (one deadline heap and timer per handler). General-path clients of
-//     the question share the flight.
+//     route 1's writer, where the flight ends: over UDP by a raw
+//     non-blocking sendto, over TCP by a raw non-blocking sendmsg on the
+//     connection (tcpPipe). An answer that does not fit the client's size
+//     is truncated by ServeDNS's code on a goroutine; failures and the
+//     client's query_timeout give SERVFAIL (the one deadline heap).
+//     General-path clients of the question share the flight.
 //
 // Every rule lives once, and every route uses it (request.go):
 //
@@ -53,8 +59,11 @@
 //   - Reply framing (QR, RA, RD and CD from the request, RFC 6840 AD, OPT
 //     with the client's DO, EDE 3 on stale and 22 on SERVFAIL, the size
 //     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
-//     64 KiB over TCP, the fast path's included): replyShape, written as bytes by the fast path and
-//     on a dns.Msg by replyShape.apply.
+//     64 KiB over TCP, the fast path's included): replyShape, written as
+//     bytes by the fast path (hits, stale answers, SERVFAIL) and on a
+//     dns.Msg by replyShape.apply. A stale answer's TTL is
+//     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
+//     (cache.AppendStale) and by withTTL on a dns.Msg.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why
@@ -63,22 +72,29 @@
 //     declines every name RecordSource.Covers, the union of a Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
-//     for a question with no cache entry, and the wire miss (route 6) its
-//     "join or start" for such a question (flights.joinWire, under the
+//     for a question with no cache entry, the fast path's stale answer its
+//     answer for an expired one, and the wire miss (route 6) its "join or
+//     start" for a question with no entry (flights.joinWire, under the
 //     same lock and cap as join).
-//   - Stale at once for an entry that only just expired (its refresh runs
-//     behind the answer): settings.staleAtOnce, in ServeDNS after the miss
-//     decision (the fast path answers fresh entries only); otherwise the
-//     client response timer, counted from the refresh's start
-//     (flight.started).
+//   - How long a client with a stale answer waits for the refresh:
+//     settings.staleWait, for ServeDNS and the fast path alike: at once
+//     for an entry that only just expired (staleAtOnce) or with every
+//     server of the zone down, else what is left of the client response
+//     timer, counted from the refresh's start (flight.started). The fast
+//     path answers only when it is 0; ServeDNS takes a client that waits,
+//     and joins the same refresh.
+//   - Every wait for a flight (a wire waiter's query_timeout, a ServeDNS
+//     client's query_timeout or stale timer): one deadline heap and timer
+//     per handler (deadlines.go).
 //   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
 //     is settings.wantsPrefetch.
 //   - The resolution (resolution.go), one for every miss, prefetch and
 //     refresh, whichever route started it: the upstream query
 //     (appendUpstreamQuery: RD, AD always, RFC 6840 §5.7, the key's CD
-//     and DO), the zone's Upstream.StartWire (attempts, RTO, health, TC →
-//     TCP, the scrubber, told the zones configured below: a chain that
-//     enters one is chased there, chase.go, never believed), and one
+//     and DO), the zone's Upstream.StartWire (one upstream.WireCall moved
+//     by events, with one end: attempts, RTO, health, TC → TCP, the
+//     scrubber, told the zones configured below: a chain that enters one
+//     is chased there, chase.go, never believed), and one
 //     settle (Handler.settle): the entry made by the cache's one entry
 //     builder from the reply's bytes (cache.PrepareAnswer, which Set and
 //     the snapshot loader use too), stored, removed or failed by rcode.
@@ -93,10 +109,10 @@
 // compile-time checks (contracts.go): RecordSource, Upstream (a zone's one
 // upstream contract, upstream.Group's: nothing is found by a type
 // assertion that a wrapper would lose) and the fast path's
-// packetAnswerer. TestFastPathMatchesServeDNS*,
-// TestFastRejectMatchesServeDNS* and FuzzFastPath hold the fast routes to
-// ServeDNS's answers, over UDP and TCP, across client prefixes, query
-// types and Records sources; TestWireMissMatchesServeDNS,
+// packetAnswerer. TestFastPathMatchesServeDNS* (stale answers included),
+// TestFastRejectMatchesServeDNS* and FuzzFastPath (a warm cache and a
+// stale one) hold the fast routes to ServeDNS's answers, over UDP and
+// TCP, across client prefixes, query types and Records sources; TestWireMissMatchesServeDNS,
 // TestWireMissOverTCPMatchesServeDNS and FuzzWireMiss hold route 6 to
 // ServeDNS's answer for the same upstream reply.
 package resolver

@@ -147,13 +147,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	dst = append(dst, q.question...)
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
-		if h.flights.full(s.MaxInflight) {
-			return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
-		}
-		if q.replier != nil && h.missPacket(pkt, from, q, name, s, zone, start) {
-			return dst[:headerAt], true // answered later, by the flight
-		}
-		return dst[:headerAt], false
+		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
 	}
 
 	extra := hit.Extra
@@ -173,6 +167,66 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	return dst, true
 }
 
+// notFresh is answerPacket for a question without a fresh answer that
+// fits: dst holds, from headerAt, the room for the header and the
+// question. An entry that may be served stale is the stale answer's
+// (stalePacket); no entry at all is a miss: the fast reject with the
+// in-flight cap full, else the wire miss when the reader has a replier.
+// Everything else (an entry too big for the client's size, a stale one
+// the client must wait for) it declines, dst cut back to headerAt.
+func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.AddrPort, q *plainQuery, name []byte,
+	s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
+	reserve := 0
+	if sh.opt {
+		reserve = dnswire.OPTLen + ednsEDELen // a stale answer carries EDE 3
+	}
+	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	switch {
+	case found == cache.StaleWritten && s.ServeStale:
+		return h.stalePacket(dst, headerAt, q, name, s, sh, zone, start, st)
+	case found != cache.StaleNone:
+		return dst[:headerAt], false
+	case h.flights.full(s.MaxInflight):
+		return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
+	case q.replier != nil && h.missPacket(pkt, from, q, name, s, zone, start):
+		return dst[:headerAt], true // answered later, by the flight
+	}
+	return dst[:headerAt], false
+}
+
+// ednsEDELen is the length of the Extended DNS Error option AppendOPT
+// writes (RFC 8914 §2: code, length, info-code, no extra text).
+const ednsEDELen = 6
+
+// stalePacket is the fast path's stale answer (RFC 8767), made by
+// ServeDNS's rules: the miss decision (planMiss: the failure recheck, the
+// refresh joined or started, the cap) and how long the client waits
+// (staleWait). When the answer is due now, the stale records AppendStale
+// wrote after dst[:headerAt] (every TTL the stale answer TTL) are framed
+// by the reply core, EDE 3 for EDNS clients, and the refresh, if one was
+// started, runs behind the answer as any flight. A client that must wait
+// for the refresh is left to ServeDNS, which joins the same flight.
+func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
+	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
+	// A key aliasing name: planMiss copies it into a flight it starts.
+	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
+	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased)
+	if plan == missWait && (fl.f == nil || s.staleWait(fl, zone, st.TTL, st.Expired) > 0) {
+		// A refresh stored a fresh entry since (a flight made of it), or
+		// the client waits for the refresh: ServeDNS's, from its lookup.
+		return dst[:headerAt], false
+	}
+	extra := st.Extra
+	if sh.opt {
+		extra++
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(st.Rcode, true))
+	}
+	putHeader(dst[headerAt:], q.id, sh.header(st.Rcode, st.AuthenticatedData), st.Answer, st.Ns, extra)
+	h.cache.CountStaleHit() // ServeDNS's lookup would have counted it
+	h.observe(s, &q.request, zone.Name, SourceStale, st.Rcode, start, false)
+	return dst, true
+}
+
 // rejectPacket is the fast path's answer to a miss while the in-flight cap is
 // full: SERVFAIL at once, as ServeDNS would answer it, but without the
 // goroutine, the unpacking and the packing. Under a flood of unique names
@@ -181,18 +235,13 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 // from headerAt, answerPacket's room for the header and the question.
 //
 // The decision is ServeDNS's own (planMiss) for a question with nothing
-// stale to serve; a key with any entry in the cache is left to ServeDNS,
-// whose lookup may find it servable stale. Declining cuts dst back to
-// headerAt and reports false.
+// in the cache (notFresh looked). Declining cuts dst back to headerAt and
+// reports false.
 func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
-	// A key aliasing name, for lookups only: neither the cache nor the
-	// flights keep a key they are asked about, and planMiss starts nothing
-	// when mayStart is false.
+	// A key aliasing name, for lookups only: the flights keep no key they
+	// are asked about, and planMiss starts nothing with planLook.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if h.cache.Has(k) {
-		return dst[:headerAt], false
-	}
-	if _, plan := h.planMiss(s, zone, k, nil, time.Time{}, start, false); plan != missFallback {
+	if _, plan := h.planMiss(s, zone, k, false, time.Time{}, start, planLook); plan != missFallback {
 		return dst[:headerAt], false
 	}
 	h.cache.CountMiss() // ServeDNS's lookup would have counted it

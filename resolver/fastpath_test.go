@@ -311,9 +311,12 @@ func TestFastPathLeavesRecordSourceNames(t *testing.T) {
 }
 
 // FuzzFastPath: for any packet the fast path answers, over UDP or TCP,
-// ServeDNS gives the same reply over the same transport, from every client of diffClients (allowed and refused
-// prefixes), with and without a Records source; the seeds and the warm
-// cache cover query types beyond A and AAAA and names the source covers.
+// ServeDNS gives the same reply over the same transport, from every client
+// of diffClients (allowed and refused prefixes), with and without a
+// Records source, from a warm cache and from one whose entries are all
+// stale (answered stale at once: the failure recheck); the seeds and the
+// warm cache cover query types beyond A and AAAA and names the source
+// covers.
 func FuzzFastPath(f *testing.F) {
 	for _, v := range variants()[:40] {
 		f.Add(v.pack(f))
@@ -332,11 +335,19 @@ func FuzzFastPath(f *testing.F) {
 			f.Add(p)
 		}
 	}
-	hs := make([]*Handler, len(diffSources))
-	for i, src := range diffSources {
-		hs[i], _ = variedHandler(f, src.rs, nil)
-		for _, p := range warm {
-			generalReply(hs[i], p)
+	// Each Records source twice: the cache warm, and every entry expired
+	// with its refresh failed (the fast path's stale answers, issue 22).
+	var hs []*Handler
+	for _, src := range diffSources {
+		for _, stale := range []bool{false, true} {
+			h, clock := variedHandler(f, src.rs, nil)
+			for _, p := range warm {
+				generalReply(h, p)
+			}
+			if stale {
+				staleAfterFailure(f, h, clock, warm)
+			}
+			hs = append(hs, h)
 		}
 	}
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -382,8 +393,9 @@ func BenchmarkAnswerPacketHit(b *testing.B) {
 }
 
 // With the in-flight cap full, a miss gets SERVFAIL from the fast path with
-// the bytes and counts ServeDNS would give it; a question whose resolution
-// is running, or that has an entry, is left to ServeDNS.
+// the bytes and counts ServeDNS would give it, and an expired entry its
+// stale answer; a question whose resolution is running is left to
+// ServeDNS.
 func TestFastRejectMatchesServeDNS(t *testing.T) {
 	h, clock := diffHandler(t, nil)
 	s := *h.settings.Load()
@@ -421,9 +433,23 @@ func TestFastRejectMatchesServeDNS(t *testing.T) {
 				cacheBefore.Misses, cacheFast.Misses, h.cache.Stats().Misses, rejectedBefore, rejectedFast, h.InflightRejections())
 		}
 	}
-	for _, v := range []variant{{name: "busy.example.", qtype: dns.TypeA}, stale} {
-		if _, ok := h.answerPacket(nil, v.pack(t), from, false, &q); ok {
-			t.Errorf("%s: answered by the fast path, ServeDNS joins the resolution or serves stale", v.name)
-		}
+	if _, ok := h.answerPacket(nil, variant{name: "busy.example.", qtype: dns.TypeA}.pack(t), from, false, &q); ok {
+		t.Error("busy.example.: answered by the fast path, ServeDNS joins the resolution")
+	}
+	// The entry expired: both paths serve it stale (the cap turns its
+	// refresh away), with the same bytes and counts.
+	cacheBefore, rejectedBefore := h.cache.Stats(), h.InflightRejections()
+	reply, ok := h.answerPacket(nil, stale.pack(t), from, false, &q)
+	if !ok {
+		t.Fatal("cached.example.: not served stale by the fast path with the cap full")
+	}
+	cacheFast, rejectedFast := h.cache.Stats(), h.InflightRejections()
+	if diff, same := sameReply(reply, generalReply(h, stale.pack(t))); !same {
+		t.Error(diff)
+	}
+	if cacheFast.StaleHits-cacheBefore.StaleHits != 1 || rejectedFast-rejectedBefore != 1 ||
+		h.cache.Stats().StaleHits-cacheFast.StaleHits != 1 || h.InflightRejections()-rejectedFast != 1 {
+		t.Errorf("stale hits %d→%d→%d, rejections %d→%d→%d; want one each per path",
+			cacheBefore.StaleHits, cacheFast.StaleHits, h.cache.Stats().StaleHits, rejectedBefore, rejectedFast, h.InflightRejections())
 	}
 }

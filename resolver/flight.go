@@ -19,19 +19,18 @@ import (
 // wire waiters of the fast path's readers (UDP and TCP), or nobody (a
 // prefetch, a stale answer's refresh). Every flight runs the same
 // resolution (resolution.go) and ends in the same settle; only its
-// waiters differ.
+// waiters differ, and every waiter waits the same way (deadlines.go).
 type flight struct {
-	done chan struct{} // closed when the outcome is set
 	// finished makes finish run once: a flight whose start panicked is
 	// ended by the recovery, and its upstream call may still report.
 	finished atomic.Bool
 	outcome
-	// waiters are the clients of the wire miss path waiting for the flight
-	// (wiremiss.go); whoever ends the flight (finish) answers them.
-	// Guarded by flights.mu; wireDone is set once they were taken.
-	waiters  []*wireWaiter
-	wireDone bool
-	inline   [1]*wireWaiter // waiters' first room: most flights have one client
+	// waiters are the clients waiting for the flight (deadlines.go);
+	// whoever ends the flight (finish) wakes them. Guarded by flights.mu;
+	// ended is set once they were taken, the outcome set before.
+	waiters []*waiter
+	ended   bool
+	inline  [1]*waiter // waiters' first room: most flights have one client
 
 	f   *flights
 	key cache.Key
@@ -72,10 +71,10 @@ type flights struct {
 	wg      sync.WaitGroup
 	workers *workers // goroutines for what may wait (a chase, a general answer)
 
-	// deadlines are the waiting wire waiters by query_timeout, a min-heap
-	// under mu, and expiry the one timer, set to the earliest
-	// (wiredeadlines.go): no timer per flight or per client.
-	deadlines wireDeadlines
+	// deadlines are the waiting clients by deadline, a min-heap under mu,
+	// and expiry the one timer, set to the earliest (deadlines.go): no
+	// timer per flight or per client.
+	deadlines deadlines
 	expiry    *time.Timer
 
 	// onPanic, if set, is told about a resolution that panicked.
@@ -89,7 +88,7 @@ type flights struct {
 func newFlights(c *cache.Cache) *flights {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers(), cache: c}
-	f.expiry = time.AfterFunc(time.Hour, f.expireWire)
+	f.expiry = time.AfterFunc(time.Hour, f.expire)
 	f.expiry.Stop()
 	return f
 }
@@ -124,9 +123,11 @@ func (o *outcome) message() *dns.Msg {
 // that a finishing flight takes to leave running: a flight stores its
 // answer before it leaves, so a client that missed the cache just before
 // that flight ended finds the answer here rather than asking the upstream a
-// second time; a fresh entry comes back as a flight already done. A
-// prefetch does not look: its entry is fresh, and it is meant to refresh it.
-func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool) (fl *flight, started, ok bool) {
+// second time; a fresh entry comes back as a flight ended at birth (no
+// waiter can join it: flights.wait). A prefetch does not look: its entry
+// is fresh, and it is meant to refresh it. aliased says key's name
+// aliases a packet: a flight made for it keeps a copy.
+func (f *flights) join(key cache.Key, limit int, res resolution, fromCache, aliased bool) (fl *flight, started, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, found := f.running[key]; found {
@@ -134,9 +135,7 @@ func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool)
 	}
 	if fromCache {
 		if r, fresh := f.cache.Fresh(key); fresh {
-			done := make(chan struct{})
-			close(done)
-			return &flight{done: done, outcome: outcome{msg: r.Msg}, started: time.Now()}, false, true
+			return &flight{outcome: outcome{msg: r.Msg}, ended: true, started: time.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {
@@ -145,6 +144,9 @@ func (f *flights) join(key cache.Key, limit int, res resolution, fromCache bool)
 	if f.inflight.Load() >= int64(limit) {
 		f.rejected.Add(1)
 		return nil, false, false
+	}
+	if aliased {
+		key.Name = strings.Clone(key.Name)
 	}
 	return f.newLocked(key, res), true, true
 }
@@ -169,21 +171,14 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res resoluti
 		fl = f.newLocked(key, res)
 		started = true
 	}
-	if fl.waiters == nil {
-		fl.waiters = fl.inline[:0]
-	}
-	fl.waiters = append(fl.waiters, w)
-	w.fl = fl
-	if f.deadlines.push(w) {
-		f.expiry.Reset(time.Until(w.deadline))
-	}
+	f.addWaiterLocked(fl, &w.waiter)
 	return fl, started, true
 }
 
 // newLocked makes and counts in the flight for key running res; f.mu is
 // held. It ends with finish.
 func (f *flights) newLocked(key cache.Key, res resolution) *flight {
-	wf := &wireFlight{flight: flight{done: make(chan struct{}), started: time.Now(), f: f, key: key, res: res}}
+	wf := &wireFlight{flight: flight{started: time.Now(), f: f, key: key, res: res}}
 	fl := &wf.flight
 	fl.call = &wf.call
 	f.inflight.Add(1)
@@ -192,8 +187,8 @@ func (f *flights) newLocked(key cache.Key, res resolution) *flight {
 	return fl
 }
 
-// finish ends the flight with o: it leaves the running set, its
-// general-path waiters are woken and its wire waiters answered.
+// finish ends the flight with o: it leaves the running set and its
+// waiters are woken (a wire waiter answered, a ServeDNS client told).
 func (fl *flight) finish(o outcome) {
 	if !fl.finished.CompareAndSwap(false, true) {
 		return // ended already (start's recovery, then a late reply)
@@ -204,15 +199,14 @@ func (fl *flight) finish(o outcome) {
 	f.mu.Lock()
 	delete(f.running, fl.key)
 	waiters := fl.waiters
-	fl.waiters, fl.wireDone = nil, true
+	fl.waiters, fl.ended = nil, true
 	for _, w := range waiters {
 		f.deadlines.remove(w.heapIndex)
 	}
 	f.mu.Unlock()
 	f.inflight.Add(-1)
-	close(fl.done)
 	for _, w := range waiters {
-		w.h.answerWire(fl, w, false)
+		w.wake(false)
 	}
 }
 
@@ -251,15 +245,20 @@ func (f *flights) rejections() uint64 { return f.rejected.Load() }
 func (f *flights) close() {
 	f.cancel()
 	f.expiry.Stop()
-	// A resolution waiting for its first reply has no goroutine watching
-	// the context: one takes it over.
+	// Nothing watches a resolution's context: each is kicked, outside the
+	// lock (a kicked resolution ends at once, and its flight's end takes
+	// the lock).
 	f.mu.Lock()
+	var started []*upstream.WireCall
 	for _, fl := range f.running {
 		if fl.callStarted {
-			fl.call.Kick()
+			started = append(started, fl.call)
 		}
 	}
 	f.mu.Unlock()
+	for _, c := range started {
+		c.Kick()
+	}
 	f.wg.Wait()
 	f.workers.stop()
 }

@@ -172,7 +172,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		stale = res.Msg
 	}
 
-	fl, plan := h.planMiss(s, zone, key, stale, res.RefreshFailedAt, start, true)
+	fl, plan := h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart)
 	if plan == missFallback {
 		h.fail(a, stale, record)
 		return
@@ -181,40 +181,30 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	wait := s.QueryTimeout
 	var zoneDown <-chan struct{} // nil, never ready, unless a stale answer waits
 	if stale != nil {
-		// The client response timer runs from the refresh's start, not
-		// this client's arrival: a refresh that has not answered within it
-		// will not be waited for again by every client that joins it (a
-		// black-holed upstream keeps one open until upstream.timeout). RFC
-		// 8767 §5 lets the timer be shorter, down to 0.
-		wait = min(wait, max(0, s.StaleClientTimeout-time.Since(fl.started)))
-		if s.staleAtOnce(res.TTL, res.Expired) {
-			wait = 0 // just expired: the refresh runs behind the stale answer
-		}
 		zoneDown = zone.Upstream.AllDownSignal()
-		if zone.Upstream.AllDown() {
-			// Every server of the zone has failed repeatedly: waiting out
-			// the client response timer would only delay the stale answer
-			// it will get anyway. The refresh still runs, as a probe.
-			wait = 0
+		if wait = s.staleWait(fl, zone, res.TTL, res.Expired); wait == 0 {
+			// Immediate mode: the refresh goes on in the background.
+			h.fail(a, stale, record)
+			return
 		}
 	}
-	if wait == 0 && stale != nil {
-		// Immediate mode: the refresh goes on in the background.
-		h.fail(a, stale, record)
-		return
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-fl.done:
-	case <-timer.C:
-		h.fail(a, stale, record)
-		return
-	case <-zoneDown:
-		// The zone's last server was marked down while this client waited:
-		// as above, the stale answer is due now.
-		h.fail(a, stale, record)
-		return
+	// The client waits as every waiter does (deadlines.go): woken when the
+	// flight ends or its deadline passes.
+	if w := h.flights.wait(fl, time.Now().Add(wait)); w != nil {
+		select {
+		case timedOut := <-w.woken:
+			release(w)
+			if timedOut {
+				h.fail(a, stale, record)
+				return
+			}
+		case <-zoneDown:
+			// The zone's last server was marked down while this client
+			// waited: as above, the stale answer is due now.
+			h.flights.leave(w)
+			h.fail(a, stale, record)
+			return
+		}
 	}
 	if fl.err != nil {
 		if stale == nil {
@@ -236,7 +226,7 @@ func (h *Handler) prefetch(s *settings, zone Zone, key cache.Key, ttl, remaining
 	if !s.wantsPrefetch(ttl, remaining) {
 		return false
 	}
-	fl, started, _ := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, false)
+	fl, started, _ := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, false, false)
 	if started {
 		fl.start()
 	}
@@ -259,25 +249,39 @@ const (
 	missDecline
 )
 
-// planMiss is the one miss decision of every route. RFC 8767 §4: after a
-// failed refresh, a stale answer is given without asking the upstream again
-// for FailureRecheck, so a dead upstream is not hammered. Otherwise a
+// planMode is what planMiss may do.
+type planMode uint8
+
+const (
+	// planStart joins or starts a resolution for key, the caller's own
+	// (ServeDNS).
+	planStart planMode = iota
+	// planStartAliased is planStart for a key that aliases a packet (the
+	// fast path's stale answer): a flight it starts keeps a copy.
+	planStartAliased
+	// planLook starts nothing (the fast reject).
+	planLook
+)
+
+// planMiss is the one miss decision of every route, for a question whose
+// entry is stale (hasStale, refreshFailedAt) or missing. RFC 8767 §4: after
+// a failed refresh, a stale answer is given without asking the upstream
+// again for FailureRecheck, so a dead upstream is not hammered. Otherwise a
 // running resolution is joined or a new one started; with the in-flight cap
 // full and none running for key, the answer is due at once (never queued).
-// mayStart is false on the fast path, which starts nothing (it has no key
-// of its own, only one aliasing the packet): it only learns whether the
-// answer is the fallback, and declines otherwise.
-func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg, refreshFailedAt, now time.Time, mayStart bool) (*flight, missPlan) {
-	if stale != nil && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck {
+// With planLook (the fast reject) nothing is started: it only learns
+// whether the answer is the fallback, and declines otherwise.
+func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool, refreshFailedAt, now time.Time, mode planMode) (*flight, missPlan) {
+	if hasStale && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck {
 		return nil, missFallback
 	}
-	if !mayStart {
+	if mode == planLook {
 		if h.flights.rejectNew(key, s.MaxInflight) {
 			return nil, missFallback
 		}
 		return nil, missDecline
 	}
-	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, true)
+	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, true, mode == planStartAliased)
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback

@@ -145,7 +145,7 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	key := cache.NewKey("joined.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, _, _ := e.h.flights.join(key, 10, resolution{}, false) // never started: ended below
+	fl, _, _ := e.h.flights.join(key, 10, resolution{}, false, false) // never started: ended below
 	go func() {
 		<-release
 		fl.finish(outcome{err: context.Canceled})
@@ -422,11 +422,11 @@ func TestMissAfterFlightEnded(t *testing.T) {
 	}
 	s := e.h.settings.Load()
 	key := cache.NewKey("late.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, nil, time.Time{}, s.Now(), true)
+	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, false, time.Time{}, s.Now(), planStart)
 	if plan != missWait {
 		t.Fatalf("plan %v, want missWait", plan)
 	}
-	<-fl.done
+	waitFlight(e.h, fl)
 	if fl.err != nil || fl.msg == nil || len(fl.msg.Answer) != 1 {
 		t.Fatalf("flight msg %v err %v", fl.msg, fl.err)
 	}

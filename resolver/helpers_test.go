@@ -225,9 +225,18 @@ func overLoopback(tb testing.TB, zone string, fn dnstest.ExchangeFunc) *upstream
 // slot until the test ends (then it is ended, so the handler can close).
 func holdSlot(tb testing.TB, h *Handler, key cache.Key) {
 	tb.Helper()
-	fl, started, ok := h.flights.join(key, h.settings.Load().MaxInflight, resolution{}, false)
+	fl, started, ok := h.flights.join(key, h.settings.Load().MaxInflight, resolution{}, false, false)
 	if !ok || !started {
 		tb.Fatal("no slot to hold")
 	}
 	tb.Cleanup(func() { fl.finish(outcome{err: context.Canceled}) })
+}
+
+// waitFlight waits for fl to end, as a ServeDNS client with no deadline
+// to speak of waits.
+func waitFlight(h *Handler, fl *flight) {
+	if w := h.flights.wait(fl, time.Now().Add(time.Hour)); w != nil {
+		<-w.woken
+		release(w)
+	}
 }

@@ -25,19 +25,23 @@ import (
 //   - the connections of all of a Server's listeners share one cap
 //     (tcpBudget); to admit a new one the connection that has waited
 //     longest without bringing a whole query (idle, or slow to send one)
-//     is closed, and with none waiting the new one is closed at once;
+//     is closed, and with none waiting the new one is closed at once; a
+//     connection that owes answers is not waiting;
 //   - a connection waits idleTimeout for a query's first byte, then the rest
 //     of the query must arrive within readTimeout (a stalled read closes it);
 //   - a query announced longer than MaxTCPQuerySize closes the connection
 //     before anything is allocated for it; the buffer is MaxTCPQuerySize;
-//   - every reply is written within writeTimeout, so a client that never
-//     reads holds a connection for that long at most;
+//   - at most maxPipelined queries of a connection wait for answers at
+//     once, and answers the socket cannot take are written within
+//     writeTimeout, at most maxPendingBytes of them, so a client that
+//     never reads holds a connection for that long at most;
 //   - accept errors back off (EMFILE and ENFILE above all) instead of
 //     spinning.
 //
-// Queries on one connection are answered in order, one at a time, each by
-// the fast path (from the packet's bytes, as over UDP) or else the general
-// path (servePacket, ServeDNS) on the connection's own goroutine.
+// Queries on one connection are pipelined (tcppipe.go): each is answered
+// by the fast path (from the packet's bytes, as over UDP: a hit at once, a
+// miss by its flight, written as it comes) or else by the general path
+// (servePacket, ServeDNS) on the connection's own goroutine.
 type tcpServer struct {
 	ln       net.Listener
 	budget   *tcpBudget
@@ -172,10 +176,20 @@ func acceptErrorKind(err error) int {
 }
 
 // serveConn answers the queries of one connection until it is closed.
+// Queries are pipelined (tcppipe.go): each is read and answered, or left
+// to its flight, before the next is read, and the answers go out as they
+// come.
 func (t *tcpServer) serveConn(tc *tcpConn) {
 	reason := tcpClosedError
-	defer func() { t.budget.release(tc, reason) }()
 	c := tc.conn
+	p := newTCPPipe(c, t.limits.write, t.onPanic, t.budget, tc)
+	defer func() {
+		p.drain() // the answers owed go out first (or fail)
+		if r, ok := p.closeReason(); ok {
+			reason = r
+		}
+		t.budget.release(tc, reason)
+	}()
 	var from netip.AddrPort
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		from = a.AddrPort()
@@ -184,23 +198,23 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 	var query []byte // MaxTCPQuerySize, allocated with the first query
 	var out []byte
 	var q plainQuery
-	miss := tcpMiss{report: t.onPanic}
-	q.replier = &miss
+	q.replier = p
 	// Queries are read through a buffer: a client that sends several
 	// without waiting (as stub resolvers and dnsperf do) costs one read
 	// for all that arrived, not three per query. The deadlines are the
 	// connection's, for whatever the buffer must wait for.
 	rd := bufio.NewReaderSize(c, tcpReadBuffer)
 	for {
-		// Waiting (idle, then reading): only now may the cap close this
-		// connection for a newer one.
-		if !t.budget.setIdle(tc) {
-			reason = tcpClosedShutdown
+		// Waiting (idle, then reading) with no answer owed: only then may
+		// the cap close this connection for a newer one (park).
+		if !p.park() {
 			return
 		}
 		_ = c.SetReadDeadline(time.Now().Add(t.limits.idle))
 		if _, err := io.ReadFull(rd, prefix[:1]); err != nil {
 			switch {
+			case isTimeout(err) && p.owed():
+				continue // not idle: answers are still owed
 			case isTimeout(err):
 				reason = tcpClosedIdle
 			case errors.Is(err, io.EOF):
@@ -208,7 +222,7 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 			}
 			return
 		}
-		if !t.budget.setReading(tc) {
+		if !p.reading() {
 			return // closed for a newer connection or by shutdown meanwhile
 		}
 		_ = c.SetReadDeadline(time.Now().Add(t.limits.read))
@@ -228,18 +242,11 @@ func (t *tcpServer) serveConn(tc *tcpConn) {
 			reason = readFailure(err)
 			return
 		}
-		if !t.budget.setAnswering(tc) {
+		if !p.answering() {
 			return // its query came too slowly: closed for a newer connection
 		}
-		var werr error
-		out, werr = t.answer(c, out, query[:n], from, &q)
-		if werr != nil {
-			reason = tcpClosedError
-			if isTimeout(werr) {
-				reason = tcpClosedWriteTimeout
-			}
-			return
-		}
+		p.waitSlot()
+		out = t.answer(p, out, query[:n], from, &q)
 		if cap(out) > MaxTCPQuerySize {
 			out = nil // a large answer's buffer is not kept for every connection
 		}
@@ -256,30 +263,22 @@ func readFailure(err error) int {
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
-// answer answers one query, by the fast path when it can, and writes the
-// reply within the write timeout. It returns the reply buffer for reuse.
-func (t *tcpServer) answer(c net.Conn, out, pkt []byte, from netip.AddrPort, q *plainQuery) ([]byte, error) {
+// answer answers one query: by the fast path when it can (a hit written
+// at once, a miss left to its flight, which writes its answer), else by
+// the general path on this goroutine. The answer goes through the pipe's
+// writer, which never waits. It returns the reply buffer for reuse.
+func (t *tcpServer) answer(p *tcpPipe, out, pkt []byte, from netip.AddrPort, q *plainQuery) []byte {
 	if t.fast != nil {
 		if reply, ok := t.answerFast(append(out[:0], 0, 0), pkt, from, q); ok {
-			if len(reply) == 2 {
-				// A wire miss: its flight hands the answer over (tcpMiss);
-				// the connection's goroutine writes it, as it writes a hit.
-				miss := q.replier.(*tcpMiss)
-				<-miss.ended()
-				if len(miss.answer) == 0 {
-					return reply[:0], nil // nothing to send (the waiter panicked)
-				}
-				reply = append(reply, miss.answer...)
+			if len(reply) > 2 { // else a wire miss: its flight writes the answer
+				p.write(reply[2:])
 			}
-			binary.BigEndian.PutUint16(reply, uint16(len(reply)-2))
-			_ = c.SetWriteDeadline(time.Now().Add(t.limits.write))
-			_, err := c.Write(reply)
-			return reply[:0], err
+			return reply[:0]
 		}
 	}
-	w := &tcpWriter{conn: c, timeout: t.limits.write, buf: out[:0]}
+	w := &tcpWriter{pipe: p, conn: p.conn, buf: out[:0]}
 	servePacket(t.handler, pkt, w, t.badPacket)
-	return w.buf[:0], w.err
+	return w.buf[:0]
 }
 
 // answerFast runs the fast path; a panic in it is reported and the query
@@ -321,13 +320,12 @@ func (t *tcpServer) shutdown(ctx context.Context) error {
 	}
 }
 
-// tcpWriter is the dns.ResponseWriter of a general-path TCP query: one
-// write of the length prefix and the message, within the write timeout.
+// tcpWriter is the dns.ResponseWriter of a general-path TCP query: its
+// message goes out through the connection's pipe.
 type tcpWriter struct {
-	conn    net.Conn
-	timeout time.Duration
-	buf     []byte
-	err     error // the first write's failure: the connection is closed
+	pipe *tcpPipe
+	conn net.Conn
+	buf  []byte
 }
 
 var _ dns.ResponseWriter = (*tcpWriter)(nil)
@@ -346,20 +344,10 @@ func (w *tcpWriter) WriteMsg(m *dns.Msg) error {
 }
 
 func (w *tcpWriter) Write(b []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
 	if len(b) > dns.MaxMsgSize {
 		return 0, dns.ErrBuf
 	}
-	var prefix [2]byte
-	binary.BigEndian.PutUint16(prefix[:], uint16(len(b)))
-	bufs := net.Buffers{prefix[:], b} // one writev
-	_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
-	if _, err := bufs.WriteTo(w.conn); err != nil {
-		w.err = err
-		return 0, err
-	}
+	w.pipe.write(b)
 	return len(b), nil
 }
 
@@ -367,43 +355,3 @@ func (w *tcpWriter) Close() error        { return w.conn.Close() }
 func (w *tcpWriter) TsigStatus() error   { return nil }
 func (w *tcpWriter) TsigTimersOnly(bool) {}
 func (w *tcpWriter) Hijack()             {}
-
-// tcpMiss is a TCP connection's side of the wire miss path (wiremiss.go): a
-// query whose answer is not in the cache waits for its flight like a UDP
-// client's, and whoever ends the flight hands the answer over here instead
-// of writing it (the connection's writes may block; the flight's end may be
-// the upstream's attempt reader). The connection's goroutine, which answers
-// one query at a time, waits for it and writes it.
-type tcpMiss struct {
-	answer []byte
-	done   chan struct{}
-	report func(v any, stack []byte) // the server's onPanic
-}
-
-var _ wireReplier = (*tcpMiss)(nil)
-
-// ended is where the answer's end is signalled, once per miss.
-func (m *tcpMiss) ended() <-chan struct{} { return m.done }
-
-func (m *tcpMiss) beginMiss() bool {
-	if m.done == nil {
-		m.done = make(chan struct{}, 1)
-	}
-	select {
-	case <-m.done: // a miss the flights turned away ended without an answer
-	default:
-	}
-	m.answer = m.answer[:0]
-	return true
-}
-
-// sendMiss keeps a copy of the answer: b is the caller's buffer.
-func (m *tcpMiss) sendMiss(b []byte, _ netip.AddrPort) { m.answer = append(m.answer[:0], b...) }
-
-func (m *tcpMiss) endMiss() { m.done <- struct{}{} }
-
-func (m *tcpMiss) missPanicked(v any, stack []byte) {
-	if m.report != nil {
-		m.report(v, stack)
-	}
-}

@@ -35,10 +35,10 @@ func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAdd
 
 func (p *packetIO) flush() error { return nil }
 
-// rawSend: no raw sendto here, so sendMiss writes through the socket,
-// which may wait. That is safe: without the Linux attempt reader
-// (upstream's inlineReplies) wire misses are answered on goroutines that
-// may wait.
+// rawSend: no raw calls here. A UDP sendMiss writes through the socket,
+// which may wait: that is safe, as without the Linux attempt reader each
+// attempt socket has a goroutine of its own, which ends its flights; a TCP
+// connection's answers go through its flusher (tcppipe.go).
 const rawSend = false
 
 func sendNow(int, []byte, netip.AddrPort) bool { return false }

@@ -22,22 +22,24 @@ import (
 // the first attempt itself (flight.start, resolution.go). When the flight
 // ends (on the upstream's attempt reader for a first reply that is an
 // answer of the zone's own), each wire waiter is answered from the
-// prepared entry with the code and the bytes of a hit: a UDP waiter by a
-// raw non-blocking sendto (udpServer.sendMiss), a TCP waiter through its
-// connection's goroutine, which waits for it (tcpMiss). Nothing is a
-// dns.Msg on the way, unless the answer does not fit the client's size: it
-// is then truncated by ServeDNS's code, on a goroutine of the flights'
-// pool. General-path clients of the same question share the flight.
+// prepared entry with the code and the bytes of a hit, written where the
+// flight ends: to a UDP client by a raw non-blocking sendto
+// (udpServer.sendMiss), to a TCP client by a raw non-blocking sendmsg on
+// its connection (tcpPipe, which pipelines the connection's queries).
+// Nothing is a dns.Msg on the way, unless the answer does not fit the
+// client's size: it is then truncated by ServeDNS's code, on a goroutine
+// of the flights' pool. General-path clients of the same question share
+// the flight.
 //
 // The decisions are ServeDNS's, made in the same places: admission and
-// the reply core (answerPacket, request.go), the miss decision (a stale
-// entry, or any entry, goes to ServeDNS, which may serve it; a full cap is
-// the fast reject's), the client's query_timeout (SERVFAIL with EDE 22,
+// the reply core (answerPacket, request.go), the miss decision (an entry
+// the fast path cannot serve goes to ServeDNS; a full cap is the fast
+// reject's), the client's query_timeout (SERVFAIL with EDE 22,
 // the resolution going on to fill the cache), observe. TestWireMiss* and
 // FuzzFastPath's miss half hold the answers to ServeDNS's.
 
 // wireReplier is the socket side of the wire miss path: the UDP server
-// whose reader took the query, a TCP connection (tcpMiss), and a test's
+// whose reader took the query, a TCP connection (tcpPipe), and a test's
 // recorder.
 type wireReplier interface {
 	// beginMiss registers an answer to be sent later; false while the
@@ -51,22 +53,19 @@ type wireReplier interface {
 	missPanicked(v any, stack []byte)
 }
 
-// wireWaiter is one client of the wire miss path waiting for a flight.
+// wireWaiter is one client of the wire miss path waiting for a flight:
+// its waiter (deadlines.go) has the query_timeout as its deadline.
 type wireWaiter struct {
-	h        *Handler
-	s        *settings // the configuration the query was admitted under
-	zone     string
-	replier  wireReplier
-	from     netip.AddrPort
-	tcp      bool       // the query came over TCP: TCP's size limit
-	start    time.Time  // by s.Now, for observe
-	deadline time.Time  // query_timeout, by the real clock as ServeDNS's timer
-	pkt      []byte     // the query's bytes, a copy
-	q        plainQuery // the answer's scratch space (parsed again from pkt)
-	// fl is the flight waited for, heapIndex the waiter's place in
-	// flights.deadlines; both guarded by flights.mu.
-	fl        *flight
-	heapIndex int
+	waiter
+	h       *Handler
+	s       *settings // the configuration the query was admitted under
+	zone    string
+	replier wireReplier
+	from    netip.AddrPort
+	tcp     bool       // the query came over TCP: TCP's size limit
+	start   time.Time  // by s.Now, for observe
+	pkt     []byte     // the query's bytes, a copy
+	q       plainQuery // the answer's scratch space (parsed again from pkt)
 }
 
 var waiterPool = sync.Pool{New: func() any { return &wireWaiter{pkt: make([]byte, 0, 512)} }}
@@ -76,20 +75,21 @@ func putWaiter(w *wireWaiter) {
 	waiterPool.Put(w)
 }
 
-// missPacket is answerPacket's miss: it starts or joins the flight for q's
-// question with a wire waiter and reports true, or reports false, having
-// changed nothing, when ServeDNS must take the query: the cache holds an
-// entry for the question (fresh but too big, or stale: ServeDNS's lookup
-// decides), the socket drains, or the flights turn it away.
+// missPacket is answerPacket's miss, for a question with no entry in the
+// cache (notFresh looked): it starts or joins the flight for q's question
+// with a wire waiter and reports true, or reports false, having changed
+// nothing, when ServeDNS must take the query: the socket drains, or the
+// flights turn it away (an entry was stored since, the cap is full).
 func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) bool {
-	// A key aliasing name, for lookups only (see rejectPacket).
+	// A key aliasing name, for lookups only: joinWire copies it into a
+	// flight it makes.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if h.cache.Has(k) || !q.replier.beginMiss() {
+	if !q.replier.beginMiss() {
 		return false
 	}
 	w := waiterPool.Get().(*wireWaiter)
 	w.h, w.s, w.zone, w.replier, w.from, w.tcp, w.start = h, s, zone.Name, q.replier, from, q.tcp, start
-	w.deadline = time.Now().Add(s.QueryTimeout)
+	w.wire, w.deadline = w, time.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
 	fl, started, ok := h.flights.joinWire(k, s.MaxInflight, w, resolution{h: h, s: s, zone: zone})
 	if !ok {

@@ -284,7 +284,7 @@ func TestWireMissTimeout(t *testing.T) {
 		t.Fatal("the resolution ended with the client's timer")
 	}
 	release()
-	<-fl.done
+	waitFlight(h, fl)
 	if _, fresh := h.cache.Fresh(key); !fresh {
 		t.Fatal("the late reply did not fill the cache")
 	}
@@ -359,11 +359,11 @@ func FuzzWireMiss(f *testing.F) {
 func TestWireDeadlines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 3))
 	base := time.Now()
-	var h wireDeadlines
-	var live []*wireWaiter
+	var h deadlines
+	var live []*waiter
 	for range 5000 {
 		if len(live) == 0 || rng.IntN(3) > 0 {
-			w := &wireWaiter{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
+			w := &waiter{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
 			root := h.push(w)
 			if root != (h[0] == w) {
 				t.Fatal("push misreported the root")
@@ -392,9 +392,13 @@ func TestWireDeadlines(t *testing.T) {
 }
 
 // A resolution that panics fails like one that errs: the process lives,
-// the waiting ServeDNS client gets SERVFAIL, and onPanic hears of it.
+// the waiting ServeDNS client gets SERVFAIL, and onPanic hears of it. (The
+// upstream holds its reply: one to the attempt sent before the panic could
+// otherwise end the flight first.)
 func TestResolutionPanicIsRecovered(t *testing.T) {
 	u := wireUpstream(t)
+	_, release := u.Hold("boom.example.")
+	defer release()
 	g, err := upstream.NewGroup(".", []string{u.Addr}, upstream.GroupOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -475,15 +479,15 @@ func TestWireStartPanicEndsTheFlight(t *testing.T) {
 }
 
 // TestWireMissOverTCPMatchesServeDNS: a TCP client's miss takes the wire
-// path too (issue 22: its answer handed to the connection's goroutine,
-// tcpMiss) and gets the answer ServeDNS gives over TCP for the same
+// path too (issue 22: its answer written by whoever ends the flight,
+// tcpPipe) and gets the answer ServeDNS gives over TCP for the same
 // upstream reply, with TCP's size limit.
 func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
 	u := wireUpstream(t)
 	hw, _ := wireHandler(t, u.Addr, nil, nil)
 	hg, _ := wireHandler(t, u.Addr, nil, nil)
 	from := diffClients[0].addr
-	miss := &tcpMiss{}
+	miss := newMissRecorder()
 	wireAnswered := 0
 	for i, v := range wireVariants() {
 		if i%3 != 0 {
@@ -495,8 +499,7 @@ func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
 		var first []byte
 		switch {
 		case ok && len(reply) == 0:
-			<-miss.ended()
-			first = append([]byte(nil), miss.answer...)
+			first = miss.next(t)
 			wireAnswered++
 		case ok:
 			first = reply

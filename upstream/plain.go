@@ -108,7 +108,7 @@ func (p *Plain) exchangeUDP(ctx context.Context, packed []byte) ([]byte, error) 
 	}
 	query := append([]byte(nil), packed...)
 	binary.BigEndian.PutUint16(query, randomID())
-	out := make(chan datagram, 1)
+	out := make(replyChan, 1)
 	sock, err := p.openUDP(query, qend, out, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sending to %s over udp: %w", p.addr, classify(ctx, err))

@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/resolver/dnswire"
 )
@@ -27,6 +26,11 @@ type attempt struct {
 	sent   time.Time     // by the real clock, for "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
 	state  attemptState
+	// res is how it ended, once it did (or, for one still waiting when
+	// the resolution ended, its state then); lapsed marks it outstanding
+	// for account: it was still waiting, or timed out with the deadline.
+	res    attemptResult
+	lapsed bool
 }
 
 type attemptState uint8
@@ -47,267 +51,151 @@ type attemptResult struct {
 	scrub ScrubResult
 	err   error
 	rtt   time.Duration
+	// inReader: raw is in the attempt reader's buffer, valid only during
+	// the event that read it.
+	inReader bool
 }
 
 // replied reports whether the attempt got a reply, whatever its rcode.
 func (r *attemptResult) replied() bool { return r.raw != nil }
 
-// Exchange resolves m through the group and returns the scrubbed reply; see
-// ExchangeScrubbed, whose ScrubResult it drops. A caller that caches or
-// relays replies should use ExchangeScrubbed and act on ChaseName.
-func (g *Group) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	reply, _, err := g.ExchangeScrubbed(ctx, m)
-	return reply, err
-}
+// The rules of a resolution's attempts, applied by the call's events
+// (wirecall.go) under its lock. Each attempt is one packet with a socket
+// of its own (udpsock.go), a fresh random source port and ID; its socket
+// stays open, and its reply is heard, until the resolution ends. The next
+// attempt goes to the next usable server when the newest attempt's RTO
+// runs out or an attempt fails (SERVFAIL, REFUSED, a network error), up to
+// MaxAttempts packets; the first reply to any attempt that is an answer
+// wins; a truncated reply is asked again over TCP (RFC 7766 section 5), on
+// a goroutine, the only one a resolution starts.
 
-// ExchangeScrubbed resolves m: it sends a first attempt to the first usable
-// server and, each time the newest attempt's RTO runs out or an attempt
-// fails (SERVFAIL, REFUSED, network error), one more to the next server, up
-// to MaxAttempts packets. Every attempt's socket stays open until the
-// resolution ends, and the first reply to any of them that is an answer
-// (any rcode but SERVFAIL and REFUSED) wins: a slow server whose reply to
-// the first packet arrives after the third was sent is still heard. The
-// resolution ends then, when ctx is done (only the caller's deadline gives
-// up on a slow server; without one, 5s does), or when every attempt has
-// failed. The reply is scrubbed (with the group's zone as its scope) and
-// carries m's ID. Without an answer, the last SERVFAIL or REFUSED reply is
-// returned with a *RcodeError, else an error wrapping ErrTimeout or
-// ErrNetwork, or the context's error when the caller cancelled.
-func (g *Group) ExchangeScrubbed(ctx context.Context, m *dns.Msg) (*dns.Msg, ScrubResult, error) {
-	reply, _, result, err := g.exchange(ctx, m)
-	return reply, result, err
-}
-
-// exchange is Exchange and ExchangeScrubbed: the one resolution
-// (ExchangeWire) of m packed, its reply unpacked for a caller that wants a
-// dns.Msg.
-func (g *Group) exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, string, ScrubResult, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, err))
+// sendLocked sends the next attempt to the next server in order and sets
+// the timer for its RTO, which runs from the decision to send, as a.sent
+// says. It reports true when the resolution is over: the attempt could
+// not be sent, and that failure ends it (settleLocked).
+func (c *WireCall) sendLocked() (end bool) {
+	g := c.g
+	s := c.order[len(c.attempts)%len(c.order)]
+	s.mu.Lock()
+	rto := s.attemptTimeoutLocked(&g.opts)
+	s.mu.Unlock()
+	a := &c.first
+	if len(c.attempts) > 0 {
+		a = new(attempt)
 	}
-	bufp := packPool.Get().(*[]byte)
-	defer packPool.Put(bufp)
-	packed, err := m.PackBuffer((*bufp)[:cap(*bufp)])
+	*a = attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
+	c.attempts = append(c.attempts, a)
+	c.pending++
+	s.queries.Add(1)
+	c.rtoOf = a
+	binary.BigEndian.PutUint16(c.query, randomID())
+	var into *udpSock
+	if a == &c.first {
+		into = &c.sock
+	}
+	sock, err := s.plain.openUDP(c.query, c.qend, c, into)
 	if err != nil {
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: packing query: %w", g.name, err)
+		a.res = attemptResult{attempt: a,
+			err: fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(c.ctx, err))}
+		return c.settleLocked(a)
 	}
-	*bufp = packed[:0]
-	wr, err := g.ExchangeWire(ctx, packed, time.Time{})
-	if wr.Raw == nil {
-		return nil, "", ScrubResult{}, err
-	}
-	reply := new(dns.Msg)
-	if uerr := reply.Unpack(wr.Raw); uerr != nil {
-		// The view read it, miekg/dns does not (a record the view does not
-		// read through): as a reply that does not unpack, no answer.
-		return nil, "", ScrubResult{}, fmt.Errorf("group %s: %w: reply from %s does not unpack: %w", g.name, ErrNetwork, wr.Server, uerr)
-	}
-	reply.Id = m.Id
-	return reply, wr.Server, wr.Scrub, err
+	a.sock = sock
+	c.armLocked()
+	return false
 }
 
-// resolve runs the attempts of one resolution. The query is packed once;
-// each attempt gets a fresh random ID in those bytes and a socket of its
-// own (udpsock.go), whose replies the process's one reader hands to this
-// goroutine: no goroutine per attempt, except for the rare TCP retry of a
-// truncated reply. It returns only after every attempt has ended and every
-// socket is closed, so a resolution leaves nothing behind.
-//
-// It ends at deadline, or when ctx is done: the deadline is watched by a
-// pooled timer, so a caller need not make a context for it.
-//
-// The first attempt was sent already by StartWire (wirecall.go): the loop
-// goes on from it, its RTO counted from when it was sent, and its socket's
-// datagrams come on call.ch. The reply it returns is scrubbed (judge).
-func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, call *WireCall) (attemptResult, error) {
-	order := call.order
-	qend := call.qend
-	// Cancelling attemptCtx ends the TCP retries at once; made with the
-	// first one, as few replies are truncated.
-	var (
-		tcpCtx         context.Context
-		cancelAttempts context.CancelFunc = func() {}
-	)
-	defer func() { cancelAttempts() }()
-	// Each socket hands over at most one datagram before it is rearmed (the
-	// call's channel has room for all), and each TCP retry ends once.
-	datagrams := call.ch
-	var results chan attemptResult // made with the first TCP retry
-	var (
-		attempts = make([]*attempt, 0, g.opts.MaxAttempts)
-		failed   []attemptResult // attempts whose socket could not be opened or written
-		pending  int
-		tcp      int // attempts in waitingTCP
-		rtoTimer = timerPool.Get().(*time.Timer)
-		endTimer = timerPool.Get().(*time.Timer)
-		timedOut bool // the deadline passed
-	)
-	endTimer.Reset(time.Until(deadline))
-	defer func() {
-		rtoTimer.Stop()
-		timerPool.Put(rtoTimer)
-		endTimer.Stop()
-		timerPool.Put(endTimer)
-	}()
-	defer func() {
-		for _, a := range attempts {
-			if a.sock != nil {
-				a.sock.close()
-			}
+// replyLocked judges what a's socket read: an error, a truncated reply
+// (asked again over TCP), one that does not parse (a forgery or a broken
+// server, the socket rearmed: the genuine reply may still come), or a
+// reply judged (judge) and settled.
+func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
+	g := c.g
+	r := attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
+	if d.err != nil {
+		r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(c.ctx, d.err))
+	} else {
+		var m dnswire.Msg
+		if len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0 {
+			c.retryTCPLocked(a)
+			return false
 		}
-	}()
-	send := func() {
-		s := order[len(attempts)%len(order)]
-		s.mu.Lock()
-		rto := s.attemptTimeoutLocked(&g.opts)
-		s.mu.Unlock()
-		a := &attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
-		attempts = append(attempts, a)
-		pending++
-		s.queries.Add(1)
-		// The RTO runs from the decision to send, as a.sent says.
-		rtoTimer.Reset(rto)
-		binary.BigEndian.PutUint16(packed, randomID())
-		sock, err := s.plain.openUDP(packed, qend, datagrams, nil)
-		if err != nil {
-			failed = append(failed, attemptResult{attempt: a,
-				err: fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))})
+		if m.Parse(d.raw) != nil {
+			d.sock.plain.mismatches.Add(1)
+			d.sock.rearm()
+			return false
 		}
-		a.sock = sock
+		g.judge(a.server.plain, &m, d.raw, &c.scope, &r)
+		if r.err != nil {
+			// A failure reply may be the outcome later, after the reader's
+			// buffer is reused.
+			r.raw = append([]byte(nil), r.raw...)
+		} else {
+			r.inReader = len(r.raw) > 0 && &r.raw[0] == &d.raw[0]
+		}
 	}
-	// retryTCP asks a's server again over TCP (RFC 7766 section 5).
-	retryTCP := func(a *attempt) {
-		a.state = waitingTCP
-		tcp++
-		if tcpCtx == nil {
-			tcpCtx, cancelAttempts = context.WithDeadline(ctx, deadline)
-			results = make(chan attemptResult, g.opts.MaxAttempts)
-		}
-		// A copy: the next attempt writes its own ID into packed.
-		go g.exchangeTCP(tcpCtx, a, append([]byte(nil), packed...), &call.scope, results)
-	}
+	a.res = r
+	return c.settleLocked(a)
+}
 
-	var (
-		winner, lastRcode *attemptResult
-		lastErr           error
-		// ended holds the attempts that ended before the resolution, with
-		// room for all of them so winner and lastRcode stay valid.
-		endedAttempts = make([]attemptResult, 0, g.opts.MaxAttempts)
-		outstanding   []attemptResult
-	)
-	{
-		a := &call.first
-		attempts = append(attempts, a)
-		pending++
-		if call.firstErr != nil {
-			failed = append(failed, attemptResult{attempt: a, err: call.firstErr})
-		}
-		rtoTimer.Reset(a.rto - time.Since(a.sent))
-	}
-loop:
-	for {
-		var r attemptResult
-		if len(failed) > 0 {
-			r, failed = failed[0], failed[1:]
-			goto settle
-		}
-		select {
-		case d := <-datagrams:
-			a := attemptOf(attempts, d.sock)
-			if a == nil || a.state != waitingUDP {
-				continue
-			}
-			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
-			if d.err != nil {
-				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
-			} else {
-				var m dnswire.Msg
-				truncated := len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0
-				if truncated {
-					retryTCP(a)
-					continue
-				}
-				if m.Parse(d.raw) != nil {
-					// A forgery or a broken server; the genuine reply may
-					// still come.
-					d.sock.plain.mismatches.Add(1)
-					d.sock.rearm()
-					continue
-				}
-				g.judge(a.server.plain, &m, d.raw, &call.scope, &r)
-			}
-		case r = <-results:
-			if r.attempt.state == waitingTCP {
-				tcp--
-			}
-		case <-rtoTimer.C:
-			newest := attempts[len(attempts)-1]
-			newest.server.backOff()
-			if len(attempts) < g.opts.MaxAttempts {
-				send()
-			}
-			continue
-		case <-endTimer.C:
-			timedOut = true
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-	settle:
-		r.attempt.state = ended
-		pending--
-		if ErrorKind(r.err) == KindTimeout {
-			// Only the resolution's own deadline times an attempt out.
-			outstanding = append(outstanding, r)
-			lastErr = r.err
-			break loop
-		}
-		endedAttempts = append(endedAttempts, r)
-		if r.err == nil {
-			winner = &endedAttempts[len(endedAttempts)-1]
-			break loop
-		}
-		if r.replied() {
-			lastRcode = &endedAttempts[len(endedAttempts)-1]
-		}
-		lastErr = r.err
-		if ErrorKind(r.err) == KindOther {
-			// A cancelled caller or a query the server cannot be sent:
-			// another server would fare no better.
-			break loop
-		}
-		// SERVFAIL, REFUSED or a network error: this attempt is over,
-		// so the next need not wait for its RTO.
-		if len(attempts) < g.opts.MaxAttempts {
-			send()
-		} else if pending == 0 {
-			break loop
-		}
-	}
-	cancelAttempts()
-	for _, a := range attempts {
-		if a.state == waitingUDP {
-			outstanding = append(outstanding, attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)})
-		}
-	}
-	for ; tcp > 0; tcp-- {
-		outstanding = append(outstanding, <-results)
-	}
-	g.account(ctx, endedAttempts, outstanding, winner != nil)
-
+// settleLocked takes the result of attempt a (a.res) and reports whether
+// it ends the resolution: an answer, a timeout (only the resolution's own
+// deadline times an attempt out), a failure another server would fare no
+// better with (a cancelled caller, a query that cannot be sent), or the
+// last attempt's failure with none left waiting. Otherwise a failure
+// (SERVFAIL, REFUSED, a network error) sends the next attempt at once:
+// this one is over, so the next need not wait for its RTO.
+func (c *WireCall) settleLocked(a *attempt) (end bool) {
+	a.state = ended
+	c.pending--
+	r := &a.res
+	kind := ErrorKind(r.err)
 	switch {
-	case winner != nil:
-		return *winner, nil
-	case lastRcode != nil:
-		return *lastRcode, lastRcode.err
-	case ctx.Err() != nil:
-		return attemptResult{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
-	case timedOut:
-		return attemptResult{}, fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
-	case lastErr != nil:
-		return attemptResult{}, lastErr
+	case kind == KindTimeout:
+		a.lapsed = true
+		c.lastErr = r.err
+		return c.endLocked()
+	case r.err == nil:
+		c.winner = a
+		return c.endLocked()
 	}
-	return attemptResult{}, fmt.Errorf("group %s: %w", g.name, ErrTimeout)
+	if r.replied() {
+		c.lastRcode = a
+	}
+	c.lastErr = r.err
+	switch {
+	case kind == KindOther:
+		return c.endLocked()
+	case len(c.attempts) < c.g.opts.MaxAttempts:
+		return c.sendLocked()
+	case c.pending == 0:
+		return c.endLocked()
+	}
+	return false
+}
+
+// rtoLocked is the newest attempt's RTO running out: its server's next
+// RTO doubles (RFC 6298 section 5.5) and, attempts left, the next one is
+// sent; the timer then waits for the deadline, or the new attempt's RTO.
+func (c *WireCall) rtoLocked() (end bool) {
+	c.attempts[len(c.attempts)-1].server.backOff()
+	c.rtoOf = nil
+	if len(c.attempts) < c.g.opts.MaxAttempts {
+		return c.sendLocked()
+	}
+	c.armLocked()
+	return false
+}
+
+// retryTCPLocked asks a's server again over TCP (RFC 7766 section 5), on
+// a goroutine that hands its result to tcpDone.
+func (c *WireCall) retryTCPLocked(a *attempt) {
+	a.state = waitingTCP
+	c.tcp++
+	if c.tcpCtx == nil {
+		c.tcpCtx, c.tcpCancel = context.WithDeadline(c.ctx, c.deadline)
+	}
+	// A copy: the next attempt writes its own ID into the query.
+	go c.g.exchangeTCP(c.tcpCtx, a, append([]byte(nil), c.query...), &c.scope, c)
 }
 
 // judge settles a reply p's attempt got, m its view: a failure rcode
@@ -323,8 +211,8 @@ func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *att
 }
 
 // exchangeTCP asks a's server query again over TCP and hands the result
-// to out.
-func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, out chan<- attemptResult) {
+// to the call.
+func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, c *WireCall) {
 	p := a.server.plain
 	raw, err := p.exchangeTCP(ctx, query)
 	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
@@ -336,16 +224,8 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope
 			g.judge(p, &m, raw, scope, &r)
 		}
 	}
-	out <- r
+	c.tcpDone(r)
 }
-
-// timerPool recycles the resolutions' RTO timers. A stopped timer's channel
-// holds no stale tick (Go 1.23 timers), so Reset is all a reuse needs.
-var timerPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}}
 
 // attemptOf finds the attempt whose socket is sock.
 func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
@@ -426,5 +306,69 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		if !replied[s] {
 			g.markFailed(s)
 		}
+	}
+}
+
+// armLocked sets the call's timer for the RTO of rtoOf or the deadline,
+// whichever comes first.
+func (c *WireCall) armLocked() {
+	due := c.deadline
+	if a := c.rtoOf; a != nil {
+		due = minTime(due, a.sent.Add(a.rto))
+	}
+	c.due = due
+	if c.timer == nil {
+		c.timer = armCallTimer(c, time.Until(due))
+		return
+	}
+	c.timer.t.Reset(time.Until(due))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// callTimer is a pooled timer whose function runs its call's expire: a
+// resolution that ends before it fires stops it and gives it back,
+// costing no allocation. A firing the call has moved past (it was reset
+// meanwhile, or the timer went back to the pool and on to another call)
+// finds the call not due (WireCall.due) and does nothing.
+type callTimer struct {
+	t    *time.Timer
+	call atomic.Pointer[WireCall]
+}
+
+var callTimers sync.Pool
+
+func armCallTimer(c *WireCall, d time.Duration) *callTimer {
+	ct, _ := callTimers.Get().(*callTimer)
+	if ct == nil {
+		ct = new(callTimer)
+		ct.t = time.AfterFunc(time.Hour, ct.fire)
+		ct.t.Stop()
+	}
+	ct.call.Store(c)
+	ct.t.Reset(d)
+	return ct
+}
+
+func (ct *callTimer) fire() {
+	if c := ct.call.Load(); c != nil {
+		c.expire()
+	}
+}
+
+// stop stops the timer; one that has fired already is not reused (its
+// function may still be about to run).
+func (ct *callTimer) stop() {
+	if ct == nil {
+		return
+	}
+	if ct.t.Stop() {
+		ct.call.Store(nil)
+		callTimers.Put(ct)
 	}
 }

@@ -16,14 +16,14 @@ import (
 // process's one reader (udpsock_linux.go: a goroutine in the runtime's
 // poller watching every attempt socket through one epoll set) reads what
 // arrives, drops what is not a response to its query (ID, question:
-// accepts), counting a mismatch, and hands the first plausible reply to the
-// socket's channel as a datagram (or, for the first attempt of a StartWire
-// resolution, gives it to the resolution itself: wirecall.go). It then
-// reads nothing more from that socket until the owner, having read the
-// reply, either closes the socket (the resolution is over) or rearms it
-// (the reply did not parse: a forgery or a broken server; the genuine
-// reply may follow). So a miss costs no goroutine per attempt, and every
-// attempt's socket can stay open until its resolution ends.
+// accepts), counting a mismatch, and gives the first plausible reply to
+// the socket's owner (sockOwner: the resolution, WireCall.datagram, or a
+// lone exchange's channel). It then reads nothing more from that socket
+// until the owner, having judged the reply, either closes the socket (the
+// resolution is over) or rearms it (the reply did not parse: a forgery or
+// a broken server; the genuine reply may follow). So a miss costs no
+// goroutine per attempt, and every attempt's socket can stay open until
+// its resolution ends.
 
 // datagram is what an attempt's socket hands its owner: a reply that passed
 // accepts, or the socket's error (ECONNREFUSED: the attempt is over).
@@ -31,6 +31,28 @@ type datagram struct {
 	sock *udpSock
 	raw  []byte
 	err  error
+}
+
+// sockOwner is who an attempt socket's datagrams go to. datagram is called
+// on the reader's goroutine, d.raw in its buffer (valid only during the
+// call); it must not block.
+type sockOwner interface {
+	datagram(d datagram)
+}
+
+// replyChan is the owner of a lone exchange's socket (Plain.exchangeUDP):
+// the datagram, copied, on a channel with room for one (a socket hands
+// over one before it is rearmed).
+type replyChan chan datagram
+
+func (ch replyChan) datagram(d datagram) {
+	if d.raw != nil {
+		d.raw = append([]byte(nil), d.raw...)
+	}
+	select {
+	case ch <- d:
+	default:
+	}
 }
 
 // errBadQuery is a query the UDP transport cannot frame: a compressed or

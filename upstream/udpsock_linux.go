@@ -15,10 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inlineReplies: the reader gives a WireCall its first attempt's reply
-// itself (wirecall.go).
-const inlineReplies = true
-
 // udpSock is one attempt's connected UDP socket, a raw file descriptor: no
 // net.Conn, no os.File, nothing for the garbage collector to finalize.
 type udpSock struct {
@@ -28,11 +24,7 @@ type udpSock struct {
 	token uint64 // the socket's key in the reader's table and its epoll data
 	plain *Plain
 	replyMatch
-	out chan<- datagram
-	// call, when set, is the StartWire resolution whose first attempt
-	// this is: the reader hands it the reply itself (WireCall.datagram)
-	// instead of sending it on out.
-	call *WireCall
+	owner sockOwner // given every datagram, by the reader (sockOwner)
 }
 
 // sysRaw runs a system call that cannot block (every socket here is
@@ -118,19 +110,18 @@ func (r *udpReader) drain(fd uintptr) bool {
 				continue
 			}
 			if d, ok := s.readable(r); ok {
-				// Outside s.mu: the call may end the resolution, which
+				// Outside s.mu: the owner may end the resolution, which
 				// closes s.
-				s.call.datagram(d)
+				s.owner.datagram(d)
 			}
 		}
 	}
 }
 
-// readable reads s until a datagram passes accepts (handed to s.out, and
-// the socket left unarmed), an error (handed over), or nothing is left
-// (the socket rearmed). A socket of a WireCall hands nothing over: the
-// datagram is returned (ok), its bytes in the reader's buffer, for the
-// caller to give the call once s.mu is released.
+// readable reads s until a datagram passes accepts or an error comes
+// (returned, ok, its bytes in the reader's buffer, for the caller to give
+// the owner once s.mu is released; the socket is left unarmed), or nothing
+// is left (the socket rearmed).
 func (s *udpSock) readable(r *udpReader) (d datagram, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,11 +137,7 @@ func (s *udpSock) readable(r *udpReader) (d datagram, ok bool) {
 			s.armLocked(unix.EPOLL_CTL_MOD)
 			return d, false
 		case e != 0:
-			if s.call != nil {
-				return datagram{sock: s, err: e}, true
-			}
-			s.hand(datagram{sock: s, err: e})
-			return d, false
+			return datagram{sock: s, err: e}, true
 		}
 		if !s.accepts(r.buf[:n]) {
 			// Keep reading: the genuine reply may still be on its way,
@@ -159,21 +146,7 @@ func (s *udpSock) readable(r *udpReader) (d datagram, ok bool) {
 			s.plain.mismatches.Add(1)
 			continue
 		}
-		if s.call != nil {
-			return datagram{sock: s, raw: r.buf[:n]}, true
-		}
-		s.hand(datagram{sock: s, raw: append([]byte(nil), r.buf[:n]...)})
-		return d, false
-	}
-}
-
-// hand gives d to the socket's owner. The channel has room for one
-// datagram per socket, and a socket hands over at most one before its owner
-// rearms it, so this never blocks; the default is only a guard.
-func (s *udpSock) hand(d datagram) {
-	select {
-	case s.out <- d:
-	default:
+		return datagram{sock: s, raw: r.buf[:n]}, true
 	}
 }
 
@@ -291,9 +264,10 @@ func (rs *sockServer) connectedToSelf(fd int) bool {
 
 // openUDP sends packed (a query whose ID the caller has just made random,
 // and whose question section ends at qend) from a new socket connected to
-// p's server; replies arrive on out, or, when call is set, are given to it.
-// The caller closes the socket.
-func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, call *WireCall) (*udpSock, error) {
+// p's server, in into when set (a call's first attempt: one allocation
+// less), else a new one; replies are given to owner. The caller closes the
+// socket.
+func (p *Plain) openUDP(packed []byte, qend int, owner sockOwner, into *udpSock) (*udpSock, error) {
 	r, err := theReader()
 	if err != nil {
 		return nil, err
@@ -325,14 +299,11 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, call *Wire
 	if fd < 0 {
 		return nil, errSelfConnect
 	}
-	// A call's first socket lives in the call: one allocation less.
-	var s *udpSock
-	if call != nil {
-		s = &call.sock
-	} else {
+	s := into
+	if s == nil {
 		s = new(udpSock)
 	}
-	s.fd, s.plain, s.replyMatch, s.out, s.call = fd, p, matchOf(packed, qend), out, call
+	s.fd, s.plain, s.replyMatch, s.owner = fd, p, matchOf(packed, qend), owner
 	r.mu.Lock()
 	r.next++
 	s.token = r.next

@@ -13,11 +13,10 @@ type udpSock struct {
 	conn  net.Conn
 	plain *Plain
 	replyMatch
-	out    chan<- datagram
-	again  chan struct{}
-	done   chan struct{}
-	exited chan struct{} // closed when read returns: nothing more is sent on out
-	once   sync.Once
+	owner sockOwner
+	again chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 // sockServer is unused here.
@@ -25,12 +24,8 @@ type sockServer struct{}
 
 func newSockServer(string) (*sockServer, error) { return &sockServer{}, nil }
 
-// inlineReplies: without the Linux reader there is no goroutine to give a
-// WireCall its reply, so StartWire runs every resolution on a goroutine.
-const inlineReplies = false
-
-// openUDP is the Linux one's; call is never set here (inlineReplies).
-func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, _ *WireCall) (*udpSock, error) {
+// openUDP is the Linux one's; into is not used here.
+func (p *Plain) openUDP(packed []byte, qend int, owner sockOwner, _ *udpSock) (*udpSock, error) {
 	var conn net.Conn
 	for range maxSelfConnects {
 		c, err := net.Dial("udp", p.addr)
@@ -46,8 +41,8 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, _ *WireCal
 	if conn == nil {
 		return nil, errSelfConnect
 	}
-	s := &udpSock{conn: conn, plain: p, replyMatch: matchOf(packed, qend), out: out,
-		again: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{})}
+	s := &udpSock{conn: conn, plain: p, replyMatch: matchOf(packed, qend), owner: owner,
+		again: make(chan struct{}, 1), done: make(chan struct{})}
 	if _, err := conn.Write(packed); err != nil {
 		conn.Close()
 		return nil, err
@@ -56,8 +51,10 @@ func (p *Plain) openUDP(packed []byte, qend int, out chan<- datagram, _ *WireCal
 	return s, nil
 }
 
+// read is the socket's goroutine: it gives its owner each datagram
+// (which may close the socket; close does not wait for it), then waits to
+// be rearmed.
 func (s *udpSock) read() {
-	defer close(s.exited)
 	buf := make([]byte, maxMessageSize)
 	for {
 		n, err := s.conn.Read(buf)
@@ -65,7 +62,7 @@ func (s *udpSock) read() {
 			select {
 			case <-s.done:
 			default:
-				s.out <- datagram{sock: s, err: err}
+				s.owner.datagram(datagram{sock: s, err: err})
 			}
 			return
 		}
@@ -73,7 +70,7 @@ func (s *udpSock) read() {
 			s.plain.mismatches.Add(1)
 			continue
 		}
-		s.out <- datagram{sock: s, raw: append([]byte(nil), buf[:n]...)}
+		s.owner.datagram(datagram{sock: s, raw: buf[:n]})
 		select {
 		case <-s.again:
 		case <-s.done:
@@ -93,6 +90,5 @@ func (s *udpSock) close() {
 	s.once.Do(func() {
 		close(s.done)
 		s.conn.Close()
-		<-s.exited
 	})
 }

@@ -2,35 +2,35 @@ package upstream
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// StartWire is the one resolution of a Group (ExchangeWire and Exchange wait
-// for it): the first attempt is sent by the caller's goroutine before
-// StartWire returns, and when its reply is the first to come and an
-// answer, the process's attempt reader (udpsock_linux.go) ends the
-// resolution itself: it scrubs the reply, closes the socket, accounts
-// health and RTT, and gives the reply to the receiver. A goroutine takes the
-// resolution over (the same loop as ExchangeWire's, from where it stands)
-// only for what needs waiting or blocking: the first attempt's RTO or the
-// deadline running out (a timer's goroutine), a reply that is not clean
-// (TC → TCP, SERVFAIL, REFUSED, one that does not parse: a new goroutine),
-// a network error, or Kick.
+// StartWire is the one resolution of a Group (ExchangeWire and Exchange
+// wait for it). It is no loop on a goroutine of its own but a call
+// (WireCall) that events move on (issue 22: one end of a resolution),
+// each on the goroutine that brings it: the caller's, which sends the
+// first attempt before StartWire returns; the process's attempt reader
+// (udpsock_linux.go), which hands over every attempt's reply; the call's
+// timer, for an RTO or the deadline; a TCP retry's goroutine; Kick. Each
+// event goes through the same rules (resolution.go: judge, the next
+// attempt, TC → TCP) and a resolution that is over ends in one place
+// (finish: sockets closed, health and RTT accounted, the receiver told).
+// So a first reply that is an answer is judged, scrubbed and delivered by
+// the attempt reader itself, with no goroutine woken, and a retransmission
+// is sent by the timer's goroutine, the next attempt after a SERVFAIL by
+// the reader: nothing waits on a channel, and no goroutine is started but
+// for a TCP retry (it dials and blocks).
 
 // WireReceiver gets a StartWire resolution's outcome, exactly once.
 type WireReceiver interface {
-	// ReceiveWire is called with what ExchangeWire would have returned.
-	// When wr.Raw is set it may be called on the attempt reader's
-	// goroutine: it must not block, and wr.Raw is valid only until it
-	// returns (a copy is the receiver's to make). Otherwise it is called
-	// on a goroutine of the resolution's own, which it may keep.
+	// ReceiveWire is called with what ExchangeWire would have returned,
+	// on whichever goroutine ended the resolution (the attempt reader's,
+	// the call's timer's, a TCP retry's): it must not block, and wr.Raw is
+	// valid only until it returns (a copy is the receiver's to make).
 	ReceiveWire(wr WireReply, err error)
 }
 
@@ -65,19 +65,33 @@ type WireCall struct {
 	qend     int
 	scope    Scope // what the servers are believed about
 
-	first    attempt
-	firstErr error   // the first attempt could not be sent
-	sock     udpSock // the first attempt's (Linux)
-
 	delivered atomic.Bool // the receiver was called
 
-	mu    sync.Mutex
-	state callState
-	ch    chan datagram // the resolution loop's, once it took over
-	timer *callTimer    // while inline: the first attempt's RTO or the deadline
+	// The resolution's state, under mu: every event takes it.
+	mu       sync.Mutex
+	state    callState
+	attempts []*attempt // sent, in order
+	pending  int        // attempts without a result
+	tcp      int        // attempts waiting for their TCP retry
+	winner   *attempt   // the attempt whose reply is the answer
+	// lastRcode is the latest attempt answered SERVFAIL or REFUSED,
+	// lastErr the latest failure of any kind.
+	lastRcode *attempt
+	lastErr   error
+	timedOut  bool            // the deadline passed
+	tcpCtx    context.Context // the TCP retries', made with the first
+	tcpCancel context.CancelFunc
+	// timer is the call's one timer, set for due: the RTO of rtoOf (the
+	// newest attempt, until its RTO ran out) or the deadline, whichever
+	// comes first.
+	timer *callTimer
+	due   time.Time
+	rtoOf *attempt
 
-	ended [1]attemptResult   // the inline end's, for account
-	buf   [maxWireQuery]byte // query's room
+	first       attempt // the first attempt, and its socket, in the call
+	sock        udpSock // (Linux): no allocation for them per miss
+	attemptRoom [3]*attempt
+	buf         [maxWireQuery]byte // query's room
 }
 
 // maxWireQuery is the size of a query with the longest name (255 bytes),
@@ -88,15 +102,15 @@ const maxWireQuery = 12 + 255 + 4 + 11
 type callState uint8
 
 const (
-	callInline callState = iota // the reader may end it
-	callLoop                    // a goroutine runs the resolution loop
+	callRunning callState = iota
+	callEnding            // over, waiting for its TCP retries to return
 	callDone
 )
 
 // StartWire starts resolving q with c, a zero WireCall, and returns at
-// once; recv gets the outcome. Kick makes the resolution notice that q.Ctx
-// is done; nothing else watches it until a goroutine takes the resolution
-// over.
+// once; recv gets the outcome. The first attempt is sent before StartWire
+// returns. Kick makes the resolution notice that q.Ctx is done; the
+// deadline is the call's timer's.
 func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 	ctx, query, deadline := q.Ctx, q.Packed, q.Deadline
 	c.g, c.ctx, c.recv = g, ctx, recv
@@ -122,86 +136,181 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 	}
 	c.qend = qend
 	c.order = g.usable()
+	c.attempts = c.attemptRoom[:0]
+	// Held while sending: the reply may be read before the first attempt's
+	// socket is written, and the reader waits for the lock.
+	c.mu.Lock()
+	end := c.sendLocked()
+	c.mu.Unlock()
+	if end {
+		// Every attempt failed at once (no socket): the receiver is told
+		// on a goroutine, never inside StartWire.
+		go c.finish()
+	}
+}
 
-	// Held while sending: the reply may be read before openUDP returns.
+// event runs on, one of the call's events, under the call's lock, and the
+// one end (finish) when on says the resolution is over. A panic ends the
+// resolution (recoverPanic).
+func (c *WireCall) event(on func() (end bool)) {
+	defer c.recoverPanic()
+	if c.locked(on) {
+		c.finish()
+	}
+}
+
+// locked runs on under c.mu, unlocked again even when on panics.
+func (c *WireCall) locked(on func() bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var (
-		out    chan datagram
-		inline *WireCall
-	)
-	if inlineReplies {
-		inline = c
-	} else {
-		c.handOverLocked()
-		out = c.ch
-	}
-	s := c.order[0]
-	s.mu.Lock()
-	rto := s.attemptTimeoutLocked(&g.opts)
-	s.mu.Unlock()
-	a := &c.first
-	*a = attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
-	s.queries.Add(1)
-	binary.BigEndian.PutUint16(c.query, randomID())
-	sock, err := s.plain.openUDP(c.query, qend, out, inline)
-	if err != nil {
-		c.firstErr = fmt.Errorf("sending to %s over udp: %w", s.plain.Address(), classify(ctx, err))
-	}
-	a.sock = sock
-	if err != nil || !inlineReplies {
-		if c.state == callInline {
-			c.handOverLocked()
-		}
-		go c.loop()
-		return
-	}
-	c.timer = armCallTimer(c, min(rto, time.Until(deadline)))
+	return on()
 }
 
-// handOverLocked makes the resolution the loop's; c.mu is held.
-func (c *WireCall) handOverLocked() {
-	c.state = callLoop
-	c.ch = make(chan datagram, c.g.opts.MaxAttempts)
+// datagram is an event: the reply (or the error) one of the call's
+// attempt sockets read, d.raw in the reader's buffer.
+func (c *WireCall) datagram(d datagram) { c.event(func() bool { return c.datagramLocked(d) }) }
+
+func (c *WireCall) datagramLocked(d datagram) (end bool) {
+	if c.state != callRunning {
+		return false
+	}
+	a := attemptOf(c.attempts, d.sock)
+	if a == nil || a.state != waitingUDP {
+		return false
+	}
+	return c.replyLocked(a, d)
 }
 
-// datagram is the reader's hand-over of the first attempt's reply (or
-// error), d.raw in the reader's buffer.
-func (c *WireCall) datagram(d datagram) {
-	c.mu.Lock()
+// expire is an event: the call's timer fired (the RTO of the newest
+// attempt, or the deadline).
+func (c *WireCall) expire() { c.event(c.expireLocked) }
+
+func (c *WireCall) expireLocked() (end bool) {
+	now := time.Now()
+	if c.state != callRunning {
+		return false
+	}
+	if now.Before(c.due) {
+		// A firing the call has moved past (callTimer), or one early by a
+		// deadline without a monotonic reading: the timer is set for due
+		// again, which changes nothing for the former.
+		c.timer.t.Reset(c.due.Sub(now))
+		return false
+	}
+	if !now.Before(c.deadline) {
+		c.timedOut = true
+		return c.endLocked()
+	}
+	return c.rtoLocked()
+}
+
+// tcpDone is an event: the TCP retry of r's attempt returned.
+func (c *WireCall) tcpDone(r attemptResult) { c.event(func() bool { return c.tcpDoneLocked(r) }) }
+
+func (c *WireCall) tcpDoneLocked(r attemptResult) (end bool) {
+	c.tcp--
+	a := r.attempt
+	a.res = r
 	switch c.state {
-	case callDone:
-		c.mu.Unlock()
-		return
-	case callLoop:
-		c.giveLoopLocked(d)
-		c.mu.Unlock()
+	case callRunning:
+		return c.settleLocked(a)
+	case callEnding:
+		// The resolution ended while the retry ran: its result is
+		// accounted as outstanding; the last one ends the call.
+		a.lapsed = true
+		if c.tcp == 0 {
+			c.state = callDone
+			return true
+		}
+	}
+	return false
+}
+
+// Kick is an event: the caller's context may be done (shutdown, a caller
+// that gave up). If it is, the resolution ends as cancelled, the receiver
+// called before Kick returns (so Kick must not be called holding a lock
+// the receiver takes); otherwise, or once it ended, Kick does nothing.
+func (c *WireCall) Kick() {
+	if c.g == nil { // never started by a Group (a test's upstream)
 		return
 	}
-	// The reader ends the resolution itself only for an answer: what needs
-	// another attempt (a failure rcode, TC, a reply that does not parse, a
-	// socket error) is the loop's.
-	var m dnswire.Msg
-	if d.err != nil || m.Parse(d.raw) != nil || m.Flags&dnswire.FlagTC != 0 || isFailureRcode(m.Rcode()) {
-		c.handOverLocked()
-		c.giveLoopLocked(d)
-		c.mu.Unlock()
-		c.timer.stop()
-		go c.loop()
-		return
+	c.event(c.kickLocked)
+}
+
+func (c *WireCall) kickLocked() (end bool) {
+	if c.state != callRunning || c.ctx.Err() == nil {
+		return false
+	}
+	return c.endLocked()
+}
+
+// endLocked ends the resolution: its timer stopped, the TCP retries
+// cancelled, the attempts still waiting accounted as outstanding. It
+// reports true when finish is due now, false while TCP retries are still
+// to return (the last one finishes).
+func (c *WireCall) endLocked() bool {
+	c.state = callEnding
+	c.timer.stop()
+	c.timer = nil
+	if c.tcpCancel != nil {
+		c.tcpCancel()
+	}
+	now := c.g.opts.Now()
+	for _, a := range c.attempts {
+		if a.state == waitingUDP {
+			a.res = attemptResult{attempt: a, rtt: now.Sub(a.start)}
+			a.lapsed = true
+		}
+	}
+	if c.tcp > 0 {
+		if w := c.winner; w != nil && w.res.inReader {
+			w.res.raw = append([]byte(nil), w.res.raw...)
+			w.res.inReader = false
+		}
+		return false
 	}
 	c.state = callDone
-	c.mu.Unlock()
-	defer c.recoverPanic()
-	c.timer.stop()
-	a := &c.first
-	a.state = ended
-	raw, scrub := c.g.scrubRaw(&m, d.raw, &c.scope)
-	c.ended[0] = attemptResult{attempt: a, raw: raw, rtt: c.g.opts.Now().Sub(a.start)}
-	a.sock.close()
-	c.g.account(c.ctx, c.ended[:], nil, true)
-	c.ended[0] = attemptResult{}
-	c.deliver(WireReply{Raw: raw, Scrub: scrub, Server: a.server.plain.Address()}, nil)
+	return true
+}
+
+// finish is the one end of every resolution, once it is over
+// (callDone): every socket closed, health and RTT accounted, and the
+// receiver given the answer, the last failure reply, or the error.
+func (c *WireCall) finish() {
+	var endedRoom, outstandingRoom [4]attemptResult
+	ended, outstanding := endedRoom[:0], outstandingRoom[:0]
+	for _, a := range c.attempts {
+		if a.sock != nil {
+			a.sock.close()
+		}
+		if a.lapsed {
+			outstanding = append(outstanding, a.res)
+		} else {
+			ended = append(ended, a.res)
+		}
+	}
+	c.g.account(c.ctx, ended, outstanding, c.winner != nil)
+	c.deliver(c.outcome())
+}
+
+// outcome is what the receiver is given (Exchange's errors).
+func (c *WireCall) outcome() (WireReply, error) {
+	g, ctx := c.g, c.ctx
+	switch {
+	case c.winner != nil:
+		r := &c.winner.res
+		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.winner.server.plain.Address()}, nil
+	case c.lastRcode != nil:
+		r := &c.lastRcode.res
+		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.lastRcode.server.plain.Address()}, r.err
+	case ctx.Err() != nil:
+		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+	case c.timedOut:
+		return WireReply{}, fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
+	case c.lastErr != nil:
+		return WireReply{}, c.lastErr
+	}
+	return WireReply{}, fmt.Errorf("group %s: %w", g.name, ErrTimeout)
 }
 
 // deliver gives the receiver the outcome, once.
@@ -221,9 +330,9 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("resolution panicked: %v", e.Value) }
 
-// recoverPanic, deferred, ends a resolution that panicked with a
-// PanicError, unless the receiver was called already (a panic of its
-// own is its to recover).
+// recoverPanic, deferred by every event, ends a resolution that panicked
+// with a PanicError, its sockets closed, unless the receiver was called
+// already (a panic of its own is its to recover).
 func (c *WireCall) recoverPanic() {
 	if v := recover(); v != nil {
 		if c.delivered.Load() {
@@ -231,102 +340,18 @@ func (c *WireCall) recoverPanic() {
 		}
 		c.mu.Lock()
 		c.state = callDone
+		c.timer.stop()
+		c.timer = nil
+		if c.tcpCancel != nil {
+			c.tcpCancel()
+		}
+		attempts := c.attempts
 		c.mu.Unlock()
+		for _, a := range attempts {
+			if a.sock != nil {
+				a.sock.close()
+			}
+		}
 		c.deliver(WireReply{}, &PanicError{Value: v, Stack: debug.Stack()})
-	}
-}
-
-// giveLoopLocked queues d for the loop, its bytes copied out of the
-// reader's buffer; c.mu is held.
-func (c *WireCall) giveLoopLocked(d datagram) {
-	if d.raw != nil {
-		d.raw = append([]byte(nil), d.raw...)
-	}
-	select {
-	case c.ch <- d:
-	default: // a socket hands over one datagram before it is rearmed
-	}
-}
-
-// expire is the timer's: the first attempt's RTO (or the deadline) ran
-// out while the resolution was inline; the loop takes it over on the
-// timer's goroutine and sends the next attempt.
-func (c *WireCall) expire() {
-	c.mu.Lock()
-	if c.state != callInline {
-		c.mu.Unlock()
-		return
-	}
-	c.handOverLocked()
-	c.mu.Unlock()
-	c.loop()
-}
-
-// Kick hands an inline resolution to a goroutine, which sees that ctx is
-// done (shutdown); it does nothing to one already handed over or ended.
-func (c *WireCall) Kick() {
-	c.mu.Lock()
-	if c.g == nil || c.state != callInline { // never started by a Group (a test's upstream), or not inline
-		c.mu.Unlock()
-		return
-	}
-	c.handOverLocked()
-	c.mu.Unlock()
-	c.timer.stop()
-	go c.loop()
-}
-
-// loop runs the resolution from where it stands (Group.resolve with c) and
-// gives the outcome to the receiver.
-func (c *WireCall) loop() {
-	defer c.recoverPanic()
-	r, err := c.g.resolve(c.ctx, c.deadline, c.query, c)
-	c.mu.Lock()
-	c.state = callDone
-	c.mu.Unlock()
-	wr := WireReply{Raw: r.raw, Scrub: r.scrub}
-	if r.attempt != nil {
-		wr.Server = r.attempt.server.plain.Address()
-	}
-	c.deliver(wr, err)
-}
-
-// callTimer is a pooled timer whose function runs its call's expire: a
-// resolution that ends inline stops it and gives it back, costing no
-// allocation.
-type callTimer struct {
-	t    *time.Timer
-	call atomic.Pointer[WireCall]
-}
-
-var callTimers sync.Pool
-
-func armCallTimer(c *WireCall, d time.Duration) *callTimer {
-	ct, _ := callTimers.Get().(*callTimer)
-	if ct == nil {
-		ct = new(callTimer)
-		ct.t = time.AfterFunc(time.Hour, ct.fire)
-		ct.t.Stop()
-	}
-	ct.call.Store(c)
-	ct.t.Reset(d)
-	return ct
-}
-
-func (ct *callTimer) fire() {
-	if c := ct.call.Swap(nil); c != nil {
-		c.expire()
-	}
-}
-
-// stop stops the timer; one that has fired already is not reused (its
-// function may still be about to run).
-func (ct *callTimer) stop() {
-	if ct == nil {
-		return
-	}
-	if ct.t.Stop() {
-		ct.call.Store(nil)
-		callTimers.Put(ct)
 	}
 }

@@ -3,6 +3,8 @@ package upstream
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -21,9 +23,9 @@ func (r recvChan) ReceiveWire(wr WireReply, err error) {
 	r <- wireOutcome{wr, err}
 }
 
-// A resolution waiting for its first reply has no goroutine watching its
-// context: Kick hands it to one, which ends it as cancelled, the server's
-// silence not counted against it (the caller gave up, not the server).
+// Nothing watches a resolution's context: Kick, after the context is
+// done, ends it as cancelled, the server's silence not counted against it
+// (the caller gave up, not the server).
 func TestStartWireKick(t *testing.T) {
 	u := dnstest.NewUpstream(t)
 	u.SetFault("drop.example.", dnstest.Fault{Drop: true})
@@ -56,9 +58,8 @@ func TestStartWireKick(t *testing.T) {
 	}
 }
 
-// A first attempt sent inline whose RTO runs out is resent by the
-// resolution loop, and the slow server's reply to any attempt is heard,
-// as bytes.
+// A first attempt whose RTO runs out is resent by the call's timer, and
+// the slow server's reply to any attempt is heard, as bytes.
 func TestStartWireRetransmits(t *testing.T) {
 	u := dnstest.NewUpstream(t)
 	u.Add(t, "slow.example. 60 IN A 192.0.2.7")
@@ -83,5 +84,76 @@ func TestStartWireRetransmits(t *testing.T) {
 	}
 	if n := u.Count("slow.example.", dns.TypeA); n != 2 {
 		t.Errorf("%d attempts, want 2 (the inline one and its retransmission)", n)
+	}
+}
+
+// The one end waits for a TCP retry still running: an answer to the next
+// attempt that arrives while the first server's TC reply is being asked
+// again over TCP (a connection that never answers) ends the resolution at
+// once, the retry cancelled, and the answer, read into the attempt
+// reader's buffer, is delivered intact after the retry returned.
+func TestStartWireAnswerWhileTCPRetryRuns(t *testing.T) {
+	pc, ln := dnstest.ListenPair(t)
+	go func() { // UDP: every query answered TC, no records
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil {
+				continue
+			}
+			r := new(dns.Msg).SetReply(q)
+			r.Truncated = true
+			if out, err := r.Pack(); err == nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	accepted := make(chan net.Conn, 1)
+	go func() { // TCP: the retry's connection is held, never answered
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	b := dnstest.NewUpstream(t)
+	b.Add(t, "both.example. 60 IN A 192.0.2.9")
+	g, err := NewGroup(".", []string{pc.LocalAddr().String(), b.Addr}, GroupOptions{
+		MinAttemptTimeout: 20 * time.Millisecond, InitialAttemptTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	recv := make(recvChan, 1)
+	var c WireCall
+	g.StartWire(&c, WireQuery{Ctx: context.Background(), Packed: packedQuery(t, "both.example.", dns.TypeA),
+		Deadline: time.Now().Add(time.Hour)}, recv)
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+		defer conn.Close()
+	case <-time.After(waitTimeout):
+		t.Fatal("no TCP retry reached the first server")
+	}
+	var got wireOutcome
+	select {
+	case got = <-recv:
+	case <-time.After(waitTimeout):
+		t.Fatal("the answer did not end the resolution")
+	}
+	if got.err != nil || got.wr.Server != b.Addr {
+		t.Fatalf("got %+v, %v; want the second server's answer", got.wr, got.err)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(got.wr.Raw); err != nil || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "192.0.2.9" {
+		t.Fatalf("reply %v, %v; want one A 192.0.2.9", m, err)
+	}
+	// The retry was cancelled: its connection is closed by towerd.
+	_ = conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Errorf("the retry's connection was not closed: %v", err)
 	}
 }
