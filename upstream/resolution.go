@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,8 +157,33 @@ func (g *Group) resolve(ctx context.Context, deadline time.Time, packed []byte, 
 			}
 		}
 	}()
+	// answeredRcode are the servers that answered this question with a
+	// failure rcode (SERVFAIL, REFUSED): a server that said it cannot
+	// answer is not asked the same question again in this resolution
+	// (dnsmasq asks a sole server once; towerd asked it three times).
+	var answeredRcode []*server
+	// next is the server the next attempt goes to, in turn, skipping those;
+	// nil when none is left.
+	next := func() *server {
+		for i := range order {
+			if s := order[(len(attempts)+i)%len(order)]; !slices.Contains(answeredRcode, s) {
+				return s
+			}
+		}
+		return nil
+	}
+	// waitingOn reports whether an attempt still waiting may yet bring an
+	// answer: one to a server that has not answered with a failure rcode.
+	waitingOn := func() bool {
+		for _, a := range attempts {
+			if a.state != ended && !slices.Contains(answeredRcode, a.server) {
+				return true
+			}
+		}
+		return false
+	}
 	send := func() {
-		s := order[len(attempts)%len(order)]
+		s := next()
 		s.mu.Lock()
 		rto := s.attemptTimeoutLocked(&g.opts)
 		s.mu.Unlock()
@@ -218,6 +244,11 @@ loop:
 				continue
 			}
 			r = attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
+			if d.err == nil {
+				// Its socket accepted it: whatever it says, and whether
+				// it unpacks or not, the server is talking (silence.go).
+				a.server.heard()
+			}
 			if d.err != nil {
 				r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(ctx, d.err))
 			} else {
@@ -242,8 +273,11 @@ loop:
 			}
 		case <-rtoTimer.C:
 			newest := attempts[len(attempts)-1]
-			newest.server.backOff()
-			if len(attempts) < g.opts.MaxAttempts {
+			if newest.state == waitingUDP {
+				newest.server.backOff()
+				g.suspect(newest.server, newest.sent)
+			}
+			if len(attempts) < g.opts.MaxAttempts && next() != nil {
 				send()
 			}
 			continue
@@ -269,6 +303,9 @@ loop:
 		}
 		if r.replied() {
 			lastRcode = &endedAttempts[len(endedAttempts)-1]
+			if !slices.Contains(answeredRcode, r.attempt.server) {
+				answeredRcode = append(answeredRcode, r.attempt.server)
+			}
 		}
 		lastErr = r.err
 		if ErrorKind(r.err) == KindOther {
@@ -278,9 +315,9 @@ loop:
 		}
 		// SERVFAIL, REFUSED or a network error: this attempt is over,
 		// so the next need not wait for its RTO.
-		if len(attempts) < g.opts.MaxAttempts {
+		if len(attempts) < g.opts.MaxAttempts && next() != nil {
 			send()
-		} else if pending == 0 {
+		} else if pending == 0 || !waitingOn() {
 			break loop
 		}
 	}
@@ -329,6 +366,7 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope
 	raw, err := p.exchangeTCP(ctx, query)
 	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
 	if err == nil {
+		a.server.heard() // a reply, parsed or not (silence.go)
 		var m dnswire.Msg
 		if perr := m.Parse(raw); perr != nil {
 			r.err = fmt.Errorf("reading from %s over tcp: %w: %w", p.addr, ErrNetwork, perr)
@@ -361,13 +399,14 @@ func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
 // health. ended are the attempts that ended on their own (a reply or an
 // error), outstanding the ones still waiting when the resolution ended.
 //
-// Health is judged per server and resolution: a server that replied to any
-// attempt, whatever the rcode, is up; one that replied to none, while an
-// attempt to it failed on the network or waited out its full RTO, failed
-// once. A slow server whose first packet is answered after its retransmission
-// went out has therefore not failed, and an rcode about one name never
-// counts. A server that stays silent while another answers does count: a
-// dead first server would otherwise hold every query for its RTO forever.
+// A server that replied to any attempt, whatever the rcode, is up; one
+// that replied to none, while an attempt to it failed on the network or
+// waited out its full RTO, is suspect: its silence watcher decides
+// (silence.go). A slow server whose first packet is answered after its
+// retransmission went out has therefore not failed, and an rcode about one
+// name never counts. A server that stays silent while another answers is
+// suspect too: a dead first server would otherwise hold every query for
+// its RTO forever.
 func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
 	now := time.Now()
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
@@ -383,7 +422,14 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			replied[r.attempt.server] = true
 		}
 	}
-	failed := map[*server]bool{}
+	// failed holds, per server that answered nothing, the send time of
+	// its first attempt that met a network error or ran out its RTO.
+	failed := map[*server]time.Time{}
+	fail := func(a *attempt) {
+		if t, ok := failed[a.server]; !ok || a.sent.Before(t) {
+			failed[a.server] = a.sent
+		}
+	}
 	observe := func(a *attempt, d time.Duration, kind string) {
 		a.server.count(kind)
 		if g.opts.Observe != nil {
@@ -395,7 +441,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		if r.replied() {
 			r.attempt.server.addSample(r.rtt)
 		} else if kind == KindNetwork {
-			failed[r.attempt.server] = true
+			fail(r.attempt)
 		}
 		observe(r.attempt, r.rtt, kind)
 	}
@@ -415,16 +461,16 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		default:
 			observe(a, r.rtt, KindTimeout)
 			if ranRTO {
-				failed[a.server] = true
+				fail(a)
 			}
 		}
 	}
 	for s := range replied {
 		g.markUp(s)
 	}
-	for s := range failed {
+	for s, sent := range failed {
 		if !replied[s] {
-			g.markFailed(s)
+			g.suspect(s, sent)
 		}
 	}
 }

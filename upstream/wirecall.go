@@ -169,6 +169,9 @@ func (c *WireCall) handOverLocked() {
 // error), d.raw in the reader's buffer.
 func (c *WireCall) datagram(d datagram) {
 	c.mu.Lock()
+	if d.err == nil && c.state == callInline {
+		c.first.server.heard() // as the loop does (silence.go)
+	}
 	switch c.state {
 	case callDone:
 		c.mu.Unlock()

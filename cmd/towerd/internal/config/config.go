@@ -92,7 +92,10 @@ type UpstreamConfig struct {
 	MaxInflight int `toml:"max_inflight"`
 	// MaxAttempts: packets one resolution may send, across servers.
 	MaxAttempts int `toml:"max_attempts"`
-	// FailThreshold: consecutive failures that mark a server down.
+	// FailThreshold: retransmission timeouts in a row, each twice the one
+	// before, that a server leaves without any reply (clients' attempts and
+	// towerd's own probes) before it is marked down; never less than 1 s
+	// nor more than 5 s of silence.
 	FailThreshold int `toml:"fail_threshold"`
 	// MinAttemptTimeout: floor of the per-attempt timeout that follows a
 	// server's measured round-trip; below it a fast server's hiccup would
