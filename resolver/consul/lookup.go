@@ -229,7 +229,7 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	if sq.dc != "" {
 		l.datacenter = sq.dc
 	}
-	b := builder{ttl: uint32(w.cfg.AnswerTTL / time.Second), aRecordLimit: info.aRecordLimit,
+	b := builder{ttl: w.answerTTL(info, sq.service), aRecordLimit: info.aRecordLimit,
 		nodeMetaTXT: info.nodeMetaTXT}
 	answer, extra, ok := b.records(l, instances)
 	if !ok {
@@ -240,9 +240,19 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	if len(answer) == 0 {
 		// NODATA (e.g. AAAA of an IPv4-only service), with the SOA that lets
 		// a resolver cache it (RFC 2308), as Consul answers.
-		m.Ns = []dns.RR{b.soa(info.domain, uint32(w.clock.Now().Unix()))}
+		m.Ns = []dns.RR{soa(info.domain, uint32(w.clock.Now().Unix()), info.soa)}
 	}
 	return m, stale, true
+}
+
+// answerTTL is the TTL of service's records: Config.AnswerTTL, or with
+// AgentTTL the agent's dns_config.service_ttl for the service, as its own
+// DNS gives them.
+func (w *Watcher) answerTTL(info *agentInfo, service string) uint32 {
+	if w.cfg.AnswerTTL == AgentTTL {
+		return info.serviceTTL.ttl(service)
+	}
+	return seconds(w.cfg.AnswerTTL)
 }
 
 // responseDomain is the domain as the question wrote it (Consul names SRV

@@ -154,6 +154,35 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // Dur wraps d for the config structs; flags and tests build values with it.
 func Dur(d time.Duration) Duration { return Duration{d} }
 
+// OptionalDuration is a duration a key may leave unset, written "": the
+// key's documentation says what unset means.
+type OptionalDuration struct {
+	time.Duration
+	Set bool
+}
+
+// UnmarshalText parses "" (unset) or a duration.
+func (d *OptionalDuration) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*d = OptionalDuration{}
+		return nil
+	}
+	var v Duration
+	if err := v.UnmarshalText(b); err != nil {
+		return err
+	}
+	*d = OptionalDuration{Duration: v.Duration, Set: true}
+	return nil
+}
+
+// MarshalText writes "" when unset, else the duration.
+func (d OptionalDuration) MarshalText() ([]byte, error) {
+	if !d.Set {
+		return []byte{}, nil
+	}
+	return []byte(d.String()), nil
+}
+
 // DefaultConfig returns the built-in configuration: loopback port 53, the
 // consul. zone to the local agent, everything else to the system's resolvers.
 func DefaultConfig() Config {
