@@ -67,6 +67,9 @@ type CacheConfig struct {
 	MaxTTL Duration `toml:"max_ttl"`
 	// Prefetch: refresh an entry hit in the last 10 % of its TTL.
 	Prefetch bool `toml:"prefetch"`
+	// NoDataWithoutSOATTL: TTL of a NODATA answer that carries no SOA
+	// (dnsmasq's local= names); "0s" = kept only as stale material.
+	NoDataWithoutSOATTL Duration `toml:"nodata_without_soa_ttl"`
 }
 
 // ServeStaleConfig is the [serve_stale] table (RFC 8767).
@@ -203,6 +206,9 @@ func DefaultConfig() Config {
 			MinTTL:   Dur(0),
 			MaxTTL:   Dur(24 * time.Hour),
 			Prefetch: true,
+			// unbound's NORR_TTL (util/data/msgreply.h): what it keeps a
+			// NOERROR without records or SOA for.
+			NoDataWithoutSOATTL: Dur(5 * time.Second),
 		},
 		ServeStale: ServeStaleConfig{
 			Enabled:        true,

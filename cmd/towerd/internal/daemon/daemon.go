@@ -270,6 +270,7 @@ func cacheConfig(cfg config.Config) cache.Config {
 		Capacity:    cfg.Cache.Size,
 		MinTTL:      cfg.Cache.MinTTL.Duration,
 		MaxTTL:      cfg.Cache.MaxTTL.Duration,
+		NoDataTTL:   cfg.Cache.NoDataWithoutSOATTL.Duration,
 		MaxStaleAge: staleAge(cfg),
 	}
 }
