@@ -308,9 +308,10 @@ loop:
 			}
 		}
 		lastErr = r.err
-		if ErrorKind(r.err) == KindOther {
-			// A cancelled caller or a query the server cannot be sent:
-			// another server would fare no better.
+		if kind := ErrorKind(r.err); kind == KindOther || kind == KindChain {
+			// A cancelled caller, a query the server cannot be sent, or
+			// zone data whose chain is broken: another server would fare
+			// no better.
 			break loop
 		}
 		// SERVFAIL, REFUSED or a network error: this attempt is over,
@@ -349,7 +350,8 @@ loop:
 
 // judge settles a reply p's attempt got, m its view: a failure rcode
 // (SERVFAIL, REFUSED) fails the attempt, with the reply as it came; any
-// other reply is an answer, scrubbed. raw is the caller's: an answer the
+// other reply is an answer, scrubbed, unless its chain is broken
+// (ErrBrokenChain: a loop, or too long). raw is the caller's: an answer the
 // scrubber leaves alone is raw itself.
 func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *attemptResult) {
 	if rcode := m.Rcode(); isFailureRcode(rcode) {
@@ -357,6 +359,7 @@ func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *att
 		return
 	}
 	r.raw, r.scrub = g.scrubRaw(m, raw, scope)
+	r.err = r.scrub.Broken
 }
 
 // exchangeTCP asks a's server query again over TCP and hands the result

@@ -200,11 +200,11 @@ func (c *WireCall) datagram(d datagram) {
 	a := &c.first
 	a.state = ended
 	raw, scrub := c.g.scrubRaw(&m, d.raw, &c.scope)
-	c.ended[0] = attemptResult{attempt: a, raw: raw, rtt: c.g.opts.Now().Sub(a.start)}
+	c.ended[0] = attemptResult{attempt: a, raw: raw, err: scrub.Broken, rtt: c.g.opts.Now().Sub(a.start)}
 	a.sock.close()
-	c.g.account(c.ctx, c.ended[:], nil, true)
+	c.g.account(c.ctx, c.ended[:], nil, scrub.Broken == nil)
 	c.ended[0] = attemptResult{}
-	c.deliver(WireReply{Raw: raw, Scrub: scrub, Server: a.server.plain.Address()}, nil)
+	c.deliver(WireReply{Raw: raw, Scrub: scrub, Server: a.server.plain.Address()}, scrub.Broken)
 }
 
 // deliver gives the receiver the outcome, once.
