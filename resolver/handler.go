@@ -107,7 +107,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	var r request
 	r.fromMsg(m, w)
 	r.trace = trace
-	a := answer{w: w, req: m, sh: s.replyShape(&r), s: s}
+	a := s.answer(w, m, &r)
 	if rcode, ok := admit(s, &r); !ok {
 		zone := ""
 		if len(m.Question) == 1 {
@@ -146,6 +146,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	var stale *dns.Msg
 	if found && s.ServeStale {
 		stale = res.Msg
+		a.entryTTL = res.TTL
 	}
 
 	fl, plan := h.planMiss(s, zone, key, stale, res.RefreshFailedAt, start, true)

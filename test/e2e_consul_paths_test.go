@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func consulForms(node string) []consulForm {
 		{"nope.web.service.consul.", dns.TypeA, false, false},
 		{"WEB.SERVICE.CONSUL.", dns.TypeA, true, false},
 		{"Web.Service.Consul.", dns.TypeSRV, true, false},
+		{"Web.Service.DC1.Consul.", dns.TypeSRV, true, false},
 	}
 }
 
@@ -132,6 +134,9 @@ func consulPaths(t *testing.T, ttl uint32) {
 	fwd := startTowerd(t, "-config", "", "-listen", "127.0.0.1:0", "-upstream", deadPort(t), "-consul-dns", proxyF.Addr())
 	watched := startConsulTowerd(t, agent, proxyW.Addr(), "-config", writeConfig(t, "[consul]\n"+pins("web", "db", "big", "crit")))
 
+	// spelling is each case form's first answer, which every path must
+	// spell alike.
+	spelling := map[string]*dns.Msg{}
 	// check asks d f and compares its answer with the agent's, shaped
 	// for the path; with countdown, towerd's TTLs may be anything up to
 	// the shaped ones (a cache hit counts down) and are compared no
@@ -143,12 +148,18 @@ func consulPaths(t *testing.T, ttl uint32) {
 			t.Errorf("%s: %v: %v", path, f, err)
 			return
 		}
-		want := shape(own[f.String()])
+		want, all := shape(own[f.String()]), whole[f.String()]
+		if all != nil {
+			all = shape(all)
+		}
 		if countdown {
 			if most := maxTTL(got); most > maxTTL(want) {
 				t.Errorf("%s: %v: TTL %d above the agent's %d", path, f, most, maxTTL(want))
 			}
 			got, want = withTTLs(got, 0), withTTLs(want, 0)
+			if all != nil {
+				all = withTTLs(all, 0)
+			}
 		}
 		if !got.RecursionAvailable || got.Authoritative {
 			t.Errorf("%s: %v: flags ra=%v aa=%v, want ra and not aa on every path", path, f, got.RecursionAvailable, got.Authoritative)
@@ -156,11 +167,27 @@ func consulPaths(t *testing.T, ttl uint32) {
 		if got.Truncated {
 			t.Errorf("%s: %v: TC set; the agent trims its answer to fit instead", path, f)
 		}
+		g, w := recordsOf(got), recordsOf(want)
+		if f.name != strings.ToLower(f.name) {
+			// Spelled for the client: the names DNS compression points
+			// into the question as it asked, the rest as the agent wrote
+			// them for towerd's lower-case question; the same on every
+			// path (compared below), the records the agent's.
+			if !ownersAre(got, f.name) {
+				t.Errorf("%s: %v: answer owners not spelled as asked: %v", path, f, got.Answer)
+			}
+			if first, ok := spelling[f.String()]; !ok {
+				spelling[f.String()] = got
+			} else if a, b := recordsOf(withTTLs(first, 0)), recordsOf(withTTLs(got, 0)); !a.equal(b) {
+				t.Errorf("%s: %v: spelled otherwise than on the first path:\nnow   %v\nfirst %v", path, f, b, a)
+			}
+			g, w = g.folded(), w.folded()
+		}
 		if f.trimmed {
-			if err := sameTrim(got, want, shape(whole[f.String()])); err != nil {
+			if err := sameTrim(got, want, all); err != nil {
 				t.Errorf("%s: %v: %v", path, f, err)
 			}
-		} else if g, w := recordsOf(got), recordsOf(want); !g.equal(w) {
+		} else if !g.equal(w) {
 			t.Errorf("%s: %v:\ntowerd %v\nagent  %v", path, f, g, w)
 		}
 		if isStale := slices.Contains(ede(got), edeStaleAnswer); isStale != stale {
@@ -173,6 +200,25 @@ func consulPaths(t *testing.T, ttl uint32) {
 		check("forwarded", fwd, f, same, false, false)
 		check("watched", watched, f, same, false, false)
 	}
+	// A client without EDNS: the agent cuts to udp_answer_limit (3)
+	// records without TC, and so does towerd on every path.
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeSRV} {
+		want, err := exchange(agent.DNSAddr, "udp", query("big.service.consul.", qtype, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for path, d := range map[string]*towerd{"forwarded": fwd, "watched": watched} {
+			got, err := exchange(d.UDP, "udp", query("big.service.consul.", qtype, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Truncated || len(got.Answer) != len(want.Answer) || len(got.Extra) != len(want.Extra) {
+				t.Errorf("%s: big.service.consul. %s without EDNS: TC %v, %d answer and %d additional records; the agent: TC %v, %d and %d",
+					path, dns.TypeToString[qtype], got.Truncated, len(got.Answer), len(got.Extra), want.Truncated, len(want.Answer), len(want.Extra))
+			}
+		}
+	}
+
 	// Asked again: from the cache where the TTL allows (counted down, so
 	// at most the agent's), else forwarded again.
 	before := map[string]int{}
@@ -183,7 +229,9 @@ func consulPaths(t *testing.T, ttl uint32) {
 		check("cached", fwd, f, same, true, false)
 	}
 	for _, f := range forms {
-		positive := own[f.String()].Rcode == dns.RcodeSuccess
+		// A NODATA's TTL is the SOA's minimum, which is Consul's
+		// dns_config.soa.min_ttl (0): only answers with records are kept.
+		positive := len(own[f.String()].Answer) > 0
 		if ttl > 0 && positive && proxyF.CountQuestion(f.name, f.qtype) != before[f.String()] {
 			t.Errorf("cached: %v reached the agent again within its %d s TTL", f, ttl)
 		}

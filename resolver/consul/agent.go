@@ -166,6 +166,7 @@ type agentInfo struct {
 	onlyPassing  bool     // dns_config.only_passing
 	nodeMetaTXT  bool     // dns_config.enable_additional_node_meta_txt
 	aRecordLimit int      // dns_config.a_record_limit
+	udpAnswer    int      // dns_config.udp_answer_limit
 	serviceTTL   ttlTable // dns_config.service_ttl
 	soa          soaTimers
 	fromAgent    bool // false: the agent would not say (ACL), defaults used
@@ -185,6 +186,7 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 		datacenter:  strings.ToLower(cfg.Datacenter),
 		domain:      DefaultDomain,
 		nodeMetaTXT: true, // Consul's default
+		udpAnswer:   defaultUDPAnswerLimit,
 		soa:         defaultSOA,
 	}
 	if cfg.Domain != "" {
@@ -217,6 +219,9 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 	}
 	if v, ok := dbg["DNSARecordLimit"].(float64); ok && v > 0 {
 		info.aRecordLimit = int(v)
+	}
+	if v, ok := dbg["DNSUDPAnswerLimit"].(float64); ok && v > 0 {
+		info.udpAnswer = int(v)
 	}
 	if v, ok := dbg["DNSServiceTTL"].(map[string]any); ok {
 		info.serviceTTL = readTTLTable(v)

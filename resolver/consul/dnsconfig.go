@@ -14,6 +14,10 @@ import (
 // watch's answers had TTL 0 and the agent's forwarded ones the
 // configured TTL).
 
+// defaultUDPAnswerLimit is Consul's dns_config.udp_answer_limit: the
+// answer records a UDP client without EDNS gets at most.
+const defaultUDPAnswerLimit = 3
+
 // ttlTable is Consul's service TTL lookup (agent/dns.go
 // GetTTLForService): a service's own entry, else the longest prefix
 // entry ("web*", "*"), else none.

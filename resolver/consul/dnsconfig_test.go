@@ -90,3 +90,32 @@ func TestRecordsFollowTheAgentsDNSConfig(t *testing.T) {
 		}
 	}
 }
+
+// TrimsUDP covers the Consul domain, the agent's once read, the
+// configured one (else consul.) before; DomainTrim the same without a
+// watch, with Consul's default answer limit.
+func TestTrimsUDP(t *testing.T) {
+	w, err := New(Config{Address: "127.0.0.1:1", Domain: "Corp.Consul"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{{"web.service.corp.consul.", true}, {"corp.consul.", true}, {"web.service.consul.", false}, {"xcorp.consul.", false}} {
+		if limit, ok := w.TrimsUDP([]byte(tc.name)); ok != tc.want || (ok && limit != defaultUDPAnswerLimit) {
+			t.Errorf("before the agent: TrimsUDP(%s) = %d, %v; want %v", tc.name, limit, ok, tc.want)
+		}
+	}
+	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul.", udpAnswer: 5})
+	if limit, ok := w.TrimsUDP([]byte("web.service.consul.")); !ok || limit != 5 {
+		t.Errorf("the agent's domain and udp_answer_limit: %d, %v; want 5, true", limit, ok)
+	}
+	trim := DomainTrim("")
+	if limit, ok := trim([]byte("a.node.consul.")); !ok || limit != 3 {
+		t.Errorf("DomainTrim(\"\"): %d, %v; want 3, true", limit, ok)
+	}
+	if _, ok := trim([]byte("www.example.org.")); ok {
+		t.Error("DomainTrim covers a name outside the domain")
+	}
+}

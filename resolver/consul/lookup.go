@@ -152,6 +152,42 @@ func (w *Watcher) Covers(name []byte) bool {
 	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
 }
 
+// TrimsUDP is the resolver's Config.TrimUDP for a node with the watch:
+// every UDP answer under the Consul domain (name canonical), the watch's
+// and the ones forwarded to the agent's DNS, is cut to fit the client the
+// way the agent cuts its own (the resolver's trim.go), with the agent's
+// dns_config.udp_answer_limit; until the agent has been read, for the
+// configured domain (else consul.) and Consul's default limit. It does not
+// allocate.
+func (w *Watcher) TrimsUDP(name []byte) (int, bool) {
+	if info := w.info.Load(); info != nil {
+		return info.udpAnswer, inDomain(name, info.domain)
+	}
+	return defaultUDPAnswerLimit, inDomain(name, w.fallbackDomain)
+}
+
+// DomainTrim is Config.TrimUDP for a node without the watch: answers
+// under domain ("" = consul.) are cut as Consul's DNS cuts them, with its
+// default udp_answer_limit.
+func DomainTrim(domain string) func([]byte) (int, bool) {
+	d := configuredDomain(domain)
+	return func(name []byte) (int, bool) { return defaultUDPAnswerLimit, inDomain(name, d) }
+}
+
+func configuredDomain(domain string) string {
+	if domain == "" {
+		return DefaultDomain
+	}
+	return dns.CanonicalName(domain)
+}
+
+// inDomain reports whether name (canonical, in text form) is domain
+// (canonical) or below it, without allocating.
+func inDomain(name []byte, domain string) bool {
+	n := len(name) - len(domain)
+	return n == 0 && string(name) == domain || n > 0 && name[n-1] == '.' && string(name[n:]) == domain
+}
+
 // Lookup implements resolver.RecordSource. A question for a service that is
 // not watched yet returns ok=false and starts its watch (demand mode), so
 // the next question is answered from memory. It answers A, AAAA and SRV
@@ -224,8 +260,12 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	// spread over the instances; so does towerd.
 	rand.Shuffle(len(instances), func(i, j int) { instances[i], instances[j] = instances[j], instances[i] })
 
-	l := lookup{name: q.Name, qtype: q.Qtype, datacenter: info.datacenter,
-		domain: responseDomain(q.Name, info.domain)}
+	// The records of the question in lower case, as the agent's DNS gives
+	// them to towerd's own (lower-case) forwarded question: the resolver
+	// spells the answer for the client the same way whichever path made
+	// it (resolver/spelling.go).
+	name := dns.CanonicalName(q.Name)
+	l := lookup{name: name, qtype: q.Qtype, datacenter: info.datacenter, domain: info.domain}
 	if sq.dc != "" {
 		l.datacenter = sq.dc
 	}
@@ -236,6 +276,7 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 		return nil, false, false
 	}
 	m = new(dns.Msg)
+	m.Question = []dns.Question{{Name: name, Qtype: q.Qtype, Qclass: q.Qclass}}
 	m.Answer, m.Extra = answer, extra
 	if len(answer) == 0 {
 		// NODATA (e.g. AAAA of an IPv4-only service), with the SOA that lets
@@ -253,15 +294,4 @@ func (w *Watcher) answerTTL(info *agentInfo, service string) uint32 {
 		return info.serviceTTL.ttl(service)
 	}
 	return seconds(w.cfg.AnswerTTL)
-}
-
-// responseDomain is the domain as the question wrote it (Consul names SRV
-// targets in the question's letter case).
-func responseDomain(name, domain string) string {
-	labels := dns.SplitDomainName(name)
-	n := dns.CountLabel(domain)
-	if len(labels) < n {
-		return domain
-	}
-	return dns.Fqdn(strings.Join(labels[len(labels)-n:], "."))
 }

@@ -122,6 +122,9 @@ type Watcher struct {
 	jitter  func(time.Duration) time.Duration
 	store   *store
 	info    atomic.Pointer[agentInfo]
+	// fallbackDomain is the domain TrimsUDP knows before the agent is
+	// read: the configured one, else consul.
+	fallbackDomain string
 	// rereadAgent asks for /v1/agent/self again before the next query: set
 	// at start and after every failure (the agent may be a new one).
 	// agentMu lets one loop read it while the others wait for the result.
@@ -214,23 +217,24 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w := &Watcher{
-		cfg:     cfg,
-		address: displayAddress(cfg),
-		client:  clients.pooled,
-		probe:   clients.probe,
-		log:     cfg.Log,
-		clock:   realClock{},
-		jitter:  randomJitter,
-		store:   newStore(),
-		synced:  make(chan struct{}),
-		demand:  make(chan string, 64),
-		cands:   newCandidates(),
-		gate:    newAgentGate(),
-		reads:   make(chan struct{}, resyncReads),
-		probed:  make(chan probeResult, 1),
-		watches: map[string]*serviceLoop{},
-		recent:  map[string]time.Time{},
-		limit:   cfg.MaxWatches,
+		cfg:            cfg,
+		fallbackDomain: configuredDomain(cfg.Domain),
+		address:        displayAddress(cfg),
+		client:         clients.pooled,
+		probe:          clients.probe,
+		log:            cfg.Log,
+		clock:          realClock{},
+		jitter:         randomJitter,
+		store:          newStore(),
+		synced:         make(chan struct{}),
+		demand:         make(chan string, 64),
+		cands:          newCandidates(),
+		gate:           newAgentGate(),
+		reads:          make(chan struct{}, resyncReads),
+		probed:         make(chan probeResult, 1),
+		watches:        map[string]*serviceLoop{},
+		recent:         map[string]time.Time{},
+		limit:          cfg.MaxWatches,
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)

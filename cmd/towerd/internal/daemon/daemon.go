@@ -225,6 +225,12 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource)
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
 	}
 	rcfg.Records = records
+	// UDP answers of the Consul domain are cut as the agent cuts them,
+	// watched or not (issue 23).
+	rcfg.TrimUDP = consul.DomainTrim(cfg.Consul.Domain)
+	if d.consul != nil {
+		rcfg.TrimUDP = d.consul.TrimsUDP
+	}
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
