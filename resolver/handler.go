@@ -238,14 +238,18 @@ const (
 
 // planMiss is the one miss decision of every route. RFC 8767 §4: after a
 // failed refresh, a stale answer is given without asking the upstream again
-// for FailureRecheck, so a dead upstream is not hammered. Otherwise a
+// for FailureRecheck, so a dead upstream is not hammered, unless a server
+// of the zone has come back since (issue 23: forwarded Consul answers
+// stayed stale for up to 30 s after the agent was back, watched ones were
+// fresh at once). Otherwise a
 // running resolution is joined or a new one started; with the in-flight cap
 // full and none running for key, the answer is due at once (never queued).
 // mayStart is false on the fast path, which starts nothing (it has no key
 // of its own, only one aliasing the packet): it only learns whether the
 // answer is the fallback, and declines otherwise.
 func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, stale *dns.Msg, refreshFailedAt, now time.Time, mayStart bool) (*flight, missPlan) {
-	if stale != nil && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck {
+	if stale != nil && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck &&
+		!zone.Upstream.RecoveredSince(refreshFailedAt) {
 		return nil, missFallback
 	}
 	if !mayStart {

@@ -321,6 +321,8 @@ func (deadUpstream) AllDown() bool   { return true }
 // AllDownSignal: already all down, so no client ever waits for the signal.
 func (deadUpstream) AllDownSignal() <-chan struct{} { return nil }
 
+func (deadUpstream) RecoveredSince(time.Time) bool { return false }
+
 var (
 	_ Upstream = deadUpstream{}
 	_ Upstream = downingUpstream{}
@@ -485,3 +487,44 @@ func (s staleRecords) Lookup(q dns.Question) (*dns.Msg, bool, bool) {
 }
 
 func (staleRecords) Covers([]byte) bool { return true }
+
+// recoveringUpstream is deadUpstream whose servers came back at back.
+type recoveringUpstream struct {
+	deadUpstream
+	back time.Time
+}
+
+func (r recoveringUpstream) AllDown() bool                   { return false }
+func (r recoveringUpstream) RecoveredSince(t time.Time) bool { return r.back.After(t) }
+
+// The failure recheck (RFC 8767 §4) spares an upstream that fails, not one
+// that is back: a refresh failed, so the stale answer comes without asking
+// again; once a server of the zone has come back since, the next question
+// asks (issue 23: forwarded Consul answers stayed stale 30 s after the agent
+// was back).
+func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		back  time.Duration // after the failure; < 0: before it
+		asked bool
+	}{{"not back", -time.Hour, false}, {"back since", time.Second, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := recoveringUpstream{deadUpstream: deadUpstream{asked: make(chan struct{}, 4)}}
+			e := newEnv(t, func(c *Config) {
+				c.Zones = []Zone{{Name: ".", Upstream: &up}}
+				c.QueryTimeout, c.StaleClientTimeout = time.Hour, 0
+				c.FailureRecheck = 30 * time.Second
+			})
+			e.seedStale("recheck.example.", "192.0.2.13", 300)
+			key := cache.NewKey("recheck.example.", dns.TypeA, dns.ClassINET, false, false)
+			e.h.cache.MarkRefreshFailed(key)
+			up.back = e.clock.Now().Add(tc.back)
+			s := e.h.settings.Load()
+			res, _ := e.h.cache.Get(key)
+			_, plan := e.h.planMiss(s, s.router.route(key.Name), key, res.Msg, res.RefreshFailedAt, e.clock.Now(), false)
+			if asked := plan != missFallback; asked != tc.asked {
+				t.Errorf("plan %v: asks again %v, want %v", plan, asked, tc.asked)
+			}
+		})
+	}
+}

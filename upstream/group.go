@@ -49,7 +49,7 @@ type GroupOptions struct {
 	ProbeName string
 	ProbeType uint16
 	// ProbeInterval is the wait before the first probe of a down server;
-	// 0 means 1s. It doubles, up to 30s, while the server stays down.
+	// 0 means 1s. It doubles, up to 5s, while the server stays down.
 	ProbeInterval time.Duration
 	// OnHealthChange, if set, is called when a server is marked down or up,
 	// so the caller can log it. It may call Servers but must not block long:
@@ -137,6 +137,10 @@ type Group struct {
 	// an open one when a server comes back (AllDownSignal).
 	allDownMu sync.Mutex
 	allDown   chan struct{}
+
+	// recoveredAt is when a server last came back up (time.Now's
+	// UnixNano; 0: never), for RecoveredSince.
+	recoveredAt atomic.Int64
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -253,6 +257,10 @@ func (g *Group) AllDownSignal() <-chan struct{} {
 	defer g.allDownMu.Unlock()
 	return g.allDown
 }
+
+// RecoveredSince reports whether a server was marked up again after t (by
+// a reply or a probe, after it had been marked down).
+func (g *Group) RecoveredSince(t time.Time) bool { return g.recoveredAt.Load() > t.UnixNano() }
 
 // updateAllDown brings the AllDownSignal channel in line with the servers'
 // health. It is called after every up or down change, with no server lock

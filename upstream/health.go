@@ -10,8 +10,9 @@ import (
 )
 
 // maxProbeInterval caps the probe backoff: a server that has been down for
-// an hour is still noticed within half a minute of coming back.
-const maxProbeInterval = 30 * time.Second
+// an hour is still noticed within 5 s of coming back (with the failure
+// recheck ending then, issue 23), at one packet per 5 s while it is not.
+const maxProbeInterval = 5 * time.Second
 
 // maxBackoffShift bounds RTO doubling; the clamp to MaxAttemptTimeout does the
 // real limiting, this only keeps the shift from overflowing.
@@ -124,6 +125,7 @@ func (g *Group) markUp(s *server) {
 	up, seq := !s.down, s.stateSeq
 	s.mu.Unlock()
 	if changed {
+		g.recoveredAt.Store(time.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, up, seq)
 	}
@@ -238,6 +240,7 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	seq := s.stateSeq
 	s.mu.Unlock()
 	if changed {
+		g.recoveredAt.Store(time.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, true, seq)
 	}
@@ -245,7 +248,7 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 }
 
 // nextProbeInterval doubles the wait between probes of a server that stays
-// down, so a dead upstream costs one packet per 30 s rather than one per
+// down, so a dead upstream costs one packet per 5 s rather than one per
 // second, but never shrinks an interval configured above the cap.
 func nextProbeInterval(d time.Duration) time.Duration {
 	if d >= maxProbeInterval {

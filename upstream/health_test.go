@@ -281,8 +281,8 @@ func TestGroupCloseStopsProbeInFlight(t *testing.T) {
 func TestNextProbeInterval(t *testing.T) {
 	for _, tt := range []struct{ in, want time.Duration }{
 		{time.Second, 2 * time.Second},
-		{16 * time.Second, 30 * time.Second},
-		{30 * time.Second, 30 * time.Second},
+		{4 * time.Second, 5 * time.Second},
+		{5 * time.Second, 5 * time.Second},
 		{time.Minute, time.Minute}, // configured above the cap: kept
 	} {
 		if got := nextProbeInterval(tt.in); got != tt.want {
