@@ -55,12 +55,17 @@ func readTTLTable(v map[string]any) ttlTable {
 	return t
 }
 
+// maxServiceTTL bounds a TTL the agent's settings give, as
+// consul.answer_ttl is bounded: whoever answers on the agent's address
+// cannot make clients keep a record for years.
+const maxServiceTTL = 24 * time.Hour
+
 // ttl is the TTL in seconds of service's records (service lower case, as
 // Consul's DNS lower-cases the question before it looks it up); 0 when
-// the table has no entry for it, Consul's default.
+// the table has no entry for it, Consul's default; at most maxServiceTTL.
 func (t ttlTable) ttl(service string) uint32 {
 	if d, ok := t.strict[service]; ok {
-		return seconds(d)
+		return seconds(min(d, maxServiceTTL))
 	}
 	best, found := "", false
 	for prefix := range t.prefixes {
@@ -71,7 +76,7 @@ func (t ttlTable) ttl(service string) uint32 {
 	if !found {
 		return 0
 	}
-	return seconds(t.prefixes[best])
+	return seconds(min(t.prefixes[best], maxServiceTTL))
 }
 
 func seconds(d time.Duration) uint32 {

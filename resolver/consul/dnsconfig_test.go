@@ -17,13 +17,14 @@ import (
 func TestServiceTTLTable(t *testing.T) {
 	table := readTTLTable(map[string]any{
 		"web": "10s", "we*": "20s", "*": "5s", "db*": "1m", "bad": "ten", "neg": "-1s", "num": 3.0,
+		"huge": "87600h",
 	})
 	for _, tc := range []struct {
 		service string
 		want    uint32
 	}{
 		{"web", 10}, {"webapp", 20}, {"west", 20}, {"db", 60}, {"dbx", 60}, {"api", 5},
-		{"bad", 5}, {"neg", 5}, {"num", 5},
+		{"bad", 5}, {"neg", 5}, {"num", 5}, {"huge", 86400},
 	} {
 		if got := table.ttl(tc.service); got != tc.want {
 			t.Errorf("ttl(%q) = %d, want %d", tc.service, got, tc.want)
