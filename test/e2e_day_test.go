@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,22 +99,7 @@ func TestSiteDay(t *testing.T) {
 
 	// The shared DNS: dnsmasq on the LAN's loopback, the fault proxy on
 	// the LAN in front of it.
-	conf := file("site.conf", `port=5353
-listen-address=127.0.0.1
-bind-interfaces
-no-resolv
-no-hosts
-local=/corp.test/
-host-record=db.corp.test,10.23.0.200
-host-record=api.corp.test,10.23.0.201,2001:db8::201
-local-ttl=5
-`)
-	dm := startProcess(t, lan.Command(dnsmasqPath(t), "--keep-in-foreground", "--conf-file="+conf,
-		"--log-facility=-", "--pid-file="+filepath.Join(dir, "dnsmasq.pid")))
-	stopBySignal(dm)
-	if _, err := dm.stderr.waitFor(regexp.MustCompile(`started, version`), readyTimeout, dm.exited); err != nil {
-		t.Fatalf("dnsmasq did not start: %v\n%s", err, dm.stderr)
-	}
+	startDnsmasqBy(t, lan.Command, siteConf(t, 5353, 5, "db.corp.test,10.23.0.200", "api.corp.test,10.23.0.201,2001:db8::201"))
 	proxy := startProxyProc(t, []string{"ip", "netns", "exec", lan.Name}, net.JoinHostPort(sharedDNS, "53"), "127.0.0.1:5353", 23)
 
 	// Consul: a server on node 1, client agents on nodes 2 and 3; their

@@ -28,23 +28,25 @@ import (
 func siteDnsmasq(t *testing.T, localTTL int) string {
 	t.Helper()
 	port := freePort(t)
+	startDnsmasq(t, siteConf(t, port, localTTL, "db.corp.test,192.0.2.10", "v6.corp.test,192.0.2.11,2001:db8::11"))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// siteConf writes a site dnsmasq's configuration: on 127.0.0.1:port, the
+// names of corp.test its own (local=), hosts its host-records, localTTL
+// their TTL, no upstream. It returns the file's path.
+func siteConf(t *testing.T, port, localTTL int, hosts ...string) string {
+	t.Helper()
+	body := fmt.Sprintf("port=%d\nlisten-address=127.0.0.1\nbind-interfaces\nno-resolv\nno-hosts\nno-negcache\n"+
+		"local=/corp.test/\nlocal-ttl=%d\n", port, localTTL)
+	for _, h := range hosts {
+		body += "host-record=" + h + "\n"
+	}
 	conf := filepath.Join(t.TempDir(), "site.conf")
-	body := fmt.Sprintf(`port=%d
-listen-address=127.0.0.1
-bind-interfaces
-no-resolv
-no-hosts
-no-negcache
-local=/corp.test/
-host-record=db.corp.test,192.0.2.10
-host-record=v6.corp.test,192.0.2.11,2001:db8::11
-local-ttl=%d
-`, port, localTTL)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startDnsmasq(t, conf)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return conf
 }
 
 // siteProxy puts the fault proxy, counting names, in front of target.
