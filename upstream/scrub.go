@@ -96,8 +96,8 @@ func (g *Group) scrubRaw(m *dnswire.Msg, raw []byte, scope *Scope) ([]byte, Scru
 
 // ScrubCheck is the scrubber's verdict on reply, a message for one
 // question whose servers are believed about scope, without scrubbing or
-// counting anything: what Scrub's rules would drop, and where the chain
-// leaves the scope. It is for bytes that did not come from a server of
+// counting anything: what Scrub's rules would drop, where the chain
+// leaves the scope, and whether it is broken (Broken). It is for bytes that did not come from a server of
 // towerd's (a snapshot an operator loads: issue 21), which must be what
 // the scrubber would have passed unchanged.
 func ScrubCheck(reply []byte, scope Scope) (ScrubResult, error) {
