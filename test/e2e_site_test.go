@@ -229,9 +229,12 @@ func TestSilentUpstreamNoticedInSeconds(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d of %d client questions failed while stale answers were there", failed, len(answers))
 	}
-	// The documented bound, plus the polling interval.
-	if down > 5*time.Second+500*time.Millisecond {
-		t.Errorf("marked down %v after the silence began, want within 5 s", down)
+	// The documented bound is 5 s from the first packet the server leaves
+	// unanswered; that packet goes out at the latest when the 1 s entries
+	// next need their refresh (with the clients' 100 ms pace), and the
+	// gauge is read every 20 ms over HTTP. On an idle machine it is 1-1.4 s.
+	if down > 5*time.Second+1500*time.Millisecond {
+		t.Errorf("marked down %v after the silence began, want within 5 s of the first unanswered packet", down)
 	}
 	// After the mark no client waits for the client timer: stale at once.
 	if slowestAfter > time.Second {
