@@ -41,6 +41,10 @@ type Config struct {
 	// stale (RFC 8767 §5 suggests 1 to 3 days). 0 means never: expired
 	// entries are misses and are dropped.
 	MaxStaleAge time.Duration
+	// NoDataTTL is the TTL of a NODATA reply without an SOA (RFC 2308
+	// gives it none; dnsmasq's local= names answer so), before the clamps;
+	// 0 means 0 s: kept only as stale material. See replyTTL.
+	NoDataTTL time.Duration
 	// Now is the clock; nil means time.Now. Tests inject a fake one to jump
 	// in time without sleeping.
 	Now func() time.Time
@@ -58,6 +62,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: MaxTTL must not be negative, got %s", ErrInvalidConfig, cfg.MaxTTL)
 	case cfg.MaxStaleAge < 0:
 		return fmt.Errorf("%w: MaxStaleAge must not be negative, got %s", ErrInvalidConfig, cfg.MaxStaleAge)
+	case cfg.NoDataTTL < 0:
+		return fmt.Errorf("%w: NoDataTTL must not be negative, got %s", ErrInvalidConfig, cfg.NoDataTTL)
 	case cfg.MaxTTL > 0 && cfg.MinTTL > cfg.MaxTTL:
 		return fmt.Errorf("%w: MinTTL (%s) must not exceed MaxTTL (%s)", ErrInvalidConfig, cfg.MinTTL, cfg.MaxTTL)
 	}
@@ -119,10 +125,7 @@ func New(cfg Config) (*Cache, error) {
 		capacity: cfg.Capacity,
 		now:      cfg.Now,
 	}
-	c.policy.Store(&ttlPolicy{
-		bounds:      ttlBounds{min: cfg.MinTTL, max: cfg.MaxTTL},
-		maxStaleAge: cfg.MaxStaleAge,
-	})
+	c.policy.Store(cfg.ttlPolicy())
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -217,17 +220,24 @@ type ttlPolicy struct {
 	maxStaleAge time.Duration
 }
 
-// SetTTLPolicy replaces MinTTL, MaxTTL and MaxStaleAge, checked as New checks
-// them, so a configuration reload keeps the cache. The clamps apply to
-// answers stored from now on (an entry keeps the TTL it was stored with, as
-// a client keeps the TTL it was given); the stale age applies at once, since
+// ttlPolicy is cfg's TTL rules.
+func (cfg Config) ttlPolicy() *ttlPolicy {
+	return &ttlPolicy{bounds: ttlBounds{min: cfg.MinTTL, max: cfg.MaxTTL, noData: cfg.NoDataTTL},
+		maxStaleAge: cfg.MaxStaleAge}
+}
+
+// SetTTLPolicy replaces MinTTL, MaxTTL, NoDataTTL and MaxStaleAge with
+// cfg's (its Capacity and Now are not read), checked as New checks them, so
+// a configuration reload keeps the cache. The TTL rules apply to answers
+// stored from now on (an entry keeps the TTL it was stored with, as a
+// client keeps the TTL it was given); the stale age applies at once, since
 // it is weighed at every read.
-func (c *Cache) SetTTLPolicy(minTTL, maxTTL, maxStaleAge time.Duration) error {
-	cfg := Config{Capacity: c.capacity, MinTTL: minTTL, MaxTTL: maxTTL, MaxStaleAge: maxStaleAge}
+func (c *Cache) SetTTLPolicy(cfg Config) error {
+	cfg.Capacity = c.capacity
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	c.policy.Store(&ttlPolicy{bounds: ttlBounds{min: minTTL, max: maxTTL}, maxStaleAge: maxStaleAge})
+	c.policy.Store(cfg.ttlPolicy())
 	return nil
 }
 

@@ -298,7 +298,7 @@ func TestSetTTLPolicy(t *testing.T) {
 	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
 	mustSet(t, c, keyA("before.example."), aReply(t, "before.example.", 0, "192.0.2.1"))
 
-	if err := c.SetTTLPolicy(time.Minute, time.Hour, 0); err != nil {
+	if err := c.SetTTLPolicy(Config{MinTTL: time.Minute, MaxTTL: time.Hour}); err != nil {
 		t.Fatalf("SetTTLPolicy: %v", err)
 	}
 	mustSet(t, c, keyA("after.example."), aReply(t, "after.example.", 0, "192.0.2.2"))
@@ -310,7 +310,7 @@ func TestSetTTLPolicy(t *testing.T) {
 		t.Errorf("entry from before the reload still served with serve-stale turned off")
 	}
 
-	if err := c.SetTTLPolicy(2*time.Hour, time.Hour, 0); !errors.Is(err, ErrInvalidConfig) {
+	if err := c.SetTTLPolicy(Config{MinTTL: 2 * time.Hour, MaxTTL: time.Hour}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("min above max: err %v, want ErrInvalidConfig", err)
 	}
 	clock.Advance(30 * time.Second)

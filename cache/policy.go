@@ -52,10 +52,12 @@ const (
 // most significant bit set is to be treated as zero, not as a huge value.
 const maxRRTTL = math.MaxInt32
 
-// ttlBounds are the configured clamps on an entry's TTL; zero on a side means
-// no clamp there.
+// ttlBounds are the configured rules of an entry's TTL: the clamps, zero on
+// a side meaning no clamp there, and the TTL given to a NODATA without an
+// SOA (replyTTL).
 type ttlBounds struct {
 	min, max time.Duration
+	noData   time.Duration
 }
 
 // clamp applies the bounds. It applies to TTL 0 too: an operator who sets a

@@ -194,9 +194,34 @@ func TestPrepareKindAndTTL(t *testing.T) {
 			kind:     NoData, ttl: 900 * s,
 		},
 		{
-			name:     "nodata without soa is 0",
+			name:     "nodata without soa, no nodata TTL: 0",
 			sections: sections{ns: []string{nsRR}},
 			kind:     NoData, ttl: 0,
+		},
+		{
+			// dnsmasq's AAAA for a local= IPv4-only name (issue 23).
+			name:     "nodata without soa or records gets the nodata TTL",
+			sections: sections{},
+			bounds:   ttlBounds{noData: 5 * s},
+			kind:     NoData, ttl: 5 * s,
+		},
+		{
+			name:     "nodata without soa, bounded by its records",
+			sections: sections{ns: []string{"example.com. 3 IN NS ns1.example.com."}},
+			bounds:   ttlBounds{noData: 5 * s},
+			kind:     NoData, ttl: 3 * s,
+		},
+		{
+			name:     "nodata without soa, clamped",
+			sections: sections{},
+			bounds:   ttlBounds{noData: 5 * s, min: 10 * s},
+			kind:     NoData, ttl: 10 * s,
+		},
+		{
+			name:     "the nodata TTL is not a negative answer's with an soa",
+			sections: sections{ns: []string{soa(3600, 300)}},
+			bounds:   ttlBounds{noData: 5 * s},
+			kind:     NoData, ttl: 300 * s,
 		},
 		{
 			name:     "nodata clamped",

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"math"
 	"time"
 	"unsafe"
 )
@@ -95,7 +96,8 @@ type StaleHit struct {
 // AppendStale is AppendFresh for an entry that expired but may still be
 // served (RFC 8767: for no longer than MaxStaleAge): it appends the
 // entry's records to dst, every TTL set to ttl (the resolver's stale
-// answer TTL), when they fit in limit bytes, bumps recency and reports
+// answer TTL) or, if less, the TTL the entry was stored with (the one stale
+// TTL: a name stored with TTL 0 is served stale with 0), when they fit in limit bytes, bumps recency and reports
 // StaleWritten with what the resolver's serve-stale rules need. It counts
 // nothing (CountStaleHit does, for a stale answer given): the resolver may
 // still leave the query to Get. Otherwise dst comes back unchanged with
@@ -122,6 +124,7 @@ func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool,
 	if a.fresh {
 		return dst, StaleHit{}, StaleFresh
 	}
+	ttl = min(ttl, uint32(min(it.ttl/time.Second, math.MaxUint32)))
 	dst, hit, ok := it.appendRecords(dst, ttl, limit)
 	if !ok {
 		return dst, StaleHit{}, StaleTooBig

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -234,5 +235,36 @@ func TestAppendStaleMatchesGet(t *testing.T) {
 	clock.Advance(time.Hour) // past MaxStaleAge
 	if _, _, found := appendStale(dns.MaxMsgSize); found != StaleNone || c.Has(k) {
 		t.Errorf("too old: %v, kept %v; want StaleNone, removed", found, c.Has(k))
+	}
+}
+
+// A stale answer's TTL is never more than the entry had fresh (the one
+// stale TTL, issue 23): a name stored with TTL 0 goes out stale with 0, one
+// stored with 10 s with 10 under a stale answer TTL of 30.
+func TestAppendStaleTTLAtMostStored(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  uint32
+		want uint32
+	}{{0, 0}, {10, 10}, {300, 30}} {
+		c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
+		k := keyA("ttl.example.")
+		mustSet(t, c, k, reply(t, dns.RcodeSuccess, sections{
+			answer: []string{fmt.Sprintf("ttl.example. %d IN A 192.0.2.1", tc.ttl)},
+		}))
+		clock.Advance(time.Duration(tc.ttl+1) * time.Second)
+		q := new(dns.Msg).SetQuestion(k.Name, k.Type)
+		head, _ := q.Pack()
+		full, st, found := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30)
+		if found != StaleWritten {
+			t.Fatalf("TTL %d: %v, want StaleWritten", tc.ttl, found)
+		}
+		binary.BigEndian.PutUint16(full[6:], st.Answer)
+		got := new(dns.Msg)
+		if err := got.Unpack(full); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Answer) != 1 || got.Answer[0].Header().Ttl != tc.want {
+			t.Errorf("stored with TTL %d: stale answer %v, want TTL %d", tc.ttl, got.Answer, tc.want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package resolver
 
 import (
+	"math"
+	"time"
+
 	"github.com/miekg/dns"
 )
 
@@ -12,6 +15,25 @@ type answer struct {
 	req *dns.Msg
 	sh  replyShape
 	s   *settings
+	// entryTTL is the TTL the cache entry behind a stale answer was stored
+	// with: its stale TTL is never more (staleTTL).
+	entryTTL time.Duration
+	// trimsUDP: a UDP answer is cut to fit as Consul's DNS cuts its own
+	// (trim.go), with udpAnswers the answer limit without EDNS
+	// (Config.TrimUDP).
+	trimsUDP   bool
+	udpAnswers int
+}
+
+// answer is the general path's writer of one reply to r, req unpacked, on
+// w: its framing (replyShape) and whether it is cut like Consul's
+// (Config.TrimUDP).
+func (s *settings) answer(w dns.ResponseWriter, req *dns.Msg, r *request) answer {
+	a := answer{w: w, req: req, sh: s.replyShape(r), s: s}
+	if s.TrimUDP != nil && len(req.Question) == 1 {
+		a.udpAnswers, a.trimsUDP = s.TrimUDP([]byte(dns.CanonicalName(req.Question[0].Name)))
+	}
+	return a
 }
 
 // rcode writes an empty reply with the given rcode.
@@ -22,28 +44,50 @@ func (a answer) rcode(rcode int) {
 }
 
 // msg writes body (a cached entry or an upstream reply) as the answer to the
-// request; a stale answer's TTLs become the stale answer TTL.
-func (a answer) msg(body *dns.Msg, stale bool) { a.body(body, stale, stale) }
+// request. A stale answer's TTLs (0 in a stale entry) become the one stale
+// TTL: the stale answer TTL, at most what the entry had fresh.
+func (a answer) msg(body *dns.Msg, stale bool) {
+	var ttl uint32
+	if stale {
+		ttl = min(a.s.staleTTLSeconds(), uint32(min(a.entryTTL/time.Second, math.MaxUint32)))
+	}
+	a.body(body, stale, func(uint32) uint32 { return ttl })
+}
 
-// records writes an answer built from pushed records. Unlike cached stale
-// answers their TTLs are kept; stale only adds the EDE mark.
-func (a answer) records(body *dns.Msg, stale bool) { a.body(body, stale, false) }
+// records writes an answer built from pushed records (the Consul watch's,
+// local data), which carry their own TTLs; stale, each is capped as a
+// cache entry's is: the one stale TTL.
+func (a answer) records(body *dns.Msg, stale bool) {
+	most := a.s.staleTTLSeconds()
+	a.body(body, stale, func(own uint32) uint32 { return min(own, most) })
+}
 
-// body writes body as the answer. The header and question come from the
-// request, so the client's ID and its letter case (DNS 0x20) are kept; body
-// is not modified (it may be shared by every client of a flight).
-func (a answer) body(body *dns.Msg, stale, staleTTLs bool) {
+// body writes body as the answer, spelled for the request (spelled). The
+// header and question come from the request, so the client's ID and its
+// letter case (DNS 0x20) are kept; body is not modified (it may be shared
+// by every client of a flight). A stale answer's every TTL is staleTTL of
+// its own.
+//
+// The one stale TTL (RFC 8767 section 4 suggests 30 s) is never longer
+// than the answer's life when fresh: a stale answer is the last known
+// truth, not a longer-lived one, and a Consul answer's TTL 0 (the catalog
+// may have moved on) stays 0 stale, from the watch and from the cache
+// alike (issue 23: 0 from the watch, 30 from the cache before).
+func (a answer) body(body *dns.Msg, stale bool, staleTTL func(own uint32) uint32) {
+	body = spelled(body, a.req.Question)
 	out := new(dns.Msg)
 	out.SetReply(a.req)
 	out.Rcode = body.Rcode
 	out.Answer = body.Answer
 	out.Ns = body.Ns
 	out.Extra = withoutOPT(body.Extra)
-	if staleTTLs {
-		ttl := a.s.staleTTLSeconds()
-		out.Answer = withTTL(out.Answer, ttl)
-		out.Ns = withTTL(out.Ns, ttl)
-		out.Extra = withTTL(out.Extra, ttl)
+	if stale {
+		out.Answer = withTTL(out.Answer, staleTTL)
+		out.Ns = withTTL(out.Ns, staleTTL)
+		out.Extra = withTTL(out.Extra, staleTTL)
+	}
+	if a.trimsUDP && a.sh.limit < dns.MaxMsgSize {
+		trimLikeConsul(out, a.sh.limit, a.sh.opt, a.udpAnswers, a.sh.added(out.Rcode, stale))
 	}
 	a.write(out, body.AuthenticatedData, stale)
 }
@@ -67,16 +111,16 @@ func withoutOPT(rrs []dns.RR) []dns.RR {
 	return out
 }
 
-// withTTL returns copies of rrs with every TTL set to ttl; the originals may
-// be shared with other readers.
-func withTTL(rrs []dns.RR, ttl uint32) []dns.RR {
+// withTTL returns copies of rrs with every TTL set to ttl of its own; the
+// originals may be shared with other readers.
+func withTTL(rrs []dns.RR, ttl func(own uint32) uint32) []dns.RR {
 	if len(rrs) == 0 {
 		return rrs
 	}
 	out := make([]dns.RR, len(rrs))
 	for i, rr := range rrs {
 		out[i] = dns.Copy(rr)
-		out[i].Header().Ttl = ttl
+		out[i].Header().Ttl = ttl(rr.Header().Ttl)
 	}
 	return out
 }

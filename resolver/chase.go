@@ -2,24 +2,27 @@ package resolver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/upstream"
 )
 
 // maxChaseSteps bounds the resolutions one question may take when its
-// CNAME chain crosses configured zones, the first one included; unbound's
-// iterator gives up after 8 restarts too (MAX_RESTART_COUNT).
-const maxChaseSteps = 8
+// CNAME chain crosses configured zones, the first one included: every step
+// is an upstream resolution a client's one question costs. unbound's
+// iterator gives up after 11 restarts (MAX_RESTART_COUNT, 1.17); the
+// joined chain is bounded by upstream.MaxChainLinks as well.
+const maxChaseSteps = 16
 
-// errChase is why a chase across zones gave up: a loop, or too many steps.
-// The query then fails as if the upstream had (stale or SERVFAIL), and the
-// partial chain is never cached.
-var errChase = errors.New("CNAME chase across zones")
+// errChase is why a chase across zones gave up: a loop, too many steps or
+// too many links. It wraps upstream.ErrBrokenChain: the query then fails
+// as on SERVFAIL (stale or SERVFAIL), and the partial chain is never
+// cached.
+var errChase = fmt.Errorf("CNAME chase across zones: %w", upstream.ErrBrokenChain)
 
 // chase resolves the rest of a question's chain: raw is the first reply
 // (from key's zone, scrubbed: its answer ends with the record that leaves
@@ -36,6 +39,7 @@ func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.K
 		return nil, fmt.Errorf("chasing from zone %s: %w", zone.Name, err)
 	}
 	seen := map[string]bool{strings.ToLower(key.Name): true}
+	chainNamesOf(reply, seen)
 	for step := 2; target != ""; step++ {
 		if step > maxChaseSteps {
 			return nil, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, target)
@@ -53,10 +57,44 @@ func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.K
 		if err := part.Unpack(wr.Raw); err != nil {
 			return nil, fmt.Errorf("chasing %s in zone %s: %w", target, next.Name, err)
 		}
+		// A name of this part's chain seen before is a loop across the
+		// zones, whatever the step's own reply looked like.
+		for name := range chainNamesOf(part, map[string]bool{}) {
+			if name != target && seen[name] {
+				return nil, fmt.Errorf("%w: loop at %s", errChase, name)
+			}
+			seen[name] = true
+		}
 		reply = joinChase(reply, part)
+		if links := chainLinks(reply); links > upstream.MaxChainLinks {
+			return nil, fmt.Errorf("%w: more than %d links", errChase, upstream.MaxChainLinks)
+		}
 		target = wr.Scrub.ChaseName
 	}
 	return reply.Pack()
+}
+
+// chainNamesOf adds to names the lower-cased owners of m's CNAME and DNAME
+// records (the chain's names in a scrubbed reply) and returns names.
+func chainNamesOf(m *dns.Msg, names map[string]bool) map[string]bool {
+	for _, rr := range m.Answer {
+		if t := rr.Header().Rrtype; t == dns.TypeCNAME || t == dns.TypeDNAME {
+			names[strings.ToLower(rr.Header().Name)] = true
+		}
+	}
+	return names
+}
+
+// chainLinks counts the links of a joined answer's chain: its CNAMEs (a
+// DNAME comes with the CNAME it synthesizes).
+func chainLinks(m *dns.Msg) int {
+	n := 0
+	for _, rr := range m.Answer {
+		if rr.Header().Rrtype == dns.TypeCNAME {
+			n++
+		}
+	}
+	return n
 }
 
 // joinChase is the answer to the original question: first's chain up to

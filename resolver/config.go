@@ -36,6 +36,14 @@ type Config struct {
 	// is consulted: local data (resolver/local) and the Consul watch's
 	// pre-warmed, pushed service records, in that order, as a Chain.
 	Records RecordSource
+	// TrimUDP, if set, says of a question's name (canonical: lower case,
+	// fully qualified; only read during the call; it must not allocate:
+	// the fast path asks it) whether its UDP answers are cut to fit the
+	// client as Consul's DNS cuts its own (trim.go), without TC, and the
+	// answer limit for a client without EDNS: the daemon's says so of the
+	// Consul domain, watched or not. The fast path leaves such answers to
+	// the general path.
+	TrimUDP func(name []byte) (answerLimit int, ok bool)
 
 	// Prefetch refreshes an entry in the background when it is hit in the
 	// last tenth of its TTL, or for a short TTL within prefetchLead of its

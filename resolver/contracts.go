@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -54,6 +55,10 @@ type Upstream interface {
 	// AllDownSignal returns a channel closed once every server is marked
 	// down; a new one is handed out after a server comes back.
 	AllDownSignal() <-chan struct{}
+	// RecoveredSince reports whether a server of the zone was marked up
+	// again after t: a failure recheck that began before it ends, since
+	// the upstream it spared is back.
+	RecoveredSince(t time.Time) bool
 	// Address names the upstream in logs.
 	Address() string
 }

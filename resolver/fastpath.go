@@ -135,6 +135,11 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if s.Records != nil && s.Records.Covers(name) {
 		return dst, false
 	}
+	if !tcp && s.TrimUDP != nil {
+		if _, trims := s.TrimUDP(name); trims {
+			return dst, false // cut like Consul's DNS: the general path's (trim.go)
+		}
+	}
 	zone := s.router.routeCanonical(name)
 
 	sh := s.replyShape(&q.request)

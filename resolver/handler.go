@@ -126,7 +126,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	var r request
 	r.fromMsg(m, w)
 	r.trace = trace
-	a := answer{w: w, req: m, sh: s.replyShape(&r), s: s}
+	a := s.answer(w, m, &r)
 	if rcode, ok := admit(s, &r); !ok {
 		zone := ""
 		if len(m.Question) == 1 {
@@ -170,6 +170,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	var stale *dns.Msg
 	if found && s.ServeStale {
 		stale = res.Msg
+		a.entryTTL = res.TTL
 	}
 
 	fl, plan := h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart)
@@ -266,13 +267,17 @@ const (
 // planMiss is the one miss decision of every route, for a question whose
 // entry is stale (hasStale, refreshFailedAt) or missing. RFC 8767 §4: after
 // a failed refresh, a stale answer is given without asking the upstream
-// again for FailureRecheck, so a dead upstream is not hammered. Otherwise a
+// again for FailureRecheck, so a dead upstream is not hammered, unless a
+// server of the zone has come back since (issue 23: forwarded Consul
+// answers stayed stale for up to 30 s after the agent was back, watched
+// ones were fresh at once). Otherwise a
 // running resolution is joined or a new one started; with the in-flight cap
 // full and none running for key, the answer is due at once (never queued).
 // With planLook (the fast reject) nothing is started: it only learns
 // whether the answer is the fallback, and declines otherwise.
 func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool, refreshFailedAt, now time.Time, mode planMode) (*flight, missPlan) {
-	if hasStale && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck {
+	if hasStale && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck &&
+		!zone.Upstream.RecoveredSince(refreshFailedAt) {
 		return nil, missFallback
 	}
 	if mode == planLook {

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -320,6 +321,8 @@ func (deadUpstream) AllDown() bool   { return true }
 // AllDownSignal: already all down, so no client ever waits for the signal.
 func (deadUpstream) AllDownSignal() <-chan struct{} { return nil }
 
+func (deadUpstream) RecoveredSince(time.Time) bool { return false }
+
 var (
 	_ Upstream = deadUpstream{}
 	_ Upstream = downingUpstream{}
@@ -334,24 +337,27 @@ func TestStaleAtOnceWhenUpstreamKnownDown(t *testing.T) {
 		c.Zones = []Zone{{Name: ".", Upstream: dead}}
 		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
 	})
-	e.seedStale("down.example.", "192.0.2.9")
+	e.seedStale("down.example.", "192.0.2.9", 300)
 	if got := ttlOf(t, e.query("down.example.")); got != 30 {
 		t.Fatalf("TTL %d, want the stale answer's 30", got)
 	}
 	<-dead.asked // the refresh still went out, as a probe
 }
 
-// seedStale stores an A answer with TTL 0 for name: expired on arrival,
-// stale material only.
-func (e *env) seedStale(name, ip string) {
+// seedStale stores an A answer with TTL ttl for name and lets it expire
+// two hours ago (the fake clock moves past it; longer ago than the client
+// timers of these tests, so it is not answered stale at once for having
+// just expired): stale material only.
+func (e *env) seedStale(name, ip string, ttl int) {
 	e.t.Helper()
 	reply := new(dns.Msg)
 	reply.SetQuestion(name, dns.TypeA)
-	rr, _ := dns.NewRR(name + " 0 IN A " + ip)
+	rr, _ := dns.NewRR(fmt.Sprintf("%s %d IN A %s", name, ttl, ip))
 	reply.Answer = []dns.RR{rr}
 	if ok, why := e.h.cache.Set(cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), reply); !ok {
 		e.t.Fatalf("seeding the cache: %s", why)
 	}
+	e.clock.Advance(time.Duration(ttl)*time.Second + 2*time.Hour)
 }
 
 // downingUpstream hangs like deadUpstream, but its servers count as healthy
@@ -382,7 +388,7 @@ func TestStaleWhenUpstreamGoesDownWhileWaiting(t *testing.T) {
 		c.Zones = []Zone{{Name: ".", Upstream: up}}
 		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
 	})
-	e.seedStale("going.example.", "192.0.2.10")
+	e.seedStale("going.example.", "192.0.2.10", 300)
 	type result struct {
 		m   *dns.Msg
 		err error
@@ -432,5 +438,93 @@ func TestMissAfterFlightEnded(t *testing.T) {
 	}
 	if got := e.up.queries.Load(); got != 1 {
 		t.Fatalf("upstream saw %d queries, want 1", got)
+	}
+}
+
+// The one stale TTL (issue 23): serve_stale.answer_ttl (30 s), never more
+// than the answer had fresh, whether it comes from the cache (a TTL-300
+// entry: 30; a TTL-5 one: 5; Consul's TTL 0: 0) or from pushed records
+// (their own TTL, capped the same way).
+func TestOneStaleTTL(t *testing.T) {
+	dead := deadUpstream{asked: make(chan struct{}, 8)}
+	e := newEnv(t, func(c *Config) {
+		c.Zones = []Zone{{Name: ".", Upstream: dead}}
+		c.QueryTimeout, c.StaleClientTimeout, c.UpstreamTimeout = time.Hour, time.Hour, time.Hour
+	})
+	for _, tc := range []struct {
+		ttl  int
+		want uint32
+	}{{300, 30}, {5, 5}, {0, 0}} {
+		name := fmt.Sprintf("ttl%d.example.", tc.ttl)
+		e.seedStale(name, "192.0.2.11", tc.ttl)
+		m := e.query(name)
+		if got := ttlOf(t, m); got != tc.want || !hasEDE(m, dns.ExtendedErrorCodeStaleAnswer) {
+			t.Errorf("stale entry of TTL %d: TTL %d, want %d with EDE 3", tc.ttl, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		own, want uint32
+	}{{0, 0}, {7, 7}, {60, 30}} {
+		e2 := newEnv(t, func(c *Config) {
+			c.Records = staleRecords{ttl: tc.own}
+		})
+		m := e2.query("pushed.example.")
+		if got := ttlOf(t, m); got != tc.want || !hasEDE(m, dns.ExtendedErrorCodeStaleAnswer) {
+			t.Errorf("stale pushed records of TTL %d: TTL %d, want %d with EDE 3", tc.own, got, tc.want)
+		}
+	}
+}
+
+// staleRecords answers every A question with one record of its TTL,
+// marked stale: a Consul watch that lost its agent.
+type staleRecords struct{ ttl uint32 }
+
+func (s staleRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
+	m := new(dns.Msg)
+	rr, _ := dns.NewRR(fmt.Sprintf("%s %d IN A 192.0.2.12", q.Name, s.ttl))
+	m.Answer = []dns.RR{rr}
+	return m, true, "stale", true
+}
+
+func (staleRecords) Covers([]byte) bool { return true }
+
+// recoveringUpstream is deadUpstream whose servers came back at back.
+type recoveringUpstream struct {
+	deadUpstream
+	back time.Time
+}
+
+func (r recoveringUpstream) AllDown() bool                   { return false }
+func (r recoveringUpstream) RecoveredSince(t time.Time) bool { return r.back.After(t) }
+
+// The failure recheck (RFC 8767 §4) spares an upstream that fails, not one
+// that is back: a refresh failed, so the stale answer comes without asking
+// again; once a server of the zone has come back since, the next question
+// asks (issue 23: forwarded Consul answers stayed stale 30 s after the agent
+// was back).
+func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		back  time.Duration // after the failure; < 0: before it
+		asked bool
+	}{{"not back", -time.Hour, false}, {"back since", time.Second, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := recoveringUpstream{deadUpstream: deadUpstream{asked: make(chan struct{}, 4)}}
+			e := newEnv(t, func(c *Config) {
+				c.Zones = []Zone{{Name: ".", Upstream: &up}}
+				c.QueryTimeout, c.StaleClientTimeout = time.Hour, 0
+				c.FailureRecheck = 30 * time.Second
+			})
+			e.seedStale("recheck.example.", "192.0.2.13", 300)
+			key := cache.NewKey("recheck.example.", dns.TypeA, dns.ClassINET, false, false)
+			e.h.cache.MarkRefreshFailed(key)
+			up.back = e.clock.Now().Add(tc.back)
+			s := e.h.settings.Load()
+			res, _ := e.h.cache.Get(key)
+			_, plan := e.h.planMiss(s, s.router.route(key.Name), key, res.Msg != nil, res.RefreshFailedAt, e.clock.Now(), planLook)
+			if asked := plan != missFallback; asked != tc.asked {
+				t.Errorf("plan %v: asks again %v, want %v", plan, asked, tc.asked)
+			}
+		})
 	}
 }

@@ -206,6 +206,19 @@ func (s *settings) replyShape(r *request) replyShape {
 	return sh
 }
 
+// added is how many bytes the reply core adds to an answer with rcode:
+// its OPT record, with an EDE option when it carries one.
+func (sh replyShape) added(rcode int, stale bool) int {
+	if !sh.opt {
+		return 0
+	}
+	const optRR, edeOption = 11, 6 // RFC 6891 section 6.1.2; RFC 8914 section 2
+	if sh.ede(rcode, stale) != 0 {
+		return optRR + edeOption
+	}
+	return optRR
+}
+
 // header is the reply's flags word for an answer with rcode (its low four
 // bits; the rest travels in the OPT record) whose source set AD as ad.
 func (sh replyShape) header(rcode int, ad bool) uint16 {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -18,6 +19,7 @@ func (n named) StartWire(*upstream.WireCall, upstream.WireQuery, upstream.WireRe
 }
 func (n named) AllDown() bool                  { return false }
 func (n named) AllDownSignal() <-chan struct{} { return nil }
+func (n named) RecoveredSince(time.Time) bool  { return false }
 func (n named) Address() string                { return string(n) }
 
 func TestRouteLongestSuffix(t *testing.T) {

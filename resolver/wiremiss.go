@@ -188,7 +188,7 @@ func (h *Handler) answerWireGeneral(fl *flight, w *wireWaiter) {
 		var r request
 		r.fromMsg(req, mw)
 		r.upstream = fl.server
-		a := answer{w: mw, req: req, sh: w.s.replyShape(&r), s: w.s}
+		a := w.s.answer(mw, req, &r)
 		msg := fl.message()
 		h.observe(w.s, &r, w.zone, SourceUpstream, msg.Rcode, w.start, false)
 		a.msg(msg, false)

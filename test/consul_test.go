@@ -161,6 +161,34 @@ func (r recordSet) String() string {
 		strings.Join(r.Extra, "\n              "))
 }
 
+// folded is r with every letter in lower case: the comparison of an
+// answer spelled for a question in another letter case (towerd spells
+// the names DNS compression points into the question as the client did,
+// the rest as the agent wrote them for its own lower-case question:
+// docs/consul.md), to the agent's answer to that question.
+func (r recordSet) folded() recordSet {
+	fold := func(s []string) []string {
+		out := make([]string, len(s))
+		for i, x := range s {
+			out[i] = strings.ToLower(x)
+		}
+		sort.Strings(out)
+		return out
+	}
+	return recordSet{Rcode: r.Rcode, Answer: fold(r.Answer), Authority: fold(r.Authority), Extra: fold(r.Extra)}
+}
+
+// ownersAre reports whether every answer record of m is owned by name,
+// spelled exactly so.
+func ownersAre(m *dns.Msg, name string) bool {
+	for _, rr := range m.Answer {
+		if rr.Header().Name != name {
+			return false
+		}
+	}
+	return true
+}
+
 func (r recordSet) equal(o recordSet) bool {
 	return r.Rcode == o.Rcode && slices.Equal(r.Answer, o.Answer) &&
 		slices.Equal(r.Authority, o.Authority) && slices.Equal(r.Extra, o.Extra)

@@ -2,6 +2,7 @@ package test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -61,6 +62,13 @@ func TestConsulAnswersMatchAgent(t *testing.T) {
 		want, got := recordsOf(fromAgent), recordsOf(fromTowerd)
 		if len(want.Answer) == 0 && len(want.Authority) == 0 {
 			t.Fatalf("%s: the agent gave an empty reply; the catalog is not as registered:\n%v", label, want)
+		}
+		if q.name != strings.ToLower(q.name) {
+			// Spelled for the client, as on every path (docs/consul.md).
+			want, got = want.folded(), got.folded()
+			if !ownersAre(fromTowerd, q.name) {
+				t.Errorf("%s: answer owners not spelled as asked: %v", label, fromTowerd.Answer)
+			}
 		}
 		if !got.equal(want) {
 			t.Errorf("%s:\ntowerd %v\nagent  %v", label, got, want)

@@ -82,7 +82,14 @@ func dnsmasqAddr(hostport string) string {
 // has bound its sockets. It is stopped by PID.
 func startDnsmasq(t *testing.T, conf string) *process {
 	t.Helper()
-	cmd := exec.Command(dnsmasqPath(t), "--keep-in-foreground", "--conf-file="+conf, "--log-facility=-",
+	return startDnsmasqBy(t, exec.Command, conf)
+}
+
+// startDnsmasqBy is startDnsmasq with the command made by command (one
+// that runs dnsmasq in a network namespace, say).
+func startDnsmasqBy(t *testing.T, command func(string, ...string) *exec.Cmd, conf string) *process {
+	t.Helper()
+	cmd := command(dnsmasqPath(t), "--keep-in-foreground", "--conf-file="+conf, "--log-facility=-",
 		"--pid-file="+filepath.Join(t.TempDir(), "dnsmasq.pid"))
 	p := startProcess(t, cmd)
 	t.Cleanup(func() {

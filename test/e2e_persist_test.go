@@ -160,7 +160,7 @@ func TestCorruptSavedCache(t *testing.T) {
 }
 
 // expectStale asks d each name (to its address) and wants the stale answer:
-// the address, TTL staleAnswerTTL and EDE 3.
+// the address, the stale TTL of a TTL-0 name (staleTTL(0)) and EDE 3.
 func expectStale(t *testing.T, d *towerd, names map[string]string, when string) {
 	t.Helper()
 	for name, addr := range names {
@@ -169,9 +169,9 @@ func expectStale(t *testing.T, d *towerd, names map[string]string, when string) 
 			t.Errorf("%s %s: status %s, answer %v; want the stale %s\n%s", name, when, r.Status, r.Answer, addr, r.Output)
 			continue
 		}
-		if ttl := r.Answer[0].Header().Ttl; ttl != staleAnswerTTL || !r.hasEDE(edeStaleAnswer) {
+		if ttl := r.Answer[0].Header().Ttl; ttl != staleTTL(0) || !r.hasEDE(edeStaleAnswer) {
 			t.Errorf("%s %s: TTL %d, EDE %v; want a stale answer (TTL %d, EDE %d)",
-				name, when, ttl, r.EDE, staleAnswerTTL, edeStaleAnswer)
+				name, when, ttl, r.EDE, staleTTL(0), edeStaleAnswer)
 		}
 	}
 }

@@ -36,6 +36,9 @@ func runMain(m *testing.M) int {
 	if addr := os.Getenv(checkerEnv); addr != "" {
 		return runCachedChecker(addr) // TestFlood's checker process
 	}
+	if spec := os.Getenv(proxyEnv); spec != "" {
+		return runProxyProc(spec) // a fault proxy in a namespace of its own
+	}
 	if _, err := exec.LookPath("dig"); err != nil {
 		fmt.Fprintln(os.Stderr, "end-to-end tests need dig (Debian bind9-dnsutils): run test/install-deps.sh")
 		return 1

@@ -19,7 +19,9 @@ command -v systemd-analyze >/dev/null 2>&1 || need="$need systemd"
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
 # The getent test runs glibc's getent through towerd in a private mount and
 # network namespace: unshare, nsenter and mount (util-linux, mount), ip
-# (iproute2), getent (libc-bin). It skips itself when not run as root.
+# (iproute2), getent (libc-bin). It skips itself when not run as root. So
+# does the day test (TestSiteDay), which builds a LAN of namespaces with ip
+# netns, a bridge and veth pairs (iproute2 again).
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 # The drill's contention test runs it beside stress-ng's CPU hogs, both

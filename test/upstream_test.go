@@ -100,9 +100,12 @@ func (s *spoofUpstream) serve(t *testing.T) {
 	}
 }
 
-// blackhole is a UDP socket that reads queries and never answers.
+// blackhole is a UDP socket that reads queries and never answers. packets
+// counts the queries; towerd's health probes (". NS", asked of a silent
+// server whatever its clients do) are counted apart, in probes.
 type blackhole struct {
 	packets atomic.Int64
+	probes  atomic.Int64
 	done    chan struct{}
 }
 
@@ -118,8 +121,14 @@ func newBlackhole(t *testing.T, addr string) *blackhole {
 		defer close(b.done)
 		buf := make([]byte, 65535)
 		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
 				return
+			}
+			var q dns.Msg
+			if q.Unpack(buf[:n]) == nil && len(q.Question) == 1 && q.Question[0].Name == "." && q.Question[0].Qtype == dns.TypeNS {
+				b.probes.Add(1)
+				continue
 			}
 			b.packets.Add(1)
 		}

@@ -31,18 +31,25 @@ type GroupOptions struct {
 	// InitialAttemptTimeout is used before a server's first RTT sample;
 	// 0 means 500ms.
 	InitialAttemptTimeout time.Duration
-	// FailThreshold is the number of consecutive failed resolutions (the
-	// server's attempts timed out or met a network error, and it answered
-	// nothing) that marks a server down; 0 means 3. An rcode is an answer
+	// FailThreshold is the number of retransmission timeouts in a row,
+	// each twice the one before, that a server leaves without any reply
+	// (to clients' attempts and to the group's own probes alike,
+	// silence.go) before it is marked down; 0 means 3. A reply of any
+	// rcode, or one that does not parse, is a reply: an rcode is an answer
 	// about one name, never a failure of the server.
 	FailThreshold int
+	// MinSilence and MaxSilence bound the silence that marks a server
+	// down: never less than MinSilence since its first unanswered packet
+	// (0 means 1s), always by MaxSilence (0 means 5s), whatever
+	// FailThreshold and the RTOs say.
+	MinSilence, MaxSilence time.Duration
 	// ProbeName and ProbeType are the question a health probe asks; ""
 	// and 0 mean ". NS". Any well-formed reply, whatever its rcode, counts
 	// as up, so an authoritative-only server that refuses "." is still up.
 	ProbeName string
 	ProbeType uint16
 	// ProbeInterval is the wait before the first probe of a down server;
-	// 0 means 1s. It doubles, up to 30s, while the server stays down.
+	// 0 means 1s. It doubles, up to 5s, while the server stays down.
 	ProbeInterval time.Duration
 	// OnHealthChange, if set, is called when a server is marked down or up,
 	// so the caller can log it. It may call Servers but must not block long:
@@ -63,7 +70,8 @@ type GroupOptions struct {
 // withDefaults fills zero fields and rejects settings that cannot work.
 func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MaxAttempts < 0 || o.FailThreshold < 0 || o.MinAttemptTimeout < 0 ||
-		o.MaxAttemptTimeout < 0 || o.InitialAttemptTimeout < 0 || o.ProbeInterval < 0 {
+		o.MaxAttemptTimeout < 0 || o.InitialAttemptTimeout < 0 || o.ProbeInterval < 0 ||
+		o.MinSilence < 0 || o.MaxSilence < 0 {
 		return o, errors.New("negative group option")
 	}
 	setDefault(&o.MaxAttempts, 3)
@@ -72,6 +80,8 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	setDefault(&o.MaxAttemptTimeout, 1500*time.Millisecond)
 	setDefault(&o.InitialAttemptTimeout, 500*time.Millisecond)
 	setDefault(&o.ProbeInterval, time.Second)
+	setDefault(&o.MinSilence, defaultMinSilence)
+	setDefault(&o.MaxSilence, defaultMaxSilence)
 	setDefault(&o.ProbeType, dns.TypeNS)
 	if o.ProbeName == "" {
 		o.ProbeName = "."
@@ -83,6 +93,9 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MinAttemptTimeout > o.MaxAttemptTimeout {
 		return o, fmt.Errorf("min attempt timeout %s above max attempt timeout %s",
 			o.MinAttemptTimeout, o.MaxAttemptTimeout)
+	}
+	if o.MinSilence > o.MaxSilence {
+		return o, fmt.Errorf("min silence %s above max silence %s", o.MinSilence, o.MaxSilence)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -124,6 +137,10 @@ type Group struct {
 	// an open one when a server comes back (AllDownSignal).
 	allDownMu sync.Mutex
 	allDown   chan struct{}
+
+	// recoveredAt is when a server last came back up (time.Now's
+	// UnixNano; 0: never), for RecoveredSince.
+	recoveredAt atomic.Int64
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -240,6 +257,10 @@ func (g *Group) AllDownSignal() <-chan struct{} {
 	defer g.allDownMu.Unlock()
 	return g.allDown
 }
+
+// RecoveredSince reports whether a server was marked up again after t (by
+// a reply or a probe, after it had been marked down).
+func (g *Group) RecoveredSince(t time.Time) bool { return g.recoveredAt.Load() > t.UnixNano() }
 
 // updateAllDown brings the AllDownSignal channel in line with the servers'
 // health. It is called after every up or down change, with no server lock

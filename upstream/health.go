@@ -10,8 +10,9 @@ import (
 )
 
 // maxProbeInterval caps the probe backoff: a server that has been down for
-// an hour is still noticed within half a minute of coming back.
-const maxProbeInterval = 30 * time.Second
+// an hour is still noticed within 5 s of coming back (with the failure
+// recheck ending then, issue 23), at one packet per 5 s while it is not.
+const maxProbeInterval = 5 * time.Second
 
 // maxBackoffShift bounds RTO doubling; the clamp to MaxAttemptTimeout does the
 // real limiting, this only keeps the shift from overflowing.
@@ -27,10 +28,15 @@ type server struct {
 	rttvar   time.Duration // RTT variation, RFC 6298 section 2
 	sampled  bool          // srtt and rttvar hold at least one sample
 	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
-	fails    int           // consecutive failed resolutions
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
+	watching bool   // a silence watcher owns this server (silence.go); at most one
 	stateSeq uint64 // bumped on each up/down change so stale notifications are dropped
+
+	// heardAt is when a reply last came from the server (time.Now's
+	// UnixNano): any reply its socket accepted, whatever its rcode, and
+	// whether it parses or not. The silence watcher reads it.
+	heardAt atomic.Int64
 
 	// notifyMu serialises OnHealthChange calls for this server; it is never
 	// held together with mu, so the callback may call Group.Servers.
@@ -112,48 +118,22 @@ func (s *server) count(kind string) {
 }
 
 // markUp records that s replied: whatever the rcode, it is reachable, so
-// its failure count restarts and, if it was down, it gets traffic again.
+// if it was down, it gets traffic again.
 func (g *Group) markUp(s *server) {
 	s.mu.Lock()
 	changed := s.markUpLocked()
 	up, seq := !s.down, s.stateSeq
 	s.mu.Unlock()
 	if changed {
+		g.recoveredAt.Store(time.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, up, seq)
 	}
 }
 
-// markFailed records a resolution in which s answered nothing while its
-// attempts timed out or met network errors; FailThreshold of them in a row
-// mark it down and start its prober.
-func (g *Group) markFailed(s *server) {
-	var changed, startProbe bool
-	s.mu.Lock()
-	s.fails++
-	if s.fails >= g.opts.FailThreshold && !s.down {
-		s.down, changed = true, true
-		s.stateSeq++
-		if !s.probing {
-			s.probing, startProbe = true, true
-		}
-	}
-	up, seq := !s.down, s.stateSeq
-	s.mu.Unlock()
-
-	if changed {
-		g.updateAllDown()
-		g.notifyHealth(s, up, seq)
-	}
-	if startProbe {
-		g.startProber(s)
-	}
-}
-
-// markUpLocked clears the failure count and reports whether the server was
-// down until now.
+// markUpLocked reports whether the server was down until now, and marks it
+// up.
 func (s *server) markUpLocked() bool {
-	s.fails = 0
 	if !s.down {
 		return false
 	}
@@ -229,6 +209,15 @@ func (g *Group) probeLoop(s *server) {
 func (g *Group) probe(s *server) bool {
 	ctx, cancel := context.WithTimeout(g.ctx, g.opts.MaxAttemptTimeout)
 	defer cancel()
+	return g.ask(ctx, s, true)
+}
+
+// ask sends s one probe question and waits for its reply until ctx is
+// done. A reply, whatever its rcode, is heard (silence.go), gives an RTT
+// sample and marks s up, and for the prober (prober) ends its turn in the
+// same step, so a server marked down again meanwhile gets a new prober;
+// ask reports whether a reply came.
+func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	query := new(dns.Msg)
 	query.SetQuestion(g.opts.ProbeName, g.opts.ProbeType) // sets RD
 
@@ -238,16 +227,20 @@ func (g *Group) probe(s *server) bool {
 	if reply == nil {
 		return false
 	}
+	s.heard()
 
 	s.mu.Lock()
 	// The probe's RTT is fresh evidence; without it a server that came back
 	// slower than before would keep timing out on its old, short RTO.
 	s.addSampleLocked(rtt)
 	changed := s.markUpLocked()
-	s.probing = false
+	if prober {
+		s.probing = false
+	}
 	seq := s.stateSeq
 	s.mu.Unlock()
 	if changed {
+		g.recoveredAt.Store(time.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, true, seq)
 	}
@@ -255,7 +248,7 @@ func (g *Group) probe(s *server) bool {
 }
 
 // nextProbeInterval doubles the wait between probes of a server that stays
-// down, so a dead upstream costs one packet per 30 s rather than one per
+// down, so a dead upstream costs one packet per 5 s rather than one per
 // second, but never shrinks an interval configured above the cap.
 func nextProbeInterval(d time.Duration) time.Duration {
 	if d >= maxProbeInterval {

@@ -97,8 +97,11 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	})
 	onChange, nextEvent := healthEvents(t)
 	g := newGroup(t, GroupOptions{
-		MaxAttempts:           1,
-		FailThreshold:         2,
+		MaxAttempts: 1,
+		// Down at the first RTO that runs out, without the silence
+		// watcher's probes (silence.go): every probe here is the prober's.
+		FailThreshold:         1,
+		MinSilence:            time.Millisecond,
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		MaxAttemptTimeout:     waitTimeout, // the probe's timeout: it stays in flight until answered
@@ -107,7 +110,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}, srv)
 
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is blamed
+		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is silent
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down", ev)
@@ -126,7 +129,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}
 
 	// Every server is down, so queries still go to this one. One success
-	// brings it up, two failures take it down again while the first probe is
+	// brings it up, a silence takes it down again while the first probe is
 	// still in flight, and more failures pile up: none of it may start a
 	// second prober.
 	answerQueries.Store(true)
@@ -138,7 +141,7 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}
 	answerQueries.Store(false)
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is blamed
+		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is silent
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down again", ev)
@@ -212,7 +215,11 @@ func TestGroupAttemptTimeoutBacksOff(t *testing.T) {
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		MaxAttemptTimeout:     200 * time.Millisecond,
-		FailThreshold:         100,
+		// Down at once, so no silence watcher's RTOs (silence.go) add
+		// doublings of their own: only the attempts' are counted here.
+		FailThreshold: 1,
+		MinSilence:    time.Millisecond,
+		ProbeInterval: time.Hour,
 	}, srv)
 	check := func(when string, want time.Duration, wantTimeouts uint64) {
 		t.Helper()
@@ -244,6 +251,7 @@ func TestGroupCloseStopsProbeInFlight(t *testing.T) {
 	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
 		MaxAttempts:           1,
 		FailThreshold:         1,
+		MinSilence:            time.Millisecond,
 		InitialAttemptTimeout: 10 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		MaxAttemptTimeout:     time.Hour,
@@ -273,8 +281,8 @@ func TestGroupCloseStopsProbeInFlight(t *testing.T) {
 func TestNextProbeInterval(t *testing.T) {
 	for _, tt := range []struct{ in, want time.Duration }{
 		{time.Second, 2 * time.Second},
-		{16 * time.Second, 30 * time.Second},
-		{30 * time.Second, 30 * time.Second},
+		{4 * time.Second, 5 * time.Second},
+		{5 * time.Second, 5 * time.Second},
 		{time.Minute, time.Minute}, // configured above the cap: kept
 	} {
 		if got := nextProbeInterval(tt.in); got != tt.want {
@@ -308,6 +316,7 @@ func TestGroupAllDownSignal(t *testing.T) {
 	g := newGroup(t, GroupOptions{
 		MaxAttempts:           1,
 		FailThreshold:         1,
+		MinSilence:            time.Millisecond,
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		ProbeInterval:         time.Hour, // only live traffic brings a server back here

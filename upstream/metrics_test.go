@@ -58,11 +58,27 @@ func TestMetricsCountAttemptsByReason(t *testing.T) {
 	good := startRaw(t, answering(t, dns.RcodeSuccess))
 	opts := holeTimeouts
 	opts.MaxAttempts, opts.FailThreshold = 3, 1
+	wentDown := make(chan string, 3)
+	opts.OnHealthChange = func(server string, up bool) {
+		if !up {
+			wentDown <- server
+		}
+	}
 	g := zoneGroup(t, m, "corp.example.", opts, servfail, hole, good)
 	m.SetGroups([]*Group{g}, 0)
 
 	if err := exchangeOnce(t, g); err != nil {
 		t.Fatalf("exchange: %v (the third server answers)", err)
+	}
+	// The black hole's silence watcher marks it down (silence.go): its
+	// one RTO ran out, a second of silence.
+	select {
+	case server := <-wentDown:
+		if server != hole.addr {
+			t.Fatalf("%s marked down, want the black hole %s", server, hole.addr)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the black hole was not marked down")
 	}
 	count := func(server *rawServer, reason string) float64 {
 		if reason == "" {

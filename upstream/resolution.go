@@ -69,13 +69,56 @@ func (r *attemptResult) replied() bool { return r.raw != nil }
 // wins; a truncated reply is asked again over TCP (RFC 7766 section 5), on
 // a goroutine, the only one a resolution starts.
 
-// sendLocked sends the next attempt to the next server in order and sets
-// the timer for its RTO, which runs from the decision to send, as a.sent
-// says. It reports true when the resolution is over: the attempt could
-// not be sent, and that failure ends it (settleLocked).
+// nextLocked is the server the next attempt goes to, in turn, skipping
+// those that answered this question with a failure rcode (SERVFAIL,
+// REFUSED): a server that said it cannot answer is not asked the same
+// question again in this resolution (dnsmasq asks a sole server once).
+// It is nil when none is left.
+func (c *WireCall) nextLocked() *server {
+	for i := range c.order {
+		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) {
+			return s
+		}
+	}
+	return nil
+}
+
+// answeredRcodeLocked reports whether s answered this question with a
+// failure rcode.
+func (c *WireCall) answeredRcodeLocked(s *server) bool {
+	for _, a := range c.attempts {
+		if a.server == s && a.state == ended && !a.lapsed && a.res.replied() && a.res.err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// waitingOnLocked reports whether an attempt still waiting may yet bring
+// an answer: one to a server that has not answered with a failure rcode.
+func (c *WireCall) waitingOnLocked() bool {
+	for _, a := range c.attempts {
+		if a.state != ended && !c.answeredRcodeLocked(a.server) {
+			return true
+		}
+	}
+	return false
+}
+
+// canSendLocked reports whether another attempt may be sent: attempts
+// left, and a server left to ask.
+func (c *WireCall) canSendLocked() bool {
+	return len(c.attempts) < c.g.opts.MaxAttempts && c.nextLocked() != nil
+}
+
+// sendLocked sends the next attempt to the next server (nextLocked, which
+// canSendLocked has found) and sets the timer for its RTO, which runs from
+// the decision to send, as a.sent says. It reports true when the
+// resolution is over: the attempt could not be sent, and that failure ends
+// it (settleLocked).
 func (c *WireCall) sendLocked() (end bool) {
 	g := c.g
-	s := c.order[len(c.attempts)%len(c.order)]
+	s := c.nextLocked()
 	s.mu.Lock()
 	rto := s.attemptTimeoutLocked(&g.opts)
 	s.mu.Unlock()
@@ -114,6 +157,9 @@ func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 	if d.err != nil {
 		r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(c.ctx, d.err))
 	} else {
+		// Its socket accepted it: whatever it says, and whether it parses
+		// or not, the server is talking (silence.go).
+		a.server.heard()
 		var m dnswire.Msg
 		if len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0 {
 			c.retryTCPLocked(a)
@@ -140,8 +186,9 @@ func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 // settleLocked takes the result of attempt a (a.res) and reports whether
 // it ends the resolution: an answer, a timeout (only the resolution's own
 // deadline times an attempt out), a failure another server would fare no
-// better with (a cancelled caller, a query that cannot be sent), or the
-// last attempt's failure with none left waiting. Otherwise a failure
+// better with (a cancelled caller, a query that cannot be sent, a broken
+// chain), or the last attempt's failure with none left waiting that may
+// yet answer. Otherwise a failure
 // (SERVFAIL, REFUSED, a network error) sends the next attempt at once:
 // this one is over, so the next need not wait for its RTO.
 func (c *WireCall) settleLocked(a *attempt) (end bool) {
@@ -163,23 +210,29 @@ func (c *WireCall) settleLocked(a *attempt) (end bool) {
 	}
 	c.lastErr = r.err
 	switch {
-	case kind == KindOther:
+	case kind == KindOther || kind == KindChain:
+		// A cancelled caller, a query the server cannot be sent, or zone
+		// data whose chain is broken: another server would fare no better.
 		return c.endLocked()
-	case len(c.attempts) < c.g.opts.MaxAttempts:
+	case c.canSendLocked():
 		return c.sendLocked()
-	case c.pending == 0:
+	case c.pending == 0 || !c.waitingOnLocked():
 		return c.endLocked()
 	}
 	return false
 }
 
-// rtoLocked is the newest attempt's RTO running out: its server's next
-// RTO doubles (RFC 6298 section 5.5) and, attempts left, the next one is
-// sent; the timer then waits for the deadline, or the new attempt's RTO.
+// rtoLocked is the newest attempt's RTO running out: if it is still
+// waiting, its server's next RTO doubles (RFC 6298 section 5.5) and the
+// server is suspect (silence.go); attempts and servers left, the next one
+// is sent; the timer then waits for the deadline, or the new attempt's RTO.
 func (c *WireCall) rtoLocked() (end bool) {
-	c.attempts[len(c.attempts)-1].server.backOff()
+	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP {
+		newest.server.backOff()
+		c.g.suspect(newest.server, newest.sent)
+	}
 	c.rtoOf = nil
-	if len(c.attempts) < c.g.opts.MaxAttempts {
+	if c.canSendLocked() {
 		return c.sendLocked()
 	}
 	c.armLocked()
@@ -200,7 +253,8 @@ func (c *WireCall) retryTCPLocked(a *attempt) {
 
 // judge settles a reply p's attempt got, m its view: a failure rcode
 // (SERVFAIL, REFUSED) fails the attempt, with the reply as it came; any
-// other reply is an answer, scrubbed. raw is the caller's: an answer the
+// other reply is an answer, scrubbed, unless its chain is broken
+// (ErrBrokenChain: a loop, or too long). raw is the caller's: an answer the
 // scrubber leaves alone is raw itself.
 func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *attemptResult) {
 	if rcode := m.Rcode(); isFailureRcode(rcode) {
@@ -208,6 +262,7 @@ func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *att
 		return
 	}
 	r.raw, r.scrub = g.scrubRaw(m, raw, scope)
+	r.err = r.scrub.Broken
 }
 
 // exchangeTCP asks a's server query again over TCP and hands the result
@@ -217,6 +272,7 @@ func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope
 	raw, err := p.exchangeTCP(ctx, query)
 	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
 	if err == nil {
+		a.server.heard() // a reply, parsed or not (silence.go)
 		var m dnswire.Msg
 		if perr := m.Parse(raw); perr != nil {
 			r.err = fmt.Errorf("reading from %s over tcp: %w: %w", p.addr, ErrNetwork, perr)
@@ -241,13 +297,14 @@ func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
 // health. ended are the attempts that ended on their own (a reply or an
 // error), outstanding the ones still waiting when the resolution ended.
 //
-// Health is judged per server and resolution: a server that replied to any
-// attempt, whatever the rcode, is up; one that replied to none, while an
-// attempt to it failed on the network or waited out its full RTO, failed
-// once. A slow server whose first packet is answered after its retransmission
-// went out has therefore not failed, and an rcode about one name never
-// counts. A server that stays silent while another answers does count: a
-// dead first server would otherwise hold every query for its RTO forever.
+// A server that replied to any attempt, whatever the rcode, is up; one
+// that replied to none, while an attempt to it failed on the network or
+// waited out its full RTO, is suspect: its silence watcher decides
+// (silence.go). A slow server whose first packet is answered after its
+// retransmission went out has therefore not failed, and an rcode about one
+// name never counts. A server that stays silent while another answers is
+// suspect too: a dead first server would otherwise hold every query for
+// its RTO forever.
 func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
 	now := time.Now()
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
@@ -263,7 +320,14 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			replied[r.attempt.server] = true
 		}
 	}
-	failed := map[*server]bool{}
+	// failed holds, per server that answered nothing, the send time of
+	// its first attempt that met a network error or ran out its RTO.
+	failed := map[*server]time.Time{}
+	fail := func(a *attempt) {
+		if t, ok := failed[a.server]; !ok || a.sent.Before(t) {
+			failed[a.server] = a.sent
+		}
+	}
 	observe := func(a *attempt, d time.Duration, kind string) {
 		a.server.count(kind)
 		if g.opts.Observe != nil {
@@ -275,7 +339,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		if r.replied() {
 			r.attempt.server.addSample(r.rtt)
 		} else if kind == KindNetwork {
-			failed[r.attempt.server] = true
+			fail(r.attempt)
 		}
 		observe(r.attempt, r.rtt, kind)
 	}
@@ -295,16 +359,16 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 		default:
 			observe(a, r.rtt, KindTimeout)
 			if ranRTO {
-				failed[a.server] = true
+				fail(a)
 			}
 		}
 	}
 	for s := range replied {
 		g.markUp(s)
 	}
-	for s := range failed {
+	for s, sent := range failed {
 		if !replied[s] {
-			g.markFailed(s)
+			g.suspect(s, sent)
 		}
 	}
 }

@@ -6,9 +6,18 @@ import (
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// maxChainLength bounds the CNAME/DNAME chain Scrub follows in one reply;
-// unbound's iterator gives up after 8 restarts as well (MAX_RESTART_COUNT).
-const maxChainLength = 8
+// MaxChainLinks bounds a question's CNAME/DNAME chain, in one reply and
+// joined across zones (the resolver's chase): past it the reply is no
+// answer (ErrBrokenChain). unbound 1.17 completes 11 links (its
+// MAX_RESTART_COUNT) and SERVFAILs from 12; chains of 20 and 40 are real
+// (CDNs, issue 23), and 64 still fit the UDP size a stub asks for.
+const MaxChainLinks = 64
+
+// ErrBrokenChain is a reply whose CNAME/DNAME chain loops or is longer
+// than MaxChainLinks: no answer, and never cached (the resolution fails as
+// on SERVFAIL; unbound SERVFAILs a DNAME loop). Not a failure of the
+// server: it answered.
+var ErrBrokenChain = errors.New("broken CNAME chain")
 
 // Sections of a reply, as indexes of Group.scrubbed and label values of
 // towerd_upstream_scrubbed_records_total.
@@ -26,6 +35,9 @@ type ScrubResult struct {
 	// Answer, Authority and Additional count the records dropped from each
 	// section (the OPT record is never dropped, nor counted).
 	Answer, Authority, Additional int
+	// Broken, when set, wraps ErrBrokenChain: the chain loops or is too
+	// long, and the reply is no answer.
+	Broken error
 	// ChaseName, when set, is the lower-cased name at which the question's
 	// CNAME/DNAME chain leaves the zone: the kept answer ends with the
 	// record pointing there, and whatever the server said about the name
@@ -47,14 +59,18 @@ func (r ScrubResult) Dropped() int { return r.Answer + r.Authority + r.Additiona
 //     owner is the question's name, then each CNAME target in order; a
 //     DNAME whose owner encloses the current name counts with the CNAME it
 //     synthesizes (a CNAME that disagrees with it is dropped). The chain
-//     stops at the records of the question's type, at its end, after
-//     maxChainLength steps, at a loop, or where it leaves the scope
-//     (ChaseName);
+//     stops at the records of the question's type, at its end (where the
+//     last name's records of any type are kept: what a server says about
+//     the name it was asked is relayed as it said it, Consul's A records
+//     for a TXT question included), or where it leaves the scope
+//     (ChaseName); a loop, or more than MaxChainLinks links, breaks it
+//     (Broken);
 //   - authority: the SOA of a negative answer (NXDOMAIN or NODATA) whose
 //     owner encloses a chain name (the one record allowed outside the
 //     scope), NS records whose owner encloses one, and NSEC/NSEC3 proofs;
 //   - additional: A and AAAA records of names the kept records point to
-//     (NS, MX and SRV targets, the chain's names), and the OPT record;
+//     (NS, MX and SRV targets, the chain's names), TXT records (Consul's
+//     node meta), and the OPT record;
 //
 // and of all these only names in the scope (the group's zone less the
 // zones configured below it; every name is inside "."), with the RRSIGs
@@ -80,8 +96,8 @@ func (g *Group) scrubRaw(m *dnswire.Msg, raw []byte, scope *Scope) ([]byte, Scru
 
 // ScrubCheck is the scrubber's verdict on reply, a message for one
 // question whose servers are believed about scope, without scrubbing or
-// counting anything: what Scrub's rules would drop, and where the chain
-// leaves the scope. It is for bytes that did not come from a server of
+// counting anything: what Scrub's rules would drop, where the chain
+// leaves the scope, and whether it is broken (Broken). It is for bytes that did not come from a server of
 // towerd's (a snapshot an operator loads: issue 21), which must be what
 // the scrubber would have passed unchanged.
 func ScrubCheck(reply []byte, scope Scope) (ScrubResult, error) {

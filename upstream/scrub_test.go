@@ -214,9 +214,11 @@ func TestScrub(t *testing.T) {
 				"n1.node.dc1.consul. 0 IN TXT \"consul-network-segment=\"",
 				"n2.node.dc1.consul. 0 IN A 10.0.0.2",
 			},
-			wantAnswer:  []string{"web.service.consul. 0 IN SRV 1 1 80 n1.node.dc1.consul."},
-			wantExtra:   []string{"n1.node.dc1.consul. 0 IN A 10.0.0.1"},
-			wantDropped: [3]int{0, 0, 2},
+			wantAnswer: []string{"web.service.consul. 0 IN SRV 1 1 80 n1.node.dc1.consul."},
+			// The node meta TXT beside the target's address stays
+			// (Consul's enable_additional_node_meta_txt, issue 23).
+			wantExtra:   []string{"n1.node.dc1.consul. 0 IN A 10.0.0.1", "n1.node.dc1.consul. 0 IN TXT \"consul-network-segment=\""},
+			wantDropped: [3]int{0, 0, 1},
 		},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"fmt"
+
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -58,14 +60,25 @@ func (k *keepSet) at(i int) *bool {
 }
 
 // chainNames are the names of a question's CNAME/DNAME chain, the
-// question's first, in uncompressed wire form: on the stack.
+// question's first, in uncompressed wire form: the first inlineChain on
+// the stack, the rest of a long chain (rare) on the heap.
 type chainNames struct {
-	buf  [(maxChainLength + 1) * dnswire.MaxNameLen]byte
-	ends [maxChainLength + 1]int
+	buf  [inlineChain * dnswire.MaxNameLen]byte
+	ends [inlineChain]int
+	more [][]byte
 	n    int
 }
 
+// inlineChain is how many names a chain keeps on the stack: the question
+// and eight links, more than nearly every chain has.
+const inlineChain = 9
+
 func (c *chainNames) add(name []byte) []byte {
+	if c.n >= inlineChain {
+		c.more = append(c.more, append([]byte(nil), name...))
+		c.n++
+		return c.more[len(c.more)-1]
+	}
 	start := 0
 	if c.n > 0 {
 		start = c.ends[c.n-1]
@@ -77,6 +90,9 @@ func (c *chainNames) add(name []byte) []byte {
 }
 
 func (c *chainNames) name(i int) []byte {
+	if i >= inlineChain {
+		return c.more[i-inlineChain]
+	}
 	start := 0
 	if i > 0 {
 		start = c.ends[i-1]
@@ -105,17 +121,18 @@ func (c *chainNames) enclosed(owner []byte) bool {
 }
 
 // scrubReply marks in keep what stays of m, a reply to its own question,
-// for scope: see Scrub's rules (scrub.go). It returns what it dropped and
-// where the chain leaves the scope.
+// for scope: see Scrub's rules (scrub.go). It returns what it dropped,
+// where the chain leaves the scope, and whether the chain is broken.
 func scrubReply(m *dnswire.Msg, scope *Scope, keep *keepSet) ScrubResult {
 	keep.reset(m.Len())
 	var result ScrubResult
 	var chain chainNames
 	var qbuf [dnswire.MaxNameLen]byte
-	hasData, chase := scrubAnswer(m, scope, keep, &chain, m.Question(qbuf[:0]))
+	hasData, chase, broken := scrubAnswer(m, scope, keep, &chain, m.Question(qbuf[:0]))
 	if chase != nil {
 		result.ChaseName = string(dnswire.AppendText(nil, chase, true))
 	}
+	result.Broken = broken
 
 	// A chain leaving the scope ends in the zone that owns the target: what
 	// this server says about the rest, negative or not, is not evidence.
@@ -141,13 +158,20 @@ func scrubReply(m *dnswire.Msg, scope *Scope, keep *keepSet) ScrubResult {
 	keepSignatures(m, keep, from, to)
 
 	// Additional: addresses of the names the kept records point to (the
-	// chain's names, NS, MX and SRV targets), inside the scope, and OPT.
+	// chain's names, NS, MX and SRV targets) and TXT records, inside the
+	// scope, and OPT. The TXT records are Consul's node meta
+	// (dns_config.enable_additional_node_meta_txt), which it adds for the
+	// node of every instance, also one with an address of its own, whose
+	// SRV target is not the node: in a cache of whole answers, keyed by
+	// their question, they are relayed with it and nothing else.
 	afrom, ato := m.Range(dnswire.Additional)
 	for i := afrom; i < ato; i++ {
 		rr := m.RR(i)
 		switch rr.Type {
 		case dnswire.TypeOPT:
 			*keep.at(i) = true
+		case typeTXT:
+			*keep.at(i) = scope.holds(m.Owner(i, owner[:0]))
 		case typeA, typeAAAA:
 			name := m.Owner(i, owner[:0])
 			*keep.at(i) = scope.holds(name) && (chain.has(name) || pointedTo(m, keep, name, to))
@@ -175,13 +199,14 @@ func scrubReply(m *dnswire.Msg, scope *Scope, keep *keepSet) ScrubResult {
 // qname, each CNAME's target in order; a DNAME whose owner encloses the
 // current name counts with the CNAME it synthesizes (a CNAME that
 // disagrees with it is dropped). The chain stops at the records of the
-// question's type, at its end, after maxChainLength steps, at a loop, or
-// where it leaves the scope (chase, a name in chain's buffer). It reports
-// whether the chain ends in records of the question's type.
-func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames, qname []byte) (hasData bool, chase []byte) {
+// question's type, at its end (where the records of any other type at
+// the last name are kept too), or where it leaves the scope (chase, a
+// name in chain's buffer). It reports whether the chain ends in records,
+// and breaks it (ErrBrokenChain) on a loop or past MaxChainLinks links.
+func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames, qname []byte) (hasData bool, chase []byte, broken error) {
 	name := chain.add(qname)
 	if !scope.holds(name) {
-		return false, nil
+		return false, nil, nil
 	}
 	from, to := m.Range(dnswire.Answer)
 	var target, synth [dnswire.MaxNameLen]byte
@@ -199,7 +224,7 @@ func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames,
 				cname = i
 			}
 		}
-		if hasData || step == maxChainLength {
+		if hasData {
 			break
 		}
 		var next []byte
@@ -215,7 +240,19 @@ func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames,
 			*keep.at(cname) = true
 			next = targetOf(m, cname, target[:0])
 		}
-		if next == nil || chain.has(next) {
+		if next == nil {
+			// The chain's end. What the server says about the name it came
+			// to is relayed as it said it, whatever the type: Consul
+			// answers a TXT question for a service with its addresses.
+			hasData = keepEnd(m, keep, name, from, to)
+			break
+		}
+		if chain.has(next) {
+			broken = fmt.Errorf("%w: a loop at %s", ErrBrokenChain, dnswire.AppendText(nil, next, true))
+			break
+		}
+		if chain.n > MaxChainLinks { // the question and MaxChainLinks links so far
+			broken = fmt.Errorf("%w: more than %d links", ErrBrokenChain, MaxChainLinks)
 			break
 		}
 		// The chain's copy from here on: the buffers above are reused.
@@ -226,7 +263,20 @@ func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames,
 		}
 	}
 	keepSignatures(m, keep, from, to)
-	return hasData, chase
+	return hasData, chase, broken
+}
+
+// keepEnd keeps the answer records at name, the chain's last, of any type
+// but CNAME and DNAME (the chain's own), and reports whether there were
+// any.
+func keepEnd(m *dnswire.Msg, keep *keepSet, name []byte, from, to int) bool {
+	kept := false
+	for i := from; i < to; i++ {
+		if t := m.RR(i).Type; t != typeCNAME && t != typeDNAME && t != typeRRSIG && m.OwnerIs(i, name) {
+			*keep.at(i), kept = true, true
+		}
+	}
+	return kept
 }
 
 // findDNAME returns the index of an answer DNAME whose owner, in scope,
@@ -318,6 +368,7 @@ const (
 	typeAAAA  = 28
 	typeSRV   = 33
 	typeDNAME = 39
+	typeTXT   = 16
 	typeRRSIG = 46
 	typeNSEC  = 47
 	typeNSEC3 = 50

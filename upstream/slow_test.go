@@ -237,7 +237,10 @@ func TestGroupProbeAnyRcodeIsUp(t *testing.T) {
 			})
 			onChange, nextEvent := healthEvents(t)
 			g := newGroup(t, GroupOptions{
-				MaxAttempts: 1, FailThreshold: 1,
+				// Down at the first RTO, before any probe of the silence
+				// watcher's (which this server would answer): the probes
+				// are the prober's.
+				MaxAttempts: 1, FailThreshold: 1, MinSilence: time.Millisecond,
 				InitialAttemptTimeout: 10 * time.Millisecond, MinAttemptTimeout: 10 * time.Millisecond,
 				ProbeInterval: time.Millisecond, ProbeName: tt.probeName,
 				OnHealthChange: onChange,

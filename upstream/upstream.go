@@ -82,7 +82,10 @@ const (
 	KindNetwork  = "network"
 	KindServFail = "servfail"
 	KindRefused  = "refused"
-	KindOther    = "other"
+	// KindChain is a reply whose CNAME/DNAME chain is broken
+	// (ErrBrokenChain): the server answered, the answer is unusable.
+	KindChain = "chain"
+	KindOther = "other"
 	// KindSuperseded is an attempt still unanswered when another attempt's
 	// reply ended its resolution: not a failure, and not an ErrorKind.
 	KindSuperseded = "superseded"
@@ -105,6 +108,8 @@ func ErrorKind(err error) string {
 			return KindRefused
 		}
 		return KindOther
+	case errors.Is(err, ErrBrokenChain):
+		return KindChain
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return KindTimeout
 	case errors.Is(err, ErrNetwork):

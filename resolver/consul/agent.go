@@ -158,12 +158,15 @@ func IsLocalAddress(addr string) bool {
 // agentInfo is what the watch learns from the agent (or the configuration)
 // to name and shape records like the agent's DNS does.
 type agentInfo struct {
-	datacenter   string // lower case
-	domain       string // lower case, fully qualified
-	onlyPassing  bool   // dns_config.only_passing
-	nodeMetaTXT  bool   // dns_config.enable_additional_node_meta_txt
-	aRecordLimit int    // dns_config.a_record_limit
-	fromAgent    bool   // false: the agent would not say (ACL), defaults used
+	datacenter   string   // lower case
+	domain       string   // lower case, fully qualified
+	onlyPassing  bool     // dns_config.only_passing
+	nodeMetaTXT  bool     // dns_config.enable_additional_node_meta_txt
+	aRecordLimit int      // dns_config.a_record_limit
+	udpAnswer    int      // dns_config.udp_answer_limit
+	serviceTTL   ttlTable // dns_config.service_ttl
+	soa          soaTimers
+	fromAgent    bool // false: the agent would not say (ACL), defaults used
 }
 
 // agentReadTimeout bounds a read of /v1/agent/self, which the agent
@@ -180,6 +183,8 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 		datacenter:  strings.ToLower(cfg.Datacenter),
 		domain:      DefaultDomain,
 		nodeMetaTXT: true, // Consul's default
+		udpAnswer:   defaultUDPAnswerLimit,
+		soa:         defaultSOA,
 	}
 	if cfg.Domain != "" {
 		info.domain = dns.CanonicalName(cfg.Domain)
@@ -211,6 +216,15 @@ func readAgent(ctx context.Context, client *api.Client, cfg Config) (*agentInfo,
 	}
 	if v, ok := dbg["DNSARecordLimit"].(float64); ok && v > 0 {
 		info.aRecordLimit = int(v)
+	}
+	if v, ok := dbg["DNSUDPAnswerLimit"].(float64); ok && v > 0 {
+		info.udpAnswer = int(v)
+	}
+	if v, ok := dbg["DNSServiceTTL"].(map[string]any); ok {
+		info.serviceTTL = readTTLTable(v)
+	}
+	if v, ok := dbg["DNSSOA"].(map[string]any); ok {
+		info.soa = readSOA(v)
 	}
 	return info, nil
 }

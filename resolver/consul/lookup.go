@@ -169,6 +169,42 @@ const (
 	whyNoRecords   = "the watch cannot build Consul's records for the instances"
 )
 
+// TrimsUDP is the resolver's Config.TrimUDP for a node with the watch:
+// every UDP answer under the Consul domain (name canonical), the watch's
+// and the ones forwarded to the agent's DNS, is cut to fit the client the
+// way the agent cuts its own (the resolver's trim.go), with the agent's
+// dns_config.udp_answer_limit; until the agent has been read, for the
+// configured domain (else consul.) and Consul's default limit. It does not
+// allocate.
+func (w *Watcher) TrimsUDP(name []byte) (int, bool) {
+	if info := w.info.Load(); info != nil {
+		return info.udpAnswer, inDomain(name, info.domain)
+	}
+	return defaultUDPAnswerLimit, inDomain(name, w.fallbackDomain)
+}
+
+// DomainTrim is Config.TrimUDP for a node without the watch: answers
+// under domain ("" = consul.) are cut as Consul's DNS cuts them, with its
+// default udp_answer_limit.
+func DomainTrim(domain string) func([]byte) (int, bool) {
+	d := configuredDomain(domain)
+	return func(name []byte) (int, bool) { return defaultUDPAnswerLimit, inDomain(name, d) }
+}
+
+func configuredDomain(domain string) string {
+	if domain == "" {
+		return DefaultDomain
+	}
+	return dns.CanonicalName(domain)
+}
+
+// inDomain reports whether name (canonical, in text form) is domain
+// (canonical) or below it, without allocating.
+func inDomain(name []byte, domain string) bool {
+	n := len(name) - len(domain)
+	return n == 0 && string(name) == domain || n > 0 && name[n-1] == '.' && string(name[n:]) == domain
+}
+
 // Answer implements resolver.RecordSource. A question for a service that is
 // not watched yet returns ok=false and starts its watch (demand mode), so
 // the next question is answered from memory. It answers A, AAAA and SRV
@@ -185,7 +221,7 @@ func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok
 		return nil, false, "", false
 	}
 	info := w.info.Load()
-	if info == nil || !inDomain(q.Name, info.domain) {
+	if info == nil || !belowDomain(q.Name, info.domain) {
 		return nil, false, "", false // the domain is not known yet, or not this name's
 	}
 	switch q.Qtype {
@@ -243,23 +279,28 @@ func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok
 	// spread over the instances; so does towerd.
 	rand.Shuffle(len(instances), func(i, j int) { instances[i], instances[j] = instances[j], instances[i] })
 
-	l := lookup{name: q.Name, qtype: q.Qtype, datacenter: info.datacenter,
-		domain: responseDomain(q.Name, info.domain)}
+	// The records of the question in lower case, as the agent's DNS gives
+	// them to towerd's own (lower-case) forwarded question: the resolver
+	// spells the answer for the client the same way whichever path made
+	// it (resolver/spelling.go).
+	name := dns.CanonicalName(q.Name)
+	l := lookup{name: name, qtype: q.Qtype, datacenter: info.datacenter, domain: info.domain}
 	if sq.dc != "" {
 		l.datacenter = sq.dc
 	}
-	b := builder{ttl: uint32(w.cfg.AnswerTTL / time.Second), aRecordLimit: info.aRecordLimit,
+	b := builder{ttl: w.answerTTL(info, sq.service), aRecordLimit: info.aRecordLimit,
 		nodeMetaTXT: info.nodeMetaTXT}
 	answer, extra, ok := b.records(l, instances)
 	if !ok {
 		return nil, false, whyNoRecords, false
 	}
 	m = new(dns.Msg)
+	m.Question = []dns.Question{{Name: name, Qtype: q.Qtype, Qclass: q.Qclass}}
 	m.Answer, m.Extra = answer, extra
 	if len(answer) == 0 {
 		// NODATA (e.g. AAAA of an IPv4-only service), with the SOA that lets
 		// a resolver cache it (RFC 2308), as Consul answers.
-		m.Ns = []dns.RR{b.soa(info.domain, uint32(w.clock.Now().Unix()))}
+		m.Ns = []dns.RR{soa(info.domain, uint32(w.clock.Now().Unix()), info.soa)}
 	}
 	return m, stale, WhyWatch, true
 }
@@ -270,20 +311,19 @@ func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
 	return m, stale, ok
 }
 
-// inDomain reports whether name lies below domain (canonical), in any
+// belowDomain reports whether name lies below domain (canonical), in any
 // letter case, without allocating.
-func inDomain(name, domain string) bool {
+func belowDomain(name, domain string) bool {
 	n := len(name) - len(domain)
 	return n > 0 && name[n-1] == '.' && strings.EqualFold(name[n:], domain)
 }
 
-// responseDomain is the domain as the question wrote it (Consul names SRV
-// targets in the question's letter case).
-func responseDomain(name, domain string) string {
-	labels := dns.SplitDomainName(name)
-	n := dns.CountLabel(domain)
-	if len(labels) < n {
-		return domain
+// answerTTL is the TTL of service's records: Config.AnswerTTL, or with
+// AgentTTL the agent's dns_config.service_ttl for the service, as its own
+// DNS gives them.
+func (w *Watcher) answerTTL(info *agentInfo, service string) uint32 {
+	if w.cfg.AnswerTTL == AgentTTL {
+		return info.serviceTTL.ttl(service)
 	}
-	return dns.Fqdn(strings.Join(labels[len(labels)-n:], "."))
+	return seconds(w.cfg.AnswerTTL)
 }

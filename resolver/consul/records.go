@@ -297,13 +297,13 @@ func (b builder) header(owner string, rrtype uint16) dns.RR_Header {
 	return dns.RR_Header{Name: owner, Rrtype: rrtype, Class: dns.ClassINET, Ttl: b.ttl}
 }
 
-// soa is the authority record of a NODATA answer, shaped like Consul's with
-// its default timers; its TTL and minimum (the negative-caching TTL, RFC
-// 2308) are the answer TTL, so a NODATA lives no longer than an answer.
-func (b builder) soa(domain string, serial uint32) *dns.SOA {
-	return &dns.SOA{Hdr: b.header(domain, dns.TypeSOA), Ns: "ns." + domain,
-		Mbox: "hostmaster." + domain, Serial: serial,
-		Refresh: 3600, Retry: 600, Expire: 86400, Minttl: b.ttl}
+// soa is the authority record of a NODATA answer, as Consul's soa(): the
+// agent's dns_config.soa timers, its minimum (the negative-caching TTL,
+// RFC 2308) also the record's TTL, owned by the domain in lower case.
+func soa(domain string, serial uint32, t soaTimers) *dns.SOA {
+	return &dns.SOA{Hdr: dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: t.minttl},
+		Ns: "ns." + domain, Mbox: "hostmaster." + domain, Serial: serial,
+		Refresh: t.refresh, Retry: t.retry, Expire: t.expire, Minttl: t.minttl}
 }
 
 func nodeName(node string, q lookup) string {

@@ -50,6 +50,10 @@ const (
 // MaxWatches.
 const WatchAll = "*"
 
+// AgentTTL as Config.AnswerTTL gives each service's records the TTL the
+// agent's DNS gives them (dns_config.service_ttl).
+const AgentTTL time.Duration = -1
+
 // Config says where the agent is and what to watch. Empty strings fall back
 // to Consul's environment variables, then to Consul's defaults.
 type Config struct {
@@ -89,7 +93,10 @@ type Config struct {
 	// MaxBody bounds one reply body from the agent, in bytes; 0 =
 	// DefaultMaxBody.
 	MaxBody int64
-	// AnswerTTL is the TTL of every record served; zero = 0 s, as Consul.
+	// AnswerTTL is the TTL of every record served, whole seconds; AgentTTL
+	// = the agent's dns_config.service_ttl for the service (0 s unless it
+	// sets one, Consul's default), so that the watch's records carry the
+	// TTL the agent's DNS gives them.
 	AnswerTTL time.Duration
 	// MaxStale is how long records stay served after contact with the agent
 	// is lost; zero = not at all.
@@ -115,6 +122,9 @@ type Watcher struct {
 	jitter  func(time.Duration) time.Duration
 	store   *store
 	info    atomic.Pointer[agentInfo]
+	// fallbackDomain is the domain TrimsUDP knows before the agent is
+	// read: the configured one, else consul.
+	fallbackDomain string
 	// rereadAgent asks for /v1/agent/self again before the next query: set
 	// at start and after every failure (the agent may be a new one).
 	// agentMu lets one loop read it while the others wait for the result.
@@ -183,7 +193,7 @@ type serviceLoop struct {
 // New checks cfg and builds the API client; it does not talk to the agent,
 // so towerd starts whether or not an agent runs.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.AnswerTTL < 0 || cfg.MaxStale < 0 || cfg.MaxWatches < 0 || cfg.IdleTimeout < 0 ||
+	if (cfg.AnswerTTL < 0 && cfg.AnswerTTL != AgentTTL) || cfg.MaxStale < 0 || cfg.MaxWatches < 0 || cfg.IdleTimeout < 0 ||
 		cfg.EmptyGrace < 0 || cfg.Window < 0 || cfg.MaxBody < 0 {
 		return nil, errors.New("consul: negative answer TTL, maximum stale age, max_watches, idle timeout, " +
 			"empty grace, window or body bound")
@@ -207,23 +217,24 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w := &Watcher{
-		cfg:     cfg,
-		address: displayAddress(cfg),
-		client:  clients.pooled,
-		probe:   clients.probe,
-		log:     cfg.Log,
-		clock:   realClock{},
-		jitter:  randomJitter,
-		store:   newStore(),
-		synced:  make(chan struct{}),
-		demand:  make(chan string, 64),
-		cands:   newCandidates(),
-		gate:    newAgentGate(),
-		reads:   make(chan struct{}, resyncReads),
-		probed:  make(chan probeResult, 1),
-		watches: map[string]*serviceLoop{},
-		recent:  map[string]time.Time{},
-		limit:   cfg.MaxWatches,
+		cfg:            cfg,
+		fallbackDomain: configuredDomain(cfg.Domain),
+		address:        displayAddress(cfg),
+		client:         clients.pooled,
+		probe:          clients.probe,
+		log:            cfg.Log,
+		clock:          realClock{},
+		jitter:         randomJitter,
+		store:          newStore(),
+		synced:         make(chan struct{}),
+		demand:         make(chan string, 64),
+		cands:          newCandidates(),
+		gate:           newAgentGate(),
+		reads:          make(chan struct{}, resyncReads),
+		probed:         make(chan probeResult, 1),
+		watches:        map[string]*serviceLoop{},
+		recent:         map[string]time.Time{},
+		limit:          cfg.MaxWatches,
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)

@@ -94,7 +94,7 @@ func New(o Options) (*Proxy, error) {
 		pc: pc, other: other, ln: ln, ctx: ctx, cancel: cancel, tcpConns: map[net.Conn]struct{}{},
 	}
 	if o.CountNames {
-		p.names = &nameCounts{counts: map[string]int{}}
+		p.names = &nameCounts{counts: map[string]int{}, questions: map[question]int{}}
 	}
 	p.wg.Add(2)
 	go p.serveUDP()
@@ -139,10 +139,27 @@ func (p *Proxy) Count(name string) int {
 	return p.names.counts[strings.ToLower(dns.Fqdn(name))]
 }
 
-// nameCounts are the queries read per lower-case question name.
+// CountQuestion is Count for one question type.
+func (p *Proxy) CountQuestion(name string, qtype uint16) int {
+	if p.names == nil {
+		return 0
+	}
+	p.names.mu.Lock()
+	defer p.names.mu.Unlock()
+	return p.names.questions[question{strings.ToLower(dns.Fqdn(name)), qtype}]
+}
+
+// nameCounts are the queries read per lower-case question name, and per
+// name and type.
 type nameCounts struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu        sync.Mutex
+	counts    map[string]int
+	questions map[question]int
+}
+
+type question struct {
+	name  string
+	qtype uint16
 }
 
 // read counts one query as it arrives, before any fault is applied; a query
@@ -156,8 +173,10 @@ func (p *Proxy) read(query []byte) {
 	if m.Unpack(query) != nil || len(m.Question) != 1 {
 		return
 	}
+	name := strings.ToLower(m.Question[0].Name)
 	p.names.mu.Lock()
-	p.names.counts[strings.ToLower(m.Question[0].Name)]++
+	p.names.counts[name]++
+	p.names.questions[question{name, m.Question[0].Qtype}]++
 	p.names.mu.Unlock()
 }
 

@@ -52,7 +52,9 @@ func (a *Server) importCheck(k cache.Key, m *dns.Msg) string {
 	}
 	res, err := upstream.ScrubCheck(raw, scope)
 	switch {
-	case err != nil:
+	case err != nil, res.Broken != nil:
+		// A chain that loops or runs past upstream.MaxChainLinks is no
+		// answer from an upstream (issue 23), nor from a snapshot.
 		return rejectScrubbed
 	case res.ChaseName != "":
 		// The scrubber also drops what follows the exit (counted in

@@ -82,6 +82,9 @@ type CacheConfig struct {
 	MaxTTL Duration `toml:"max_ttl"`
 	// Prefetch: refresh an entry hit in the last 10 % of its TTL.
 	Prefetch bool `toml:"prefetch"`
+	// NoDataWithoutSOATTL: TTL of a NODATA answer that carries no SOA
+	// (dnsmasq's local= names); "0s" = kept only as stale material.
+	NoDataWithoutSOATTL Duration `toml:"nodata_without_soa_ttl"`
 }
 
 // ServeStaleConfig is the [serve_stale] table (RFC 8767).
@@ -107,7 +110,10 @@ type UpstreamConfig struct {
 	MaxInflight int `toml:"max_inflight"`
 	// MaxAttempts: packets one resolution may send, across servers.
 	MaxAttempts int `toml:"max_attempts"`
-	// FailThreshold: consecutive failures that mark a server down.
+	// FailThreshold: retransmission timeouts in a row, each twice the one
+	// before, that a server leaves without any reply (clients' attempts and
+	// towerd's own probes) before it is marked down; never less than 1 s
+	// nor more than 5 s of silence.
 	FailThreshold int `toml:"fail_threshold"`
 	// MinAttemptTimeout: floor of the per-attempt timeout that follows a
 	// server's measured round-trip; below it a fast server's hiccup would
@@ -205,6 +211,35 @@ func (b ByteSize) String() string {
 	return "0B"
 }
 
+// OptionalDuration is a duration a key may leave unset, written "": the
+// key's documentation says what unset means.
+type OptionalDuration struct {
+	time.Duration
+	Set bool
+}
+
+// UnmarshalText parses "" (unset) or a duration.
+func (d *OptionalDuration) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*d = OptionalDuration{}
+		return nil
+	}
+	var v Duration
+	if err := v.UnmarshalText(b); err != nil {
+		return err
+	}
+	*d = OptionalDuration{Duration: v.Duration, Set: true}
+	return nil
+}
+
+// MarshalText writes "" when unset, else the duration.
+func (d OptionalDuration) MarshalText() ([]byte, error) {
+	if !d.Set {
+		return []byte{}, nil
+	}
+	return []byte(d.String()), nil
+}
+
 // DefaultConfig returns the built-in configuration: loopback port 53, the
 // consul. zone to the local agent, everything else to the system's resolvers.
 func DefaultConfig() Config {
@@ -232,6 +267,9 @@ func DefaultConfig() Config {
 			MinTTL:   Dur(0),
 			MaxTTL:   Dur(24 * time.Hour),
 			Prefetch: true,
+			// unbound's NORR_TTL (util/data/msgreply.h): what it keeps a
+			// NOERROR without records or SOA for.
+			NoDataWithoutSOATTL: Dur(5 * time.Second),
 		},
 		ServeStale: ServeStaleConfig{
 			Enabled:        true,

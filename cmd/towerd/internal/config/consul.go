@@ -47,12 +47,13 @@ type ConsulConfig struct {
 	// IdleTimeout: a watch ends after this long without a question; a
 	// service asked twice within it is watched.
 	IdleTimeout Duration `toml:"idle_timeout"`
-	// AnswerTTL: TTL of the answers served from the watch.
-	AnswerTTL Duration `toml:"answer_ttl"`
+	// AnswerTTL: TTL of the answers served from the watch; unset = the
+	// agent's dns_config.service_ttl for the service, as its own DNS.
+	AnswerTTL OptionalDuration `toml:"answer_ttl"`
 }
 
 func defaultConsulConfig() ConsulConfig {
-	return ConsulConfig{Enabled: true, AnswerTTL: Dur(0), MaxWatches: consul.DefaultMaxWatches,
+	return ConsulConfig{Enabled: true, MaxWatches: consul.DefaultMaxWatches,
 		IdleTimeout: Dur(consul.DefaultIdleTimeout)}
 }
 
@@ -92,7 +93,7 @@ func (c ConsulConfig) validate() error {
 	if c.IdleTimeout.Duration < time.Second {
 		return keyErr("consul.idle_timeout", "must be at least 1s (got %v)", c.IdleTimeout)
 	}
-	if c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour {
+	if c.AnswerTTL.Set && (c.AnswerTTL.Duration < 0 || c.AnswerTTL.Duration > 24*time.Hour) {
 		return keyErr("consul.answer_ttl", "must be between 0s and 24h (got %v)", c.AnswerTTL)
 	}
 	if c.AnswerTTL.Duration%time.Second != 0 {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"reflect"
 	"strings"
 )
@@ -25,9 +26,10 @@ func changed(a, b reflect.Value, prefix string, keys *[]string) {
 		}
 		key := prefix + name
 		fa, fb := a.Field(i), b.Field(i)
-		// A table recurses; a Duration (a struct with one embedded field)
-		// and every other value compare whole.
-		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration{}) {
+		// A table recurses; a struct that reads itself from text (a
+		// Duration, an OptionalDuration) and every other value compare
+		// whole.
+		if f.Type.Kind() == reflect.Struct && !reflect.PointerTo(f.Type).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
 			changed(fa, fb, key+".", keys)
 			continue
 		}

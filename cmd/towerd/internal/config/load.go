@@ -301,6 +301,9 @@ func (c *Config) Validate() error {
 	if c.Cache.MaxTTL.Duration > 0 && c.Cache.MinTTL.Duration > c.Cache.MaxTTL.Duration {
 		return keyErr("cache.min_ttl", "%v is above cache.max_ttl %v", c.Cache.MinTTL, c.Cache.MaxTTL)
 	}
+	if d := c.Cache.NoDataWithoutSOATTL.Duration; d < 0 || d > time.Hour || d%time.Second != 0 {
+		return keyErr("cache.nodata_without_soa_ttl", "must be whole seconds between 0s and 1h (got %v)", c.Cache.NoDataWithoutSOATTL)
+	}
 	s := c.ServeStale
 	if s.ClientTimeout.Duration < 0 {
 		return keyErr("serve_stale.client_timeout", "cannot be negative (\"0s\" means answer stale at once)")

@@ -44,7 +44,7 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 		Tags:        c.Tags,
 		MaxWatches:  c.MaxWatches,
 		IdleTimeout: c.IdleTimeout.Duration,
-		AnswerTTL:   c.AnswerTTL.Duration,
+		AnswerTTL:   answerTTL(c.AnswerTTL),
 		MaxStale:    staleAge(cfg),
 		Log:         d.log,
 	})
@@ -93,7 +93,7 @@ func (d *Daemon) runConsul() {
 	}
 	c := d.cfg.Consul
 	d.log.Info("consul watch started", "address", st.Address, "mode", st.Mode, "pinned", watchedList(c.Services),
-		"max_watches", c.MaxWatches, "idle_timeout", c.IdleTimeout.Duration, "answer_ttl", c.AnswerTTL.Duration)
+		"max_watches", c.MaxWatches, "idle_timeout", c.IdleTimeout.Duration, "answer_ttl", answerTTLText(c.AnswerTTL))
 }
 
 // stopConsul ends the watch and waits for its queries to stop.
@@ -186,4 +186,20 @@ func (d *Daemon) saveWatchSet(cachePath string, level slog.Level) {
 		return
 	}
 	d.log.Log(context.Background(), level, "saved consul watch set", "file", path, "services", n)
+}
+
+// answerTTL is consul.answer_ttl for the watch: unset, the agent's.
+func answerTTL(d config.OptionalDuration) time.Duration {
+	if !d.Set {
+		return consul.AgentTTL
+	}
+	return d.Duration
+}
+
+// answerTTLText is consul.answer_ttl for the log.
+func answerTTLText(d config.OptionalDuration) string {
+	if !d.Set {
+		return "the agent's service_ttl"
+	}
+	return d.String()
 }

@@ -234,6 +234,12 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource)
 		QueryLogRate:       cfg.LogQueriesRate,
 	}
 	rcfg.Records = records
+	// UDP answers of the Consul domain are cut as the agent cuts them,
+	// watched or not (issue 23).
+	rcfg.TrimUDP = consul.DomainTrim(cfg.Consul.Domain)
+	if d.consul != nil {
+		rcfg.TrimUDP = d.consul.TrimsUDP
+	}
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
@@ -280,6 +286,7 @@ func cacheConfig(cfg config.Config) cache.Config {
 		MaxBytes:    int64(cfg.Cache.MaxBytes),
 		MinTTL:      cfg.Cache.MinTTL.Duration,
 		MaxTTL:      cfg.Cache.MaxTTL.Duration,
+		NoDataTTL:   cfg.Cache.NoDataWithoutSOATTL.Duration,
 		MaxStaleAge: staleAge(cfg),
 	}
 }

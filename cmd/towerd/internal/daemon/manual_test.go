@@ -257,6 +257,9 @@ func withChanged(cfg config.Config, k manual.ConfigKey) config.Config {
 	switch {
 	case v.Type() == reflect.TypeFor[config.Duration]():
 		v.Set(reflect.ValueOf(config.Dur(v.Interface().(config.Duration).Duration + time.Second)))
+	case v.Type() == reflect.TypeFor[config.OptionalDuration]():
+		d := v.Interface().(config.OptionalDuration)
+		v.Set(reflect.ValueOf(config.OptionalDuration{Duration: d.Duration + time.Second, Set: true}))
 	case v.Kind() == reflect.String:
 		v.SetString(v.String() + "x")
 	case v.Kind() == reflect.Int, v.Kind() == reflect.Int64: // an int64 is a config.ByteSize

@@ -310,6 +310,9 @@ func (noServers) Address() string                { return "." }
 func (noServers) AllDown() bool                  { return true }
 func (noServers) AllDownSignal() <-chan struct{} { return closedSignal }
 
+// RecoveredSince: no server, none back.
+func (noServers) RecoveredSince(time.Time) bool { return false }
+
 // closedSignal is an AllDownSignal that has always fired.
 var closedSignal = func() chan struct{} {
 	c := make(chan struct{})

@@ -292,7 +292,7 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	d.cfg = running(cfg, d.started)
 	d.saver.reconfigure(cfg) // state.go
 	cc := cacheConfig(cfg)
-	if err := d.cache.SetTTLPolicy(cc.MinTTL, cc.MaxTTL, cc.MaxStaleAge); err != nil {
+	if err := d.cache.SetTTLPolicy(cc); err != nil {
 		// Unreachable: the config was validated with the same rules.
 		d.log.Error("BUG: cache TTL policy rejected after validation; the old one stays", "err", err)
 	}

@@ -92,7 +92,6 @@ var unsupported = map[string]string{
 	"dnssec":           "towerd does not validate DNSSEC (it passes the DO and CD bits on)",
 	"clear-on-reload":  "towerd keeps its cache across reloads",
 	"all-servers":      "towerd asks one server at a time, the next after a timeout taken from the round-trip time; it never races them",
-	"neg-ttl":          "towerd never caches NXDOMAIN and caches NODATA for its SOA's TTL (RFC 2308); a reply without SOA is not cached",
 }
 
 // harmless are the directives whose loss changes no answer: where towerd
@@ -251,6 +250,16 @@ func (im *importer) apply(d Directive) {
 	case "min-cache-ttl", "max-cache-ttl":
 		if n, ok := im.number(d); ok {
 			im.set(d, "cache", strings.TrimSuffix(d.Name, "-cache-ttl")+"_ttl", time.Duration(n)*time.Second)
+		}
+	case "neg-ttl":
+		// dnsmasq's TTL for a negative reply without an SOA; towerd's
+		// applies to NODATA (NXDOMAIN is never cached), up to an hour.
+		if n, ok := im.number(d); ok {
+			if n > 3600 {
+				im.note(d, true, "cache.nodata_without_soa_ttl is at most 1h")
+				n = 3600
+			}
+			im.set(d, "cache", "nodata_without_soa_ttl", time.Duration(n)*time.Second)
 		}
 	case "no-negcache":
 		im.note(d, true, "towerd never caches NXDOMAIN, as asked, but it does cache NODATA for its SOA's TTL; no key turns that off")

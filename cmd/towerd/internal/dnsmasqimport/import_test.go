@@ -162,7 +162,6 @@ conf-file=/etc/extra.conf
 	}
 	for _, want := range []string{
 		main + ":10: server=/10.in-addr.arpa/192.0.2.53@eth0: carried over partly",
-		main + ":15: neg-ttl=60: not carried over",
 		main + ":16: no-negcache: carried over partly",
 		main + ":19: all-servers: not carried over",
 		main + ":21: dhcp-range=192.0.2.100,192.0.2.200: not carried over: towerd does not serve DHCP",

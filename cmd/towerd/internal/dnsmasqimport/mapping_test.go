@@ -28,6 +28,8 @@ func TestImportMapsDirectives(t *testing.T) {
 		{line: "dns-forward-max=300", key: "upstream.max_inflight=300", note: "per server group"},
 		{line: "resolv-file=/etc/resolv.dnsmasq", key: ".resolv_conf=/etc/resolv.dnsmasq"},
 		{line: "no-negcache", note: "never caches NXDOMAIN"},
+		{line: "neg-ttl=60", key: "cache.nodata_without_soa_ttl=1m0s"},
+		{line: "neg-ttl=86400", key: "cache.nodata_without_soa_ttl=1h0m0s", note: "at most 1h"},
 		{line: "port=0", note: "turns dnsmasq's DNS off", changes: true},
 		{line: "dhcp-range=192.0.2.100,192.0.2.200", note: "does not serve DHCP", changes: true},
 		{line: "dhcp-option=3,192.0.2.1", note: "does not serve DHCP"},

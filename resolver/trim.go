@@ -1,0 +1,116 @@
+package resolver
+
+import (
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// A UDP answer about a name whose records source says so
+// (RecordSource.TrimsUDP: the Consul domain) is cut to fit the client as
+// Consul's DNS cuts its own (agent/dns.go trimUDPResponse, v1.14), without
+// TC: so the watch's answer for a service of many instances is the one the
+// agent gives (issue 23: towerd set TC where the agent trimmed to fit
+// 1232 bytes), and a forwarded one, already cut by the agent for towerd's
+// 1232 bytes, is cut again as the agent would for a smaller client (to
+// udp_answer_limit records without EDNS). Over TCP nothing is cut.
+
+// maxConsulAnswers is Consul's maxUDPAnswerLimit: the most records a UDP
+// client without EDNS gets, whatever udp_answer_limit says.
+const maxConsulAnswers = 8
+
+// trimLikeConsul cuts out for a UDP client whose answers may be limit
+// bytes (512 without EDNS: edns false), leaving room bytes for what the
+// reply core adds (the OPT record, an EDE option). Without EDNS the answer
+// keeps at most min(answerLimit, 8) records, counted uncompressed; then
+// records go from the end of the answer, the authority first, until the
+// message fits (in a binary search when over by more than 100 bytes), each
+// cut leaving in the additional section only the first record of each SRV
+// target, as Consul's syncExtra does. At least one answer record stays.
+func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
+	maxSize := limit - room
+	hasExtra := len(out.Extra) > 0
+	index := map[string]dns.RR{}
+	for _, rr := range out.Extra {
+		if name := strings.ToLower(rr.Header().Name); index[name] == nil {
+			index[name] = rr
+		}
+	}
+	// Consul measures its answers compressed (as the reply core sends
+	// them), except the answer-limited ones below.
+	out.Compress = true
+	if !edns || limit == dns.MinMsgSize {
+		if n := min(maxConsulAnswers, answerLimit); len(out.Answer) > n {
+			out.Compress = false
+			out.Answer = out.Answer[:n]
+			if hasExtra {
+				syncConsulExtra(out, index)
+			}
+		}
+	}
+	// 8: the UDP header, as Consul counts it.
+	for len(out.Answer) > 1 && out.Len() > maxSize-8 {
+		out.Ns = nil
+		if out.Len()-maxSize > 100 {
+			out.Answer = out.Answer[:consulBinaryCut(out, maxSize, index, hasExtra)]
+		} else {
+			out.Answer = out.Answer[:len(out.Answer)-1]
+		}
+		if hasExtra {
+			syncConsulExtra(out, index)
+		}
+	}
+	out.Compress = true
+}
+
+// consulBinaryCut is Consul's dnsBinaryTruncate: the most answer records
+// (found by halving) with which out fits maxSize, or a count within 10
+// bytes of it.
+func consulBinaryCut(out *dns.Msg, maxSize int, index map[string]dns.RR, hasExtra bool) int {
+	all := out.Answer
+	lo, hi := 0, len(all)+1
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		out.Answer = all[:mid]
+		if hasExtra {
+			syncConsulExtra(out, index)
+		}
+		if n := out.Len(); n <= maxSize {
+			if maxSize-n < 10 {
+				return mid
+			}
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// syncConsulExtra is Consul's syncExtra: the additional section becomes,
+// for each SRV record of the answer in order, the first additional record
+// of its target (following a CNAME there), each name once.
+func syncConsulExtra(out *dns.Msg, index map[string]dns.RR) {
+	extra := make([]dns.RR, 0, len(out.Answer))
+	seen := map[string]bool{}
+	for _, rr := range out.Answer {
+		srv, ok := rr.(*dns.SRV)
+		if !ok {
+			continue
+		}
+		for target := strings.ToLower(srv.Target); !seen[target]; {
+			seen[target] = true
+			next, ok := index[target]
+			if !ok {
+				break
+			}
+			extra = append(extra, next)
+			cname, ok := next.(*dns.CNAME)
+			if !ok {
+				break
+			}
+			target = strings.ToLower(cname.Target)
+		}
+	}
+	out.Extra = extra
+}

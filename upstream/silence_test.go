@@ -1,0 +1,165 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// A server that goes silent is marked down within the silence bound after
+// the first packet it left unanswered, though no client asks again: one
+// resolution, then nothing (the failure recheck's 30 s without client
+// attempts, issue 23). The watcher's probes are what keep asking.
+func TestSilentServerMarkedDownWithoutClients(t *testing.T) {
+	var silent atomic.Bool
+	srv := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
+		if silent.Load() {
+			return nil
+		}
+		return answering(t, dns.RcodeSuccess)(q, from)
+	})
+	onChange, nextEvent := healthEvents(t)
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:   1,
+		ProbeInterval: time.Hour, // only the watcher's probes
+		// towerd's defaults: 3 RTOs in a row, at least 1 s, at most 5 s.
+		MinAttemptTimeout: 200 * time.Millisecond,
+		OnHealthChange:    onChange,
+	}, srv)
+	if err := exchangeFor(g, waitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	silent.Store(true)
+	start := time.Now()
+	_ = exchangeFor(g, 300*time.Millisecond) // its 200 ms RTO runs out: suspect
+	ev := nextEvent()
+	took := time.Since(start)
+	if ev != (healthEvent{srv.addr, false}) {
+		t.Fatalf("health change %+v, want %s down", ev, srv.addr)
+	}
+	// The bound is 5 s whatever the load; 1 s is the floor.
+	if took < time.Second || took > defaultMaxSilence+time.Second {
+		t.Errorf("marked down %v after its silence began, want within [1s, 5s]", took)
+	}
+	probes := 0
+	for _, q := range srv.received(t) {
+		if isProbe(q) {
+			probes++
+		}
+	}
+	// Two probes: the client's attempt's RTO and the probes' two make three.
+	if probes != 2 {
+		t.Errorf("%d probes while suspect, want 2 (FailThreshold 3, the attempt's RTO the first)", probes)
+	}
+	t.Logf("marked down %v after the silence began", took.Round(time.Millisecond))
+}
+
+// Names a server does not answer (a resolver upstream of it that drops
+// them), or answers with a reply that does not parse, say nothing about
+// the server while it answers the probe: ten of each in a row leave a sole
+// server up, and so does a SERVFAIL (README: an rcode or a malformed reply
+// for one name never counts towards down).
+func TestUnansweredNamesMarkNoServerDown(t *testing.T) {
+	srv := startRaw(t, func(q *dns.Msg, from net.Addr) [][]byte {
+		name := q.Question[0].Name
+		switch {
+		case isProbe(q):
+			return answering(t, dns.RcodeRefused)(q, from)
+		case strings.HasPrefix(name, "dropped"):
+			return nil
+		case strings.HasPrefix(name, "malformed"):
+			// Header and question as asked, one answer record announced
+			// and cut short: the socket takes it, no parser reads it.
+			wire := mustPack(t, replyTo(q, dns.RcodeSuccess))
+			wire[7] = 1 // ANCOUNT
+			return [][]byte{append(wire, 0xc0, 0x0c, 0x00)}
+		case strings.HasPrefix(name, "servfail"):
+			return answering(t, dns.RcodeServerFailure)(q, from)
+		}
+		return answering(t, dns.RcodeSuccess)(q, from)
+	})
+	var changes atomic.Int32
+	g := newGroup(t, GroupOptions{
+		MaxAttempts:       2,
+		MinAttemptTimeout: 20 * time.Millisecond,
+		MaxAttemptTimeout: 40 * time.Millisecond,
+		MinSilence:        10 * time.Millisecond,
+		ProbeInterval:     time.Hour,
+		OnHealthChange:    func(string, bool) { changes.Add(1) },
+	}, srv)
+	for _, kind := range []string{"dropped", "malformed", "servfail"} {
+		for i := range 10 {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, _ = g.Exchange(ctx, question(fmt.Sprintf("%s%d.example.", kind, i)))
+			cancel()
+		}
+	}
+	// Every watcher the dropped names started has heard the probe's reply
+	// and ended, or marked the server down.
+	waitWatchersDone(t, g)
+	if n := changes.Load(); n != 0 || g.AllDown() {
+		t.Errorf("%d health changes, all down %v; want none: the server answers the probe", n, g.AllDown())
+	}
+	probes := 0
+	for _, q := range srv.received(t) {
+		if isProbe(q) {
+			probes++
+		}
+	}
+	if probes == 0 {
+		t.Error("no probe: the unanswered names never made the server suspect, so this proves nothing")
+	}
+	if err := exchangeFor(g, waitTimeout); err != nil {
+		t.Errorf("an answered name after them: %v", err)
+	}
+}
+
+// After a SERVFAIL from the only server, the resolution does not ask it
+// the same question again: one packet, however many MaxAttempts allows
+// (dnsmasq 1, unbound 2, towerd 3 before issue 23).
+func TestServFailFromSoleServerAskedOnce(t *testing.T) {
+	srv := startRaw(t, answering(t, dns.RcodeServerFailure))
+	g := newGroup(t, GroupOptions{MaxAttempts: 3, MinAttemptTimeout: 10 * time.Millisecond}, srv)
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		reply, err := g.Exchange(ctx, question(fmt.Sprintf("broken%d.example.", i)))
+		cancel()
+		if reply == nil || reply.Rcode != dns.RcodeServerFailure || err == nil {
+			t.Fatalf("Exchange = %v, %v; want the SERVFAIL with an RcodeError", reply, err)
+		}
+	}
+	if n := srv.count(t); n != 5 {
+		t.Errorf("server got %d queries for 5 names, want 5", n)
+	}
+	if st := g.Servers()[0]; !st.Up || st.ServFails != 5 {
+		t.Errorf("server up=%v servfails=%d, want up with 5", st.Up, st.ServFails)
+	}
+}
+
+// waitWatchersDone polls (bounded) until no server of g has a silence
+// watcher running.
+func waitWatchersDone(t *testing.T, g *Group) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		watching := false
+		for _, s := range g.servers {
+			s.mu.Lock()
+			watching = watching || s.watching
+			s.mu.Unlock()
+		}
+		if !watching {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a silence watcher still runs")
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval of a bounded wait
+	}
+}
