@@ -7,36 +7,17 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver"
 )
 
 // What one getaddrinfo costs the upstream with the node's search list and
-// ndots (issue 28): glibc's res_search order, A and AAAA for each name it
+// ndots (issue 28): glibc's res_search order (resolver.SearchList.Tries,
+// the model the resolver reads its queries with), A and AAAA for each name it
 // tries, and which of those questions towerd must send upstream on every
 // lookup. Positive answers are cached, so in the steady state a lookup
 // costs the NXDOMAINs tried before the name that exists: towerd never
 // caches NXDOMAIN (a name that appears must be seen at once).
-
-// glibcTries are the names res_search asks for name, in order (glibc's
-// resolv/res_query.c): as it is first when it has at least ndots dots,
-// then each search domain, then as it is when that was not tried first.
-// (A name with a final dot is asked only as it is; doctor's examples have
-// none.)
-func glibcTries(name string, search []string, ndots int) []string {
-	asIsFirst := strings.Count(name, ".") >= ndots
-	var tries []string
-	if asIsFirst {
-		tries = append(tries, name)
-	}
-	for _, d := range search {
-		if d = strings.Trim(d, "."); d != "" {
-			tries = append(tries, name+"."+d)
-		}
-	}
-	if !asIsFirst {
-		tries = append(tries, name)
-	}
-	return tries
-}
 
 // lookupExample is a name the node may ask, and which of its tries exists.
 type lookupExample struct {
@@ -64,7 +45,7 @@ type lookupCost struct {
 // others, NXDOMAIN, cost it two questions every time. Not through towerd,
 // every try is a round trip to the resolver.
 func (n *Node) cost(ex lookupExample, search []string, opts glibcOptions, viaTowerd bool) lookupCost {
-	c := lookupCost{tries: glibcTries(ex.name, search, opts.ndots)}
+	c := lookupCost{tries: resolver.SearchList{Domains: search, Ndots: opts.ndots}.Tries(ex.name)}
 	perTry := 1
 	if opts.singleRequest {
 		perTry = 2

@@ -1,30 +1,10 @@
 package doctor
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 )
-
-func TestGlibcTries(t *testing.T) {
-	t.Parallel()
-	search := []string{"corp.example", "ec2.internal"}
-	for _, c := range []struct {
-		name  string
-		ndots int
-		want  []string
-	}{
-		{"web.service.consul", 1, []string{"web.service.consul", "web.service.consul.corp.example", "web.service.consul.ec2.internal"}},
-		{"web.service.consul", 5, []string{"web.service.consul.corp.example", "web.service.consul.ec2.internal", "web.service.consul"}},
-		{"db", 1, []string{"db.corp.example", "db.ec2.internal", "db"}},
-		{"db", 0, []string{"db", "db.corp.example", "db.ec2.internal"}},
-	} {
-		if got := glibcTries(c.name, search, c.ndots); !slices.Equal(got, c.want) {
-			t.Errorf("glibcTries(%s, ndots:%d) = %v", c.name, c.ndots, got)
-		}
-	}
-}
 
 // The figures of issue 28's table (two search domains, through towerd,
 // NXDOMAIN never cached): upstream questions per lookup in the steady
