@@ -182,17 +182,18 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 //
 // The decision is ServeDNS's own (planMiss) for a question with nothing
 // stale to serve; a key with any entry in the cache is left to ServeDNS,
-// whose lookup may find it servable stale. Declining cuts dst back to
+// whose lookup may find it servable stale, and so is a search-list try
+// with a held NXDOMAIN (searchahead.go). Declining cuts dst back to
 // headerAt and reports false.
 func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
 	// A key aliasing name, for lookups only: neither the cache nor the
 	// flights keep a key they are asked about, and planMiss starts nothing
 	// when mayStart is false.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if h.cache.Has(k) {
-		return dst[:headerAt], false
+	if h.cache.Has(k) || (s.searchRoleOf(k) != searchNone && h.held.has(k)) {
+		return dst[:headerAt], false // ServeDNS's miss decision may answer it (a held NXDOMAIN)
 	}
-	if _, plan := h.planMiss(s, zone, k, nil, time.Time{}, start, false); plan != missFallback {
+	if _, plan := h.planMiss(s, zone, k, nil, time.Time{}, start, false, searchNone); plan != missFallback {
 		return dst[:headerAt], false
 	}
 	h.cache.CountMiss() // ServeDNS's lookup would have counted it

@@ -422,7 +422,7 @@ func TestMissAfterFlightEnded(t *testing.T) {
 	}
 	s := e.h.settings.Load()
 	key := cache.NewKey("late.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, nil, time.Time{}, s.Now(), true)
+	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, nil, time.Time{}, s.Now(), true, searchNone)
 	if plan != missWait {
 		t.Fatalf("plan %v, want missWait", plan)
 	}
