@@ -103,7 +103,7 @@ func (h *Handler) searchAnswer(s *settings, key cache.Key) (*flight, bool) {
 	switch {
 	case e.round != nil && e.round.serves(e.at, now, s.SearchHold) && !h.flights.isRunning(key):
 		h.searchStats.fromRound.Add(1)
-	case age <= s.SearchHold && h.knownLater(s, key):
+	case s.SearchHold > 0 && age <= s.SearchHold && h.knownLater(s, key):
 		if age*2 >= s.SearchHold {
 			h.searchRefresh(s, key)
 		}

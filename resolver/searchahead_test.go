@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -407,5 +408,34 @@ func TestSearchModelWalks(t *testing.T) {
 		if _, err := newSearchModel(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+}
+
+// The held NXDOMAINs are bounded: a flood of names that do not exist
+// cycles the table, which keeps maxHeld entries at most.
+func TestHeldTableIsBounded(t *testing.T) {
+	t.Parallel()
+	tab := newHeldTable()
+	for i := range maxHeld + 1000 {
+		tab.put(cache.NewKey(fmt.Sprintf("n%d.corp.example.", i), dns.TypeA, dns.ClassINET, false, false), heldNX{})
+	}
+	if n := int(tab.n.Load()); n != maxHeld {
+		t.Errorf("%d entries held, want the bound %d", n, maxHeld)
+	}
+	if tab.has(cache.NewKey("n0.corp.example.", dns.TypeA, dns.ClassINET, false, false)) {
+		t.Error("the oldest entry survived the flood")
+	}
+}
+
+// With hold 0, nothing is answered from an earlier lookup: the known name
+// does not shorten the next lookup's first try.
+func TestSearchHoldZero(t *testing.T) {
+	e := newSearchEnv(t, 5, func(c *Config) { c.SearchHold = 0 })
+	const first = "api.service.consul.corp.example."
+	e.want(first, dns.RcodeNameError, SourceUpstream)
+	e.clock.Advance(time.Millisecond)
+	e.want(first, dns.RcodeNameError, SourceUpstream)
+	if n := e.count(first); n != 2 {
+		t.Errorf("%s asked %d times in two lookups, want 2", first, n)
 	}
 }
