@@ -3,6 +3,7 @@ package resolver
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -112,7 +113,7 @@ func (h *Handler) searchAnswer(s *settings, key cache.Key) (*flight, bool) {
 		return nil, false
 	}
 	h.held.asked(key, now)
-	return &flight{done: closedDone, started: now, outcome: outcome{
+	return &flight{done: closedDone, started: time.Now(), outcome: outcome{
 		wire: e.answer.Aged(age), wireOK: true, server: e.server, source: SourceSearch}}, true
 }
 
@@ -146,7 +147,9 @@ func (h *Handler) knownLater(s *settings, key cache.Key) bool {
 
 // recordsKnow asks local data and the Consul watch about name, as the
 // client's later try will: answered when one of them answers it, exists
-// when that answer is no NXDOMAIN.
+// when that answer is no NXDOMAIN. For the watch this counts as a
+// question for the service (RecordSource has no other way to ask): the
+// lookup ends there, and its client asks it too.
 func (h *Handler) recordsKnow(s *settings, name string, key cache.Key) (answered, exists bool) {
 	m, _, _, ok := lookupRecords(s.Records, dns.Question{Name: name, Qtype: key.Type, Qclass: key.Class})
 	if !ok {

@@ -48,7 +48,7 @@ func TestSearchListThroughGlibc(t *testing.T) {
 
 func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) {
 	up := newSearchUpstream(t, 100*time.Millisecond)
-	up.add(t, "db.corp.example. 300 IN A 192.0.2.10", "web.ec2.internal. 300 IN A 192.0.2.11",
+	up.Add(t, "db.corp.example. 300 IN A 192.0.2.10", "web.ec2.internal. 300 IN A 192.0.2.11",
 		"app.team.corp.example. 300 IN A 192.0.2.12")
 	dir := t.TempDir()
 	resolv := filepath.Join(dir, "resolv.conf")
@@ -169,42 +169,28 @@ func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) 
 			t.Fatalf("newapp found before it exists: %s", l.addrs)
 		}
 	}
-	up.add(t, "newapp.ec2.internal. 300 IN A 192.0.2.13")
+	up.Add(t, "newapp.ec2.internal. 300 IN A 192.0.2.13")
 	if l := do("newapp"); !l.ok || l.addrs != "192.0.2.13" {
 		t.Errorf("newapp, the first lookup after newapp.ec2.internal appeared: %v %q", l.ok, l.addrs)
 	}
 }
 
-// searchUpstream is issue 28's shared resolver on loopback: a zone that
-// answers every question a fixed delay late, logging each question's
-// arrival and each reply's departure in order.
+// searchUpstream is issue 28's shared resolver on loopback: the test
+// kit's zone, every answer a fixed delay late, each question's arrival and
+// each reply's departure logged in order.
 type searchUpstream struct {
 	*testUpstream
 	delay  time.Duration
 	mu     sync.Mutex
-	zone   map[string][]dns.RR
 	events []bool // true: a reply left; false: a question came
 	active int    // questions not answered yet
 	idle   chan struct{}
 }
 
 func newSearchUpstream(t *testing.T, delay time.Duration) *searchUpstream {
-	u := &searchUpstream{testUpstream: newTestUpstream(t), delay: delay, zone: map[string][]dns.RR{}}
+	u := &searchUpstream{testUpstream: newTestUpstream(t), delay: delay}
 	u.SetScript(u.answer)
 	return u
-}
-
-func (u *searchUpstream) add(t *testing.T, lines ...string) {
-	t.Helper()
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, line := range lines {
-		rr, err := dns.NewRR(line)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.zone[rr.Header().Name] = append(u.zone[rr.Header().Name], rr)
-	}
 }
 
 func (u *searchUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
@@ -219,25 +205,9 @@ func (u *searchUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	case <-u.Stopped():
 		return nil
 	}
-	q := r.Question[0]
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.RecursionAvailable = true
+	m := u.FromZone(r)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	records, exists := u.zone[strings.ToLower(q.Name)]
-	for _, rr := range records {
-		if rr.Header().Rrtype == q.Qtype {
-			m.Answer = append(m.Answer, dns.Copy(rr))
-		}
-	}
-	if len(m.Answer) == 0 {
-		soa, _ := dns.NewRR(testSOA)
-		m.Ns = []dns.RR{soa}
-		if !exists {
-			m.Rcode = dns.RcodeNameError
-		}
-	}
 	u.events = append(u.events, true)
 	u.active--
 	if u.active == 0 && u.idle != nil {
