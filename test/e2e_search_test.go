@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,9 +58,11 @@ func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) 
 	// the one before however loaded the machine (getent's start, two
 	// scrapes), so "no wait once known" does not hang on the scheduler;
 	// make bench measures the default.
-	cfg := writeConfig(t, "[search]\nhold = \"5s\"\nresolv_conf = \""+resolv+"\"\n[consul]\n"+pins("api-service"))
+	// The attempts' timeout floor at 2 s: a reply the loaded machine
+	// hands towerd late is not resent, which would count as a round.
+	cfg := writeConfig(t, "[search]\nhold = \"5s\"\nresolv_conf = \""+resolv+"\"\n[upstream]\nmin_attempt_timeout = \"2s\"\n[consul]\n"+pins("api-service"))
 	d := startConsulTowerd(t, agent, agent.DNSAddr, "-config", cfg, "-listen", listen+":53", "-upstream", up.Addr)
-	ns := newMountNamespace(t, resolv, nss)
+	ns := newNamespace(t, false, resolv, nss)
 
 	// A lookup: getent's addresses, the shared upstream's rounds during it,
 	// and towerd's answers to it: all of them, and those that waited for
@@ -144,8 +145,14 @@ func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) 
 		}
 		up.settled(t)
 		for _, name := range ghost {
-			if got := up.Count(name, dns.TypeA); got != n {
+			// At least once a lookup; more only when an attempt was resent
+			// (its timeout at least upstream.min_attempt_timeout, 2 s here;
+			// that each name is asked once per lookup is resolver's
+			// TestSearchRoundAsksAheadOnce's, with one attempt).
+			if got := up.Count(name, dns.TypeA); got < n {
 				t.Errorf("after lookup %d of ghost.bench.test: %s A asked %d times, want %d", n, name, got, n)
+			} else if got > n {
+				t.Logf("after lookup %d of ghost.bench.test: %s A asked %d times (an attempt resent)", n, name, got)
 			}
 		}
 		if want := map[bool]int{true: 2, false: 1}[n == 1 && ndots == 1]; l.rounds > want {
@@ -186,9 +193,15 @@ type searchUpstream struct {
 	*testUpstream
 	delay  time.Duration
 	mu     sync.Mutex
-	events []bool // true: a reply left; false: a question came
-	active int    // questions not answered yet
+	events []upstreamEvent
+	active int // questions not answered yet
 	idle   chan struct{}
+}
+
+// upstreamEvent is a question that came, or a reply that left.
+type upstreamEvent struct {
+	reply bool
+	qtype uint16
 }
 
 func newSearchUpstream(t *testing.T, delay time.Duration) *searchUpstream {
@@ -199,7 +212,7 @@ func newSearchUpstream(t *testing.T, delay time.Duration) *searchUpstream {
 
 func (u *searchUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	u.mu.Lock()
-	u.events = append(u.events, false)
+	u.events = append(u.events, upstreamEvent{qtype: r.Question[0].Qtype})
 	u.active++
 	u.mu.Unlock()
 	timer := time.NewTimer(u.delay) // the upstream's delay under test, not a synchronisation
@@ -212,7 +225,7 @@ func (u *searchUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	m := u.FromZone(r)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.events = append(u.events, true)
+	u.events = append(u.events, upstreamEvent{reply: true, qtype: r.Question[0].Qtype})
 	u.active--
 	if u.active == 0 && u.idle != nil {
 		close(u.idle)
@@ -229,22 +242,30 @@ func (u *searchUpstream) mark() int {
 }
 
 // roundsSince counts the rounds of questions since mark: a question that
-// came after a reply left begins a new one. A lookup that asks its names
-// one after another waits one round each.
+// came after a reply of its type left begins a new one, and the lookup
+// waited the most rounds of its types (glibc asks A and AAAA at once, and
+// a loaded machine may hand towerd the AAAA question after the A's round
+// was answered: that is no round the A half waited). A lookup that asks
+// its names one after another waits one round each.
 func (u *searchUpstream) roundsSince(mark int) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	rounds, open := 0, false
-	for _, reply := range u.events[mark:] {
-		switch {
-		case reply:
-			open = false
-		case !open:
-			rounds++
-			open = true
+	most := 0
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		rounds, open := 0, false
+		for _, e := range u.events[mark:] {
+			switch {
+			case e.qtype != qtype:
+			case e.reply:
+				open = false
+			case !open:
+				rounds++
+				open = true
+			}
 		}
+		most = max(most, rounds)
 	}
-	return rounds
+	return most
 }
 
 // settled waits until every question the upstream has is answered: what
@@ -265,49 +286,5 @@ func (u *searchUpstream) settled(t *testing.T) {
 	case <-idle:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the upstream's questions were not answered within 10 s")
-	}
-}
-
-// mountNamespace is a private mount namespace holding resolv and nss over
-// /etc's (the network is the host's: towerd's loopback address is
-// reachable), kept until the test ends.
-type mountNamespace struct{ pid int }
-
-func newMountNamespace(t *testing.T, resolv, nss string) *mountNamespace {
-	t.Helper()
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
-		`set -e; mount --bind "$1" /etc/resolv.conf; mount --bind "$2" /etc/nsswitch.conf; echo ready; exec cat`,
-		"sh", resolv, nss)
-	stdin, err := holder.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder.Stderr = os.Stderr
-	if err := holder.Start(); err != nil {
-		t.Skipf("unshare: %v", err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = holder.Wait()
-	})
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Skipf("could not set up the mount namespace (%q, %v)", line, err)
-	}
-	return &mountNamespace{pid: holder.Process.Pid}
-}
-
-// command runs name in the namespace.
-func (n *mountNamespace) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(n.pid), "--mount", "--", name}, args...)...)
-}
-
-func writeFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
