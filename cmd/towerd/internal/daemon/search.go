@@ -28,8 +28,9 @@ type searchState struct {
 
 // searchLists are cfg's lists, the node's first. The node's file is read
 // again (start, reload): a missing file or one without a search line
-// means none, as for glibc; one that cannot be read as a bounded regular
-// file keeps the last good list, with a warning.
+// means none, as for glibc, and so does a list past the resolver's bounds
+// (with a warning); a file that cannot be read as a bounded regular file
+// keeps the last good list, with a warning.
 func (d *Daemon) searchLists(cfg config.Config) []resolver.SearchList {
 	if !cfg.Search.Enabled {
 		return nil
@@ -47,7 +48,9 @@ func (d *Daemon) searchLists(cfg config.Config) []resolver.SearchList {
 		default:
 			l := resolver.SearchList{Domains: rc.Search, Ndots: resolvconf.Ndots(rc.Options)}
 			if err := resolver.CheckSearchList(l); err != nil {
+				// Content past the bounds, not a read that failed: none.
 				d.log.Warn("the node's search list is not used", "file", path, "search", strings.Join(rc.Search, " "), "err", err)
+				d.search.node = nil
 				break
 			}
 			d.search.node = &l

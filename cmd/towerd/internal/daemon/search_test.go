@@ -69,6 +69,12 @@ func TestSearchListsFromTheNodesFile(t *testing.T) {
 		t.Errorf("%d warnings, want 3:\n%s", n, logs.String())
 	}
 
+	// A list past the resolver's bounds: none, with a warning.
+	write("search " + strings.Repeat("d.example ", 9) + "\n")
+	if g := got(); g != "["+k8s+"]" || !strings.Contains(logs.String(), "the node's search list is not used") {
+		t.Errorf("nine domains: lists %s", g)
+	}
+
 	// No search line, then no file: none, as for glibc.
 	write("nameserver 127.0.0.1\n")
 	if g := got(); g != "["+k8s+"]" {
