@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TestSearchListThroughGlibc is issue 28's day as glibc lives it:
@@ -52,8 +53,8 @@ func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) 
 	dir := t.TempDir()
 	resolv := filepath.Join(dir, "resolv.conf")
 	nss := filepath.Join(dir, "nsswitch.conf")
-	writeFile(t, resolv, fmt.Sprintf("nameserver %s\nsearch corp.example ec2.internal\noptions ndots:%d timeout:3 attempts:1\n", listen, ndots))
-	writeFile(t, nss, "hosts: dns\n")
+	dnstest.WriteFile(t, resolv, fmt.Sprintf("nameserver %s\nsearch corp.example ec2.internal\noptions ndots:%d timeout:3 attempts:1\n", listen, ndots))
+	dnstest.WriteFile(t, nss, "hosts: dns\n")
 	// search.hold at its ceiling: a lookup here comes well within it of
 	// the one before however loaded the machine (getent's start, two
 	// scrapes), so "no wait once known" does not hang on the scheduler;

@@ -60,10 +60,3 @@ func newNamespace(t *testing.T, withNet bool, resolv, nss string) *namespace {
 func (n *namespace) command(name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append(append([]string{"--target", strconv.Itoa(n.pid)}, n.flags...), append([]string{"--", name}, args...)...)...)
 }
-
-func writeFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}

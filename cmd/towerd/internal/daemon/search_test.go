@@ -12,6 +12,7 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The node's search list comes from search.resolv_conf, read as a bounded
@@ -24,11 +25,9 @@ func TestSearchListsFromTheNodesFile(t *testing.T) {
 	write := func(body string) {
 		t.Helper()
 		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
+			t.Fatal(err) // the FIFO below must go before a file takes its name
 		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		dnstest.WriteFile(t, path, body)
 	}
 	var logs bytes.Buffer
 	d := &Daemon{log: slog.New(slog.NewTextHandler(&logs, nil))}
