@@ -96,12 +96,13 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Issue 6, not part of make test: the Go benchmarks of the hit path, then
-# towerd beside dnsmasq and unbound on loopback (about 13 minutes; results
+# towerd beside dnsmasq and unbound on loopback (about 20 minutes; results
 # and how to read them in docs/benchmarks.md). More: make bench BENCH_ARGS='-rounds 3'
-# or fewer: BENCH_ARGS='-scenarios latency,memory' (all eight by default)
+# or fewer: BENCH_ARGS='-scenarios latency,memory' (all ten by default;
+# scenario 10, search, needs root and takes the Consul agent of make test).
 BENCH_ARGS ?=
 
-bench: build
+bench: build consul-agent
 	@test/bench/install-peers.sh
 	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver ./upstream
 	$(GO) build -o bin/towerd-bench ./test/bench

@@ -32,3 +32,14 @@ func (c *Cache) Fresh(k Key) (Result, bool) {
 	}
 	return it.result(a, now), true
 }
+
+// HasFresh reports whether a fresh entry for k is stored, without counting
+// anything, changing recency or copying the entry: the resolver's search
+// rules ask it about names a lookup will try later.
+func (c *Cache) HasFresh(k Key) bool {
+	now := c.clock()
+	c.mu.Lock()
+	it, ok := c.lru.Peek(k)
+	c.mu.Unlock()
+	return ok && it.ageAt(now.sinceEpoch).fresh
+}

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -37,6 +38,15 @@ func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 // limit bytes of dst. It counts nothing.
 func (a *WireAnswer) AppendRecords(dst []byte, limit int) ([]byte, WireHit, bool) {
 	return a.appendRecords(dst, shownTTL(a.ttl, 0), limit)
+}
+
+// Aged is a as it is elapsed after it was prepared: every TTL it shows
+// lower by the whole seconds elapsed, as a cache hit's would be, never
+// below 0. The resolver answers an NXDOMAIN it held a moment (never
+// cached) this way.
+func (a WireAnswer) Aged(elapsed time.Duration) WireAnswer {
+	a.ttl = max(0, a.ttl-elapsed.Truncate(time.Second))
+	return a
 }
 
 // Message is the answer as a dns.Msg the caller owns, as a hit right after

@@ -64,6 +64,19 @@ type Config struct {
 	// given without asking the upstream again (RFC 8767 §4: 30 s).
 	FailureRecheck time.Duration
 
+	// Search are the search lists of towerd's clients (issue 28): a miss
+	// on a name one of them reads as a try of a lookup asks the lookup's
+	// later names ahead, and their NXDOMAINs answer its later tries
+	// (searchahead.go). Empty turns the search-list rules off. At most
+	// MaxSearchLists lists of MaxSearchDomains domains each.
+	Search []SearchList
+	// SearchHold is how long, after it came, the upstream's NXDOMAIN for
+	// a search-list try answers again: a lookup's later tries after the
+	// try that asked them ahead was answered, and any try whose lookup
+	// ends at a name the node knows exists. Zero: the second never, the
+	// first only while that try runs. At most MaxSearchHold.
+	SearchHold time.Duration
+
 	// MaxUDPSize caps UDP answers in bytes, whatever size a client
 	// advertises: past min(client's size, MaxUDPSize) records are dropped and
 	// TC set, and the client retries over TCP (issue 13: amplification).
@@ -85,6 +98,14 @@ const (
 	DefaultUpstreamTimeout = 5 * time.Second
 	DefaultMaxInflight     = 150
 	DefaultQueryLogRate    = 300 // within journald's default rate limit: 10,000 lines in 30 s
+	// MaxSearchHold bounds Config.SearchHold: a name that appears ahead
+	// of a name the node knows is seen at most this late.
+	MaxSearchHold = 5 * time.Second
+	// DefaultSearchHold is the daemon's SearchHold (search.hold; its zero
+	// means off): long enough for a client that looks a name up twice a
+	// second, short enough that a name appearing ahead of a known one is
+	// seen within a second of a 100 ms upstream.
+	DefaultSearchHold = 500 * time.Millisecond
 )
 
 // loopbackOnly is the allow-list used when Config.Allow is empty.
@@ -98,6 +119,7 @@ var loopbackOnly = []netip.Prefix{
 type settings struct {
 	Config
 	router *router
+	search *searchModel // nil: the search-list rules are off
 }
 
 func newSettings(cfg Config) (*settings, error) {
@@ -127,6 +149,13 @@ func newSettings(cfg Config) (*settings, error) {
 	case cfg.MaxUDPSize < dns.MinMsgSize || cfg.MaxUDPSize > dns.MaxMsgSize:
 		return nil, fmt.Errorf("max UDP size %d is outside %d to %d bytes", cfg.MaxUDPSize, dns.MinMsgSize, dns.MaxMsgSize)
 	}
+	search, err := newSearchModel(cfg.Search)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SearchHold < 0 || cfg.SearchHold > MaxSearchHold {
+		return nil, fmt.Errorf("search hold %v is outside 0 to %v", cfg.SearchHold, MaxSearchHold)
+	}
 	if cfg.StaleAnswerTTL > 0 && cfg.StaleAnswerTTL < time.Second {
 		return nil, fmt.Errorf("stale answer TTL %v is below one second", cfg.StaleAnswerTTL)
 	}
@@ -136,7 +165,7 @@ func newSettings(cfg Config) (*settings, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &settings{Config: cfg, router: r}, nil
+	return &settings{Config: cfg, router: r, search: search}, nil
 }
 
 // staleTTLSeconds is the TTL written on stale answers.

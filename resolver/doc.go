@@ -88,6 +88,13 @@
 //     per handler (deadlines.go).
 //   - Prefetch: Handler.prefetch, counted when a refresh starts; the window
 //     is settings.wantsPrefetch.
+//   - Search lists (issue 28, searchahead.go): a miss on a try of a lookup
+//     that walks a search list (Config.Search) starts the lookup's later
+//     names' resolutions from its own flight's start, as a prefetch
+//     (flights.join, start, no waiter), within half the cap; settle keeps
+//     their NXDOMAINs apart from the cache (searchheld.go); the miss
+//     decision (planMiss, and missPacket for route 6) answers a later try
+//     with one, as a flight already done, within Config.SearchHold.
 //   - The resolution (resolution.go), one for every miss, prefetch and
 //     refresh, whichever route started it: the upstream query
 //     (appendUpstreamQuery: RD, AD always, RFC 6840 §5.7, the key's CD

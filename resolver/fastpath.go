@@ -215,7 +215,7 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased)
+	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)
 	if plan == missWait && (fl.f == nil || s.staleWait(fl, zone, st.TTL, st.Expired) > 0) {
 		// A refresh stored a fresh entry since (a flight made of it), or
 		// the client waits for the refresh: ServeDNS's, from its lookup.
@@ -240,13 +240,17 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 // from headerAt, answerPacket's room for the header and the question.
 //
 // The decision is ServeDNS's own (planMiss) for a question with nothing
-// in the cache (notFresh looked). Declining cuts dst back to headerAt and
-// reports false.
+// in the cache (notFresh looked), and not a search-list try with a held
+// NXDOMAIN (searchahead.go), which ServeDNS's miss decision answers.
+// Declining cuts dst back to headerAt and reports false.
 func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
 	// A key aliasing name, for lookups only: the flights keep no key they
 	// are asked about, and planMiss starts nothing with planLook.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
-	if _, plan := h.planMiss(s, zone, k, false, time.Time{}, start, planLook); plan != missFallback {
+	if s.searchRoleOf(k) != searchNone && h.held.has(k) {
+		return dst[:headerAt], false // ServeDNS's miss decision answers it (a held NXDOMAIN)
+	}
+	if _, plan := h.planMiss(s, zone, k, false, time.Time{}, start, planLook, searchNone); plan != missFallback {
 		return dst[:headerAt], false
 	}
 	h.cache.CountMiss() // ServeDNS's lookup would have counted it

@@ -97,12 +97,23 @@ func newFlights(c *cache.Cache) *flights {
 // bytes (wire, when wireOK; read-only once the flight is done), the
 // upstream server that replied ("" when unknown) and the error. msg is set
 // instead of wire only for a flight join made of a fresh cache entry.
+// source names where the answer came from when that is not the
+// resolution itself (SourceSearch: a held NXDOMAIN, searchahead.go).
 type outcome struct {
 	wire   cache.WireAnswer
 	wireOK bool
 	msg    *dns.Msg
 	server string
 	err    error
+	source string
+}
+
+// answerSource is where the outcome's answer is counted as coming from.
+func (o *outcome) answerSource() string {
+	if o.source != "" {
+		return o.source
+	}
+	return SourceUpstream
 }
 
 // message is the answer as a dns.Msg for a general-path waiter: a copy
@@ -233,6 +244,15 @@ func (f *flights) rejectNew(key cache.Key, limit int) bool {
 	}
 	f.rejected.Add(1)
 	return true
+}
+
+// isRunning reports whether a resolution for key runs; key is only looked
+// up.
+func (f *flights) isRunning(key cache.Key) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, found := f.running[key]
+	return found
 }
 
 // count returns how many resolutions are running.

@@ -18,6 +18,7 @@ const (
 	SourceUpstream = "upstream" // the upstream's reply (or SERVFAIL after it failed)
 	SourceLocal    = "local"    // decided by towerd itself: REFUSED, BADVERS, local data (Chain)
 	SourceRecords  = "consul"   // pushed records (Config.Records), fresh
+	SourceSearch   = "search"   // a search-list try's NXDOMAIN the client did not wait for (searchahead.go)
 )
 
 // Handler is towerd's dns.Handler.
@@ -27,6 +28,11 @@ type Handler struct {
 	flights  *flights
 	log      *slog.Logger
 	obs      Observer
+
+	// The search-list rules (searchahead.go): the NXDOMAINs they hold and
+	// their counters.
+	held        *heldTable
+	searchStats searchStats
 
 	// The query log (querylog.go): off by default, switched at runtime,
 	// at most Config.QueryLogRate lines a second.
@@ -45,7 +51,7 @@ type Query struct {
 	Proto    string // "udp" or "tcp"
 	Qtype    uint16
 	Zone     string
-	Source   string // SourceCache, SourceStale, SourceUpstream, SourceLocal, SourceRecords
+	Source   string // SourceCache, SourceStale, SourceUpstream, SourceLocal, SourceRecords, SourceSearch
 	Server   string // host:port of the upstream server whose reply was relayed; "" otherwise
 	Rcode    int
 	Duration time.Duration
@@ -79,7 +85,7 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(c), log: log, obs: obs, queryLog: newQueryLog(log)}
+	h := &Handler{cache: c, flights: newFlights(c), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
 	h.flights.onPanic = func(v any, stack []byte) {
 		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
 	}
@@ -173,7 +179,11 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		a.entryTTL = res.TTL
 	}
 
-	fl, plan := h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart)
+	search := searchNone
+	if !found {
+		search = s.searchRoleOf(key) // a name with an entry existed: its lookup ends there
+	}
+	fl, plan := h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart, search)
 	if plan == missFallback {
 		h.fail(a, stale, record)
 		return
@@ -216,7 +226,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	}
 	r.upstream = fl.server
 	msg := fl.message()
-	record(SourceUpstream, msg.Rcode, false)
+	record(fl.answerSource(), msg.Rcode, false)
 	a.msg(msg, false)
 }
 
@@ -274,8 +284,12 @@ const (
 // running resolution is joined or a new one started; with the in-flight cap
 // full and none running for key, the answer is due at once (never queued).
 // With planLook (the fast reject) nothing is started: it only learns
-// whether the answer is the fallback, and declines otherwise.
-func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool, refreshFailedAt, now time.Time, mode planMode) (*flight, missPlan) {
+// whether the answer is the fallback, and declines otherwise. search is the
+// miss's role to the search-list rules (settings.searchRoleOf): a try may
+// be answered with a held NXDOMAIN, as a flight already done, and the
+// resolution it starts asks its lookup's later names ahead
+// (searchahead.go).
+func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool, refreshFailedAt, now time.Time, mode planMode, search searchRole) (*flight, missPlan) {
 	if hasStale && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck &&
 		!zone.Upstream.RecoveredSince(refreshFailedAt) {
 		return nil, missFallback
@@ -286,7 +300,12 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 		}
 		return nil, missDecline
 	}
-	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone}, true, mode == planStartAliased)
+	if search != searchNone {
+		if fl, ok := h.searchAnswer(s, key); ok {
+			return fl, missWait
+		}
+	}
+	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone, search: search}, true, mode == planStartAliased)
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback

@@ -428,7 +428,7 @@ func TestMissAfterFlightEnded(t *testing.T) {
 	}
 	s := e.h.settings.Load()
 	key := cache.NewKey("late.example.", dns.TypeA, dns.ClassINET, false, false)
-	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, false, time.Time{}, s.Now(), planStart)
+	fl, plan := e.h.planMiss(s, s.router.route(key.Name), key, false, time.Time{}, s.Now(), planStart, searchNone)
 	if plan != missWait {
 		t.Fatalf("plan %v, want missWait", plan)
 	}
@@ -521,7 +521,7 @@ func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 			up.back = e.clock.Now().Add(tc.back)
 			s := e.h.settings.Load()
 			res, _ := e.h.cache.Get(key)
-			_, plan := e.h.planMiss(s, s.router.route(key.Name), key, res.Msg != nil, res.RefreshFailedAt, e.clock.Now(), planLook)
+			_, plan := e.h.planMiss(s, s.router.route(key.Name), key, res.Msg != nil, res.RefreshFailedAt, e.clock.Now(), planLook, searchNone)
 			if asked := plan != missFallback; asked != tc.asked {
 				t.Errorf("plan %v: asks again %v, want %v", plan, asked, tc.asked)
 			}

@@ -164,6 +164,7 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 			Name: "towerd_query_log_lines_dropped_total",
 			Help: "Query-log lines not written because the query log was at its rate limit (log_queries_rate lines a second).",
 		}, func() float64 { return float64(h.QueryLogDropped()) }),
+		searchCollector{h},
 	}
 	if srv != nil {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -176,6 +177,34 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 		errs = append(errs, m.reg.Register(c))
 	}
 	return errors.Join(errs...)
+}
+
+// searchCollector exposes the search-list rules' counters (issue 28,
+// searchahead.go) at scrape time.
+type searchCollector struct{ h *Handler }
+
+var (
+	searchAnswersDesc = prometheus.NewDesc("towerd_search_answers_total",
+		"Search-list tries answered with an upstream NXDOMAIN without waiting for the upstream: each one a round trip a lookup did not wait. by=round: asked ahead with an earlier try of the same lookup; by=hold: the upstream's last word, at most search.hold old, for a lookup that ends at a name the node knows.",
+		[]string{"by"}, nil)
+	searchAheadDesc = prometheus.NewDesc("towerd_search_ahead_queries_total",
+		"Upstream resolutions the search-list rules started that no client waited for: a lookup's later names asked ahead, and refreshes behind held answers.", nil, nil)
+	searchSkippedDesc = prometheus.NewDesc("towerd_search_ahead_skipped_total",
+		"Times the search-list rules asked nothing ahead because half the in-flight cap (upstream.max_inflight) was taken: the client then asks its later names one by one.", nil, nil)
+)
+
+func (c searchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- searchAnswersDesc
+	ch <- searchAheadDesc
+	ch <- searchSkippedDesc
+}
+
+func (c searchCollector) Collect(ch chan<- prometheus.Metric) {
+	st := &c.h.searchStats
+	ch <- prometheus.MustNewConstMetric(searchAnswersDesc, prometheus.CounterValue, float64(st.fromRound.Load()), "round")
+	ch <- prometheus.MustNewConstMetric(searchAnswersDesc, prometheus.CounterValue, float64(st.fromHold.Load()), "hold")
+	ch <- prometheus.MustNewConstMetric(searchAheadDesc, prometheus.CounterValue, float64(st.ahead.Load()))
+	ch <- prometheus.MustNewConstMetric(searchSkippedDesc, prometheus.CounterValue, float64(st.skipped.Load()))
 }
 
 // tcpCollector exposes Server.TCPStats at scrape time (issue 13).

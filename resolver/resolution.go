@@ -35,6 +35,11 @@ type resolution struct {
 	s        *settings // the configuration the flight was made under
 	zone     Zone
 	deadline time.Time // upstream.timeout from the start
+	// search is what the resolution is to the search-list rules
+	// (searchahead.go); round, the round a try started or a candidate
+	// was asked by.
+	search searchRole
+	round  *searchRound
 }
 
 // start starts the flight's resolution from the goroutine that made it
@@ -54,6 +59,14 @@ func (fl *flight) start() {
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	if res.search == searchTry {
+		// The round goes before the try's own first attempt: a reply to
+		// that may settle the flight before StartWire returns, and the
+		// client's later try must find the round running, never not yet
+		// begun (searchahead.go, rule 2).
+		res.round = &searchRound{}
+		res.h.searchAhead(res.s, fl.key, res.round)
+	}
 	bp := queryBufs.Get().(*[]byte)
 	query := appendUpstreamQuery((*bp)[:0], fl.key)
 	res.zone.Upstream.StartWire(fl.call, upstream.WireQuery{Ctx: fl.f.ctx, Packed: query, Deadline: res.deadline,
@@ -94,7 +107,7 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 			ctx, cancel := context.WithDeadline(fl.f.ctx, res.deadline)
 			defer cancel()
 			reply, err := res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
-			o = res.h.settle(res.zone.Name, fl.key, reply, wr.Server, err)
+			o = res.h.settle(res, fl.key, reply, wr.Server, err)
 		}()
 		fl.finish(o)
 	})
@@ -104,7 +117,7 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 func (fl *flight) settleRecovered(raw []byte, server string, err error) (o outcome) {
 	defer fl.recoverInto(&o)
 	res := &fl.res
-	return res.h.settle(res.zone.Name, fl.key, raw, server, err)
+	return res.h.settle(res, fl.key, raw, server, err)
 }
 
 // recoverInto, deferred, turns a panic in a resolution into its failure.
@@ -134,8 +147,10 @@ func (fl *flight) finishedPanic(err error) bool {
 // or the entry removed (NXDOMAIN: an answer, not a failure, never cached,
 // and an old entry for the name must not come back later as stale: the
 // name is gone). A failure, or a reply the builder refuses (another rcode,
-// a truncated one), marks the entry's refresh failed (RFC 8767 §4).
-func (h *Handler) settle(zone string, key cache.Key, raw []byte, server string, err error) outcome {
+// a truncated one), marks the entry's refresh failed (RFC 8767 §4). A
+// resolution the search-list rules made keeps its NXDOMAIN out of the
+// cache, in their own table (searchSettled).
+func (h *Handler) settle(res *resolution, key cache.Key, raw []byte, server string, err error) outcome {
 	if err == nil {
 		a, reason := h.cache.PrepareAnswer(key, raw)
 		if reason == "" {
@@ -147,13 +162,19 @@ func (h *Handler) settle(zone string, key cache.Key, raw []byte, server string, 
 			case dns.RcodeNameError:
 				h.cache.Remove(key)
 			}
+			if res.search != searchNone {
+				h.searchSettled(res, key, &a, server)
+			}
 			return outcome{wire: a, wireOK: true, server: server}
 		}
 		err = errUpstreamReply{reason}
 	}
 	h.cache.MarkRefreshFailed(key)
+	if res.search != searchNone {
+		h.searchSettled(res, key, nil, server)
+	}
 	if !errors.Is(err, context.Canceled) {
-		h.log.Debug("upstream failed", "zone", zone, "name", key.Name,
+		h.log.Debug("upstream failed", "zone", res.zone.Name, "name", key.Name,
 			"type", dns.TypeToString[key.Type], "err", err)
 	}
 	return outcome{server: server, err: err}

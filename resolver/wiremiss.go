@@ -79,7 +79,9 @@ func putWaiter(w *wireWaiter) {
 // cache (notFresh looked): it starts or joins the flight for q's question
 // with a wire waiter and reports true, or reports false, having changed
 // nothing, when ServeDNS must take the query: the socket drains, or the
-// flights turn it away (an entry was stored since, the cap is full).
+// flights turn it away (an entry was stored since, the cap is full). A
+// search-list try may be answered at once with a held NXDOMAIN, as
+// ServeDNS's miss decision would (searchahead.go).
 func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) bool {
 	// A key aliasing name, for lookups only: joinWire copies it into a
 	// flight it makes.
@@ -91,7 +93,15 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 	w.h, w.s, w.zone, w.replier, w.from, w.tcp, w.start = h, s, zone.Name, q.replier, from, q.tcp, start
 	w.wire, w.deadline = w, time.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
-	fl, started, ok := h.flights.joinWire(k, s.MaxInflight, w, resolution{h: h, s: s, zone: zone})
+	search := s.searchRoleOf(k)
+	if search != searchNone {
+		if fl, ok := h.searchAnswer(s, k); ok {
+			h.cache.CountMiss()
+			h.answerWire(fl, w, false)
+			return true
+		}
+	}
+	fl, started, ok := h.flights.joinWire(k, s.MaxInflight, w, resolution{h: h, s: s, zone: zone, search: search})
 	if !ok {
 		q.replier.endMiss()
 		putWaiter(w)
@@ -156,7 +166,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 		q.upstream = fl.server
-		h.observe(s, &q.request, w.zone, SourceUpstream, hit.Rcode, w.start, false)
+		h.observe(s, &q.request, w.zone, fl.answerSource(), hit.Rcode, w.start, false)
 	default:
 		general = true
 		h.answerWireGeneral(fl, w)
@@ -190,7 +200,7 @@ func (h *Handler) answerWireGeneral(fl *flight, w *wireWaiter) {
 		r.upstream = fl.server
 		a := w.s.answer(mw, req, &r)
 		msg := fl.message()
-		h.observe(w.s, &r, w.zone, SourceUpstream, msg.Rcode, w.start, false)
+		h.observe(w.s, &r, w.zone, fl.answerSource(), msg.Rcode, w.start, false)
 		a.msg(msg, false)
 	})
 }

@@ -1,12 +1,10 @@
 package test
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,34 +50,9 @@ func TestGetentThroughTowerdWithTheInstalledFiles(t *testing.T) {
 		t.Fatalf("installed nsswitch.conf:\n%s", installedNss)
 	}
 
-	// The namespace: a shell that brings lo up, mounts the installed files
-	// over /etc's, says so, and holds the namespace until its stdin closes.
-	holder := exec.Command("unshare", "--mount", "--net", "--propagation", "private", "sh", "-c",
-		`set -e; ip link set lo up; mount --bind "$1/etc/resolv.conf" /etc/resolv.conf; `+
-			`mount --bind "$1/etc/nsswitch.conf" /etc/nsswitch.conf; echo ready; exec cat`, "sh", root)
-	stdin, err := holder.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder.Stderr = os.Stderr
-	if err := holder.Start(); err != nil {
-		t.Skipf("unshare: %v", err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = holder.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Skipf("could not set up the namespace (%q, %v): unshare -mn not permitted here?", line, err)
-	}
-	inNS := func(name string, args ...string) *exec.Cmd {
-		return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(holder.Process.Pid), "--net", "--mount", "--", name}, args...)...)
-	}
+	// The namespace: its own loopback, the installed files over /etc's.
+	ns := newNamespace(t, true, filepath.Join(root, "etc/resolv.conf"), filepath.Join(root, "etc/nsswitch.conf"))
+	inNS := ns.command
 
 	// The upstream: dnsmasq on 127.0.0.2:53 answers the test name.
 	conf := filepath.Join(t.TempDir(), "upstream.conf")

@@ -42,6 +42,31 @@ const (
 type upstreamServer struct {
 	ttl     uint32
 	queries atomic.Uint64
+	// search, for scenario 10, makes it a shared resolver behind search
+	// lists: only searchZone's names exist, everything else is NXDOMAIN
+	// with a negative TTL of 60 s.
+	search bool
+}
+
+// searchZone are the names scenario 10's upstream knows (A only; AAAA is
+// NODATA).
+var searchZone = map[string]net.IP{
+	"db.corp.example.":  net.IPv4(192, 0, 2, 10),
+	"web.ec2.internal.": net.IPv4(192, 0, 2, 11),
+}
+
+// searchReply answers q as scenario 10's shared resolver.
+func searchReply(m *dns.Msg, q dns.Question) {
+	ip, exists := searchZone[strings.ToLower(q.Name)]
+	if exists && q.Qtype == dns.TypeA {
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip}}
+		return
+	}
+	if !exists {
+		m.Rcode = dns.RcodeNameError
+	}
+	m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 60},
+		Ns: "ns.bench.example.", Mbox: "h.bench.example.", Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 60}}
 }
 
 func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
@@ -61,6 +86,11 @@ func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	u.queries.Add(1)
+	if u.search {
+		searchReply(m, q)
+		_ = w.WriteMsg(m)
+		return
+	}
 	nx := len(q.Name) > 2 && strings.EqualFold(q.Name[:2], "nx")
 	if nx {
 		m.Rcode = dns.RcodeNameError
@@ -87,8 +117,8 @@ func (u *upstreamServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 // serveUpstream runs the synthetic upstream on addr (UDP and TCP) until
 // SIGTERM, and its counts on controlPort of the same host. With faults, the
 // zone is served on a free port and the fault proxy takes addr in front of it.
-func serveUpstream(addr string, ttl time.Duration, f faultproxy.Faults, seed uint64) error {
-	u := &upstreamServer{ttl: uint32(ttl / time.Second)}
+func serveUpstream(addr string, ttl time.Duration, f faultproxy.Faults, seed uint64, zone string) error {
+	u := &upstreamServer{ttl: uint32(ttl / time.Second), search: zone == "search"}
 	// Bound first: once the zone answers, a count question waits in this
 	// socket's buffer rather than meeting a closed port.
 	host, _, _ := strings.Cut(addr, ":")

@@ -17,6 +17,7 @@
 //	cold        7. 20,000 unique names right after a start (storm.go)
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
+//	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -47,12 +48,13 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search"}
 
 func main() {
 	var (
 		serveUp   = flag.String("serve-upstream", "", "internal: run the synthetic upstream on `ADDR`")
 		serveNul  = flag.String("serve-null", "", "internal: run the null responder on `ADDR`")
+		zone      = flag.String("zone", "", "internal: the synthetic upstream's zone: \"\" (every name) or \"search\" (scenario 10's)")
 		ttl       = flag.Duration("ttl", time.Hour, "TTL of the synthetic zone's records")
 		delay     = flag.Duration("delay", 0, "upstream delay (through the fault proxy)")
 		jitter    = flag.Duration("jitter", 0, "upstream jitter ± (through the fault proxy)")
@@ -68,13 +70,15 @@ func main() {
 		scen      = flag.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run: "+strings.Join(allScenarios, ","))
 		memNames  = flag.Int("memory-names", 100000, "distinct names cached in the memory scenario")
 		jitWindow = flag.Duration("jitter-window", 30*time.Second, "length of the jitter scenario's probe")
+		searchN   = flag.Int("search-lookups", 100, "lookups per name of the search scenario after the first, one every 100 ms")
+		consul    = flag.String("consul", "test/consulagent/bin/consul", "Consul agent binary for the search scenario's Consul rows (make consul-agent)")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
 	var err error
 	switch {
 	case *serveUp != "":
-		err = serveUpstream(*serveUp, *ttl, faults, *seed)
+		err = serveUpstream(*serveUp, *ttl, faults, *seed, *zone)
 	case *serveNul != "":
 		err = serveNull(*serveNul)
 	default:
@@ -99,7 +103,7 @@ func main() {
 		b := &bench{
 			towerd: *towerd, rounds: *rounds, duration: *duration, rates: rs, names: *names,
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
-			want: want, memNames: *memNames, jitterWindow: *jitWindow,
+			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 		}
 		err = b.run()
 	}
@@ -123,6 +127,8 @@ type bench struct {
 	want         map[string]bool // selected scenarios
 	memNames     int
 	jitterWindow time.Duration
+	searchCount  int    // lookups per name in scenario 10, after the first
+	consul       string // Consul agent binary; "" once it is found missing
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -192,6 +198,11 @@ func (b *bench) run() error {
 			return err
 		}
 	}
+	if b.want["search"] {
+		if err := b.searchSetUp(); err != nil { // search.go
+			return err
+		}
+	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
 		return err
@@ -245,6 +256,14 @@ func (b *bench) run() error {
 			}
 			if err := b.storm(round, s); err != nil {
 				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["search"] {
+				break
+			}
+			if err := b.search(round, s); err != nil {
+				return fmt.Errorf("round %d, %s, search: %w", round, s, err)
 			}
 		}
 	}

@@ -35,12 +35,24 @@ type serverSetup struct {
 	// noNegCache turns negative caching off in the peers (scenarios 7 and
 	// 8); towerd never caches NXDOMAIN.
 	noNegCache bool
+	// addr, when set, is where the server listens instead of serverAddr
+	// (scenario 10: port 53, which glibc asks).
+	addr string
+	// consulDNS, when set, is the Consul agent's DNS address, where every
+	// server forwards consul. (towerd's watch asks its HTTP API beside).
+	consulDNS string
+	// searchResolvConf, when set, is the resolv.conf whose search list
+	// towerd reads for its search-list rules (scenario 10).
+	searchResolvConf string
 }
 
 // startServer starts server s (or the null responder) fresh and waits until
 // it answers. The caller stops it with b.procs.stop.
 func (b *bench) startServer(s string, round int, set serverSetup) (*proc, error) {
 	addr := serverAddr(s)
+	if set.addr != "" {
+		addr = set.addr
+	}
 	if err := addrFree(addr); err != nil {
 		return nil, err
 	}
@@ -92,17 +104,30 @@ func exited(p *proc, logf string) error {
 // serverCommand is how each server is started: in the foreground, caching
 // set.cacheSize answers, forwarding everything to set.upstream only.
 func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (string, []string, error) {
-	host, _, _ := strings.Cut(addr, ":")
+	host, port, _ := strings.Cut(addr, ":")
 	upHost, upPort, _ := strings.Cut(set.upstream, ":")
+	consulHost, consulPort, _ := strings.Cut(set.consulDNS, ":")
 	switch s {
 	case "towerd":
 		// Built-in defaults: serve-stale (1.8 s client timeout, an entry
 		// that just expired answered stale at once; 30 s answer TTL, 1
 		// day) and prefetch (last 10 % of the TTL when that is longer than
-		// the upstream's RTO) on.
-		return b.towerd, []string{"-config", "", "-listen", addr, "-upstream", set.upstream,
-			"-consul-http", "off", "-admin", "", "-state-dir", "", "-log-level", "warn",
-			"-cache-size", strconv.Itoa(set.cacheSize)}, nil
+		// the upstream's RTO) on; the search-list rules on, with no list
+		// unless the scenario gives the file of one.
+		config := ""
+		if set.searchResolvConf != "" {
+			config = filepath.Join(b.dir, fmt.Sprintf("towerd-%s-%d.toml", set.phase, round))
+			if err := os.WriteFile(config, []byte(fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)), 0o600); err != nil {
+				return "", nil, err
+			}
+		}
+		args := []string{"-config", config, "-listen", addr, "-upstream", set.upstream, "-consul-http", "off",
+			"-admin", "", "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
+		if set.consulDNS != "" {
+			// The watch on the agent's HTTP API (its default port) and its DNS.
+			args = append(args, "-consul-http", consulHost+":8500", "-consul-dns", set.consulDNS)
+		}
+		return b.towerd, args, nil
 	case "dnsmasq":
 		dnsmasq, _ := lookPath("dnsmasq")
 		args := []string{"--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
@@ -117,6 +142,9 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		}
 		if set.noNegCache {
 			args = append(args, "--no-negcache")
+		}
+		if set.consulDNS != "" {
+			args = append(args, "--server=/consul/"+consulHost+"#"+consulPort)
 		}
 		return dnsmasq, args, nil
 	case "unbound":
@@ -143,6 +171,10 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		if set.noNegCache {
 			stale += "\tcache-max-negative-ttl: 0\n"
 		}
+		consulZone := ""
+		if set.consulDNS != "" {
+			consulZone = fmt.Sprintf("forward-zone:\n\tname: \"consul.\"\n\tforward-addr: %s@%s\n", consulHost, consulPort)
+		}
 		text := fmt.Sprintf(`server:
 	interface: %[1]s@%[2]s
 	port: %[2]s
@@ -168,9 +200,9 @@ forward-zone:
 	name: "."
 	forward-addr: %[6]s@%[7]s
 	forward-first: no
-remote-control:
+%[9]sremote-control:
 	control-enable: no
-`, host, port, b.dir, mb, 2*mb, upHost, upPort, stale)
+`, host, port, b.dir, mb, 2*mb, upHost, upPort, stale, consulZone)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return "", nil, err
 		}

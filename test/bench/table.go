@@ -110,6 +110,9 @@ func (b *bench) rows() []row {
 			row{measure: "CPU µs per answer", key: "storm.us", format: "%.2f"},
 			row{measure: fmt.Sprintf("upstream queries per %d identical asks", stormClients), key: "storm.up", format: "%.3f"})
 	}
+	if b.want["search"] {
+		add("10 search list (glibc)", b.searchRows()...)
+	}
 	return rs
 }
 
@@ -184,4 +187,7 @@ func (b *bench) table(w io.Writer) {
 	line(fmt.Sprintf("bytes per cached entry (filled − %d-entry start)", smallCache), "mem.bpe0", false)
 	line("p99.9 latency under jitter", "jit.p999", true)
 	line("upstream queries under jitter", "jit.up", false)
+	for _, n := range searchNames {
+		line(fmt.Sprintf("search p50, %s ndots:%d", n.name, n.ndots), searchKey(n.name, n.ndots, "p50"), false)
+	}
 }

@@ -57,6 +57,20 @@ func (ps *procSet) start(label, logFile, name string, args ...string) (*proc, er
 	return p, nil
 }
 
+// adopt makes cmd, started by the caller (who reads its output), one of
+// the set's processes, stopped by its PID like the others.
+func (ps *procSet) adopt(label string, cmd *exec.Cmd) *proc {
+	p := &proc{name: label, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	ps.mu.Lock()
+	ps.procs = append(ps.procs, p)
+	ps.mu.Unlock()
+	return p
+}
+
 // stop sends SIGTERM to p's PID, and SIGKILL after 5 s.
 func (ps *procSet) stop(p *proc) {
 	select {

@@ -361,6 +361,10 @@ func (u *Upstream) reply(r *dns.Msg) *dns.Msg {
 	return reply
 }
 
+// FromZone is the zone's answer to r, for a Script that does something
+// before it (logs, waits): what the server sends when no Script is set.
+func (u *Upstream) FromZone(r *dns.Msg) *dns.Msg { return u.fromZone(r) }
+
 // fromZone answers from the records Add put in: the name's records of the
 // asked type, NODATA when it has none of that type, NXDOMAIN when it has
 // none at all (both with TestSOA).

@@ -29,6 +29,7 @@ var ownMetrics = []string{
 	"towerd_upstream_up", "towerd_upstream_srtt_seconds",
 	"towerd_inflight_resolutions", "towerd_inflight_resolutions_limit", "towerd_inflight_rejections_total",
 	"towerd_invalid_packets_total",
+	"towerd_search_answers_total", "towerd_search_ahead_queries_total", "towerd_search_ahead_skipped_total",
 	"towerd_tcp_connections", "towerd_tcp_connections_limit", "towerd_tcp_connections_closed_total", "towerd_tcp_accept_errors_total",
 	"towerd_config_reloads_total", "towerd_config_last_reload_successful", "towerd_config_last_reload_success_timestamp_seconds",
 	"towerd_cache_saves_total", "towerd_cache_last_save_success_timestamp_seconds",

@@ -61,6 +61,7 @@ type Config struct {
 	ServeStale ServeStaleConfig `toml:"serve_stale"`
 	Upstream   UpstreamConfig   `toml:"upstream"`
 	TCP        TCPConfig        `toml:"tcp"`
+	Search     SearchConfig     `toml:"search"` // search.go
 	Zones      []ZoneConfig     `toml:"zone"`
 	Local      LocalConfig      `toml:"local"` // local.go
 	Admin      AdminConfig      `toml:"admin"`
@@ -294,6 +295,7 @@ func DefaultConfig() Config {
 			ReadTimeout:    Dur(2 * time.Second),
 			WriteTimeout:   Dur(2 * time.Second),
 		},
+		Search:  defaultSearchConfig(),
 		Local:   defaultLocalConfig(),
 		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
 		Control: defaultControlConfig(),

@@ -37,6 +37,10 @@ func TestLoadConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"no tcp connections", "[tcp]\nmax_connections = 0\n", `towerd.toml:2: key "tcp.max_connections": must be at least 1`},
 		{"zero tcp write timeout", "[tcp]\nidle_timeout = \"5s\"\nwrite_timeout = \"0s\"\n", `towerd.toml:3: key "tcp.write_timeout": must be positive`},
 		{"unknown tcp key", "[tcp]\nmax_conns = 5\n", `towerd.toml:2: key "tcp.max_conns": unknown key`},
+		{"search hold too long", "[search]\nhold = \"10s\"\n", `towerd.toml:2: key "search.hold": must be between 0s and 5s`},
+		{"search list without domains", "[[search.list]]\nndots = 5\n", `key "search.list[0].domains": needs at least one domain`},
+		{"bad search domain", "[[search.list]]\ndomains = [\"corp example\"]\n", `key "search.list[0]": search list: "corp example" is not a domain name`},
+		{"search ndots too high", "[[search.list]]\ndomains = [\"svc.cluster.local\"]\nndots = 16\n", `key "search.list[0]": search list: ndots 16`},
 		{"syntax", "[cache\n", `towerd.toml:1:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -336,6 +336,9 @@ func (c *Config) Validate() error {
 	if err := c.TCP.validate(); err != nil {
 		return err
 	}
+	if err := c.Search.validate(); err != nil {
+		return err
+	}
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ type Zone struct {
 
 // tableOrder is the order tables appear in, that of Config's fields, so a
 // rendered file reads like docs/towerd.toml and the manual's key reference.
-var tableOrder = []string{"", "cache", "serve_stale", "upstream", "tcp", "local", "admin", "control", "consul"}
+var tableOrder = []string{"", "cache", "serve_stale", "upstream", "tcp", "search", "local", "admin", "control", "consul"}
 
 // Render writes f as TOML that Load reads back. It panics on a value of a
 // type it cannot write: that is a programming error, not input.

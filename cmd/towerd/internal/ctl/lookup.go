@@ -154,6 +154,12 @@ func answeredBy(rep admin.LookupReport) string {
 			return fmt.Sprintf("%s (%s)", via, zone)
 		}
 		return fmt.Sprintf("%s %s (%s)", via, rep.Upstream, zone)
+	case resolver.SourceSearch:
+		from := ""
+		if rep.Upstream != "" {
+			from = " from " + rep.Upstream
+		}
+		return fmt.Sprintf("a search-list try's NXDOMAIN held by towerd (search.hold), last said%s (%s)", from, zone)
 	}
 	return rep.Source
 }

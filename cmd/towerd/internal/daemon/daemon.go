@@ -117,6 +117,9 @@ type Daemon struct {
 	localNext     *local.Source
 	stopLocalPoll func()
 
+	// The search-list rules' lists (search.go).
+	search searchState
+
 	reloads  chan chan reloadOutcome
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -167,6 +170,7 @@ func New(opts Options) (*Daemon, error) {
 	d.cfg, d.started, d.zones, d.handler, d.groups = cfg, cfg, zones, h, groups
 	h.SetLogQueries(cfg.LogQueries)
 	d.local.Store(d.localNext)
+	d.search.running = d.search.next
 
 	d.server = &resolver.Server{
 		Handler:           h,
@@ -201,7 +205,8 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 		return resolver.Config{}, nil, err
 	}
 	d.localNext = src
-	rcfg := d.handlerConfig(cfg, d.records(src))
+	d.search.next = d.searchLists(cfg) // search.go
+	rcfg := d.handlerConfig(cfg, d.records(src), d.search.next)
 	for _, z := range zones {
 		if len(z.Servers) == 0 && z.Name == "." {
 			rcfg.Zones = append(rcfg.Zones, resolver.Zone{Name: z.Name, Upstream: noServers{}})
@@ -219,8 +224,9 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 }
 
 // handlerConfig is the handler's configuration without its zones, answering
-// from records first (local data, then the Consul watch).
-func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource) resolver.Config {
+// from records first (local data, then the Consul watch), with search's
+// lists for the search-list rules.
+func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource, search []resolver.SearchList) resolver.Config {
 	rcfg := resolver.Config{
 		QueryTimeout:       cfg.QueryTimeout.Duration,
 		MaxUDPSize:         cfg.MaxUDPSize,
@@ -232,6 +238,8 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource)
 		StaleAnswerTTL:     cfg.ServeStale.AnswerTTL.Duration,
 		FailureRecheck:     cfg.ServeStale.FailureRecheck.Duration,
 		QueryLogRate:       cfg.LogQueriesRate,
+		Search:             search,
+		SearchHold:         cfg.Search.Hold.Duration,
 	}
 	rcfg.Records = records
 	// UDP answers of the Consul domain are cut as the agent cuts them,

@@ -268,6 +268,8 @@ func withChanged(cfg config.Config, k manual.ConfigKey) config.Config {
 		v.SetBool(!v.Bool())
 	case v.Kind() == reflect.Slice:
 		grow(v)
+	case v.Kind() == reflect.Pointer && v.IsNil(): // an optional value (search.list[].ndots)
+		v.Set(reflect.New(v.Type().Elem()))
 	default:
 		panic("withChanged: a key of kind " + v.Kind().String())
 	}

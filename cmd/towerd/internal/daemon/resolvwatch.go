@@ -257,7 +257,7 @@ func (d *Daemon) setRootServers(servers []string) error {
 		return err
 	}
 	// Only zone "."'s servers change: the local data in force stays.
-	rcfg := d.handlerConfig(d.cfg, d.records(d.local.Load()))
+	rcfg := d.handlerConfig(d.cfg, d.records(d.local.Load()), d.search.running)
 	groups := slices.Clone(d.groups)
 	var old *upstream.Group
 	if i := slices.IndexFunc(groups, func(g *upstream.Group) bool { return g.Address() == "." }); i >= 0 {

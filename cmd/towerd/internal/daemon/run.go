@@ -272,6 +272,7 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	old := d.groups
 	d.groups = groups
 	d.local.Store(d.localNext) // the handler answers from it already
+	d.search.running = d.search.next
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })

@@ -33,7 +33,7 @@ type glibcOptions struct {
 }
 
 func parseOptions(words []string) glibcOptions {
-	o := glibcOptions{timeout: 5, attempts: 2, ndots: 1, words: words}
+	o := glibcOptions{timeout: 5, attempts: 2, words: words}
 	for _, w := range words {
 		name, value, _ := strings.Cut(w, ":")
 		n, err := strconv.Atoi(value)
@@ -47,10 +47,9 @@ func parseOptions(words []string) glibcOptions {
 			o.timeout = min(max(n, 1), 30) // RES_MAXRETRANS
 		case name == "attempts":
 			o.attempts = min(max(n, 1), 5) // RES_MAXRETRY
-		case name == "ndots":
-			o.ndots = min(max(n, 0), 15) // RES_MAXNDOTS
 		}
 	}
+	o.ndots = resolvconf.Ndots(words) // the resolver's search lists read it so
 	return o
 }
 

@@ -121,8 +121,10 @@ func TestEachFindingAppearsExactlyWithItsCause(t *testing.T) {
 			[]string{"resolv-conf-bypasses-towerd:problem", "resolver-single-request:warning"}},
 		{"search list, ndots:1", resolvConf(towerdResolvConf + "search corp.example ec2.internal\n"),
 			[]string{"search-list-cost:info"}},
-		{"search list, ndots:5", resolvConf(towerdResolvConf + "search corp.example ec2.internal\noptions ndots:5\n"),
-			[]string{"search-list-cost:warning"}},
+		{"search list, ndots:5", all(resolvConf(towerdResolvConf+"search corp.example ec2.internal\noptions ndots:5\n"),
+			withConfig("[search]\nenabled = false\n")), []string{"search-list-cost:warning"}},
+		{"search list, ndots:5, towerd's search-list rules on", resolvConf(towerdResolvConf + "search corp.example ec2.internal\noptions ndots:5\n"),
+			[]string{"search-list-cost:info"}},
 		{"ndots:5 without a search list", resolvConf(towerdResolvConf + "options ndots:5\n"), nil},
 
 		// nsswitch.conf

@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/resolver"
 )
 
 // glibc itself decides the order of the names a lookup tries; doctor's
-// model of it (glibcTries) is held to the real thing: getent ahosts in a
+// model of it (resolver.SearchList.Tries) is held to the real thing: getent ahosts in a
 // private mount and network namespace, whose resolv.conf has two search
 // domains and names dnsmasq on the namespace's own 127.0.0.1, which logs
 // every question and answers NXDOMAIN for all but the one name that
@@ -87,7 +89,7 @@ func TestGlibcTriesMatchGetent(t *testing.T) {
 	} {
 		t.Run(c.name+"-ndots"+itoa(c.ndots), func(t *testing.T) {
 			t.Parallel()
-			tries := glibcTries(c.name, search, c.ndots)
+			tries := resolver.SearchList{Domains: search, Ndots: c.ndots}.Tries(c.name)
 			if i := slices.Index(tries, c.exists); i >= 0 {
 				tries = tries[:i+1] // glibc stops at the name that exists
 			}

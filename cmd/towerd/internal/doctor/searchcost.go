@@ -7,36 +7,18 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/install"
+	"github.com/towerd/towerd/resolver"
 )
 
 // What one getaddrinfo costs the upstream with the node's search list and
-// ndots (issue 28): glibc's res_search order, A and AAAA for each name it
+// ndots (issue 28): glibc's res_search order (resolver.SearchList.Tries,
+// the model the resolver reads its queries with), A and AAAA for each name it
 // tries, and which of those questions towerd must send upstream on every
 // lookup. Positive answers are cached, so in the steady state a lookup
 // costs the NXDOMAINs tried before the name that exists: towerd never
 // caches NXDOMAIN (a name that appears must be seen at once).
-
-// glibcTries are the names res_search asks for name, in order (glibc's
-// resolv/res_query.c): as it is first when it has at least ndots dots,
-// then each search domain, then as it is when that was not tried first.
-// (A name with a final dot is asked only as it is; doctor's examples have
-// none.)
-func glibcTries(name string, search []string, ndots int) []string {
-	asIsFirst := strings.Count(name, ".") >= ndots
-	var tries []string
-	if asIsFirst {
-		tries = append(tries, name)
-	}
-	for _, d := range search {
-		if d = strings.Trim(d, "."); d != "" {
-			tries = append(tries, name+"."+d)
-		}
-	}
-	if !asIsFirst {
-		tries = append(tries, name)
-	}
-	return tries
-}
 
 // lookupExample is a name the node may ask, and which of its tries exists.
 type lookupExample struct {
@@ -62,9 +44,13 @@ type lookupCost struct {
 // as consul. is; a bare name with domain_needed; local.domains) costs the
 // upstream nothing, and so does the name that exists, which is cached; the
 // others, NXDOMAIN, cost it two questions every time. Not through towerd,
-// every try is a round trip to the resolver.
-func (n *Node) cost(ex lookupExample, search []string, opts glibcOptions, viaTowerd bool) lookupCost {
-	c := lookupCost{tries: glibcTries(ex.name, search, opts.ndots)}
+// every try is a round trip to the resolver. With towerd's search-list
+// rules (rules: search.enabled, and the list is the node's), the
+// NXDOMAINs are still asked, but in one round: the client waits that
+// round only when no name of the lookup exists, and none once the one
+// that exists is known.
+func (n *Node) cost(ex lookupExample, search []string, opts glibcOptions, viaTowerd, rules bool) lookupCost {
+	c := lookupCost{tries: resolver.SearchList{Domains: search, Ndots: opts.ndots}.Tries(ex.name)}
 	perTry := 1
 	if opts.singleRequest {
 		perTry = 2
@@ -86,7 +72,20 @@ func (n *Node) cost(ex lookupExample, search []string, opts glibcOptions, viaTow
 	if !ex.exists {
 		c.wasted = 0 // nothing was found: the tries are the lookup
 	}
+	if viaTowerd && rules {
+		c.roundTrips, c.wasted = min(c.roundTrips, perTry), 0
+		if ex.exists {
+			c.roundTrips = 0
+		}
+	}
 	return c
+}
+
+// searchRules tells whether towerd's search-list rules read the node's
+// list: search.enabled, with search.resolv_conf the file doctor read.
+func (n *Node) searchRules() bool {
+	s := n.Towerd.Config.Search
+	return s.Enabled && s.ResolvConf == install.ResolvConfPath
 }
 
 // answeredOnNode tells whether towerd answers name without a shared
@@ -146,7 +145,7 @@ func checkSearchList(n *Node) []Finding {
 	sev := Info
 	f := newFinding("search-list-cost", Info, "")
 	for _, ex := range examples {
-		c := n.cost(ex, search, p.opts, p.viaTowerd)
+		c := n.cost(ex, search, p.opts, p.viaTowerd, n.searchRules())
 		if c.wasted > 0 {
 			sev = Warning // a name that exists waits on NXDOMAINs first
 		}
@@ -160,6 +159,9 @@ func checkSearchList(n *Node) []Finding {
 	}
 	if sev == Warning {
 		f.Saw += fmt.Sprintf("; a name with fewer than %d dots, a Consul name among them, is tried under the search domains before itself, every time", p.opts.ndots)
+	}
+	if p.viaTowerd && n.searchRules() {
+		f.Saw += "; towerd's search-list rules (search.enabled) ask a lookup's expansions in one round and answer them at once when the name it ends at is known"
 	}
 	return []Finding{f}
 }

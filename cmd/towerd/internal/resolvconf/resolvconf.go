@@ -38,6 +38,27 @@ type Conf struct {
 	Options []string
 }
 
+// DefaultNdots is resolv.conf(5)'s ndots when no options line sets it.
+const DefaultNdots = 1
+
+// maxNdots is glibc's ceiling on ndots (RES_MAXNDOTS).
+const maxNdots = 15
+
+// Ndots is the ndots that options (the words of resolv.conf's options
+// lines) set: the last ndots:n, clamped to 0..15 as glibc clamps it,
+// DefaultNdots when none does.
+func Ndots(options []string) int {
+	n := DefaultNdots
+	for _, w := range options {
+		if v, ok := strings.CutPrefix(w, "ndots:"); ok {
+			if i, err := strconv.Atoi(v); err == nil {
+				n = min(max(i, 0), maxNdots)
+			}
+		}
+	}
+	return n
+}
+
 // nameserverPort is where every resolv.conf(5) nameserver listens: the
 // file has no syntax for another port.
 const nameserverPort = "53"
@@ -139,6 +160,20 @@ func ReadSystem(root string) (Conf, string, error) {
 		return Conf{}, path, fmt.Errorf("parsing %s: %w", path, err)
 	}
 	return conf, path, nil
+}
+
+// Read reads and parses the resolv.conf at path under FileRule: the
+// node's search list (issue 28) lives in no other file.
+func Read(path string) (Conf, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return Conf{}, err // names the path
+	}
+	conf, err := Parse(bytes.NewReader(data))
+	if err != nil {
+		return Conf{}, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return conf, nil
 }
 
 // WithoutAddresses returns servers minus those towerd itself listens on, so
