@@ -37,7 +37,7 @@ const (
 	cachedNames    = 50
 )
 
-// RSS bound, documented in the README: rssBase for the Go runtime, the
+// RSS bound, documented in docs/operating.md ("Memory"): rssBase for the Go runtime, the
 // metrics registry and a flood's sockets and goroutines (an idle towerd sits
 // near 15 MiB), plus rssPerEntry for each of cache.size entries (a one-record
 // answer with its key, LRU element, name index and the garbage its

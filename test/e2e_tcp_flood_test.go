@@ -47,7 +47,7 @@ const (
 	settleTimeout = 20 * time.Second
 )
 
-// RSS bound under a TCP flood, documented in the README: at most
+// RSS bound under a TCP flood, documented in docs/operating.md ("TCP limits"): at most
 // tcpRSSPerConn for each connection of the cap above the idle RSS (a
 // connection's goroutine, its 4 KiB query buffer and reply buffer, socket
 // and bookkeeping: about 20 KiB; the rest is headroom for the garbage the
