@@ -188,9 +188,10 @@ func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 // deadline times an attempt out), a failure another server would fare no
 // better with (a cancelled caller, a query that cannot be sent, a broken
 // chain), or the last attempt's failure with none left waiting that may
-// yet answer. Otherwise a failure
-// (SERVFAIL, REFUSED, a network error) sends the next attempt at once:
-// this one is over, so the next need not wait for its RTO.
+// yet answer. Otherwise a failure (SERVFAIL, REFUSED, a network error)
+// sends the next attempt at once, to a server that has not answered with
+// a failure rcode: this one is over, so the next need not wait for its
+// RTO.
 func (c *WireCall) settleLocked(a *attempt) (end bool) {
 	a.state = ended
 	c.pending--

@@ -60,7 +60,9 @@ type Options struct {
 	// ResolvConf, if set, is a file bind-mounted over /etc/resolv.conf in
 	// a private mount namespace of the agent's own (unshare -m; needs
 	// root): an agent that runs checks by host name then asks the servers
-	// that file names, never this machine's resolver.
+	// that file names, never this machine's resolver. Unset, as root, the
+	// agent gets one naming a loopback address nobody serves (deadResolvConf):
+	// no agent a test starts may ask the machine's resolver anything.
 	ResolvConf string
 }
 
@@ -155,6 +157,9 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 		args = append(args, "-hcl", h)
 	}
 	a.args, a.resolvConf = args, opts.ResolvConf
+	if a.resolvConf == "" && os.Geteuid() == 0 {
+		a.resolvConf = deadResolvConf(t)
+	}
 	if err := a.exec(); err != nil {
 		return nil, err
 	}
@@ -461,4 +466,16 @@ func Sum(m map[string]float64, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// deadResolvConf writes a resolv.conf whose one nameserver is a loopback
+// address nobody serves (127.255.255.254): what an agent looks up by host
+// name fails at once, on loopback, instead of reaching the machine's
+// configured resolver.
+func deadResolvConf(t testing.TB) string {
+	path := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(path, []byte("nameserver 127.255.255.254\noptions timeout:1 attempts:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
