@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -158,7 +159,7 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 	}
 	a.args, a.resolvConf = args, opts.ResolvConf
 	if a.resolvConf == "" && os.Geteuid() == 0 {
-		a.resolvConf = deadResolvConf(t)
+		a.resolvConf = DeadResolvConf(t)
 	}
 	if err := a.exec(); err != nil {
 		return nil, err
@@ -468,13 +469,16 @@ func Sum(m map[string]float64, name string) float64 {
 	return sum
 }
 
-// deadResolvConf writes a resolv.conf whose one nameserver is a loopback
-// address nobody serves (127.255.255.254): what an agent looks up by host
-// name fails at once, on loopback, instead of reaching the machine's
-// configured resolver.
-func deadResolvConf(t testing.TB) string {
+// DeadResolvConf writes a resolv.conf whose one nameserver is a loopback
+// address nobody serves (a random one of 127.251.0.0/16): what an agent
+// looks up by host name fails at once, on loopback, instead of reaching the
+// machine's configured resolver. Start gives it to every agent run as root
+// without Options.ResolvConf.
+func DeadResolvConf(t testing.TB) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(path, []byte("nameserver 127.255.255.254\noptions timeout:1 attempts:1\n"), 0o644); err != nil {
+	ip := fmt.Sprintf("127.251.%d.%d", 1+mrand.IntN(254), 1+mrand.IntN(254))
+	if err := os.WriteFile(path, []byte("nameserver "+ip+"\noptions timeout:1 attempts:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path

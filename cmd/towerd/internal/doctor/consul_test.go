@@ -1,8 +1,6 @@
 package doctor
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,12 +26,7 @@ func deadResolvConf(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the agent runs in a private mount namespace (unshare -m)")
 	}
-	p := filepath.Join(t.TempDir(), "resolv.conf")
-	ip := fmt.Sprintf("127.251.%d.%d", 1+rand.IntN(254), 1+rand.IntN(254))
-	if err := os.WriteFile(p, []byte("nameserver "+ip+"\noptions timeout:1 attempts:1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return consultest.DeadResolvConf(t)
 }
 
 // seeDataDir makes the agent's data_dir, a host path, the same path under
