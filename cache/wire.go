@@ -124,7 +124,7 @@ func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool,
 	if a.fresh {
 		return dst, StaleHit{}, StaleFresh
 	}
-	ttl = min(ttl, uint32(min(it.ttl/time.Second, math.MaxUint32)))
+	ttl = StaleTTL(ttl, it.ttl)
 	dst, hit, ok := it.appendRecords(dst, ttl, limit)
 	if !ok {
 		return dst, StaleHit{}, StaleTooBig
@@ -134,6 +134,15 @@ func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool,
 		st.RefreshFailedAt = time.Unix(0, ns)
 	}
 	return dst, st, StaleWritten
+}
+
+// StaleTTL is the TTL of every record of a stale answer (issue 23's one
+// stale TTL): the resolver's stale answer TTL, never above stored, the TTL
+// the entry was stored with (a name stored with TTL 0 is served stale with
+// 0). AppendStale writes it on bytes; the resolver's general path on a
+// dns.Msg of Get's entry (Entry.TTL).
+func StaleTTL(answerTTL uint32, stored time.Duration) uint32 {
+	return min(answerTTL, uint32(min(stored/time.Second, math.MaxUint32)))
 }
 
 // CountStaleHit counts a stale answer given from AppendStale's bytes, as

@@ -1,10 +1,11 @@
 package resolver
 
 import (
-	"math"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/cache"
 )
 
 // answer writes one reply to one request on the general path (UDP general,
@@ -49,7 +50,7 @@ func (a answer) rcode(rcode int) {
 func (a answer) msg(body *dns.Msg, stale bool) {
 	var ttl uint32
 	if stale {
-		ttl = min(a.s.staleTTLSeconds(), uint32(min(a.entryTTL/time.Second, math.MaxUint32)))
+		ttl = cache.StaleTTL(a.s.staleTTLSeconds(), a.entryTTL)
 	}
 	a.body(body, stale, func(uint32) uint32 { return ttl })
 }
