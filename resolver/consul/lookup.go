@@ -134,22 +134,21 @@ func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, 
 	return q, true
 }
 
-// Covers reports whether Lookup may answer for name (canonical: lower case,
+// Covers reports whether Answer may answer for name (canonical: lower case,
 // fully qualified): whether it lies under the Consul domain. Before the
-// agent has been asked (the domain is not known yet) Lookup answers nothing,
-// and Covers says so. It lets the resolver's fast path skip Lookup for the
+// agent has been asked (the domain is not known yet) Answer answers nothing,
+// and Covers says so. It lets the resolver's fast path skip Answer for the
 // names it could never answer, without allocating.
 func (w *Watcher) Covers(name []byte) bool {
 	info := w.info.Load()
 	if info == nil {
 		return false
 	}
-	// With the datacenter still unknown Lookup answers nothing, but a
+	// With the datacenter still unknown Answer answers nothing, but a
 	// question must still reach it: it is what asks for a watch, and the
-	// watch's first reply names the datacenter.
-	d := info.domain
-	n := len(name) - len(d)
-	return n > 0 && name[n-1] == '.' && string(name[n:]) == d
+	// watch's first reply names the datacenter. The domain itself is no
+	// service name: only the names below it.
+	return len(name) > len(info.domain) && inDomain(name, info.domain)
 }
 
 // Why the watch answered a question or left it to Consul's DNS: Answer's
