@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,6 +62,13 @@ type GroupOptions struct {
 	// attempt still unanswered when another attempt's reply ended the
 	// resolution.
 	Observe func(server string, d time.Duration, kind string)
+	// TLSRoots verifies the certificates of the group's DNS over TLS
+	// servers; nil means the system's roots.
+	TLSRoots *x509.CertPool
+	// OnTLSFailure, if set, is told why a TLS server's connection failed
+	// (TLSFailureReasons), once per change of reason, so the caller can
+	// log it once rather than per query.
+	OnTLSFailure func(server, reason string, err error)
 	// Now is the clock that RTT samples are measured with; nil means
 	// time.Now. Socket deadlines and probe timers use the real clock,
 	// because the kernel does.
@@ -157,9 +165,13 @@ type ServerStatus struct {
 	Refused        uint64
 	Mismatches     uint64 // replies rejected for wrong ID, question or form
 	Superseded     uint64 // attempts left unanswered when a sibling's reply won
+	// TLS is a DNS over TLS server's connection counters; nil for a
+	// plain server.
+	TLS *TLSStatus
 }
 
-// NewGroup returns a Group named name over servers (NormalizeAddress forms).
+// NewGroup returns a Group named name over servers (ParseServer forms:
+// plain, or tls://ADDRESS[:PORT]#NAME, mixed as configured).
 // It returns ErrNoServers when servers is empty.
 func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) {
 	if len(servers) == 0 {
@@ -180,11 +192,11 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	}
 	g.scope.Zone = append([]byte(nil), zone[:n]...)
 	for _, addr := range servers {
-		plain, err := NewPlain(addr)
+		s, err := newServer(addr, &opts)
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
-		g.servers = append(g.servers, &server{plain: plain})
+		g.servers = append(g.servers, s)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
@@ -202,6 +214,11 @@ func (g *Group) Close() error {
 	g.mu.Unlock()
 	g.cancel()
 	g.wg.Wait()
+	for _, s := range g.servers {
+		if s.tls != nil {
+			s.tls.Close()
+		}
+	}
 	return nil
 }
 
@@ -301,6 +318,9 @@ func (g *Group) Servers() []ServerStatus {
 		st.Refused = s.refused.Load()
 		st.Superseded = s.superseded.Load()
 		st.Mismatches = s.plain.Mismatches()
+		if s.tls != nil {
+			st.TLS = s.tls.status()
+		}
 		out = append(out, st)
 	}
 	return out

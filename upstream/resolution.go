@@ -22,6 +22,7 @@ const defaultResolutionTimeout = 5 * time.Second
 type attempt struct {
 	server *server
 	sock   *udpSock      // nil when the socket could not be opened
+	tlsq   *tlsQuery     // an attempt to a DNS over TLS server: its query on the connection
 	start  time.Time     // by GroupOptions.Now, for the RTT sample
 	sent   time.Time     // by the real clock, for "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
@@ -38,6 +39,7 @@ type attemptState uint8
 const (
 	waitingUDP attemptState = iota // its socket is armed
 	waitingTCP                     // its reply was truncated; a goroutine asks again over TCP
+	waitingTLS                     // queued on its server's TLS connection (tlscall.go)
 	ended                          // its result is in
 )
 
@@ -131,6 +133,9 @@ func (c *WireCall) sendLocked() (end bool) {
 	c.pending++
 	s.queries.Add(1)
 	c.rtoOf = a
+	if s.tls != nil {
+		return c.sendTLSLocked(a)
+	}
 	binary.BigEndian.PutUint16(c.query, randomID())
 	var into *udpSock
 	if a == &c.first {
@@ -228,7 +233,7 @@ func (c *WireCall) settleLocked(a *attempt) (end bool) {
 // server is suspect (silence.go); attempts and servers left, the next one
 // is sent; the timer then waits for the deadline, or the new attempt's RTO.
 func (c *WireCall) rtoLocked() (end bool) {
-	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP {
+	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP || newest.state == waitingTLS {
 		newest.server.backOff()
 		c.g.suspect(newest.server, newest.sent)
 	}
