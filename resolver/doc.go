@@ -81,8 +81,10 @@
 //     for an entry that only just expired (staleAtOnce) or with every
 //     server of the zone down, else what is left of the client response
 //     timer, counted from the refresh's start (flight.started). The fast
-//     path answers only when it is 0; ServeDNS takes a client that waits,
-//     and joins the same refresh.
+//     path answers only when it is 0; a client that waits goes to ServeDNS
+//     with the refresh the fast path's miss decision joined or started
+//     (plainQuery.joined, flightJoiner), and waits for that one refresh
+//     whatever it ends in: one miss decision, one upstream query.
 //   - Every wait for a flight (a wire waiter's query_timeout, a ServeDNS
 //     client's query_timeout or stale timer): one deadline heap and timer
 //     per handler (deadlines.go).

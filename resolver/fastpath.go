@@ -38,6 +38,13 @@ type plainQuery struct {
 	// loop), lets a miss take the wire miss path (wiremiss.go); parse
 	// leaves it as it is.
 	replier wireReplier
+	// joined, after answerPacket declined, is the refresh the fast path
+	// joined or started for a stale answer the client must wait for: the
+	// reader hands it to ServeDNS with the packet (flightJoiner), which
+	// waits for that refresh rather than deciding again (issue 34: a
+	// refresh that ended in NXDOMAIN meanwhile left no entry, and ServeDNS
+	// asked the upstream a second time).
+	joined *flight
 }
 
 // EDNS option codes the fast path accepts: ones towerd ignores and that
@@ -122,6 +129,7 @@ func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
 func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
+	q.joined = nil
 	if !q.parse(pkt) {
 		return dst, false
 	}
@@ -210,7 +218,8 @@ const ednsEDELen = 6
 // wrote after dst[:headerAt] (every TTL the stale answer TTL) are framed
 // by the reply core, EDE 3 for EDNS clients, and the refresh, if one was
 // started, runs behind the answer as any flight. A client that must wait
-// for the refresh is left to ServeDNS, which joins the same flight.
+// for the refresh is left to ServeDNS with the refresh in q.joined: it
+// waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
 	// A key aliasing name: planMiss copies it into a flight it starts.
@@ -218,7 +227,8 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)
 	if plan == missWait && (fl.f == nil || s.staleWait(fl, zone, st.TTL, st.Expired) > 0) {
 		// A refresh stored a fresh entry since (a flight made of it), or
-		// the client waits for the refresh: ServeDNS's, from its lookup.
+		// the client waits for the refresh: ServeDNS's, with the flight.
+		q.joined = fl
 		return dst[:headerAt], false
 	}
 	extra := st.Extra

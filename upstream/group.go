@@ -12,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -69,10 +70,11 @@ type GroupOptions struct {
 	// (TLSFailureReasons), once per change of reason, so the caller can
 	// log it once rather than per query.
 	OnTLSFailure func(server, reason string, err error)
-	// Now is the clock that RTT samples are measured with; nil means
-	// time.Now. Socket deadlines and probe timers use the real clock,
-	// because the kernel does.
-	Now func() time.Time
+	// Clock is what the group reads the time from and makes every timer
+	// with (issue 33): RTT samples, the call's RTO and deadline timer,
+	// silence, probes and their timeouts; nil means the wall clock. A
+	// caller's context deadline is the wall clock's, as sockets' are.
+	Clock clock.Clock
 }
 
 // withDefaults fills zero fields and rejects settings that cannot work.
@@ -105,9 +107,7 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MinSilence > o.MaxSilence {
 		return o, fmt.Errorf("min silence %s above max silence %s", o.MinSilence, o.MaxSilence)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	return o, nil
 }
 
@@ -146,9 +146,13 @@ type Group struct {
 	allDownMu sync.Mutex
 	allDown   chan struct{}
 
-	// recoveredAt is when a server last came back up (time.Now's
+	// recoveredAt is when a server last came back up (the clock's
 	// UnixNano; 0: never), for RecoveredSince.
 	recoveredAt atomic.Int64
+
+	// callTimers pools the calls' timers (callTimer): the group's, made
+	// by its clock.
+	callTimers sync.Pool
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // DNS over TLS to one server (RFC 7858, issue 37): one connection at a
@@ -77,6 +79,10 @@ type tlsTransport struct {
 	display string // spec.String()
 	config  *tls.Config
 	dialer  net.Dialer
+	// clock decides the backoff and when a cancelled query's ID is free
+	// again (the group's); socket deadlines are the kernel's, the wall
+	// clock's.
+	clock clock.Clock
 	// onFailure is told a failed connection's reason when it differs
 	// from the last one told (a log line per change, not per dial).
 	onFailure func(server, reason string, err error)
@@ -103,8 +109,9 @@ type tlsTransport struct {
 
 // newTLSTransport makes the transport of spec, verified against roots
 // (nil: the system's).
-func newTLSTransport(spec ServerSpec, roots *x509.CertPool) *tlsTransport {
+func newTLSTransport(spec ServerSpec, roots *x509.CertPool, clk clock.Clock) *tlsTransport {
 	return &tlsTransport{
+		clock:   clk,
 		spec:    spec,
 		display: spec.String(),
 		config: &tls.Config{
@@ -137,7 +144,7 @@ func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) 
 		c := t.conn
 		reused := c != nil
 		if c == nil {
-			if now := time.Now(); now.Before(t.retryAt) {
+			if now := t.clock.Now(); now.Before(t.retryAt) {
 				err := t.lastErr
 				t.mu.Unlock()
 				return nil, fmt.Errorf("tls to %s: %w: %w (next connection in %s)",
@@ -194,7 +201,7 @@ func (t *tlsTransport) failed(err error) {
 	}
 	t.mu.Lock()
 	t.backoff = min(max(2*t.backoff, tlsMinBackoff), tlsMaxBackoff)
-	t.retryAt = time.Now().Add(t.backoff)
+	t.retryAt = t.clock.Now().Add(t.backoff)
 	t.lastErr = err
 	tell := reason != t.lastReason
 	t.lastReason = reason

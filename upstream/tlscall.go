@@ -38,7 +38,7 @@ func (c *WireCall) tlsReply(q *tlsQuery, raw []byte, err error) {
 
 func (c *WireCall) tlsReplyLocked(a *attempt, raw []byte, err error) (end bool) {
 	c.tcp--
-	r := attemptResult{attempt: a, err: err, rtt: c.g.opts.Now().Sub(a.start)}
+	r := attemptResult{attempt: a, err: err, rtt: c.g.opts.Clock.Since(a.sent)}
 	if err == nil {
 		var m dnswire.Msg
 		if perr := m.Parse(raw); perr != nil {
@@ -70,4 +70,21 @@ func (c *WireCall) cancelTLSLocked(a *attempt) bool {
 	}
 	c.tcp--
 	return true
+}
+
+// tlsWaitingLocked reports whether s is a TLS server with an attempt of
+// this call still waiting on its connection: a stream is reliable (RFC
+// 7766), and a second query would only wait in the same line, so the
+// next attempt goes to another server, or none does until the first
+// fails or the deadline passes.
+func (c *WireCall) tlsWaitingLocked(s *server) bool {
+	if s.tls == nil {
+		return false
+	}
+	for _, a := range c.attempts {
+		if a.server == s && a.state == waitingTLS {
+			return true
+		}
+	}
+	return false
 }

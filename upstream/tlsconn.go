@@ -94,7 +94,7 @@ func (c *tlsConn) enqueue(frame []byte, qend int, owner tlsOwner, a *attempt) (*
 // server that answers some queries and drops others cannot fill the
 // connection with the ones it dropped.
 func (c *tlsConn) sweepLocked() {
-	cutoff := time.Now().Add(-tlsReadTimeout)
+	cutoff := c.t.clock.Now().Add(-tlsReadTimeout)
 	for id, q := range c.pending {
 		if q.cancelled && q.cancelledAt.Before(cutoff) {
 			delete(c.pending, id)
@@ -112,7 +112,7 @@ func (q *tlsQuery) cancel() bool {
 	if c.pending[q.id] != q || q.cancelled {
 		return false
 	}
-	q.cancelled, q.cancelledAt = true, time.Now()
+	q.cancelled, q.cancelledAt = true, c.t.clock.Now()
 	return true
 }
 

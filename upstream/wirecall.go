@@ -119,7 +119,7 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		deadline = ctxDeadline
 	}
 	if deadline.IsZero() {
-		deadline = time.Now().Add(defaultResolutionTimeout)
+		deadline = g.opts.Clock.Now().Add(defaultResolutionTimeout)
 	}
 	c.deadline = deadline
 	c.query = append(c.buf[:0], query...)
@@ -186,7 +186,7 @@ func (c *WireCall) datagramLocked(d datagram) (end bool) {
 func (c *WireCall) expire() { c.event(c.expireLocked) }
 
 func (c *WireCall) expireLocked() (end bool) {
-	now := time.Now()
+	now := c.g.opts.Clock.Now()
 	if c.state != callRunning {
 		return false
 	}
@@ -255,10 +255,10 @@ func (c *WireCall) endLocked() bool {
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}
-	now := c.g.opts.Now()
+	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
 		if a.state == waitingUDP || c.cancelTLSLocked(a) {
-			a.res = attemptResult{attempt: a, rtt: now.Sub(a.start)}
+			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}
 			a.lapsed = true
 		}
 	}
