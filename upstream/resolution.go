@@ -27,6 +27,7 @@ type attempt struct {
 	sent   time.Time     // by the group's clock: the RTT sample's start, and "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
 	state  attemptState
+	viaTCP bool // asked again over TCP after a truncated reply
 	// res is how it ended, once it did (or, for one still waiting when
 	// the resolution ended, its state then); lapsed marks it outstanding
 	// for account: it was still waiting, or timed out with the deadline.
@@ -249,7 +250,7 @@ func (c *WireCall) rtoLocked() (end bool) {
 // retryTCPLocked asks a's server again over TCP (RFC 7766 section 5), on
 // a goroutine that hands its result to tcpDone.
 func (c *WireCall) retryTCPLocked(a *attempt) {
-	a.state = waitingTCP
+	a.state, a.viaTCP = waitingTCP, true
 	c.tcp++
 	if c.tcpCtx == nil {
 		c.tcpCtx, c.tcpCancel = context.WithDeadline(c.ctx, c.deadline)

@@ -298,11 +298,11 @@ func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
-		r := &c.winner.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.winner.server.plain.Address()}, nil
+		a := c.winner
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
 	case c.lastRcode != nil:
-		r := &c.lastRcode.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.lastRcode.server.plain.Address()}, r.err
+		a := c.lastRcode
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err
 	case ctx.Err() != nil:
 		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case c.timedOut:

@@ -67,6 +67,7 @@ type Config struct {
 	Admin      AdminConfig      `toml:"admin"`
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
+	Dnstap     DnstapConfig     `toml:"dnstap"`  // dnstap.go
 }
 
 // CacheConfig is the [cache] table.

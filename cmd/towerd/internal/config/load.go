@@ -342,6 +342,9 @@ func (c *Config) Validate() error {
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
+	if err := c.Dnstap.validate(); err != nil {
+		return err
+	}
 	if err := c.Control.validate(); err != nil {
 		return err
 	}
