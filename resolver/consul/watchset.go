@@ -24,6 +24,7 @@ type probeResult struct {
 	instances []instance
 	index     uint64
 	err       error
+	sent      uint64 // the gate's generation when the read was sent
 }
 
 // checkEvery is how often idle and empty watches are looked for (and the
@@ -175,7 +176,7 @@ func (w *Watcher) nextProbe() {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			r := probeResult{key: key}
+			r := probeResult{key: key, sent: w.gate.generation()}
 			release, err := w.acquireRead(ctx)
 			if err == nil {
 				r.instances, r.index, r.err = w.fetchService(ctx, w.probe, key, 0)
@@ -215,7 +216,7 @@ func (w *Watcher) probeDone(r probeResult) {
 		w.recordError(r.err) // asked again at its next question
 		return
 	}
-	w.answeredLocked(r.index)
+	w.answeredLocked(r.index, r.sent)
 	r.instances = w.tagged(r.instances)
 	if len(r.instances) == 0 {
 		w.state.EmptyReads++
