@@ -65,7 +65,7 @@ func newAgentGate() *agentGate {
 // got the probe's turn and waited out the agent's backoff (probe is then
 // true). probed says that the loop's failed query was itself the probe:
 // its turn passes on and the backoff grows.
-func (g *agentGate) wait(ctx context.Context, sent uint64, now time.Time, clk clock, backoff func(int) time.Duration,
+func (g *agentGate) wait(ctx context.Context, sent uint64, now time.Time, clk sleepClock, backoff func(int) time.Duration,
 	probed bool) (probe bool, err error) {
 	g.mu.Lock()
 	if !g.closed && sent != g.gen {

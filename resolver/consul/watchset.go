@@ -57,7 +57,7 @@ func (w *Watcher) manage(ctx context.Context) {
 	w.mu.Lock()
 	w.checkSynced()
 	w.mu.Unlock()
-	tick := time.NewTicker(w.checkEvery())
+	tick, ticks := w.clock.NewTicker(w.checkEvery())
 	defer tick.Stop()
 	pingFailures := 0
 	for {
@@ -68,7 +68,7 @@ func (w *Watcher) manage(ctx context.Context) {
 			w.consider(key)
 		case r := <-w.probed:
 			w.probeDone(r)
-		case <-tick.C:
+		case <-ticks:
 			w.expire()
 			pingFailures = w.pingIfIdle(ctx, pingFailures)
 		}
