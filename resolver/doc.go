@@ -64,6 +64,11 @@
 //     dns.Msg by replyShape.apply. A stale answer's TTL is
 //     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
+//   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
+//     as the agent cuts its own, Config.TrimUDP): consulCuts says whether
+//     it cuts an answer, from its record count and length; the fast path
+//     (hits, stale answers, the wire miss) answers what it leaves whole
+//     and leaves the rest to ServeDNS's trimLikeConsul.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why
