@@ -30,6 +30,10 @@ command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
 # make deb packs with dpkg-deb (dpkg) and make deb-check runs lintian on the
 # package; the package test checks the zsh completion with zsh -n and the
 # man pages with man (man-db).
+# The DNS over TLS test runs a real unbound (its binary, with a config of
+# its own on a free loopback port, -d) as the TLS server, and reads its
+# counters with unbound-control (same package).
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || need="$need unbound"
 command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
 command -v lintian >/dev/null 2>&1 || need="$need lintian"
 command -v zsh >/dev/null 2>&1 || need="$need zsh"

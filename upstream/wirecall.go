@@ -72,7 +72,7 @@ type WireCall struct {
 	state    callState
 	attempts []*attempt // sent, in order
 	pending  int        // attempts without a result
-	tcp      int        // attempts waiting for their TCP retry
+	tcp      int        // attempts waiting for their TCP retry or TLS reply (tlscall.go)
 	winner   *attempt   // the attempt whose reply is the answer
 	// lastRcode is the latest attempt answered SERVFAIL or REFUSED,
 	// lastErr the latest failure of any kind.
@@ -257,7 +257,7 @@ func (c *WireCall) endLocked() bool {
 	}
 	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
-		if a.state == waitingUDP {
+		if a.state == waitingUDP || c.cancelTLSLocked(a) {
 			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}
 			a.lapsed = true
 		}
@@ -346,6 +346,9 @@ func (c *WireCall) recoverPanic() {
 			c.tcpCancel()
 		}
 		attempts := c.attempts
+		for _, a := range attempts {
+			c.cancelTLSLocked(a)
+		}
 		c.mu.Unlock()
 		for _, a := range attempts {
 			if a.sock != nil {

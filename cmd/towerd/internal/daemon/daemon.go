@@ -269,19 +269,33 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 
 // probeName is the [[zone]] probe_name configured for zone, "" (". NS")
 // when none is.
-func probeName(cfg config.Config, zone string) string {
+func probeName(cfg config.Config, zone string) string { return zoneConfig(cfg, zone).ProbeName }
+
+// zoneConfig is the [[zone]] configured for zone, the zero ZoneConfig
+// when none is.
+func zoneConfig(cfg config.Config, zone string) config.ZoneConfig {
 	for _, z := range cfg.Zones {
 		if dns.CanonicalName(z.Name) == dns.CanonicalName(zone) {
-			return z.ProbeName
+			return z
 		}
 	}
-	return ""
+	return config.ZoneConfig{}
 }
 
 // newGroup builds zone's upstream group over servers with cfg's [upstream]
 // settings, its metrics and its health logs.
 func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*upstream.Group, error) {
+	roots, err := zoneConfig(cfg, zone).TLSRoots()
+	if err != nil {
+		return nil, err
+	}
 	return upstream.NewGroup(zone, servers, upstream.GroupOptions{
+		TLSRoots: roots,
+		OnTLSFailure: func(server, reason string, err error) {
+			// Once per change of reason (upstream.GroupOptions), not per
+			// query: no query went out in clear meanwhile.
+			d.log.Warn("upstream TLS connection failed; nothing is sent to it in clear", "zone", zone, "server", server, "reason", reason, "err", err)
+		},
 		MaxAttempts:   cfg.Upstream.MaxAttempts,
 		FailThreshold: cfg.Upstream.FailThreshold,
 		// The ceiling follows the floor so a high floor stays meaningful.
