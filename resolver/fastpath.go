@@ -34,6 +34,11 @@ type plainQuery struct {
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
 	view     dnswire.Msg          // the packet, as parse read it
+	// udpAnswers and trims are Config.TrimUDP's say on the question, for
+	// a UDP query: its answer is cut like Consul's when consulCuts says
+	// so, and then left to the general path.
+	udpAnswers int
+	trims      bool
 	// replier, when set (by a UDP socket's reader or a TCP connection's
 	// loop), lets a miss take the wire miss path (wiremiss.go); parse
 	// leaves it as it is.
@@ -105,6 +110,48 @@ func (q *plainQuery) parse(p []byte) bool {
 // optionPadding).
 func fastOption(code uint16, _ []byte) bool { return code == optionCookie || code == optionPadding }
 
+// recordsPacket is answerPacket for a name a RecordSource covers: the
+// source's answer written as bytes when it can write it
+// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
+// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (cutLikeConsul). Everything else it declines, dst unchanged, to
+// ServeDNS, which asks the source's Answer.
+func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+	if q.qclass != dns.ClassINET {
+		return dst, false
+	}
+	const rcode = dns.RcodeSuccess
+	sh := s.replyShape(&q.request)
+	reserve := 0
+	if sh.opt {
+		reserve = dnswire.OPTLen
+	}
+	headerAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
+	dst = append(dst, q.question...)
+	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
+	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
+	var extra uint16
+	if sh.opt {
+		extra = 1
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
+	}
+	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), answers, 0, extra)
+	q.rule = why
+	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
+	return dst, true
+}
+
+// cutLikeConsul reports whether an answer of answers records, size bytes
+// from the header to the last record, is cut like Consul's DNS cuts its
+// own for q (trim.go, consulCuts): the general path then writes it. Every
+// other answer under the Consul domain is the fast path's (issue 34).
+func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
+	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
+}
+
 // putHeader writes a reply's header into hdr[:12]: one question, and the
 // records of each section.
 func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
@@ -133,22 +180,21 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if !q.parse(pkt) {
 		return dst, false
 	}
-	q.client = from.Addr()
+	q.client, q.port, q.pkt = from.Addr(), from.Port(), pkt
 	q.tcp = tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen) // for the query log; copied only if it logs
 	if _, ok := admit(s, &q.request); !ok {
 		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it
 	}
 	name := q.name[:q.nameLen]
-	if s.Records != nil && s.Records.Covers(name) {
-		return dst, false
-	}
+	q.udpAnswers, q.trims = 0, false
 	if !tcp && s.TrimUDP != nil {
-		if _, trims := s.TrimUDP(name); trims {
-			return dst, false // cut like Consul's DNS: the general path's (trim.go)
-		}
+		q.udpAnswers, q.trims = s.TrimUDP(name)
 	}
 	zone := s.router.routeCanonical(name)
+	if s.Records != nil && s.Records.Covers(name) {
+		return h.recordsPacket(dst, q, name, s, zone, start)
+	}
 
 	sh := s.replyShape(&q.request)
 	reserve := 0
@@ -161,6 +207,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
+	}
+	if q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
 	}
 
 	extra := hit.Extra
@@ -176,6 +225,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
 		prefetch = h.prefetch(s, zone, key, hit.TTL, hit.Remaining)
 	}
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceCache, hit.Rcode, start, prefetch)
 	return dst, true
 }
@@ -222,6 +272,9 @@ const ednsEDELen = 6
 // waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
+	if q.cutLikeConsul(sh, st.Rcode, true, st.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)
@@ -238,6 +291,7 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(st.Rcode, st.AuthenticatedData), st.Answer, st.Ns, extra)
 	h.cache.CountStaleHit() // ServeDNS's lookup would have counted it
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceStale, st.Rcode, start, false)
 	return dst, true
 }
@@ -279,6 +333,7 @@ func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *set
 		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, false))
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)
 	return dst
 }
