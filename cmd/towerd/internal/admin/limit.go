@@ -38,6 +38,7 @@ type connSlot struct {
 	active  bool      // a request is being read or served
 	waiting time.Time // since when it has been without a request
 	closing bool      // closed by the limiter, not yet gone from the server
+	fresh   bool      // accepted and no request yet
 }
 
 func newConnLimiter(max int) *connLimiter {
@@ -76,10 +77,10 @@ func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 			c.Close()
 			return // its StateClosed, if the server reports one, finds no slot
 		}
-		l.conns[c] = &connSlot{waiting: l.now()}
+		l.conns[c] = &connSlot{waiting: l.now(), fresh: true}
 	case http.StateActive:
 		if s := l.conns[c]; s != nil {
-			s.active = true
+			s.active, s.fresh = true, false
 		}
 	case http.StateIdle:
 		if s := l.conns[c]; s != nil {
@@ -117,7 +118,8 @@ func (l *connLimiter) live() int {
 // requestGrace ago and has not finished its header (a slow sender). One
 // whose request is in its socket unread, or began within requestGrace, is
 // never taken; nor, for a newcomer that has sent nothing itself
-// (newcomerSent false), one silent for less than requestGrace: a silent
+// (newcomerSent false), one accepted less than requestGrace ago that has
+// not sent its first request yet: a silent
 // newcomer is no likelier to be a real client than a silent incumbent, and
 // the incumbent's request may be on its way. Called with l.mu held.
 func (l *connLimiter) evictOldest(newcomerSent bool) bool {
@@ -130,7 +132,7 @@ func (l *connLimiter) evictOldest(newcomerSent bool) bool {
 			continue
 		}
 		class := l.evictionClass(c, now)
-		if class == 0 && !newcomerSent && now.Sub(s.waiting) < requestGrace {
+		if class == 0 && s.fresh && !newcomerSent && now.Sub(s.waiting) < requestGrace {
 			class = 2
 		}
 		if class > 1 || class > oldestClass {
