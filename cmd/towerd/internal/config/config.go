@@ -67,6 +67,7 @@ type Config struct {
 	Admin      AdminConfig      `toml:"admin"`
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
+	DNSSEC     DNSSECConfig     `toml:"dnssec"`  // dnssec.go
 }
 
 // CacheConfig is the [cache] table.
@@ -300,6 +301,7 @@ func DefaultConfig() Config {
 		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
 		Control: defaultControlConfig(),
 		Consul:  defaultConsulConfig(),
+		DNSSEC:  defaultDNSSECConfig(),
 	}
 }
 
