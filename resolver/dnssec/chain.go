@@ -251,6 +251,12 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 		if w.v.negativeAt(n) || w.v.anchorFor(n) == "" {
 			return info(insecure("no trust anchor for " + n))
 		}
+		if _, ok := w.v.anchors[n]; ok {
+			// Nothing below proved an unsigned delegation: the data is
+			// in the anchor's signed space. An anchor's own DS is not
+			// asked: its parent may be no zone at all.
+			return w.insideSigned(w.keysFor(n), name, ede)
+		}
 		if m == nil {
 			var err error
 			if m, err = w.fetch(n, dns.TypeDS); err != nil {
@@ -260,7 +266,6 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 				return unreachable(err)
 			}
 		}
-		_, isAnchor := w.v.anchors[n]
 		if hasSignatures(m) {
 			if ds := find(groupRRsets(m.Answer), n, dns.TypeDS); ds != nil {
 				return w.insideSigned(w.keysWith(n, m), name, ede)
@@ -269,14 +274,11 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 			switch {
 			case signed && r.Verdict != Secure:
 				return info(r)
-			case signed && delegation && !isAnchor:
+			case signed && delegation:
 				return info(insecure("unsigned delegation " + n))
 			case signed:
 				return info(bogus(ede, "unsigned "+name+" in a signed zone"))
 			}
-		}
-		if isAnchor {
-			return w.insideSigned(w.keysFor(n), name, ede)
 		}
 		// Nothing signed about n: the zone holding it is unsigned, or
 		// the path strips signatures; the name above decides.

@@ -71,9 +71,19 @@ func (w *work) proofRecords(m *dns.Msg) (nsecs []*dns.NSEC, nsec3s []*dns.NSEC3,
 		for _, rr := range set.rrs {
 			switch rr := rr.(type) {
 			case *dns.NSEC:
+				if set.wildcard != "" {
+					// Served expanded, as unbound's auth-zone serves a
+					// wildcard's NSEC: its signature says its owner
+					// is the wildcard, and that is what it proves.
+					c := *rr
+					c.Hdr.Name = "*." + set.wildcard
+					rr = &c
+				}
 				nsecs = append(nsecs, rr)
 			case *dns.NSEC3:
-				nsec3s = append(nsec3s, rr)
+				if set.wildcard == "" { // an expanded NSEC3 proves nothing
+					nsec3s = append(nsec3s, rr)
+				}
 			}
 		}
 	}
