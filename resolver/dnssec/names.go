@@ -14,9 +14,12 @@ func under(name, zone string) bool { return dns.IsSubDomain(zone, name) }
 
 // parent is name without its first label; "." has none.
 func parent(name string) (string, bool) {
+	if name == "." || name == "" {
+		return "", false
+	}
 	off, end := dns.NextLabel(name, 0)
 	if end {
-		return "", false
+		return ".", true
 	}
 	return name[off:], true
 }
