@@ -43,8 +43,8 @@ type Config struct {
 	// the fast path asks it) whether its UDP answers are cut to fit the
 	// client as Consul's DNS cuts its own (trim.go), without TC, and the
 	// answer limit for a client without EDNS: the daemon's says so of the
-	// Consul domain, watched or not. The fast path leaves such answers to
-	// the general path.
+	// Consul domain, watched or not. The fast path answers those the cut
+	// leaves whole (consulCuts) and leaves the others to the general path.
 	TrimUDP func(name []byte) (answerLimit int, ok bool)
 
 	// Prefetch refreshes an entry in the background when it is hit in the
@@ -89,6 +89,11 @@ type Config struct {
 	// lines past it are dropped and counted (querylog.go). Zero means
 	// DefaultQueryLogRate.
 	QueryLogRate int
+
+	// Tap, if set, is given a copy of every client exchange and every
+	// upstream exchange that ends a resolution (dnstap, issue 38;
+	// dnstap.go). Nil: off, at the cost of one nil check per answer.
+	Tap Tap
 
 	// DNSSEC is validation (validate.go); its zero value is off.
 	DNSSEC DNSSECConfig

@@ -98,6 +98,9 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 		return
 	}
 	res := &fl.res
+	if t := res.s.Tap; t != nil && wr.Raw != nil {
+		tapForwarder(t, res, fl.key, wr)
+	}
 	if err != nil || (wr.Scrub.ChaseName == "" && !res.validate) {
 		fl.finish(fl.settleRecovered(wr.Raw, wr.Server, err))
 		return

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -61,10 +63,18 @@ type GroupOptions struct {
 	// attempt still unanswered when another attempt's reply ended the
 	// resolution.
 	Observe func(server string, d time.Duration, kind string)
-	// Now is the clock that RTT samples are measured with; nil means
-	// time.Now. Socket deadlines and probe timers use the real clock,
-	// because the kernel does.
-	Now func() time.Time
+	// TLSRoots verifies the certificates of the group's DNS over TLS
+	// servers; nil means the system's roots.
+	TLSRoots *x509.CertPool
+	// OnTLSFailure, if set, is told why a TLS server's connection failed
+	// (TLSFailureReasons), once per change of reason, so the caller can
+	// log it once rather than per query.
+	OnTLSFailure func(server, reason string, err error)
+	// Clock is what the group reads the time from and makes every timer
+	// with (issue 33): RTT samples, the call's RTO and deadline timer,
+	// silence, probes and their timeouts; nil means the wall clock. A
+	// caller's context deadline is the wall clock's, as sockets' are.
+	Clock clock.Clock
 }
 
 // withDefaults fills zero fields and rejects settings that cannot work.
@@ -97,9 +107,7 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MinSilence > o.MaxSilence {
 		return o, fmt.Errorf("min silence %s above max silence %s", o.MinSilence, o.MaxSilence)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	return o, nil
 }
 
@@ -138,9 +146,13 @@ type Group struct {
 	allDownMu sync.Mutex
 	allDown   chan struct{}
 
-	// recoveredAt is when a server last came back up (time.Now's
+	// recoveredAt is when a server last came back up (the clock's
 	// UnixNano; 0: never), for RecoveredSince.
 	recoveredAt atomic.Int64
+
+	// callTimers pools the calls' timers (callTimer): the group's, made
+	// by its clock.
+	callTimers sync.Pool
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -157,9 +169,13 @@ type ServerStatus struct {
 	Refused        uint64
 	Mismatches     uint64 // replies rejected for wrong ID, question or form
 	Superseded     uint64 // attempts left unanswered when a sibling's reply won
+	// TLS is a DNS over TLS server's connection counters; nil for a
+	// plain server.
+	TLS *TLSStatus
 }
 
-// NewGroup returns a Group named name over servers (NormalizeAddress forms).
+// NewGroup returns a Group named name over servers (ParseServer forms:
+// plain, or tls://ADDRESS[:PORT]#NAME, mixed as configured).
 // It returns ErrNoServers when servers is empty.
 func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) {
 	if len(servers) == 0 {
@@ -180,11 +196,11 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	}
 	g.scope.Zone = append([]byte(nil), zone[:n]...)
 	for _, addr := range servers {
-		plain, err := NewPlain(addr)
+		s, err := newServer(addr, &opts)
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
-		g.servers = append(g.servers, &server{plain: plain})
+		g.servers = append(g.servers, s)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
@@ -202,6 +218,11 @@ func (g *Group) Close() error {
 	g.mu.Unlock()
 	g.cancel()
 	g.wg.Wait()
+	for _, s := range g.servers {
+		if s.tls != nil {
+			s.tls.Close()
+		}
+	}
 	return nil
 }
 
@@ -301,6 +322,9 @@ func (g *Group) Servers() []ServerStatus {
 		st.Refused = s.refused.Load()
 		st.Superseded = s.superseded.Load()
 		st.Mismatches = s.plain.Mismatches()
+		if s.tls != nil {
+			st.TLS = s.tls.status()
+		}
 		out = append(out, st)
 	}
 	return out
