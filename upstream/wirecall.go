@@ -87,10 +87,17 @@ type WireCall struct {
 	timer *callTimer
 	due   time.Time
 	rtoOf *attempt
+	// hedgeAt is when the first attempt is hedged (hedge.go), zero when
+	// it is not (any more); hedged: the second attempt is the hedge;
+	// reserved: an exploration took a budget token for the hedge.
+	hedgeAt  time.Time
+	hedged   bool
+	reserved bool
 
 	first       attempt // the first attempt, and its socket, in the call
 	sock        udpSock // (Linux): no allocation for them per miss
 	attemptRoom [3]*attempt
+	orderRoom   [4]*server
 	buf         [maxWireQuery]byte // query's room
 }
 
@@ -135,12 +142,19 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		return
 	}
 	c.qend = qend
-	c.order = g.usable()
+	r := g.rank(c.orderRoom[:0])
+	c.order, c.reserved = r.order, r.explored
 	c.attempts = c.attemptRoom[:0]
 	// Held while sending: the reply may be read before the first attempt's
 	// socket is written, and the reader waits for the lock.
 	c.mu.Lock()
 	end := c.sendLocked()
+	if !end {
+		if len(c.attempts) == 1 {
+			c.armHedgeLocked(c.attempts[0], r.hedgeAfter)
+		}
+		c.armLocked()
+	}
 	c.mu.Unlock()
 	if end {
 		// Every attempt failed at once (no socket): the receiver is told
@@ -201,6 +215,9 @@ func (c *WireCall) expireLocked() (end bool) {
 		c.timedOut = true
 		return c.endLocked()
 	}
+	if !c.hedgeAt.IsZero() && !now.Before(c.hedgeAt) {
+		return c.hedgeLocked()
+	}
 	return c.rtoLocked()
 }
 
@@ -252,6 +269,15 @@ func (c *WireCall) endLocked() bool {
 	c.state = callEnding
 	c.timer.stop()
 	c.timer = nil
+	c.hedgeAt = time.Time{}
+	if c.reserved {
+		// The exploration was answered before its hedge was due.
+		c.g.budget.refund()
+		c.reserved = false
+	}
+	if c.hedged && c.winner != nil && c.winner == c.attempts[1] {
+		c.g.hedgeEvent(HedgeWon)
+	}
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}
