@@ -53,6 +53,7 @@ type LookupServer struct {
 	Address     string  `json:"address"`
 	Up          bool    `json:"up"`
 	SRTTSeconds float64 `json:"srtt_seconds"`
+	TailSeconds float64 `json:"rtt_tail_seconds"`
 }
 
 // serveLookup asks towerd name= type= (default A) as a loopback client
@@ -84,7 +85,7 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, s := range g.Servers() {
-			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds()})
+			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds(), TailSeconds: s.Tail.Seconds()})
 		}
 	}
 	for _, info := range a.cache.Inspect(name) {
