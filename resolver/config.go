@@ -41,8 +41,8 @@ type Config struct {
 	// the fast path asks it) whether its UDP answers are cut to fit the
 	// client as Consul's DNS cuts its own (trim.go), without TC, and the
 	// answer limit for a client without EDNS: the daemon's says so of the
-	// Consul domain, watched or not. The fast path leaves such answers to
-	// the general path.
+	// Consul domain, watched or not. The fast path answers those the cut
+	// leaves whole (consulCuts) and leaves the others to the general path.
 	TrimUDP func(name []byte) (answerLimit int, ok bool)
 
 	// Prefetch refreshes an entry in the background when it is hit in the

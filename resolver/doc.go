@@ -64,6 +64,11 @@
 //     dns.Msg by replyShape.apply. A stale answer's TTL is
 //     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
+//   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
+//     as the agent cuts its own, Config.TrimUDP): consulCuts says whether
+//     it cuts an answer, from its record count and length; the fast path
+//     (hits, stale answers, the wire miss) answers what it leaves whole
+//     and leaves the rest to ServeDNS's trimLikeConsul.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why
@@ -81,8 +86,10 @@
 //     for an entry that only just expired (staleAtOnce) or with every
 //     server of the zone down, else what is left of the client response
 //     timer, counted from the refresh's start (flight.started). The fast
-//     path answers only when it is 0; ServeDNS takes a client that waits,
-//     and joins the same refresh.
+//     path answers only when it is 0; a client that waits goes to ServeDNS
+//     with the refresh the fast path's miss decision joined or started
+//     (plainQuery.joined, flightJoiner), and waits for that one refresh
+//     whatever it ends in: one miss decision, one upstream query.
 //   - Every wait for a flight (a wire waiter's query_timeout, a ServeDNS
 //     client's query_timeout or stale timer): one deadline heap and timer
 //     per handler (deadlines.go).

@@ -34,10 +34,22 @@ type plainQuery struct {
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
 	view     dnswire.Msg          // the packet, as parse read it
+	// udpAnswers and trims are Config.TrimUDP's say on the question, for
+	// a UDP query: its answer is cut like Consul's when consulCuts says
+	// so, and then left to the general path.
+	udpAnswers int
+	trims      bool
 	// replier, when set (by a UDP socket's reader or a TCP connection's
 	// loop), lets a miss take the wire miss path (wiremiss.go); parse
 	// leaves it as it is.
 	replier wireReplier
+	// joined, after answerPacket declined, is the refresh the fast path
+	// joined or started for a stale answer the client must wait for: the
+	// reader hands it to ServeDNS with the packet (flightJoiner), which
+	// waits for that refresh rather than deciding again (issue 34: a
+	// refresh that ended in NXDOMAIN meanwhile left no entry, and ServeDNS
+	// asked the upstream a second time).
+	joined *flight
 }
 
 // EDNS option codes the fast path accepts: ones towerd ignores and that
@@ -98,6 +110,14 @@ func (q *plainQuery) parse(p []byte) bool {
 // optionPadding).
 func fastOption(code uint16, _ []byte) bool { return code == optionCookie || code == optionPadding }
 
+// cutLikeConsul reports whether an answer of answers records, size bytes
+// from the header to the last record, is cut like Consul's DNS cuts its
+// own for q (trim.go, consulCuts): the general path then writes it. Every
+// other answer under the Consul domain is the fast path's (issue 34).
+func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
+	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
+}
+
 // putHeader writes a reply's header into hdr[:12]: one question, and the
 // records of each section.
 func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
@@ -122,6 +142,7 @@ func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
 func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
+	q.joined = nil
 	if !q.parse(pkt) {
 		return dst, false
 	}
@@ -135,10 +156,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if s.Records != nil && s.Records.Covers(name) {
 		return dst, false
 	}
+	q.udpAnswers, q.trims = 0, false
 	if !tcp && s.TrimUDP != nil {
-		if _, trims := s.TrimUDP(name); trims {
-			return dst, false // cut like Consul's DNS: the general path's (trim.go)
-		}
+		q.udpAnswers, q.trims = s.TrimUDP(name)
 	}
 	zone := s.router.routeCanonical(name)
 
@@ -153,6 +173,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
+	}
+	if q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
 	}
 
 	extra := hit.Extra
@@ -210,15 +233,20 @@ const ednsEDELen = 6
 // wrote after dst[:headerAt] (every TTL the stale answer TTL) are framed
 // by the reply core, EDE 3 for EDNS clients, and the refresh, if one was
 // started, runs behind the answer as any flight. A client that must wait
-// for the refresh is left to ServeDNS, which joins the same flight.
+// for the refresh is left to ServeDNS with the refresh in q.joined: it
+// waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
+	if q.cutLikeConsul(sh, st.Rcode, true, st.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)
 	if plan == missWait && (fl.f == nil || s.staleWait(fl, zone, st.TTL, st.Expired) > 0) {
 		// A refresh stored a fresh entry since (a flight made of it), or
-		// the client waits for the refresh: ServeDNS's, from its lookup.
+		// the client waits for the refresh: ServeDNS's, with the flight.
+		q.joined = fl
 		return dst[:headerAt], false
 	}
 	extra := st.Extra

@@ -136,6 +136,9 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	q.client, q.tcp = w.from.Addr(), w.tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen)
 	s := w.s
+	if !q.tcp && s.TrimUDP != nil {
+		q.udpAnswers, q.trims = s.TrimUDP(q.name[:q.nameLen])
+	}
 	sh := s.replyShape(&q.request)
 	bp := replyBufs.Get().(*[]byte)
 	defer replyBufs.Put(bp)
@@ -154,7 +157,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		var hit cache.WireHit
 		var ok bool
-		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok {
+		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok || q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)) {
 			general = true
 			h.answerWireGeneral(fl, w)
 			return

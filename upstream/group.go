@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -68,10 +69,11 @@ type GroupOptions struct {
 	// OnHedge, if set, is called for each hedge event (HedgeSent,
 	// HedgeWon, HedgeRefused), for metrics; it must not block.
 	OnHedge func(event string)
-	// Now is the clock that RTT samples are measured with; nil means
-	// time.Now. Socket deadlines and probe timers use the real clock,
-	// because the kernel does.
-	Now func() time.Time
+	// Clock is what the group reads the time from and makes every timer
+	// with (issue 33): RTT samples, the call's RTO and deadline timer,
+	// silence, probes and their timeouts; nil means the wall clock. A
+	// caller's context deadline is the wall clock's, as sockets' are.
+	Clock clock.Clock
 }
 
 // withDefaults fills zero fields and rejects settings that cannot work.
@@ -110,9 +112,7 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MinSilence > o.MaxSilence {
 		return o, fmt.Errorf("min silence %s above max silence %s", o.MinSilence, o.MaxSilence)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	return o, nil
 }
 
@@ -152,15 +152,19 @@ type Group struct {
 	allDownMu sync.Mutex
 	allDown   chan struct{}
 
-	// recoveredAt is when a server last came back up (time.Now's
+	// recoveredAt is when a server last came back up (the clock's
 	// UnixNano; 0: never), for RecoveredSince.
 	recoveredAt atomic.Int64
 
 	// budget pays for hedges; hedges counts their events for Hedges.
 	budget *hedgeBudget
-	hedges struct{ sent, won, refused atomic.Uint64 }
+	hedges struct{ sent, won, refused, explored atomic.Uint64 }
 	// roll draws from [0,1) for exploring (latency.go); tests fix it.
 	roll func() float64
+
+	// callTimers pools the calls' timers (callTimer): the group's, made
+	// by its clock.
+	callTimers sync.Pool
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -205,7 +209,7 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
-		g.servers = append(g.servers, &server{plain: plain})
+		g.servers = append(g.servers, &server{plain: plain, clock: opts.Clock})
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
@@ -331,9 +335,10 @@ func (g *Group) Servers() []ServerStatus {
 }
 
 // HedgeCounts are a group's hedge events since it was made.
-type HedgeCounts struct{ Sent, Won, Refused uint64 }
+type HedgeCounts struct{ Sent, Won, Refused, Explored uint64 }
 
 // Hedges returns the group's hedge counts.
 func (g *Group) Hedges() HedgeCounts {
-	return HedgeCounts{Sent: g.hedges.sent.Load(), Won: g.hedges.won.Load(), Refused: g.hedges.refused.Load()}
+	return HedgeCounts{Sent: g.hedges.sent.Load(), Won: g.hedges.won.Load(),
+		Refused: g.hedges.refused.Load(), Explored: g.hedges.explored.Load()}
 }

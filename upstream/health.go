@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // maxProbeInterval caps the probe backoff: a server that has been down for
@@ -22,6 +24,7 @@ const maxBackoffShift = 16
 // health. Counters are atomics so Servers can read them without the lock.
 type server struct {
 	plain *Plain
+	clock clock.Clock // the group's
 
 	mu       sync.Mutex
 	srtt     time.Duration // smoothed RTT, RFC 6298 section 2
@@ -34,7 +37,7 @@ type server struct {
 	watching bool   // a silence watcher owns this server (silence.go); at most one
 	stateSeq uint64 // bumped on each up/down change so stale notifications are dropped
 
-	// heardAt is when a reply last came from the server (time.Now's
+	// heardAt is when a reply last came from the server (the clock's
 	// UnixNano): any reply its socket accepted, whatever its rcode, and
 	// whether it parses or not. The silence watcher reads it.
 	heardAt atomic.Int64
@@ -127,7 +130,7 @@ func (g *Group) markUp(s *server) {
 	up, seq := !s.down, s.stateSeq
 	s.mu.Unlock()
 	if changed {
-		g.recoveredAt.Store(time.Now().UnixNano())
+		g.recoveredAt.Store(g.opts.Clock.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, up, seq)
 	}
@@ -179,13 +182,13 @@ func (g *Group) startProber(s *server) {
 func (g *Group) probeLoop(s *server) {
 	defer g.wg.Done()
 	interval := g.opts.ProbeInterval
-	timer := time.NewTimer(interval)
+	timer, fired := g.opts.Clock.NewTimer(interval)
 	defer timer.Stop()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
-		case <-timer.C:
+		case <-fired:
 		}
 		s.mu.Lock()
 		if !s.down {
@@ -209,7 +212,7 @@ func (g *Group) probeLoop(s *server) {
 // talking DNS (CoreDNS's health check counts any reply the same way). It
 // reports whether the server is up again.
 func (g *Group) probe(s *server) bool {
-	ctx, cancel := context.WithTimeout(g.ctx, g.opts.MaxAttemptTimeout)
+	ctx, cancel := clock.WithTimeout(g.ctx, g.opts.Clock, g.opts.MaxAttemptTimeout)
 	defer cancel()
 	return g.ask(ctx, s, true)
 }
@@ -223,9 +226,9 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	query := new(dns.Msg)
 	query.SetQuestion(g.opts.ProbeName, g.opts.ProbeType) // sets RD
 
-	start := g.opts.Now()
+	start := g.opts.Clock.Now()
 	reply, _ := s.plain.Exchange(ctx, query)
-	rtt := g.opts.Now().Sub(start)
+	rtt := g.opts.Clock.Since(start)
 	if reply == nil {
 		return false
 	}
@@ -242,7 +245,7 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	seq := s.stateSeq
 	s.mu.Unlock()
 	if changed {
-		g.recoveredAt.Store(time.Now().UnixNano())
+		g.recoveredAt.Store(g.opts.Clock.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, true, seq)
 	}

@@ -20,10 +20,10 @@ import (
 // against MaxAttempts like any retransmission, so no resolution sends
 // more packets than before. Three rules keep it from adding load where it
 // hurts:
-//   - a budget: a token bucket that earns HedgeBudget of a token per
-//     attempt sent (hedges excluded) and holds at most hedgeBurst; a hedge
-//     (or an exploration, which is likely to need one) takes a token, and
-//     without one the attempt waits for its RTO as it always did. Unbound
+//   - a budget: a token bucket that starts empty, earns HedgeBudget of a
+//     token per attempt sent (hedges excluded) and holds at most
+//     hedgeBurst; a hedge (or an exploration, latency.go) takes a token,
+//     and without one the attempt waits for its RTO as it always did. Unbound
 //     refuses racing as unsocial (NLnetLabs/unbound#167): this bounds it to
 //     a few percent of the queries a site's resolvers get from us.
 //   - no hedge while every server of the zone is silent (suspect or down,
@@ -46,6 +46,7 @@ const (
 	HedgeSent    = "sent"    // a hedge went out
 	HedgeWon     = "won"     // a hedge's reply was the answer
 	HedgeRefused = "refused" // a hedge was due but the budget had no token
+	HedgeExplore = "explore" // another server asked beside the fastest (latency.go)
 )
 
 // hedgeBudget is a group's token bucket of hedges.
@@ -55,13 +56,10 @@ type hedgeBudget struct {
 	share  float64 // tokens earned per attempt; 0: hedging is off
 }
 
-func newHedgeBudget(share float64) *hedgeBudget {
-	b := &hedgeBudget{share: share}
-	if share > 0 {
-		b.tokens = hedgeBurst
-	}
-	return b
-}
+// newHedgeBudget returns an empty bucket: hedges are earned by traffic,
+// so a group that has sent a handful of queries (a test's, a node's first
+// seconds) sends no hedge at all.
+func newHedgeBudget(share float64) *hedgeBudget { return &hedgeBudget{share: share} }
 
 // earn adds one attempt's share of a token.
 func (b *hedgeBudget) earn() {
@@ -87,13 +85,6 @@ func (b *hedgeBudget) take() bool {
 	return true
 }
 
-// refund gives back a token taken for a hedge that was not sent.
-func (b *hedgeBudget) refund() {
-	b.mu.Lock()
-	b.tokens = min(b.tokens+1, hedgeBurst)
-	b.mu.Unlock()
-}
-
 // zoneSilent reports whether every server of the group is silent: marked
 // down, or suspect (its silence watcher at work).
 func (g *Group) zoneSilent() bool {
@@ -117,6 +108,8 @@ func (g *Group) hedgeEvent(event string) {
 		g.hedges.won.Add(1)
 	case HedgeRefused:
 		g.hedges.refused.Add(1)
+	case HedgeExplore:
+		g.hedges.explored.Add(1)
 	}
 	if g.opts.OnHedge != nil {
 		g.opts.OnHedge(event)
@@ -129,10 +122,6 @@ func (g *Group) hedgeEvent(event string) {
 // resolution whose first server is not sampled yet is not hedged.
 func (c *WireCall) armHedgeLocked(a *attempt, hedgeAfter time.Duration) {
 	if hedgeAfter <= 0 || c.g.budget.share == 0 {
-		if c.reserved {
-			c.g.budget.refund()
-			c.reserved = false
-		}
 		return
 	}
 	hedgeAfter = max(hedgeAfter, minHedgeDelay)
@@ -144,21 +133,19 @@ func (c *WireCall) armHedgeLocked(a *attempt, hedgeAfter time.Duration) {
 
 // hedgeLocked is the hedge falling due: if the first attempt is still
 // the only one and still waiting, another may be sent and a server of the
-// zone is not silent, the hedge goes out, paid for by a token (one an
-// exploration reserved, or a new one; none: no hedge, and the attempt
-// waits for its RTO).
+// zone is not silent, the hedge goes out, paid for by a token (none: no
+// hedge, and the attempt waits for its RTO).
 func (c *WireCall) hedgeLocked() (end bool) {
 	c.hedgeAt = time.Time{}
 	if len(c.attempts) != 1 || c.attempts[0].state != waitingUDP || !c.canSendLocked() || c.g.zoneSilent() {
 		c.armLocked()
 		return false
 	}
-	if !c.reserved && !c.g.budget.take() {
+	if !c.g.budget.take() {
 		c.g.hedgeEvent(HedgeRefused)
 		c.armLocked()
 		return false
 	}
-	c.reserved = false
 	c.hedged = true
 	c.g.hedgeEvent(HedgeSent)
 	return c.sendLocked()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // hedgeEvents collects OnHedge's events on a channel.
@@ -47,47 +49,52 @@ func wireExchange(t *testing.T, g *Group, name string) (WireReply, error) {
 	return g.ExchangeWire(ctx, packed, time.Time{})
 }
 
-// The chosen server holds the question: the hedge goes to the next server,
-// whose answer wins; the first server's late reply, released afterwards,
-// is dropped with its socket, and what it was overtaken by is its latency.
-func TestHedgeGoesToTheNextServerAndWins(t *testing.T) {
+// On the fake clock: the hedge goes out exactly at the chosen server's tail
+// estimate, to the next server, whose answer wins; the chosen server's
+// late reply, released afterwards, is dropped with its socket, and what it
+// was overtaken by counts as its latency.
+func TestHedgeGoesToTheNextServerAtTheTailAndWins(t *testing.T) {
 	slow, fast := startHeld(t), startHeld(t)
 	arrived := slow.hold("late.example.", 1)
-	onHedge, events := hedgeEvents()
-	g, err := NewGroup(".", []string{slow.addr, fast.addr}, GroupOptions{
-		MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, OnHedge: onHedge,
-	})
-	if err != nil {
-		t.Fatal(err)
+	g, clk, events := newHedged(t, slow.addr, fast.addr, 10*time.Millisecond)
+	g.servers[1].addSample(40 * time.Millisecond) // slower: the hedge's target
+	tail := g.Servers()[0].Tail
+	if tail != 20*time.Millisecond {
+		t.Fatalf("tail %s, want srtt + 2·rttvar = 20ms after one sample", tail)
 	}
-	t.Cleanup(func() { g.Close() })
-	g.roll = func() float64 { return 0.5 }
-	warm(t, g)
-	g.servers[1].addSample(time.Millisecond) // the first listed is the faster
 	before := g.Servers()[0].SRTT
 
-	wr, err := wireExchange(t, g, "late.example.")
-	if err != nil || wr.Server != fast.addr {
-		t.Fatalf("answer from %s, %v; want the hedge's, from %s", wr.Server, err, fast.addr)
-	}
-	if e1, e2 := nextEvent(t, events), nextEvent(t, events); e1 != HedgeSent || e2 != HedgeWon {
-		t.Errorf("hedge events %s, %s; want sent, won", e1, e2)
-	}
+	done := startExchange(t, g, "late.example.")
 	<-arrived
-	slow.release("late.example.", 0)
-	if h := g.Hedges(); h != (HedgeCounts{Sent: 1, Won: 1}) {
-		t.Errorf("hedges %+v, want 1 sent, 1 won", h)
+	waitTimers(t, clk, 1)
+	clk.Advance(tail - time.Nanosecond)
+	if h := g.Hedges(); h.Sent != 0 || fast.Total() != 0 {
+		t.Fatalf("hedged before the tail: %+v", h)
+	}
+	clk.Advance(time.Nanosecond)
+	if e := nextEvent(t, events); e != HedgeSent {
+		t.Fatalf("event %s at the tail, want sent", e)
+	}
+	r := <-done
+	if r.err != nil || r.wr.Server != fast.addr {
+		t.Fatalf("answer from %s, %v; want the hedge's, from %s", r.wr.Server, r.err, fast.addr)
+	}
+	if e := nextEvent(t, events); e != HedgeWon {
+		t.Errorf("event %s, want won", e)
+	}
+	if srtt := g.Servers()[0].SRTT; srtt <= before {
+		t.Errorf("overtaken server's srtt %s, want above %s: it took at least until the hedge's answer", srtt, before)
+	}
+	releaseHeld(t, slow, "late.example.", 0)
+	if _, err := wireExchangeOn(t, g, clk, "next.example."); err != nil {
+		t.Errorf("next question after the late reply: %v", err)
 	}
 	st := g.Servers()
-	if st[0].Superseded != 1 || st[0].Timeouts != 0 || !st[0].Up {
-		t.Errorf("overtaken server: %+v; want 1 superseded, no timeout, up", st[0])
+	if st[0].Superseded != 1 || st[0].Timeouts != 0 || st[0].Mismatches != 0 || !st[0].Up {
+		t.Errorf("overtaken server: %+v; want 1 superseded, no timeout, no mismatch, up", st[0])
 	}
-	if st[0].SRTT <= before {
-		t.Errorf("overtaken server's srtt %s, want above %s: it took at least until the hedge's answer", st[0].SRTT, before)
-	}
-	// The late reply broke nothing: the next question is answered.
-	if _, err := wireExchange(t, g, "next.example."); err != nil {
-		t.Errorf("next question: %v", err)
+	if h := g.Hedges(); h != (HedgeCounts{Sent: 1, Won: 1}) {
+		t.Errorf("hedges %+v, want 1 sent, 1 won", h)
 	}
 }
 
@@ -113,6 +120,7 @@ func TestHedgeSingleServerNewPortAndID(t *testing.T) {
 	})
 	onHedge, events := hedgeEvents()
 	g := newGroup(t, GroupOptions{MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, OnHedge: onHedge}, srv)
+	g.budget.tokens = hedgeBurst
 	warm(t, g)
 	if _, err := wireExchange(t, g, "lost.example."); err != nil {
 		t.Fatal(err)
@@ -132,24 +140,59 @@ func TestHedgeSingleServerNewPortAndID(t *testing.T) {
 	}
 }
 
-// newHedged is a group over slow (listed first) and other, both measured
-// alike, whose RTO (waitTimeout) never comes in a test: only a hedge asks
-// the second server.
-func newHedged(t *testing.T, slow, other string, rtt time.Duration) (*Group, <-chan string) {
+type exchangeResult struct {
+	wr  WireReply
+	err error
+}
+
+// startExchange asks g name on a goroutine.
+func startExchange(t *testing.T, g *Group, name string) <-chan exchangeResult {
+	t.Helper()
+	done := make(chan exchangeResult, 1)
+	go func() {
+		wr, err := wireExchange(t, g, name)
+		done <- exchangeResult{wr, err}
+	}()
+	return done
+}
+
+// wireExchangeOn asks g name and returns its answer, advancing clk should
+// the resolution wait on it (it does not, when the server answers).
+func wireExchangeOn(t *testing.T, g *Group, _ *dnstest.Clock, name string) (WireReply, error) {
+	t.Helper()
+	r := <-startExchange(t, g, name)
+	return r.wr, r.err
+}
+
+func waitTimers(t *testing.T, clk *dnstest.Clock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := clk.WaitTimers(ctx, n); err != nil {
+		t.Fatalf("waiting for %d timers: %v", n, err)
+	}
+}
+
+// newHedged is a group on the fake clock over slow (listed first) and
+// other, both measured at rtt, with tokens in its budget and an RTO
+// (waitTimeout) no test reaches: only a hedge asks the second server.
+func newHedged(t *testing.T, slow, other string, rtt time.Duration) (*Group, *dnstest.Clock, <-chan string) {
 	t.Helper()
 	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g, err := NewGroup(".", []string{slow, other}, GroupOptions{
-		MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, OnHedge: onHedge,
+		MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, OnHedge: onHedge, Clock: clk,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
 	g.roll = func() float64 { return 0.5 }
+	g.budget.tokens = hedgeBurst
 	for _, s := range g.servers {
 		s.addSample(rtt)
 	}
-	return g, events
+	return g, clk, events
 }
 
 // Without a token the hedge is refused, counted, and the first attempt
@@ -157,20 +200,18 @@ func newHedged(t *testing.T, slow, other string, rtt time.Duration) (*Group, <-c
 func TestHedgeRefusedByBudget(t *testing.T) {
 	slow, other := startHeld(t), startHeld(t)
 	arrived := slow.hold("q.example.", 1)
-	g, events := newHedged(t, slow.addr, other.addr, 200*time.Microsecond)
-	g.budget.tokens = 0
-	done := make(chan error, 1)
-	go func() {
-		_, err := wireExchange(t, g, "q.example.")
-		done <- err
-	}()
+	g, clk, events := newHedged(t, slow.addr, other.addr, 10*time.Millisecond)
+	g.budget.tokens = 0.5 // the first attempt earns 0.05
+	done := startExchange(t, g, "q.example.")
+	<-arrived
+	waitTimers(t, clk, 1)
+	clk.Advance(20 * time.Millisecond)
 	if e := nextEvent(t, events); e != HedgeRefused {
 		t.Fatalf("event %s, want refused", e)
 	}
-	<-arrived
-	slow.release("q.example.", 0)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	releaseHeld(t, slow, "q.example.", 0)
+	if r := <-done; r.err != nil || r.wr.Server != slow.addr {
+		t.Fatalf("answer from %s, %v; want the first server's", r.wr.Server, r.err)
 	}
 	if n := other.Total(); n != 0 {
 		t.Errorf("the other server was asked %d times, want 0", n)
@@ -188,16 +229,11 @@ func TestHedgeServFailDoesNotWin(t *testing.T) {
 	// The SERVFAIL sends the next attempt at once, to the first server
 	// again: two of its queries are parked.
 	arrived := slow.hold("q.example.", 2)
-	g, events := newHedged(t, slow.addr, servfail, 200*time.Microsecond)
-	type result struct {
-		wr  WireReply
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		wr, err := wireExchange(t, g, "q.example.")
-		done <- result{wr, err}
-	}()
+	g, clk, events := newHedged(t, slow.addr, servfail, 10*time.Millisecond)
+	g.servers[1].addSample(40 * time.Millisecond)
+	done := startExchange(t, g, "q.example.")
+	waitTimers(t, clk, 1)
+	clk.Advance(20 * time.Millisecond)
 	if e := nextEvent(t, events); e != HedgeSent {
 		t.Fatalf("event %s, want sent", e)
 	}
@@ -207,7 +243,7 @@ func TestHedgeServFailDoesNotWin(t *testing.T) {
 		t.Fatalf("resolution ended on the hedge's SERVFAIL: %v", r.err)
 	default:
 	}
-	slow.release("q.example.", 0)
+	releaseHeld(t, slow, "q.example.", 1)
 	r := <-done
 	if r.err != nil || r.wr.Server != slow.addr {
 		t.Fatalf("reply from %s, %v; want the first server's answer", r.wr.Server, r.err)
@@ -215,60 +251,73 @@ func TestHedgeServFailDoesNotWin(t *testing.T) {
 	if h := g.Hedges(); h.Won != 0 {
 		t.Errorf("hedges %+v, want none won", h)
 	}
+	releaseHeld(t, slow, "q.example.", 0)
 }
 
-// No hedge while every server of the zone is silent (an outage is never
-// amplified); one server heard from again, and the hedge goes out.
+// No hedge while every server of the zone is silent: an outage is never
+// amplified.
 func TestNoHedgeWhileZoneSilent(t *testing.T) {
 	slow, other := startHeld(t), startHeld(t)
 	arrived := slow.hold("q.example.", 1)
-	// Estimates of seconds: the hedge is armed (tail 8 s, RTO 10 s) but
-	// never falls due by itself; the test makes it due.
-	g, events := newHedged(t, slow.addr, other.addr, 4*time.Second)
+	g, clk, events := newHedged(t, slow.addr, other.addr, 10*time.Millisecond)
 	for _, s := range g.servers {
 		s.mu.Lock()
 		s.watching = true // suspect: each one's silence watcher at work
 		s.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	packed, _ := question("q.example.").Pack()
-	ch := make(wireWait, 1)
-	c := new(WireCall)
-	g.StartWire(c, WireQuery{Ctx: ctx, Packed: packed}, ch)
+	done := startExchange(t, g, "q.example.")
 	<-arrived
-	hedge := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.hedgeAt.IsZero() {
-			t.Fatal("no hedge armed")
-		}
-		if c.hedgeLocked() {
-			t.Fatal("the hedge ended the resolution")
-		}
-		return len(c.attempts)
-	}
-	if n := hedge(); n != 1 {
-		t.Fatalf("%d attempts after a hedge fell due in a silent zone, want 1", n)
-	}
+	waitTimers(t, clk, 1)
+	clk.Advance(time.Second) // past the tail, not the RTO
 	select {
 	case e := <-events:
 		t.Fatalf("hedge event %s in a silent zone", e)
 	default:
 	}
+	releaseHeld(t, slow, "q.example.", 0)
+	if r := <-done; r.err != nil || r.wr.Server != slow.addr {
+		t.Fatalf("reply from %s, %v; want the first server's", r.wr.Server, r.err)
+	}
+	if n := other.Total(); n != 0 || g.Hedges() != (HedgeCounts{}) {
+		t.Errorf("other server asked %d times, hedges %+v; want none", n, g.Hedges())
+	}
+}
 
-	g.servers[1].mu.Lock()
-	g.servers[1].watching = false // heard from again
-	g.servers[1].mu.Unlock()
-	c.mu.Lock()
-	c.hedgeAt = time.Now()
-	c.mu.Unlock()
-	if n := hedge(); n != 2 {
-		t.Fatalf("%d attempts, want the hedge sent once a server is not silent", n)
+// An exploration asks another server beside the fastest at once, paid
+// from the budget; the fastest's answer wins, so the client waits no
+// longer for it.
+func TestExplorationAsksBesideTheFastest(t *testing.T) {
+	fast, explored := startHeld(t), startHeld(t)
+	arrived := explored.hold("q.example.", 1)
+	g, _, events := newHedged(t, fast.addr, explored.addr, 10*time.Millisecond)
+	g.servers[1].addSample(300 * time.Millisecond)
+	rolls := []float64{0.01, 0.5}
+	g.roll = func() float64 { r := rolls[0]; rolls = rolls[1:]; return r }
+	r := <-startExchange(t, g, "q.example.")
+	if r.err != nil || r.wr.Server != fast.addr {
+		t.Fatalf("answer from %s, %v; want the fastest's", r.wr.Server, r.err)
 	}
-	o := <-ch
-	if o.err != nil || o.wr.Server != other.addr {
-		t.Fatalf("reply from %s, %v; want the hedge's", o.wr.Server, o.err)
+	if e := nextEvent(t, events); e != HedgeExplore {
+		t.Errorf("event %s, want explore", e)
 	}
-	slow.release("q.example.", 0)
+	<-arrived
+	releaseHeld(t, explored, "q.example.", 0)
+	if h := g.Hedges(); h != (HedgeCounts{Explored: 1}) {
+		t.Errorf("hedges %+v, want 1 explored", h)
+	}
+	if tokens := g.budget.tokens; tokens >= hedgeBurst {
+		t.Errorf("budget %v, want a token spent", tokens)
+	}
+}
+
+// releaseHeld releases the i-th parked query of name once the server's
+// script has parked it (its arrival is counted just before).
+func releaseHeld(t *testing.T, s *heldServer, name string, i int) {
+	t.Helper()
+	dnstest.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.held[name]) > i
+	}, waitTimeout, "the query parked")
+	s.release(name, i)
 }

@@ -14,11 +14,12 @@ import (
 // asks the fastest and explores another in a few percent of queries
 // (lib/selection.c). towerd asks the fastest, counts a server within an
 // eighth of the best (at least tieBand) as tied with it, so equal servers
-// keep the listed order, and explores: exploreShare of resolutions first
-// ask another up server, at random, so a server that became fast again is
-// found. An exploration costs a client little: its hedge (hedge.go) is
-// due at the fastest server's tail estimate, and the fastest is the one
-// hedged to.
+// keep the listed order, and explores: exploreShare of resolutions also
+// ask another up server, at random, at the same time as the fastest, so a
+// server that became fast again is found (its answer wins, and is
+// measured). An exploration costs a client nothing, since the fastest is
+// asked as always, and costs the site one packet, paid from the hedge
+// budget (hedge.go).
 //
 // The estimates come from every reply (RFC 6298's srtt and rttvar, which
 // also make the RTO, health.go) and from every attempt a sibling's answer
@@ -27,8 +28,8 @@ import (
 // without the bound it would never be measured slow, and never left.
 
 const (
-	// exploreShare is the share of resolutions that ask a server other
-	// than the fastest first, when more than one is up (Knot's is 5 %).
+	// exploreShare is the share of resolutions that also ask a server
+	// other than the fastest, when more than one is up (Knot's is 5 %).
 	exploreShare = 0.02
 	// tieBand is the least difference in srtt that makes one server
 	// faster than another: below it, jitter would reorder equal servers.
@@ -109,17 +110,17 @@ type ranked struct {
 	// (hedge.go): the tail estimate of the fastest server, 0 when it has
 	// none yet (no hedge before the first sample).
 	hedgeAfter time.Duration
-	// explored: order[0] is an exploration, order[1] the fastest.
+	// explored: order[1] is an exploration, asked at once beside the
+	// fastest, order[0]; its budget token is taken.
 	explored bool
 }
 
 // rank orders the usable servers for one resolution into dst: the
 // fastest first (ties to the configured order), the rest by srtt; a
 // server never sampled counts as fastest, so each is measured once. With
-// probability exploreShare, when more than one server is usable and the
-// hedge budget has a token for the hedge it will likely need (taken, and
-// the resolution's to spend or give back), another server goes first and
-// the fastest second.
+// probability exploreShare, when more than one server is up and the
+// hedge budget has a token for it (taken), another up server, at random,
+// goes second, to be asked at once.
 func (g *Group) rank(dst []*server) ranked {
 	usable := g.usable()
 	dst = append(dst[:0], usable...)
@@ -157,13 +158,14 @@ func (g *Group) rank(dst []*server) ranked {
 	dst[0], dst[lead] = dst[lead], dst[0]
 	est[0], est[lead] = est[lead], est[0]
 	r := ranked{order: dst, hedgeAfter: est[0].tail}
-	if g.roll() < exploreShare && est[0].sampled && g.budget.take() {
+	// Two servers up, not two usable: when none is up, usable is every
+	// server, and exploring would add packets to an outage.
+	if g.roll() < exploreShare && est[0].sampled && len(g.healthy()) > 1 && g.budget.take() {
 		i := 1 + int(g.roll()*float64(len(dst)-1))
 		i = min(i, len(dst)-1)
-		// The explored server first, the fastest next: the hedge goes to it.
 		other := dst[i]
 		copy(dst[2:i+1], dst[1:i])
-		dst[0], dst[1] = other, dst[0]
+		dst[1] = other
 		r.explored = true
 	}
 	return r

@@ -71,7 +71,7 @@ func NewMetrics(buckets []float64) *Metrics {
 			"Tail estimate of the server's round-trip time (about its 98th percentile), 0 before the first reply; a first attempt unanswered by then is hedged.", labels, nil),
 		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "towerd_upstream_hedges_total",
-			Help: "Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token).",
+			Help: "Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token), explore (another server asked beside the fastest, to measure it).",
 		}, []string{"zone", "event"}),
 		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "towerd_upstream_scrubbed_records_total",

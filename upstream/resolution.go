@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -22,8 +23,7 @@ const defaultResolutionTimeout = 5 * time.Second
 type attempt struct {
 	server *server
 	sock   *udpSock      // nil when the socket could not be opened
-	start  time.Time     // by GroupOptions.Now, for the RTT sample
-	sent   time.Time     // by the real clock, for "did its RTO run out"
+	sent   time.Time     // by the group's clock: the RTT sample's start, and "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
 	state  attemptState
 	// res is how it ended, once it did (or, for one still waiting when
@@ -126,7 +126,7 @@ func (c *WireCall) sendLocked() (end bool) {
 	if len(c.attempts) > 0 {
 		a = new(attempt)
 	}
-	*a = attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
+	*a = attempt{server: s, sent: g.opts.Clock.Now(), rto: rto}
 	c.attempts = append(c.attempts, a)
 	c.pending++
 	s.queries.Add(1)
@@ -159,7 +159,7 @@ func (c *WireCall) sendLocked() (end bool) {
 // reply judged (judge) and settled.
 func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 	g := c.g
-	r := attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
+	r := attemptResult{attempt: a, rtt: g.opts.Clock.Since(a.sent)}
 	if d.err != nil {
 		r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(c.ctx, d.err))
 	} else {
@@ -277,7 +277,7 @@ func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *att
 func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, c *WireCall) {
 	p := a.server.plain
 	raw, err := p.exchangeTCP(ctx, query)
-	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
+	r := attemptResult{attempt: a, err: err, rtt: g.opts.Clock.Since(a.sent)}
 	if err == nil {
 		a.server.heard() // a reply, parsed or not (silence.go)
 		var m dnswire.Msg
@@ -313,7 +313,7 @@ func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
 // suspect too: a dead first server would otherwise hold every query for
 // its RTO forever.
 func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
-	now := time.Now()
+	now := g.opts.Clock.Now()
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
 	replied := map[*server]bool{}
 	for _, r := range ended {
@@ -404,11 +404,12 @@ func (c *WireCall) armLocked() {
 		due = minTime(due, c.hedgeAt)
 	}
 	c.due = due
+	d := due.Sub(c.g.opts.Clock.Now())
 	if c.timer == nil {
-		c.timer = armCallTimer(c, time.Until(due))
+		c.timer = c.g.armCallTimer(c, d)
 		return
 	}
-	c.timer.t.Reset(time.Until(due))
+	c.timer.t.Reset(d)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -418,23 +419,22 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// callTimer is a pooled timer whose function runs its call's expire: a
-// resolution that ends before it fires stops it and gives it back,
-// costing no allocation. A firing the call has moved past (it was reset
+// callTimer is a pooled timer of the group's clock whose function runs
+// its call's expire: a resolution that ends before it fires stops it and
+// gives it back to its group's pool, costing no allocation. A firing the call has moved past (it was reset
 // meanwhile, or the timer went back to the pool and on to another call)
 // finds the call not due (WireCall.due) and does nothing.
 type callTimer struct {
-	t    *time.Timer
+	t    clock.Timer
+	pool *sync.Pool
 	call atomic.Pointer[WireCall]
 }
 
-var callTimers sync.Pool
-
-func armCallTimer(c *WireCall, d time.Duration) *callTimer {
-	ct, _ := callTimers.Get().(*callTimer)
+func (g *Group) armCallTimer(c *WireCall, d time.Duration) *callTimer {
+	ct, _ := g.callTimers.Get().(*callTimer)
 	if ct == nil {
-		ct = new(callTimer)
-		ct.t = time.AfterFunc(time.Hour, ct.fire)
+		ct = &callTimer{pool: &g.callTimers}
+		ct.t = g.opts.Clock.AfterFunc(time.Hour, ct.fire)
 		ct.t.Stop()
 	}
 	ct.call.Store(c)
@@ -456,6 +456,6 @@ func (ct *callTimer) stop() {
 	}
 	if ct.t.Stop() {
 		ct.call.Store(nil)
-		callTimers.Put(ct)
+		ct.pool.Put(ct)
 	}
 }

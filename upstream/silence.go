@@ -1,9 +1,10 @@
 package upstream
 
 import (
-	"context"
 	"sync"
 	"time"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // A server is marked down by its silence, not by a count of failed
@@ -31,7 +32,7 @@ const (
 )
 
 // heard records that a reply came from s now.
-func (s *server) heard() { s.heardAt.Store(time.Now().UnixNano()) }
+func (s *server) heard() { s.heardAt.Store(s.clock.Now().UnixNano()) }
 
 // heardSince reports whether a reply came from s at or after t.
 func (s *server) heardSince(t time.Time) bool { return s.heardAt.Load() >= t.UnixNano() }
@@ -80,18 +81,21 @@ func (g *Group) suspectAt(s *server, sent, due time.Time) {
 func (g *Group) watchSilence(s *server, silentSince, due time.Time) {
 	defer g.wg.Done()
 	latest := silentSince.Add(g.opts.MaxSilence)
-	ctx, cancel := context.WithDeadline(g.ctx, latest)
+	ctx, cancel := clock.WithDeadline(g.ctx, g.opts.Clock, latest)
 	var probes sync.WaitGroup
 	defer func() {
 		cancel()
 		probes.Wait()
 	}()
-	timer := time.NewTimer(time.Hour)
+	// Armed only while the watcher waits, so a test on the fake clock
+	// that sees it armed (WaitTimers) knows the watcher is waiting.
+	timer, fired := g.opts.Clock.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
-	if wait := time.Until(due); wait > 0 {
+	if wait := due.Sub(g.opts.Clock.Now()); wait > 0 {
 		timer.Reset(wait)
 		select {
-		case <-timer.C:
+		case <-fired:
 		case <-g.ctx.Done():
 			g.endWatch(s)
 			return
@@ -103,7 +107,7 @@ func (g *Group) watchSilence(s *server, silentSince, due time.Time) {
 			g.endWatch(s)
 			return
 		}
-		now := time.Now()
+		now := g.opts.Clock.Now()
 		if !now.Before(latest) ||
 			(unanswered >= g.opts.FailThreshold && now.Sub(silentSince) >= g.opts.MinSilence) {
 			break
@@ -123,7 +127,7 @@ func (g *Group) watchSilence(s *server, silentSince, due time.Time) {
 		}
 		timer.Reset(min(wait, latest.Sub(now)))
 		select {
-		case <-timer.C:
+		case <-fired:
 		case <-g.ctx.Done():
 			g.endWatch(s)
 			return

@@ -88,11 +88,12 @@ type WireCall struct {
 	due   time.Time
 	rtoOf *attempt
 	// hedgeAt is when the first attempt is hedged (hedge.go), zero when
-	// it is not (any more); hedged: the second attempt is the hedge;
-	// reserved: an exploration took a budget token for the hedge.
+	// it is not (any more); hedged: the second attempt is the hedge (or
+	// an exploration, sent with the first: latency.go), paid from the
+	// budget.
 	hedgeAt  time.Time
 	hedged   bool
-	reserved bool
+	explored bool
 
 	first       attempt // the first attempt, and its socket, in the call
 	sock        udpSock // (Linux): no allocation for them per miss
@@ -126,7 +127,7 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		deadline = ctxDeadline
 	}
 	if deadline.IsZero() {
-		deadline = time.Now().Add(defaultResolutionTimeout)
+		deadline = g.opts.Clock.Now().Add(defaultResolutionTimeout)
 	}
 	c.deadline = deadline
 	c.query = append(c.buf[:0], query...)
@@ -143,16 +144,23 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 	}
 	c.qend = qend
 	r := g.rank(c.orderRoom[:0])
-	c.order, c.reserved = r.order, r.explored
+	c.order = r.order
 	c.attempts = c.attemptRoom[:0]
 	// Held while sending: the reply may be read before the first attempt's
 	// socket is written, and the reader waits for the lock.
 	c.mu.Lock()
 	end := c.sendLocked()
-	if !end {
-		if len(c.attempts) == 1 {
-			c.armHedgeLocked(c.attempts[0], r.hedgeAfter)
-		}
+	switch {
+	case end:
+	case r.explored && len(c.attempts) == 1:
+		// The explored server, asked beside the fastest, paid for.
+		c.hedged, c.explored = true, true
+		c.g.hedgeEvent(HedgeExplore)
+		end = c.sendLocked()
+	case len(c.attempts) == 1:
+		c.armHedgeLocked(c.attempts[0], r.hedgeAfter)
+		c.armLocked()
+	default:
 		c.armLocked()
 	}
 	c.mu.Unlock()
@@ -200,7 +208,7 @@ func (c *WireCall) datagramLocked(d datagram) (end bool) {
 func (c *WireCall) expire() { c.event(c.expireLocked) }
 
 func (c *WireCall) expireLocked() (end bool) {
-	now := time.Now()
+	now := c.g.opts.Clock.Now()
 	if c.state != callRunning {
 		return false
 	}
@@ -270,21 +278,16 @@ func (c *WireCall) endLocked() bool {
 	c.timer.stop()
 	c.timer = nil
 	c.hedgeAt = time.Time{}
-	if c.reserved {
-		// The exploration was answered before its hedge was due.
-		c.g.budget.refund()
-		c.reserved = false
-	}
-	if c.hedged && c.winner != nil && c.winner == c.attempts[1] {
+	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
 		c.g.hedgeEvent(HedgeWon)
 	}
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}
-	now := c.g.opts.Now()
+	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
 		if a.state == waitingUDP {
-			a.res = attemptResult{attempt: a, rtt: now.Sub(a.start)}
+			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}
 			a.lapsed = true
 		}
 	}
