@@ -88,6 +88,11 @@ type Config struct {
 	// DefaultQueryLogRate.
 	QueryLogRate int
 
+	// Tap, if set, is given a copy of every client exchange and every
+	// upstream exchange that ends a resolution (dnstap, issue 38;
+	// dnstap.go). Nil: off, at the cost of one nil check per answer.
+	Tap Tap
+
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
 }

@@ -146,7 +146,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if !q.parse(pkt) {
 		return dst, false
 	}
-	q.client = from.Addr()
+	q.client, q.port, q.pkt = from.Addr(), from.Port(), pkt
 	q.tcp = tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen) // for the query log; copied only if it logs
 	if _, ok := admit(s, &q.request); !ok {
@@ -191,6 +191,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
 		prefetch = h.prefetch(s, zone, key, hit.TTL, hit.Remaining)
 	}
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceCache, hit.Rcode, start, prefetch)
 	return dst, true
 }
@@ -256,6 +257,7 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(st.Rcode, st.AuthenticatedData), st.Answer, st.Ns, extra)
 	h.cache.CountStaleHit() // ServeDNS's lookup would have counted it
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceStale, st.Rcode, start, false)
 	return dst, true
 }
@@ -297,6 +299,7 @@ func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *set
 		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, false))
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)
 	return dst
 }

@@ -95,6 +95,9 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 		return
 	}
 	res := &fl.res
+	if t := res.s.Tap; t != nil && wr.Raw != nil {
+		tapForwarder(t, res, fl.key, wr)
+	}
 	if err != nil || wr.Scrub.ChaseName == "" {
 		fl.finish(fl.settleRecovered(wr.Raw, wr.Server, err))
 		return

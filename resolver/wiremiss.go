@@ -133,7 +133,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	if !q.parse(w.pkt) {
 		return // it parsed when it came
 	}
-	q.client, q.tcp = w.from.Addr(), w.tcp
+	q.client, q.port, q.pkt, q.tcp = w.from.Addr(), w.from.Port(), w.pkt, w.tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen)
 	s := w.s
 	if !q.tcp && s.TrimUDP != nil {
@@ -169,6 +169,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 		q.upstream = fl.server
+		q.reply = dst
 		h.observe(s, &q.request, w.zone, fl.answerSource(), hit.Rcode, w.start, false)
 	default:
 		general = true

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -69,6 +70,13 @@ type GroupOptions struct {
 	// OnHedge, if set, is called for each hedge event (HedgeSent,
 	// HedgeWon, HedgeRefused), for metrics; it must not block.
 	OnHedge func(event string)
+	// TLSRoots verifies the certificates of the group's DNS over TLS
+	// servers; nil means the system's roots.
+	TLSRoots *x509.CertPool
+	// OnTLSFailure, if set, is told why a TLS server's connection failed
+	// (TLSFailureReasons), once per change of reason, so the caller can
+	// log it once rather than per query.
+	OnTLSFailure func(server, reason string, err error)
 	// Clock is what the group reads the time from and makes every timer
 	// with (issue 33): RTT samples, the call's RTO and deadline timer,
 	// silence, probes and their timeouts; nil means the wall clock. A
@@ -182,9 +190,13 @@ type ServerStatus struct {
 	Refused        uint64
 	Mismatches     uint64 // replies rejected for wrong ID, question or form
 	Superseded     uint64 // attempts left unanswered when a sibling's reply won
+	// TLS is a DNS over TLS server's connection counters; nil for a
+	// plain server.
+	TLS *TLSStatus
 }
 
-// NewGroup returns a Group named name over servers (NormalizeAddress forms).
+// NewGroup returns a Group named name over servers (ParseServer forms:
+// plain, or tls://ADDRESS[:PORT]#NAME, mixed as configured).
 // It returns ErrNoServers when servers is empty.
 func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) {
 	if len(servers) == 0 {
@@ -205,11 +217,11 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	}
 	g.scope.Zone = append([]byte(nil), zone[:n]...)
 	for _, addr := range servers {
-		plain, err := NewPlain(addr)
+		s, err := newServer(addr, &opts)
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
-		g.servers = append(g.servers, &server{plain: plain, clock: opts.Clock})
+		g.servers = append(g.servers, s)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
@@ -229,6 +241,11 @@ func (g *Group) Close() error {
 	g.mu.Unlock()
 	g.cancel()
 	g.wg.Wait()
+	for _, s := range g.servers {
+		if s.tls != nil {
+			s.tls.Close()
+		}
+	}
 	return nil
 }
 
@@ -329,6 +346,9 @@ func (g *Group) Servers() []ServerStatus {
 		st.Refused = s.refused.Load()
 		st.Superseded = s.superseded.Load()
 		st.Mismatches = s.plain.Mismatches()
+		if s.tls != nil {
+			st.TLS = s.tls.status()
+		}
 		out = append(out, st)
 	}
 	return out

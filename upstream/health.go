@@ -23,7 +23,11 @@ const maxBackoffShift = 16
 // server is one member of a Group: its transport, its RTT estimate and its
 // health. Counters are atomics so Servers can read them without the lock.
 type server struct {
+	// plain names the server (Address) and counts its mismatches; it is
+	// the transport too unless tls is set (tls.go), and then it never
+	// sends a packet: a TLS server is not asked in clear.
 	plain *Plain
+	tls   *tlsTransport
 	clock clock.Clock // the group's
 
 	mu       sync.Mutex
@@ -227,7 +231,7 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	query.SetQuestion(g.opts.ProbeName, g.opts.ProbeType) // sets RD
 
 	start := g.opts.Clock.Now()
-	reply, _ := s.plain.Exchange(ctx, query)
+	reply, _ := s.transport().Exchange(ctx, query)
 	rtt := g.opts.Clock.Since(start)
 	if reply == nil {
 		return false
@@ -260,4 +264,30 @@ func nextProbeInterval(d time.Duration) time.Duration {
 		return d
 	}
 	return min(2*d, maxProbeInterval)
+}
+
+// newServer makes the server of addr, a ParseServer form.
+func newServer(addr string, opts *GroupOptions) (*server, error) {
+	spec, err := ParseServer(addr)
+	if err != nil {
+		return nil, err
+	}
+	if spec.TLSName == "" {
+		plain, err := NewPlain(spec.Addr)
+		if err != nil {
+			return nil, err
+		}
+		return &server{plain: plain, clock: opts.Clock}, nil
+	}
+	s := &server{plain: &Plain{addr: spec.String()}, tls: newTLSTransport(spec, opts.TLSRoots, opts.Clock), clock: opts.Clock}
+	s.tls.heard, s.tls.mismatches, s.tls.onFailure = s.heard, &s.plain.mismatches, opts.OnTLSFailure
+	return s, nil
+}
+
+// transport is what s is asked through: its TLS connection, or plain DNS.
+func (s *server) transport() Upstream {
+	if s.tls != nil {
+		return s.tls
+	}
+	return s.plain
 }

@@ -23,9 +23,11 @@ const defaultResolutionTimeout = 5 * time.Second
 type attempt struct {
 	server *server
 	sock   *udpSock      // nil when the socket could not be opened
+	tlsq   *tlsQuery     // an attempt to a DNS over TLS server: its query on the connection
 	sent   time.Time     // by the group's clock: the RTT sample's start, and "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
 	state  attemptState
+	viaTCP bool // asked again over TCP after a truncated reply
 	// res is how it ended, once it did (or, for one still waiting when
 	// the resolution ended, its state then); lapsed marks it outstanding
 	// for account: it was still waiting, or timed out with the deadline.
@@ -38,6 +40,7 @@ type attemptState uint8
 const (
 	waitingUDP attemptState = iota // its socket is armed
 	waitingTCP                     // its reply was truncated; a goroutine asks again over TCP
+	waitingTLS                     // queued on its server's TLS connection (tlscall.go)
 	ended                          // its result is in
 )
 
@@ -73,10 +76,11 @@ func (r *attemptResult) replied() bool { return r.raw != nil }
 // those that answered this question with a failure rcode (SERVFAIL,
 // REFUSED): a server that said it cannot answer is not asked the same
 // question again in this resolution (dnsmasq asks a sole server once).
-// It is nil when none is left.
+// A TLS server whose query is still waiting on its connection is not
+// asked again either (tlscall.go). It is nil when none is left.
 func (c *WireCall) nextLocked() *server {
 	for i := range c.order {
-		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) {
+		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
 			return s
 		}
 	}
@@ -134,6 +138,9 @@ func (c *WireCall) sendLocked() (end bool) {
 		g.budget.earn()
 	}
 	c.rtoOf = a
+	if s.tls != nil {
+		return c.sendTLSLocked(a)
+	}
 	binary.BigEndian.PutUint16(c.query, randomID())
 	var into *udpSock
 	if a == &c.first {
@@ -234,7 +241,7 @@ func (c *WireCall) settleLocked(a *attempt) (end bool) {
 // server is suspect (silence.go); attempts and servers left, the next one
 // is sent; the timer then waits for the deadline, or the new attempt's RTO.
 func (c *WireCall) rtoLocked() (end bool) {
-	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP {
+	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP || newest.state == waitingTLS {
 		newest.server.backOff()
 		c.g.suspect(newest.server, newest.sent)
 	}
@@ -249,7 +256,7 @@ func (c *WireCall) rtoLocked() (end bool) {
 // retryTCPLocked asks a's server again over TCP (RFC 7766 section 5), on
 // a goroutine that hands its result to tcpDone.
 func (c *WireCall) retryTCPLocked(a *attempt) {
-	a.state = waitingTCP
+	a.state, a.viaTCP = waitingTCP, true
 	c.tcp++
 	if c.tcpCtx == nil {
 		c.tcpCtx, c.tcpCancel = context.WithDeadline(c.ctx, c.deadline)

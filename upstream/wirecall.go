@@ -72,7 +72,7 @@ type WireCall struct {
 	state    callState
 	attempts []*attempt // sent, in order
 	pending  int        // attempts without a result
-	tcp      int        // attempts waiting for their TCP retry
+	tcp      int        // attempts waiting for their TCP retry or TLS reply (tlscall.go)
 	winner   *attempt   // the attempt whose reply is the answer
 	// lastRcode is the latest attempt answered SERVFAIL or REFUSED,
 	// lastErr the latest failure of any kind.
@@ -286,7 +286,7 @@ func (c *WireCall) endLocked() bool {
 	}
 	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
-		if a.state == waitingUDP {
+		if a.state == waitingUDP || c.cancelTLSLocked(a) {
 			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}
 			a.lapsed = true
 		}
@@ -327,11 +327,11 @@ func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
-		r := &c.winner.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.winner.server.plain.Address()}, nil
+		a := c.winner
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
 	case c.lastRcode != nil:
-		r := &c.lastRcode.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.lastRcode.server.plain.Address()}, r.err
+		a := c.lastRcode
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err
 	case ctx.Err() != nil:
 		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case c.timedOut:
@@ -375,6 +375,9 @@ func (c *WireCall) recoverPanic() {
 			c.tcpCancel()
 		}
 		attempts := c.attempts
+		for _, a := range attempts {
+			c.cancelTLSLocked(a)
+		}
 		c.mu.Unlock()
 		for _, a := range attempts {
 			if a.sock != nil {

@@ -67,6 +67,7 @@ type Config struct {
 	Admin      AdminConfig      `toml:"admin"`
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
+	Dnstap     DnstapConfig     `toml:"dnstap"`  // dnstap.go
 }
 
 // CacheConfig is the [cache] table.
@@ -148,9 +149,15 @@ type TCPConfig struct {
 type ZoneConfig struct {
 	// Name: the zone, e.g. "consul." or "." for everything else.
 	Name string `toml:"name"`
-	// Servers: host or host:port (port 53 when left out). Empty for "." =
-	// the nameservers of ResolvConf.
+	// Servers: host or host:port (port 53 when left out), or a DNS over
+	// TLS server, tls://host[:port]#name (port 853 when left out; name is
+	// what its certificate must carry, RFC 8310's strict profile); plain
+	// and TLS servers may be mixed. Empty for "." = the nameservers of
+	// ResolvConf.
 	Servers []string `toml:"servers"`
+	// TLSCAFile: PEM file of the CA certificates the zone's TLS servers
+	// are verified against; "" = the system's roots.
+	TLSCAFile string `toml:"tls_ca_file"`
 	// ProbeName: the name a health probe asks (type NS) of a server marked
 	// down; "" = ".". Any reply counts as up, so this only matters for a
 	// server that drops queries outside its zones instead of refusing them:

@@ -350,6 +350,9 @@ func (c *Config) Validate() error {
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
+	if err := c.Dnstap.validate(); err != nil {
+		return err
+	}
 	if err := c.Control.validate(); err != nil {
 		return err
 	}
@@ -382,6 +385,9 @@ func (c *Config) Validate() error {
 			if err := checkServer(srv); err != nil {
 				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
 			}
+		}
+		if _, err := z.TLSRoots(); err != nil {
+			return keyErr(fmt.Sprintf("zone[%d].tls_ca_file", i), "%v", err)
 		}
 	}
 	return nil
@@ -424,7 +430,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		}
 		normalized := make([]string, 0, len(servers))
 		for _, s := range servers {
-			n, err := upstream.NormalizeAddress(s)
+			n, err := upstream.NormalizeServer(s)
 			if err != nil {
 				return nil, "", keyErr("zone["+name+"].servers", "%v", err)
 			}
@@ -438,7 +444,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 			}
 			return nil, "", keyErr("zone["+name+"].servers", "%s", msg)
 		}
-		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName})
+		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName, TLSCAFile: z.TLSCAFile})
 	}
 	return out, source, nil
 }
@@ -454,7 +460,7 @@ func (c *Config) MergedZones() []ZoneConfig {
 		if _, ok := byName[name]; !ok {
 			order = append(order, name)
 		}
-		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName, TLSCAFile: z.TLSCAFile}
 	}
 	out := make([]ZoneConfig, 0, len(order))
 	for _, name := range order {

@@ -22,6 +22,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/dnstap"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/resolver/consul"
@@ -120,6 +121,9 @@ type Daemon struct {
 	// The search-list rules' lists (search.go).
 	search searchState
 
+	// The dnstap writer (dnstap.go).
+	dnstap dnstapState
+
 	reloads  chan chan reloadOutcome
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -150,6 +154,10 @@ func New(opts Options) (*Daemon, error) {
 			d.log.Error("BUG: registering the log's metrics", "err", err)
 		}
 	}
+	d.dnstap.stats = dnstap.NewStats()
+	if err := d.tel.Register(d.dnstap.stats); err != nil {
+		d.log.Error("BUG: registering dnstap's metrics", "err", err)
+	}
 	d.initFollow()      // resolvwatch.go
 	d.loadCache(c, cfg) // state.go
 	if err := d.prepareConsul(cfg); err != nil {
@@ -158,16 +166,19 @@ func New(opts Options) (*Daemon, error) {
 	}
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
+		d.discardDnstap()
 		d.log.Error("upstreams", "err", err)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	h, err := resolver.NewHandler(rcfg, c, d.log, d.tel.Resolver)
 	if err != nil {
+		d.discardDnstap()
 		closeGroups(groups)
 		d.log.Error("resolver", "err", err)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	d.cfg, d.started, d.zones, d.handler, d.groups = cfg, cfg, zones, h, groups
+	d.applyDnstap(cfg)
 	h.SetLogQueries(cfg.LogQueries)
 	d.local.Store(d.localNext)
 	d.search.running = d.search.next
@@ -188,6 +199,7 @@ func New(opts Options) (*Daemon, error) {
 	if err := d.listen(cfg.Listen); err != nil {
 		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
 		h.Close()
+		d.stopDnstap()
 		closeGroups(groups)
 		return nil, err
 	}
@@ -242,6 +254,7 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 		SearchHold:         cfg.Search.Hold.Duration,
 	}
 	rcfg.Records = records
+	rcfg.Tap = d.dnstapTap(cfg) // dnstap.go
 	// UDP answers of the Consul domain are cut as the agent cuts them,
 	// watched or not (issue 23).
 	rcfg.TrimUDP = consul.DomainTrim(cfg.Consul.Domain)
@@ -256,19 +269,33 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 
 // probeName is the [[zone]] probe_name configured for zone, "" (". NS")
 // when none is.
-func probeName(cfg config.Config, zone string) string {
+func probeName(cfg config.Config, zone string) string { return zoneConfig(cfg, zone).ProbeName }
+
+// zoneConfig is the [[zone]] configured for zone, the zero ZoneConfig
+// when none is.
+func zoneConfig(cfg config.Config, zone string) config.ZoneConfig {
 	for _, z := range cfg.Zones {
 		if dns.CanonicalName(z.Name) == dns.CanonicalName(zone) {
-			return z.ProbeName
+			return z
 		}
 	}
-	return ""
+	return config.ZoneConfig{}
 }
 
 // newGroup builds zone's upstream group over servers with cfg's [upstream]
 // settings, its metrics and its health logs.
 func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*upstream.Group, error) {
+	roots, err := zoneConfig(cfg, zone).TLSRoots()
+	if err != nil {
+		return nil, err
+	}
 	return upstream.NewGroup(zone, servers, upstream.GroupOptions{
+		TLSRoots: roots,
+		OnTLSFailure: func(server, reason string, err error) {
+			// Once per change of reason (upstream.GroupOptions), not per
+			// query: no query went out in clear meanwhile.
+			d.log.Warn("upstream TLS connection failed; nothing is sent to it in clear", "zone", zone, "server", server, "reason", reason, "err", err)
+		},
 		MaxAttempts:   cfg.Upstream.MaxAttempts,
 		FailThreshold: cfg.Upstream.FailThreshold,
 		// The ceiling follows the floor so a high floor stays meaningful.
