@@ -118,7 +118,7 @@ type Watcher struct {
 	client  *api.Client // the watches' (pooled connections)
 	probe   *api.Client // first reads of names not watched (a connection each)
 	log     *slog.Logger
-	clock   clock
+	clock   sleepClock
 	jitter  func(time.Duration) time.Duration
 	store   *store
 	info    atomic.Pointer[agentInfo]

@@ -24,6 +24,7 @@ type probeResult struct {
 	instances []instance
 	index     uint64
 	err       error
+	sent      uint64 // the gate's generation when the read was sent
 }
 
 // checkEvery is how often idle and empty watches are looked for (and the
@@ -56,7 +57,7 @@ func (w *Watcher) manage(ctx context.Context) {
 	w.mu.Lock()
 	w.checkSynced()
 	w.mu.Unlock()
-	tick := time.NewTicker(w.checkEvery())
+	tick, ticks := w.clock.NewTicker(w.checkEvery())
 	defer tick.Stop()
 	pingFailures := 0
 	for {
@@ -67,7 +68,7 @@ func (w *Watcher) manage(ctx context.Context) {
 			w.consider(key)
 		case r := <-w.probed:
 			w.probeDone(r)
-		case <-tick.C:
+		case <-ticks:
 			w.expire()
 			pingFailures = w.pingIfIdle(ctx, pingFailures)
 		}
@@ -175,7 +176,7 @@ func (w *Watcher) nextProbe() {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			r := probeResult{key: key}
+			r := probeResult{key: key, sent: w.gate.generation()}
 			release, err := w.acquireRead(ctx)
 			if err == nil {
 				r.instances, r.index, r.err = w.fetchService(ctx, w.probe, key, 0)
@@ -215,7 +216,7 @@ func (w *Watcher) probeDone(r probeResult) {
 		w.recordError(r.err) // asked again at its next question
 		return
 	}
-	w.answeredLocked(r.index)
+	w.answeredLocked(r.index, r.sent)
 	r.instances = w.tagged(r.instances)
 	if len(r.instances) == 0 {
 		w.state.EmptyReads++
