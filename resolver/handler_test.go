@@ -502,13 +502,20 @@ func (r recoveringUpstream) RecoveredSince(t time.Time) bool { return r.back.Aft
 // that is back: a refresh failed, so the stale answer comes without asking
 // again; once a server of the zone has come back since, the next question
 // asks (issue 23: forwarded Consul answers stayed stale 30 s after the agent
-// was back).
+// was back). "Since" is since the failed refresh was asked: a server back
+// while its packets, sent before, went unanswered ends the recheck too
+// (issue 33: the drill beside CPU hogs saw no recovery, every name that
+// had a refresh in flight as the upstream came back stale 30 s more).
 func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		back  time.Duration // after the failure; < 0: before it
 		asked bool
-	}{{"not back", -time.Hour, false}, {"back since", time.Second, true}} {
+	}{
+		{"not back", -time.Hour, false},
+		{"back since", time.Second, true},
+		{"back while the failed refresh waited", -time.Second, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := recoveringUpstream{deadUpstream: deadUpstream{asked: make(chan struct{}, 4)}}
 			e := newEnv(t, func(c *Config) {
@@ -518,7 +525,8 @@ func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 			})
 			e.seedStale("recheck.example.", "192.0.2.13", 300)
 			key := cache.NewKey("recheck.example.", dns.TypeA, dns.ClassINET, false, false)
-			e.h.cache.MarkRefreshFailed(key)
+			// Asked 3 s ago, failed now.
+			e.h.cache.MarkRefreshFailed(key, e.clock.Now().Add(-3*time.Second))
 			up.back = e.clock.Now().Add(tc.back)
 			s := e.h.settings.Load()
 			res, _ := e.h.cache.Get(key)

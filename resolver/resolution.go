@@ -35,6 +35,9 @@ type resolution struct {
 	s        *settings // the configuration the flight was made under
 	zone     Zone
 	deadline time.Time // upstream.timeout from the start
+	// asked is when the resolution began, by the handler's clock: a
+	// failure is marked as of then (cache.MarkRefreshFailed).
+	asked time.Time
 	// search is what the resolution is to the search-list rules
 	// (searchahead.go); round, the round a try started or a candidate
 	// was asked by.
@@ -61,6 +64,7 @@ func (fl *flight) start() {
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	res.asked = res.s.Now()
 	if res.search == searchTry {
 		// The round goes before the try's own first attempt: a reply to
 		// that may settle the flight before StartWire returns, and the
@@ -181,7 +185,7 @@ func (h *Handler) settle(res *resolution, key cache.Key, raw []byte, server stri
 		}
 		err = errUpstreamReply{reason}
 	}
-	h.cache.MarkRefreshFailed(key)
+	h.cache.MarkRefreshFailed(key, res.asked)
 	if res.search != searchNone {
 		h.searchSettled(res, key, nil, server)
 	}

@@ -122,6 +122,10 @@ type UpstreamConfig struct {
 	// server's measured round-trip; below it a fast server's hiccup would
 	// already cost a retry.
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
+	// HedgeBudget: share of upstream queries that may be hedges, a late
+	// first attempt asked again of the next fastest server (token bucket,
+	// burst 10); 0 turns hedging and exploring off.
+	HedgeBudget float64 `toml:"hedge_budget"`
 }
 
 // TCPConfig is the [tcp] table: limits on DNS over TCP (issue 13), which any
@@ -296,6 +300,7 @@ func DefaultConfig() Config {
 			// client timer, while a fast upstream's GC pause or a loaded
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
+			HedgeBudget:       0.05,
 		},
 		TCP: TCPConfig{
 			MaxConnections: 256,

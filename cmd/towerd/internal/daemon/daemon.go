@@ -330,6 +330,8 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
 		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
+		HedgeBudget:           hedgeBudget(cfg),
+		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {
 				d.log.Info("upstream is back up", "zone", zone, "server", server)
@@ -338,6 +340,15 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 			}
 		},
 	})
+}
+
+// hedgeBudget is upstream.hedge_budget as GroupOptions takes it: there 0
+// means the default, and hedging off is negative.
+func hedgeBudget(cfg config.Config) float64 {
+	if cfg.Upstream.HedgeBudget == 0 {
+		return -1
+	}
+	return cfg.Upstream.HedgeBudget
 }
 
 // cacheConfig is the cache's share of cfg.
