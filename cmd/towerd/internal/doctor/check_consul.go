@@ -2,9 +2,9 @@ package doctor
 
 import (
 	"errors"
-	"net/http"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
