@@ -24,7 +24,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Scenario 11, dot (issue 37): misses forwarded over DNS over TLS. One
+// Scenario 12, dot (issue 37): misses forwarded over DNS over TLS. One
 // DNS over TLS server (in this process: a certificate of a CA made here,
 // every A answered at once, handshakes and queries counted) stands for
 // the site's resolver; towerd (tls://), unbound (forward-tls-upstream)
@@ -149,10 +149,10 @@ func (s *dotServer) serve(c *tls.Conn) {
 	}
 }
 
-// dotPeers are the rows of scenario 11, in order.
+// dotPeers are the rows of scenario 12, in order.
 var dotPeers = []string{"towerd-udp", "towerd-tls", "unbound-tls"}
 
-// dot runs scenario 11 for every peer once.
+// dot runs scenario 12 for every peer once.
 func (b *bench) dot(round int) error {
 	srv, caFile, err := startDoT(b.dir)
 	if err != nil {
@@ -299,9 +299,9 @@ func pct(sorted []float64, p int) float64 {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-// dotTable prints scenario 11's rows: medians over the rounds.
+// dotTable prints scenario 12's rows: medians over the rounds.
 func (b *bench) dotTable(w io.Writer) {
-	fmt.Fprintf(w, "\n11. misses over DNS over TLS (%d first-time names at %d q/s, one DoT server)\n", dotMisses, dotRate)
+	fmt.Fprintf(w, "\n12. misses over DNS over TLS (%d first-time names at %d q/s, one DoT server)\n", dotMisses, dotRate)
 	fmt.Fprintf(w, "%-14s %18s %14s %10s %10s %8s\n", "", "handshakes/1000", "cpu µs/answer", "p50 ms", "p99 ms", "failed")
 	for _, peer := range dotPeers {
 		r := b.res[dotRowKey(peer)]

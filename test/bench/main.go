@@ -18,7 +18,7 @@
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
-//	dot        11. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
+//	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -49,7 +49,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dot"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot"}
 
 func main() {
 	var (
@@ -140,7 +140,8 @@ type bench struct {
 // hitPhase reports whether any scenario that runs on the long-TTL upstream
 // with one server start for all of them (1 to 4, 9) is selected.
 func (b *bench) hitPhase() bool {
-	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"] || b.want["tcpmiss"]
+	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"] || b.want["tcpmiss"] ||
+		b.want["dnstap"]
 }
 
 // warmNames reports whether a scenario on the warm names (1 to 3) is
@@ -154,7 +155,11 @@ func (b *bench) warmNames() bool {
 func (b *bench) withNull() bool { return b.want["hitcpu"] || b.want["latency"] }
 
 func (b *bench) run() error {
-	for _, tool := range []string{"dnsperf", "dnsmasq", "unbound"} {
+	tools := []string{"dnsperf", "dnsmasq", "unbound"}
+	if b.want["dnstap"] {
+		tools = append(tools, "fstrm_capture")
+	}
+	for _, tool := range tools {
 		if _, err := lookPath(tool); err != nil {
 			return fmt.Errorf("%s is missing: run test/bench/install-peers.sh (make bench does)", tool)
 		}
@@ -262,6 +267,11 @@ func (b *bench) run() error {
 		if b.want["dot"] {
 			if err := b.dot(round); err != nil {
 				return fmt.Errorf("round %d, dot: %w", round, err)
+			}
+		}
+		if b.want["dnstap"] && slices.Contains(b.servers, "towerd") {
+			if err := b.dnstap(round, hitFile); err != nil { // dnstap.go
+				return fmt.Errorf("round %d, towerd, dnstap: %w", round, err)
 			}
 		}
 		for _, s := range b.servers {

@@ -97,7 +97,12 @@ type reader struct {
 
 func newReader(t *testing.T, path string, stall bool) *reader {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
+	return newReaderOn(t, "unix", path, stall)
+}
+
+func newReaderOn(t *testing.T, network, address string, stall bool) *reader {
+	t.Helper()
+	ln, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +196,8 @@ func TestWriterSendsAndFilters(t *testing.T) {
 	}
 	w.Start()
 	defer w.Close(time.Second)
-	w.Client(exchange(1))
-	w.Forwarder(&resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: "."})
+	w.Client(*exchange(1))
+	w.Forwarder(resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: "."})
 	if got := typeOf(t, r.next(t)); got != ClientResponse {
 		t.Errorf("first frame %d, want CLIENT_RESPONSE only (client_query not configured)", got)
 	}
@@ -203,6 +208,28 @@ func TestWriterSendsAndFilters(t *testing.T) {
 	m := fields(t, fields(t, f)[fieldMessage][0].([]byte))
 	if a := m[msgResponseAddress][0].([]byte); !bytes.Equal(a, []byte{192, 0, 2, 53}) || m[msgResponsePort][0].(uint64) != 53 {
 		t.Errorf("forwarder query's server %v:%v, want 192.0.2.53:53", a, m[msgResponsePort])
+	}
+}
+
+// Over TCP (dnstap.tcp) the stream is the same: handshake, then frames.
+func TestWriterOverTCP(t *testing.T) {
+	r := newReaderOn(t, "tcp", "127.0.0.1:0", false)
+	w, err := New(Options{Network: "tcp", Address: r.ln.Addr().String(), Identity: "node-b"}, NewStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Close(time.Second)
+	w.Client(*exchange(7))
+	f := r.next(t)
+	if got := typeOf(t, f); got != ClientQuery {
+		t.Fatalf("first frame over TCP %d, want CLIENT_QUERY", got)
+	}
+	if id := string(fields(t, f)[fieldIdentity][0].([]byte)); id != "node-b" {
+		t.Errorf("identity %q over TCP, want node-b", id)
+	}
+	if got := typeOf(t, r.next(t)); got != ClientResponse {
+		t.Errorf("second frame over TCP %d, want CLIENT_RESPONSE", got)
 	}
 }
 
@@ -223,7 +250,7 @@ func TestWriterStalledReaderDropsNeverWaits(t *testing.T) {
 	<-r.conns
 	const n = 100000 // 200,000 messages: well past what the socket and the buffer hold
 	for i := range n {
-		w.Client(exchange(i))
+		w.Client(*exchange(i))
 		if i%1000 == 0 {
 			w.mu.Lock()
 			if len(w.pending) > MaxBuffered {
@@ -257,7 +284,7 @@ func TestWriterReconnects(t *testing.T) {
 	}
 	w.Start()
 	defer w.Close(time.Second)
-	w.Client(exchange(1))
+	w.Client(*exchange(1))
 	r.next(t)
 	r.next(t)
 	c := <-r.conns
@@ -265,7 +292,7 @@ func TestWriterReconnects(t *testing.T) {
 	c.Close()
 	r2 := newReader(t, path, false)
 	for i := 2; ; i++ {
-		w.Client(exchange(i)) // the first writes after the close fail, and are dropped
+		w.Client(*exchange(i)) // the first writes after the close fail, and are dropped
 		select {
 		case f := <-r2.frames:
 			if q := fields(t, fields(t, f)[fieldMessage][0].([]byte))[msgQueryMessage][0].([]byte); q[1] < 2 {
@@ -309,7 +336,7 @@ func BenchmarkClientTap(b *testing.B) {
 	e.Response = make([]byte, 60)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		w.Client(e)
+		w.Client(*e)
 		if i%1000 == 0 {
 			w.take(w.pending[:0]) // no writer: the benchmark empties the buffer
 		}
