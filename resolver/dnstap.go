@@ -25,10 +25,10 @@ import (
 // not block, and every slice in the exchange is valid only during the call.
 type Tap interface {
 	// Client is one client's question and towerd's answer to it.
-	Client(e *ClientExchange)
+	Client(e ClientExchange)
 	// Forwarder is the upstream query that got the reply ending a
 	// resolution, and that reply.
-	Forwarder(e *ForwarderExchange)
+	Forwarder(e ForwarderExchange)
 }
 
 // ClientExchange is one client's question and its answer.
@@ -65,7 +65,7 @@ func tapObserved(t Tap, r *request, zone, source string, start, now time.Time) {
 	if r.reply == nil {
 		return
 	}
-	t.Client(&ClientExchange{Client: netip.AddrPortFrom(r.client, r.port), TCP: r.tcp, Query: r.pkt,
+	t.Client(ClientExchange{Client: netip.AddrPortFrom(r.client, r.port), TCP: r.tcp, Query: r.pkt,
 		Response: r.reply, QueryTime: start, ResponseTime: now, Source: source, Zone: zone})
 }
 
@@ -88,7 +88,7 @@ func (a answer) tapWritten(t Tap, out *dns.Msg) {
 	if ap, ok := addrPort(a.w.RemoteAddr()); ok {
 		client = ap
 	}
-	t.Client(&ClientExchange{Client: client, TCP: r.tcp, Query: query, Response: reply,
+	t.Client(ClientExchange{Client: client, TCP: r.tcp, Query: query, Response: reply,
 		QueryTime: r.tapStart, ResponseTime: a.s.Now(), Source: r.tapSource, Zone: r.tapZone})
 }
 
@@ -114,7 +114,7 @@ func tapForwarder(t Tap, res *resolution, key cache.Key, wr upstream.WireReply) 
 	bp := queryBufs.Get().(*[]byte)
 	query := appendUpstreamQuery((*bp)[:0], key)
 	query[0], query[1] = wr.Raw[0], wr.Raw[1]
-	t.Forwarder(&ForwarderExchange{Server: server, TCP: wr.TCP, Query: query, Response: wr.Raw,
+	t.Forwarder(ForwarderExchange{Server: server, TCP: wr.TCP, Query: query, Response: wr.Raw,
 		QueryTime: wr.Sent, ResponseTime: time.Now(), Zone: res.zone.Name})
 	*bp = query[:0]
 	queryBufs.Put(bp)

@@ -8,7 +8,8 @@
 // A query reaches an answer by one of six routes:
 //
 //  1. Fast hit (fastpath.go answerPacket): a plain query whose answer is
-//     fresh in the cache is answered from the packet's bytes into a reused
+//     fresh in the cache, or one a RecordSource writes as bytes
+//     (recordsPacket), is answered from the packet's bytes into a reused
 //     buffer, with no allocation, by the reader of a UDP socket bound to
 //     one address (udp.go) or by a TCP connection's loop (tcp.go); so is
 //     one whose entry expired when its stale answer is due at once
@@ -73,8 +74,12 @@
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why
 //     — the rule that answered, or why the watch passed the name on — goes
-//     into the observation, Query.Rule and Query.Passed); the fast path
-//     declines every name RecordSource.Covers, the union of a Chain's.
+//     into the observation, Query.Rule and Query.Passed). The fast path
+//     writes a covered name's answer as bytes when the source that covers
+//     it can (RecordAppender, recordsPacket: the Consul watch's A and
+//     AAAA of <svc>.service.<domain>, encoded once per record set) and
+//     declines every other name RecordSource.Covers, the union of a
+//     Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry, the fast path's stale answer its

@@ -185,3 +185,90 @@ func BenchmarkAnswerConsulHit(b *testing.B) {
 		}
 	})
 }
+
+// packedRecords is a RecordSource and RecordAppender for names under
+// rec.: nN.rec. A has N addresses, TTL 7; its byte answer is its dns.Msg
+// packed once, as the Consul watch's is.
+type packedRecords struct{}
+
+func (packedRecords) Covers(name []byte) bool { return bytes.HasSuffix(name, []byte(".rec.")) }
+
+func (packedRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
+	var n int
+	if _, err := fmt.Sscanf(strings.ToLower(q.Name), "n%d.rec.", &n); err != nil || q.Qtype != dns.TypeA {
+		return nil, false, "not mine", false
+	}
+	m := new(dns.Msg)
+	name := dns.CanonicalName(q.Name)
+	m.Question = []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+	for i := range n {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 7},
+			A: netipAddr(10, 2, 0, byte(i+1))})
+	}
+	return m, false, "packed", true
+}
+
+func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int) ([]byte, uint16, string, bool) {
+	m, _, why, ok := p.Answer(dns.Question{Name: string(name), Qtype: qtype, Qclass: dns.ClassINET})
+	if !ok {
+		return dst, 0, "", false
+	}
+	m.Compress = true
+	raw, err := m.Pack()
+	if err != nil {
+		panic(err)
+	}
+	records := raw[12+len(name)+1+4:]
+	if len(dst)+len(records) > limit {
+		return dst, 0, "", false
+	}
+	return append(dst, records...), uint16(len(m.Answer)), why, true
+}
+
+var _ RecordAppender = packedRecords{}
+
+// A RecordSource's answer written as bytes (the Consul watch's A and AAAA,
+// issue 34) is ServeDNS's, byte for byte, framed by the reply core for
+// every client, cut like Consul's by ServeDNS only.
+func TestFastPathRecordsMatchServeDNS(t *testing.T) {
+	h, _ := diffHandlerWith(t, nil, func(c *Config) {
+		c.Records = Chain{{RecordSource: packedRecords{}, Label: SourceRecords}}
+		c.TrimUDP = func(name []byte) (int, bool) { return 3, bytes.HasSuffix(name, []byte(".rec.")) }
+	})
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	var q plainQuery
+	answered := 0
+	for _, n := range []int{1, 3, 4, 30, 100} {
+		for _, name := range []string{fmt.Sprintf("n%d.rec.", n), fmt.Sprintf("N%d.ReC.", n)} {
+			for _, c := range []struct {
+				edns bool
+				size uint16
+				do   bool
+			}{{false, 0, false}, {true, 512, false}, {true, 1232, true}, {true, 4096, false}} {
+				v := variant{name: name, qtype: dns.TypeA, edns: c.edns, size: c.size, do: c.do, rd: true}
+				pkt := v.pack(t)
+				for _, tcp := range []bool{false, true} {
+					reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
+					// Cut without EDNS or at 512 bytes past 3 records; 100
+					// records never fit over UDP.
+					want := tcp || n <= 3 || c.edns && c.size > 512 && n < 100
+					if ok != want {
+						t.Errorf("%s %+v tcp %v: fast path answered %v", name, c, tcp, ok)
+					}
+					if !ok {
+						continue
+					}
+					answered++
+					general := generalReplyOver(h, pkt, from, tcp)
+					if !bytes.Equal(reply, general) {
+						diff, _ := sameReply(reply, general)
+						t.Errorf("%s %+v tcp %v: bytes differ from ServeDNS's\n%s", name, c, tcp, diff)
+					}
+				}
+			}
+		}
+	}
+	if answered < 40 {
+		t.Errorf("only %d answers by the fast path", answered)
+	}
+}

@@ -110,6 +110,40 @@ func (q *plainQuery) parse(p []byte) bool {
 // optionPadding).
 func fastOption(code uint16, _ []byte) bool { return code == optionCookie || code == optionPadding }
 
+// recordsPacket is answerPacket for a name a RecordSource covers: the
+// source's answer written as bytes when it can write it
+// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
+// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (cutLikeConsul). Everything else it declines, dst unchanged, to
+// ServeDNS, which asks the source's Answer.
+func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+	if q.qclass != dns.ClassINET {
+		return dst, false
+	}
+	const rcode = dns.RcodeSuccess
+	sh := s.replyShape(&q.request)
+	reserve := 0
+	if sh.opt {
+		reserve = dnswire.OPTLen
+	}
+	headerAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
+	dst = append(dst, q.question...)
+	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
+	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
+	var extra uint16
+	if sh.opt {
+		extra = 1
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
+	}
+	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), answers, 0, extra)
+	q.rule = why
+	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
+	return dst, true
+}
+
 // cutLikeConsul reports whether an answer of answers records, size bytes
 // from the header to the last record, is cut like Consul's DNS cuts its
 // own for q (trim.go, consulCuts): the general path then writes it. Every
@@ -153,14 +187,14 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it
 	}
 	name := q.name[:q.nameLen]
-	if s.Records != nil && s.Records.Covers(name) {
-		return dst, false
-	}
 	q.udpAnswers, q.trims = 0, false
 	if !tcp && s.TrimUDP != nil {
 		q.udpAnswers, q.trims = s.TrimUDP(name)
 	}
 	zone := s.router.routeCanonical(name)
+	if s.Records != nil && s.Records.Covers(name) {
+		return h.recordsPacket(dst, q, name, s, zone, start)
+	}
 
 	sh := s.replyShape(&q.request)
 	reserve := 0

@@ -201,6 +201,12 @@ func TestDoTAgainstUnbound(t *testing.T) {
 		t.Errorf("towerd sent %v queries over TLS, unbound read %v", queries, tlsQueries)
 	}
 
+	// towerd lookup shows the transport, and the TLS server as what answered.
+	runLookups(t, d.Control, []lookupCase{{args: []string{"lookup-me.tls.test"}, want: []string{
+		"  zone      . -> tls://" + u.addr + "#dot.test (up, tls, srtt ",
+		"from upstream tls://" + u.addr + "#dot.test (zone .)",
+	}}})
+
 	// A wrong authentication name: the certificate is the CA's but not for
 	// that name. No answer, and unbound reads no query at all.
 	before := u.stats(t)["total.num.queries"]

@@ -289,3 +289,20 @@ func TestFrameTLSQueryPads(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckTLS(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	srv := dnstest.NewDoTServer(t, cert, dnstest.DoTAnswer)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if reason, err := CheckTLS(ctx, "tls://"+srv.Addr+"#dns.test", ca.Pool()); err != nil {
+		t.Errorf("good server: %s %v", reason, err)
+	}
+	if reason, err := CheckTLS(ctx, "tls://"+srv.Addr+"#other.test", ca.Pool()); err == nil || reason != TLSFailName {
+		t.Errorf("wrong name: %q %v", reason, err)
+	}
+	if srv.Queries() != 1 {
+		t.Errorf("server read %d queries, want the good check's 1", srv.Queries())
+	}
+}

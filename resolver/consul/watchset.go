@@ -103,18 +103,7 @@ func (w *Watcher) pingIfIdle(ctx context.Context, failures int) int {
 // service is watched; if not, and the name is past the doorkeeper, the
 // demand loop is told to consider it.
 func (w *Watcher) noteAsked(key string) bool {
-	var sl *serviceLoop
-	if view := w.view.Load(); view != nil {
-		sl = (*view)[key]
-	}
-	if sl != nil {
-		sl.hits.Add(hitUnit)
-		now := w.clock.Now().UnixNano()
-		// Stored at most once a second: a hot service's questions do not all
-		// write the same cache line twice.
-		if now-sl.asked.Load() > int64(time.Second) {
-			sl.asked.Store(now)
-		}
+	if w.noteWatched(key) {
 		return true
 	}
 	if !w.cfg.watchAll() && w.cands.ask(key, w.clock.Now(), w.cfg.IdleTimeout) {
@@ -124,6 +113,37 @@ func (w *Watcher) noteAsked(key string) bool {
 		}
 	}
 	return false
+}
+
+// noteWatched is noteAsked for a watched service: it counts the question
+// and reports true, or reports false for a service not watched, having
+// done nothing.
+func (w *Watcher) noteWatched(key string) bool {
+	sl := w.watchedLoop(key)
+	if sl != nil {
+		w.countAsked(sl)
+	}
+	return sl != nil
+}
+
+// watchedLoop is the loop watching the service key, nil when none does.
+// key is only read during the call (AppendAnswer's aliases a packet).
+func (w *Watcher) watchedLoop(key string) *serviceLoop {
+	if view := w.view.Load(); view != nil {
+		return (*view)[key]
+	}
+	return nil
+}
+
+// countAsked counts a question for the service sl watches.
+func (w *Watcher) countAsked(sl *serviceLoop) {
+	sl.hits.Add(hitUnit)
+	now := w.clock.Now().UnixNano()
+	// Stored at most once a second: a hot service's questions do not all
+	// write the same cache line twice.
+	if now-sl.asked.Load() > int64(time.Second) {
+		sl.asked.Store(now)
+	}
 }
 
 // consider queues a name asked for (past the doorkeeper) for its first

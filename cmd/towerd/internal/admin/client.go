@@ -162,9 +162,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if i == 0 {
 			label = "zones"
 		}
-		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; %d/%d up\n",
+		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; hedges %d sent, %d won, %d refused, %d explored; %d/%d up\n",
 			label, z.Name, z.Queries, z.StaleAnswers, z.ServFail, z.UpstreamRequests, errorCounts(z.Errors),
-			seconds(z.LatencyP99Seconds), z.ServersUp, z.Servers)
+			seconds(z.LatencyP99Seconds), z.Hedges["sent"], z.Hedges["won"], z.Hedges["refused"], z.Hedges["explore"], z.ServersUp, z.Servers)
 	}
 
 	// Slowest first: the upstream that makes clients wait is the one to look at.
@@ -179,9 +179,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if !u.Up {
 			health = "DOWN"
 		}
-		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s\n",
+		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s tail %s\n",
 			label, u.Server, health, u.Zone, u.Requests, errorCounts(u.Errors),
-			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds))
+			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds), seconds(u.TailSeconds))
 	}
 
 	if cw := r.ConsulWatch; cw == nil {

@@ -14,6 +14,9 @@ func (w *Writer) run() {
 	retry.Stop()
 	report, reportC := w.clk.NewTimer(time.Hour)
 	report.Stop()
+	batch, batchC := w.clk.NewTimer(time.Hour)
+	batch.Stop()
+	defer batch.Stop()
 	defer retry.Stop()
 	defer report.Stop()
 	var (
@@ -55,13 +58,22 @@ func (w *Writer) run() {
 		}
 		select {
 		case <-w.wake:
+			// The first message of a batch: let the batch form.
+			batch.Reset(batchDelay)
+			select {
+			case <-batchC:
+			case <-w.wake: // flushAt bytes wait
+				batch.Stop()
+			case <-w.stopped:
+				batch.Stop()
+			}
 		case <-reportC:
 		case <-w.stopped:
 		}
-		batch, frames, closed := w.take(spare)
-		if len(batch) > 0 {
+		pending, frames, closed := w.take(spare)
+		if len(pending) > 0 {
 			_ = conn.SetWriteDeadline(time.Now().Add(WriteTimeout)) // the kernel's time, whatever the clock
-			if _, err := conn.Write(batch); err != nil {
+			if _, err := conn.Write(pending); err != nil {
 				// Part of a frame may have gone out: the stream is
 				// broken, and a new one begins with a handshake.
 				w.stats.dropped.Add(frames)
@@ -75,7 +87,7 @@ func (w *Writer) run() {
 				w.stats.sent.Add(frames)
 			}
 		}
-		spare = batch[:0]
+		spare = pending[:0]
 		if closed {
 			if conn != nil {
 				stop(conn, time.Second)

@@ -191,8 +191,8 @@ func TestWriterSendsAndFilters(t *testing.T) {
 	}
 	w.Start()
 	defer w.Close(time.Second)
-	w.Client(exchange(1))
-	w.Forwarder(&resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: "."})
+	w.Client(*exchange(1))
+	w.Forwarder(resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: "."})
 	if got := typeOf(t, r.next(t)); got != ClientResponse {
 		t.Errorf("first frame %d, want CLIENT_RESPONSE only (client_query not configured)", got)
 	}
@@ -223,7 +223,7 @@ func TestWriterStalledReaderDropsNeverWaits(t *testing.T) {
 	<-r.conns
 	const n = 100000 // 200,000 messages: well past what the socket and the buffer hold
 	for i := range n {
-		w.Client(exchange(i))
+		w.Client(*exchange(i))
 		if i%1000 == 0 {
 			w.mu.Lock()
 			if len(w.pending) > MaxBuffered {
@@ -257,7 +257,7 @@ func TestWriterReconnects(t *testing.T) {
 	}
 	w.Start()
 	defer w.Close(time.Second)
-	w.Client(exchange(1))
+	w.Client(*exchange(1))
 	r.next(t)
 	r.next(t)
 	c := <-r.conns
@@ -265,7 +265,7 @@ func TestWriterReconnects(t *testing.T) {
 	c.Close()
 	r2 := newReader(t, path, false)
 	for i := 2; ; i++ {
-		w.Client(exchange(i)) // the first writes after the close fail, and are dropped
+		w.Client(*exchange(i)) // the first writes after the close fail, and are dropped
 		select {
 		case f := <-r2.frames:
 			if q := fields(t, fields(t, f)[fieldMessage][0].([]byte))[msgQueryMessage][0].([]byte); q[1] < 2 {
@@ -309,7 +309,7 @@ func BenchmarkClientTap(b *testing.B) {
 	e.Response = make([]byte, 60)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		w.Client(e)
+		w.Client(*e)
 		if i%1000 == 0 {
 			w.take(w.pending[:0]) // no writer: the benchmark empties the buffer
 		}
