@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnssec"
 )
 
 // Config is the part of towerd's configuration the handler acts on. It can be
@@ -93,6 +95,9 @@ type Config struct {
 	// dnstap.go). Nil: off, at the cost of one nil check per answer.
 	Tap Tap
 
+	// DNSSEC is validation (validate.go); its zero value is off.
+	DNSSEC DNSSECConfig
+
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
 }
@@ -125,6 +130,8 @@ type settings struct {
 	Config
 	router *router
 	search *searchModel // nil: the search-list rules are off
+	// validator is nil with DNSSEC off (validate.go).
+	validator *dnssec.Validator
 }
 
 func newSettings(cfg Config) (*settings, error) {
@@ -170,7 +177,11 @@ func newSettings(cfg Config) (*settings, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &settings{Config: cfg, router: r, search: search}, nil
+	validator, err := newValidator(cfg, r)
+	if err != nil {
+		return nil, fmt.Errorf("dnssec: %w", err)
+	}
+	return &settings{Config: cfg, router: r, search: search, validator: validator}, nil
 }
 
 // staleTTLSeconds is the TTL written on stale answers.

@@ -39,6 +39,9 @@ type Handler struct {
 	logQueries atomic.Bool
 	queryLog   *slog.Logger
 	queryLines lineRate
+
+	// DNSSEC verdicts (validate.go).
+	dnssecStats dnssecStats
 }
 
 // Observer receives one call per answered query; metrics implement it.
@@ -224,6 +227,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		if stale == nil {
 			r.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
 		}
+		a.sh.failEDE = bogusEDE(fl.err)
 		h.fail(a, stale, record)
 		return
 	}

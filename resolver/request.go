@@ -193,6 +193,9 @@ type replyShape struct {
 	opt   bool   // the client spoke EDNS: the reply carries towerd's OPT
 	do    bool
 	limit int // bytes; past it records are dropped and TC set
+	// failEDE is the Extended DNS Error of a SERVFAIL that has its own
+	// (a bogus answer's, validate.go); 0: towerd's 22.
+	failEDE uint16
 }
 
 // replyShape frames replies to r. UDP replies stop at the client's
@@ -248,6 +251,8 @@ func (sh replyShape) ede(rcode int, stale bool) uint16 {
 		return 0
 	case stale:
 		return dns.ExtendedErrorCodeStaleAnswer
+	case rcode == dns.RcodeServerFailure && sh.failEDE != 0:
+		return sh.failEDE
 	case rcode == dns.RcodeServerFailure:
 		return dns.ExtendedErrorCodeNoReachableAuthority
 	}

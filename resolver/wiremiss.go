@@ -148,6 +148,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	case timedOut || fl.err != nil || (fl.msg == nil && !fl.wireOK):
 		if !timedOut {
 			q.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
+			sh.failEDE = bogusEDE(fl.err)
 		}
 		dst = h.servfailPacket(dst, 0, q, s, sh, w.zone, w.start)
 	case fl.wireOK:

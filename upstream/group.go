@@ -63,6 +63,13 @@ type GroupOptions struct {
 	// attempt still unanswered when another attempt's reply ended the
 	// resolution.
 	Observe func(server string, d time.Duration, kind string)
+	// HedgeBudget is the share of attempts that may be hedges (hedge.go):
+	// tokens earned per attempt sent, spent by a hedge; 0 means 0.05,
+	// negative turns hedging (and exploring, which relies on it) off.
+	HedgeBudget float64
+	// OnHedge, if set, is called for each hedge event (HedgeSent,
+	// HedgeWon, HedgeRefused), for metrics; it must not block.
+	OnHedge func(event string)
 	// TLSRoots verifies the certificates of the group's DNS over TLS
 	// servers; nil means the system's roots.
 	TLSRoots *x509.CertPool
@@ -81,8 +88,8 @@ type GroupOptions struct {
 func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MaxAttempts < 0 || o.FailThreshold < 0 || o.MinAttemptTimeout < 0 ||
 		o.MaxAttemptTimeout < 0 || o.InitialAttemptTimeout < 0 || o.ProbeInterval < 0 ||
-		o.MinSilence < 0 || o.MaxSilence < 0 {
-		return o, errors.New("negative group option")
+		o.MinSilence < 0 || o.MaxSilence < 0 || o.HedgeBudget > 1 {
+		return o, errors.New("negative group option, or a hedge budget above 1")
 	}
 	setDefault(&o.MaxAttempts, 3)
 	setDefault(&o.FailThreshold, 3)
@@ -93,6 +100,12 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	setDefault(&o.MinSilence, defaultMinSilence)
 	setDefault(&o.MaxSilence, defaultMaxSilence)
 	setDefault(&o.ProbeType, dns.TypeNS)
+	switch {
+	case o.HedgeBudget == 0:
+		o.HedgeBudget = defaultHedgeBudget
+	case o.HedgeBudget < 0:
+		o.HedgeBudget = 0
+	}
 	if o.ProbeName == "" {
 		o.ProbeName = "."
 	}
@@ -117,9 +130,10 @@ func setDefault[T int | uint16 | time.Duration](v *T, def T) {
 	}
 }
 
-// Group forwards to a list of servers in strict order, like resolv.conf
-// without "rotate": the first healthy server gets every query, the others
-// are there for when it fails. It is safe for concurrent use.
+// Group forwards to a list of servers: the fastest healthy one by
+// measured latency gets the query (latency.go), a late first attempt is
+// hedged to the next (hedge.go), and a silent server is marked down and
+// probed (silence.go, health.go). It is safe for concurrent use.
 type Group struct {
 	name string
 	zone string // name, lower-cased and fully qualified
@@ -150,6 +164,12 @@ type Group struct {
 	// UnixNano; 0: never), for RecoveredSince.
 	recoveredAt atomic.Int64
 
+	// budget pays for hedges; hedges counts their events for Hedges.
+	budget *hedgeBudget
+	hedges struct{ sent, won, refused, explored atomic.Uint64 }
+	// roll draws from [0,1) for exploring (latency.go); tests fix it.
+	roll func() float64
+
 	// callTimers pools the calls' timers (callTimer): the group's, made
 	// by its clock.
 	callTimers sync.Pool
@@ -161,6 +181,7 @@ type ServerStatus struct {
 	Address        string
 	Up             bool
 	SRTT           time.Duration // 0 before the first sample
+	Tail           time.Duration // tail estimate (latency.go); 0 before the first sample
 	AttemptTimeout time.Duration // what the next attempt would wait
 	Queries        uint64        // attempts sent, probes excluded
 	Timeouts       uint64
@@ -204,6 +225,8 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
+	g.budget = newHedgeBudget(opts.HedgeBudget)
+	g.roll = randomRoll
 	return g, nil
 }
 
@@ -312,6 +335,7 @@ func (g *Group) Servers() []ServerStatus {
 			Address:        s.plain.Address(),
 			Up:             !s.down,
 			SRTT:           s.srtt,
+			Tail:           s.tailLocked(),
 			AttemptTimeout: s.attemptTimeoutLocked(&g.opts),
 		}
 		s.mu.Unlock()
@@ -328,4 +352,13 @@ func (g *Group) Servers() []ServerStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// HedgeCounts are a group's hedge events since it was made.
+type HedgeCounts struct{ Sent, Won, Refused, Explored uint64 }
+
+// Hedges returns the group's hedge counts.
+func (g *Group) Hedges() HedgeCounts {
+	return HedgeCounts{Sent: g.hedges.sent.Load(), Won: g.hedges.won.Load(),
+		Refused: g.hedges.refused.Load(), Explored: g.hedges.explored.Load()}
 }

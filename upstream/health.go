@@ -34,6 +34,7 @@ type server struct {
 	srtt     time.Duration // smoothed RTT, RFC 6298 section 2
 	rttvar   time.Duration // RTT variation, RFC 6298 section 2
 	sampled  bool          // srtt and rttvar hold at least one sample
+	tail     time.Duration // tracked tail quantile of the RTTs (latency.go)
 	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
@@ -88,6 +89,7 @@ func (s *server) addSampleLocked(rtt time.Duration) {
 		s.rttvar = (3*s.rttvar + delta) / 4
 		s.srtt = (7*s.srtt + rtt) / 8
 	}
+	s.addTailLocked(rtt)
 	s.backoff = 0
 }
 

@@ -24,7 +24,9 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	scrubbed *prometheus.CounterVec
+	hedges   *prometheus.CounterVec
 	up, srtt *prometheus.Desc
+	tail     *prometheus.Desc
 	// DNS over TLS servers' connections (issue 37), synced from their
 	// counters at scrape time like the mismatches.
 	tlsHandshakes, tlsResumptions, tlsQueries, tlsReused, tlsFailures *prometheus.CounterVec
@@ -69,7 +71,13 @@ func NewMetrics(buckets []float64) *Metrics {
 		up: prometheus.NewDesc("towerd_upstream_up",
 			"1 while the server is considered healthy, 0 while it is marked down and probed.", labels, nil),
 		srtt: prometheus.NewDesc("towerd_upstream_srtt_seconds",
-			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply.", labels, nil),
+			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply; the fastest up server is asked first.", labels, nil),
+		tail: prometheus.NewDesc("towerd_upstream_rtt_tail_seconds",
+			"Tail estimate of the server's round-trip time (about its 98th percentile), 0 before the first reply; a first attempt unanswered by then is hedged.", labels, nil),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_hedges_total",
+			Help: "Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token), explore (another server asked beside the fastest, to measure it).",
+		}, []string{"zone", "event"}),
 		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "towerd_upstream_scrubbed_records_total",
 			Help: "Records dropped from upstream replies before caching or relaying, by section (answer, authority, additional): not on the question's CNAME/DNAME chain, not pointed to, or outside the zone.",
@@ -114,6 +122,11 @@ func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kin
 			m.errors.WithLabelValues(zone, server, kind).Inc()
 		}
 	}
+}
+
+// HedgeObserver returns the GroupOptions.OnHedge hook for the group of zone.
+func (m *Metrics) HedgeObserver(zone string) func(event string) {
+	return func(event string) { m.hedges.WithLabelValues(zone, event).Inc() }
 }
 
 // SetGroups makes groups the ones whose health is reported. The groups
@@ -214,11 +227,13 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.errors.Describe(ch)
 	m.duration.Describe(ch)
 	m.scrubbed.Describe(ch)
+	m.hedges.Describe(ch)
 	for _, v := range m.tlsVecs() {
 		v.Describe(ch)
 	}
 	ch <- m.up
 	ch <- m.srtt
+	ch <- m.tail
 }
 
 // Collect implements prometheus.Collector.
@@ -232,6 +247,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.errors.Collect(ch)
 	m.duration.Collect(ch)
 	m.scrubbed.Collect(ch)
+	m.hedges.Collect(ch)
 	for _, v := range m.tlsVecs() {
 		v.Collect(ch)
 	}
@@ -243,6 +259,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, g.name, st.Address)
 			ch <- prometheus.MustNewConstMetric(m.srtt, prometheus.GaugeValue, st.SRTT.Seconds(), g.name, st.Address)
+			ch <- prometheus.MustNewConstMetric(m.tail, prometheus.GaugeValue, st.Tail.Seconds(), g.name, st.Address)
 		}
 	}
 }

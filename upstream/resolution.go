@@ -134,6 +134,9 @@ func (c *WireCall) sendLocked() (end bool) {
 	c.attempts = append(c.attempts, a)
 	c.pending++
 	s.queries.Add(1)
+	if !c.hedged || len(c.attempts) != 2 {
+		g.budget.earn()
+	}
 	c.rtoOf = a
 	if s.tls != nil {
 		return c.sendTLSLocked(a)
@@ -150,7 +153,10 @@ func (c *WireCall) sendLocked() (end bool) {
 		return c.settleLocked(a)
 	}
 	a.sock = sock
-	c.armLocked()
+	if len(c.attempts) > 1 {
+		// The first is armed by StartWire, with its hedge.
+		c.armLocked()
+	}
 	return false
 }
 
@@ -358,10 +364,23 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			a.server.addSample(r.rtt)
 		}
 		ranRTO := now.Sub(a.sent) >= a.rto
+		if answered && !r.replied() {
+			// A sibling's answer overtook it: its server takes at least
+			// this long (latency.go).
+			a.server.addLowerBound(r.rtt)
+		}
 		switch {
-		case r.replied() || replied[a.server] || (answered && !ranRTO):
-			// Its server replied, or the winner came before its RTO ran out.
+		case r.replied() || replied[a.server]:
 			observe(a, r.rtt, KindSuperseded)
+		case answered && !ranRTO:
+			// The winner came before its RTO ran out, as it does to a
+			// hedge (hedge.go) or an exploration's first attempt: the RTO
+			// still runs out of the resolution's sight (silence.go), so a
+			// server only ever asked in a race is judged like any other.
+			observe(a, r.rtt, KindSuperseded)
+			if !a.server.heardSince(a.sent) {
+				g.suspectAt(a.server, a.sent, a.sent.Add(a.rto))
+			}
 		case callerCancelled:
 			observe(a, r.rtt, KindOther)
 		default:
@@ -387,6 +406,9 @@ func (c *WireCall) armLocked() {
 	due := c.deadline
 	if a := c.rtoOf; a != nil {
 		due = minTime(due, a.sent.Add(a.rto))
+	}
+	if !c.hedgeAt.IsZero() {
+		due = minTime(due, c.hedgeAt)
 	}
 	c.due = due
 	d := due.Sub(c.g.opts.Clock.Now())

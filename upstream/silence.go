@@ -41,7 +41,13 @@ func (s *server) heardSince(t time.Time) bool { return s.heardAt.Load() >= t.Uni
 // out, or met a network error, without a reply. Unless s replied since,
 // is down already (its prober is at work) or is being watched, it starts
 // s's silence watcher.
-func (g *Group) suspect(s *server, sent time.Time) {
+func (g *Group) suspect(s *server, sent time.Time) { g.suspectAt(s, sent, time.Time{}) }
+
+// suspectAt is suspect for an attempt whose RTO runs out at due, after
+// its resolution ended (an answer to a sibling overtook it): the watcher
+// waits until then, and only a server still not heard from since sent is
+// suspect and probed.
+func (g *Group) suspectAt(s *server, sent, due time.Time) {
 	if s.heardSince(sent) {
 		return
 	}
@@ -62,16 +68,17 @@ func (g *Group) suspect(s *server, sent time.Time) {
 		return
 	}
 	g.wg.Add(1)
-	go g.watchSilence(s, sent)
+	go g.watchSilence(s, sent, due)
 }
 
 // watchSilence asks s the probe question at each RTO from silentSince,
-// the send time of the first packet s left unanswered, until s is heard
+// the send time of the first packet s left unanswered (from due, when
+// that is later: suspectAt), until s is heard
 // from (the suspicion ends) or it has been silent long enough to be
 // marked down (see above). It sends at most FailThreshold probes, each
 // waited for until the watch ends, so a slow reply to the first still
 // counts.
-func (g *Group) watchSilence(s *server, silentSince time.Time) {
+func (g *Group) watchSilence(s *server, silentSince, due time.Time) {
 	defer g.wg.Done()
 	latest := silentSince.Add(g.opts.MaxSilence)
 	ctx, cancel := clock.WithDeadline(g.ctx, g.opts.Clock, latest)
@@ -85,6 +92,15 @@ func (g *Group) watchSilence(s *server, silentSince time.Time) {
 	timer, fired := g.opts.Clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	if wait := due.Sub(g.opts.Clock.Now()); wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-fired:
+		case <-g.ctx.Done():
+			g.endWatch(s)
+			return
+		}
+	}
 	// The RTO that raised the suspicion is the first that ran out.
 	for unanswered := 1; ; unanswered++ {
 		if s.heardSince(silentSince) {

@@ -87,10 +87,18 @@ type WireCall struct {
 	timer *callTimer
 	due   time.Time
 	rtoOf *attempt
+	// hedgeAt is when the first attempt is hedged (hedge.go), zero when
+	// it is not (any more); hedged: the second attempt is the hedge (or
+	// an exploration, sent with the first: latency.go), paid from the
+	// budget.
+	hedgeAt  time.Time
+	hedged   bool
+	explored bool
 
 	first       attempt // the first attempt, and its socket, in the call
 	sock        udpSock // (Linux): no allocation for them per miss
 	attemptRoom [3]*attempt
+	orderRoom   [4]*server
 	buf         [maxWireQuery]byte // query's room
 }
 
@@ -135,12 +143,26 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		return
 	}
 	c.qend = qend
-	c.order = g.usable()
+	r := g.rank(c.orderRoom[:0])
+	c.order = r.order
 	c.attempts = c.attemptRoom[:0]
 	// Held while sending: the reply may be read before the first attempt's
 	// socket is written, and the reader waits for the lock.
 	c.mu.Lock()
 	end := c.sendLocked()
+	switch {
+	case end:
+	case r.explored && len(c.attempts) == 1:
+		// The explored server, asked beside the fastest, paid for.
+		c.hedged, c.explored = true, true
+		c.g.hedgeEvent(HedgeExplore)
+		end = c.sendLocked()
+	case len(c.attempts) == 1:
+		c.armHedgeLocked(c.attempts[0], r.hedgeAfter)
+		c.armLocked()
+	default:
+		c.armLocked()
+	}
 	c.mu.Unlock()
 	if end {
 		// Every attempt failed at once (no socket): the receiver is told
@@ -201,6 +223,9 @@ func (c *WireCall) expireLocked() (end bool) {
 		c.timedOut = true
 		return c.endLocked()
 	}
+	if !c.hedgeAt.IsZero() && !now.Before(c.hedgeAt) {
+		return c.hedgeLocked()
+	}
 	return c.rtoLocked()
 }
 
@@ -252,6 +277,10 @@ func (c *WireCall) endLocked() bool {
 	c.state = callEnding
 	c.timer.stop()
 	c.timer = nil
+	c.hedgeAt = time.Time{}
+	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
+		c.g.hedgeEvent(HedgeWon)
+	}
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}

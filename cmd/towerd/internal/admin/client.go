@@ -51,8 +51,7 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 			if err := checkSocketFile(t.Socket); err != nil {
 				return nil, err
 			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", t.Socket)
+			c, err := dialUnixRetrying(ctx, t.Socket)
 			if err != nil {
 				return nil, err
 			}
@@ -96,6 +95,28 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 		return nil, fmt.Errorf("%s%s answered %s: %s", t, path, resp.Status, OneLine(string(data)))
 	}
 	return data, nil
+}
+
+// dialUnixRetrying connects to a Unix socket, trying again while its
+// listen queue is full: connect(2) on a non-blocking Unix socket fails
+// with EAGAIN then, where a TCP SYN would wait, and a flood of connections
+// keeps the queue full for moments at a time while towerd makes room
+// (issue 35). The request's context bounds the tries.
+func dialUnixRetrying(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	wait := time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // dialError says what a failed request usually means.
@@ -162,9 +183,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if i == 0 {
 			label = "zones"
 		}
-		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; %d/%d up\n",
+		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; hedges %d sent, %d won, %d refused, %d explored; %d/%d up\n",
 			label, z.Name, z.Queries, z.StaleAnswers, z.ServFail, z.UpstreamRequests, errorCounts(z.Errors),
-			seconds(z.LatencyP99Seconds), z.ServersUp, z.Servers)
+			seconds(z.LatencyP99Seconds), z.Hedges["sent"], z.Hedges["won"], z.Hedges["refused"], z.Hedges["explore"], z.ServersUp, z.Servers)
 	}
 
 	// Slowest first: the upstream that makes clients wait is the one to look at.
@@ -179,9 +200,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if !u.Up {
 			health = "DOWN"
 		}
-		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s\n",
+		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s tail %s\n",
 			label, u.Server, health, u.Zone, u.Requests, errorCounts(u.Errors),
-			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds))
+			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds), seconds(u.TailSeconds))
 	}
 
 	if cw := r.ConsulWatch; cw == nil {

@@ -53,6 +53,7 @@ type LookupServer struct {
 	Address     string  `json:"address"`
 	Up          bool    `json:"up"`
 	SRTTSeconds float64 `json:"srtt_seconds"`
+	TailSeconds float64 `json:"rtt_tail_seconds"`
 	// Transport is how the server is asked: "udp" (TCP when a reply is
 	// truncated) or "tls" (DNS over TLS, issue 37).
 	Transport string `json:"transport"`
@@ -91,7 +92,7 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 			if s.TLS != nil {
 				transport = "tls"
 			}
-			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds(), Transport: transport})
+			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds(), TailSeconds: s.Tail.Seconds(), Transport: transport})
 		}
 	}
 	for _, info := range a.cache.Inspect(name) {

@@ -68,6 +68,7 @@ type Config struct {
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
 	Dnstap     DnstapConfig     `toml:"dnstap"`  // dnstap.go
+	DNSSEC     DNSSECConfig     `toml:"dnssec"`  // dnssec.go
 }
 
 // CacheConfig is the [cache] table.
@@ -121,6 +122,10 @@ type UpstreamConfig struct {
 	// server's measured round-trip; below it a fast server's hiccup would
 	// already cost a retry.
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
+	// HedgeBudget: share of upstream queries that may be hedges, a late
+	// first attempt asked again of the next fastest server (token bucket,
+	// burst 10); 0 turns hedging and exploring off.
+	HedgeBudget float64 `toml:"hedge_budget"`
 }
 
 // TCPConfig is the [tcp] table: limits on DNS over TCP (issue 13), which any
@@ -295,6 +300,7 @@ func DefaultConfig() Config {
 			// client timer, while a fast upstream's GC pause or a loaded
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
+			HedgeBudget:       0.05,
 		},
 		TCP: TCPConfig{
 			MaxConnections: 256,
@@ -307,6 +313,7 @@ func DefaultConfig() Config {
 		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
 		Control: defaultControlConfig(),
 		Consul:  defaultConsulConfig(),
+		DNSSEC:  defaultDNSSECConfig(),
 	}
 }
 

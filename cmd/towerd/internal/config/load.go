@@ -51,6 +51,9 @@ func (e *Error) Error() string {
 // an import of a dnsmasq config with many local records a few hundred.
 const MaxFileSize = 1 << 20
 
+// maxHedgeBudget bounds upstream.hedge_budget.
+const maxHedgeBudget = 0.25
+
 // fileRule is how the config file and its drop-ins are read (issue 21): a
 // regular file up to MaxFileSize, opened without blocking, so neither
 // towerd's start, a reload nor `towerd check` can hang on a FIFO in their
@@ -333,6 +336,11 @@ func (c *Config) Validate() error {
 	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
 		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
 	}
+	// Written so NaN fails too. Above a quarter a hedge is no longer a
+	// hedge but racing every query, which a site's resolvers pay for.
+	if !(u.HedgeBudget >= 0 && u.HedgeBudget <= maxHedgeBudget) {
+		return keyErr("upstream.hedge_budget", "must be between 0 and %g (got %g)", maxHedgeBudget, u.HedgeBudget)
+	}
 	if err := c.TCP.validate(); err != nil {
 		return err
 	}
@@ -352,6 +360,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Local.validate(); err != nil {
+		return err
+	}
+	if err := c.DNSSEC.validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

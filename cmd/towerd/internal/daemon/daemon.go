@@ -114,8 +114,10 @@ type Daemon struct {
 	// Local data (local.go): the source the handler runs with, the one
 	// resolverConfig built last (running once the handler takes it), and
 	// the poll of its hosts files.
-	local         atomic.Pointer[local.Source]
-	localNext     *local.Source
+	local     atomic.Pointer[local.Source]
+	localNext *local.Source
+	// anchors are the DNSSEC trust anchors last read (dnssecConfig).
+	anchors       []dns.RR
 	stopLocalPoll func()
 
 	// The search-list rules' lists (search.go).
@@ -218,6 +220,12 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 	}
 	d.localNext = src
 	d.search.next = d.searchLists(cfg) // search.go
+	d.anchors = nil
+	if cfg.DNSSEC.ModeValue() != resolver.DNSSECOff {
+		if d.anchors, err = cfg.DNSSEC.ReadAnchors(); err != nil {
+			return resolver.Config{}, nil, err
+		}
+	}
 	rcfg := d.handlerConfig(cfg, d.records(src), d.search.next)
 	for _, z := range zones {
 		if len(z.Servers) == 0 && z.Name == "." {
@@ -264,7 +272,25 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
+	rcfg.DNSSEC = d.dnssecConfig(cfg)
 	return rcfg
+}
+
+// dnssecConfig is validation's share of cfg with the anchors last read
+// (resolverConfig). Besides the listed negative anchors, the Consul domain
+// and the local data's names are ones: private names under a signed root
+// (the resolver adds every zone other than ".").
+func (d *Daemon) dnssecConfig(cfg config.Config) resolver.DNSSECConfig {
+	mode := cfg.DNSSEC.ModeValue()
+	if mode == resolver.DNSSECOff {
+		return resolver.DNSSECConfig{}
+	}
+	negative := append([]string(nil), cfg.DNSSEC.NegativeTrustAnchors...)
+	if cfg.Consul.Domain != "" {
+		negative = append(negative, cfg.Consul.Domain)
+	}
+	negative = append(negative, cfg.Local.LocalNames()...)
+	return resolver.DNSSECConfig{Mode: mode, Anchors: d.anchors, NegativeAnchors: negative}
 }
 
 // probeName is the [[zone]] probe_name configured for zone, "" (". NS")
@@ -304,6 +330,8 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
 		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
+		HedgeBudget:           hedgeBudget(cfg),
+		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {
 				d.log.Info("upstream is back up", "zone", zone, "server", server)
@@ -312,6 +340,15 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 			}
 		},
 	})
+}
+
+// hedgeBudget is upstream.hedge_budget as GroupOptions takes it: there 0
+// means the default, and hedging off is negative.
+func hedgeBudget(cfg config.Config) float64 {
+	if cfg.Upstream.HedgeBudget == 0 {
+		return -1
+	}
+	return cfg.Upstream.HedgeBudget
 }
 
 // cacheConfig is the cache's share of cfg.
