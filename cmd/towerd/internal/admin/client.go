@@ -51,8 +51,7 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 			if err := checkSocketFile(t.Socket); err != nil {
 				return nil, err
 			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", t.Socket)
+			c, err := dialUnixRetrying(ctx, t.Socket)
 			if err != nil {
 				return nil, err
 			}
@@ -96,6 +95,28 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 		return nil, fmt.Errorf("%s%s answered %s: %s", t, path, resp.Status, OneLine(string(data)))
 	}
 	return data, nil
+}
+
+// dialUnixRetrying connects to a Unix socket, trying again while its
+// listen queue is full: connect(2) on a non-blocking Unix socket fails
+// with EAGAIN then, where a TCP SYN would wait, and a flood of connections
+// keeps the queue full for moments at a time while towerd makes room
+// (issue 35). The request's context bounds the tries.
+func dialUnixRetrying(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	wait := time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // dialError says what a failed request usually means.
