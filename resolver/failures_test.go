@@ -18,7 +18,9 @@ import (
 func TestFailureMemory(t *testing.T) {
 	m := newFailureMemory()
 	now := time.Unix(1_000_000, 0)
-	key := func(i int) cache.Key { return cache.NewKey(fmt.Sprintf("n%d.example.", i), dns.TypeA, dns.ClassINET, false, false) }
+	key := func(i int) cache.Key {
+		return cache.NewKey(fmt.Sprintf("n%d.example.", i), dns.TypeA, dns.ClassINET, false, false)
+	}
 
 	for _, tc := range []struct {
 		err  error
