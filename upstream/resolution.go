@@ -440,9 +440,13 @@ type callTimer struct {
 func (g *Group) armCallTimer(c *WireCall, d time.Duration) *callTimer {
 	ct, _ := g.callTimers.Get().(*callTimer)
 	if ct == nil {
+		// Made armed for d, never armed for another time first: a test on
+		// the fake clock that sees one timer armed (WaitTimers) sees this
+		// call's. Its firing waits for the call's lock, held by the caller.
 		ct = &callTimer{pool: &g.callTimers}
-		ct.t = g.opts.Clock.AfterFunc(time.Hour, ct.fire)
-		ct.t.Stop()
+		ct.call.Store(c)
+		ct.t = g.opts.Clock.AfterFunc(d, ct.fire)
+		return ct
 	}
 	ct.call.Store(c)
 	ct.t.Reset(d)
