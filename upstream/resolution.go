@@ -77,10 +77,16 @@ func (r *attemptResult) replied() bool { return r.raw != nil }
 // REFUSED): a server that said it cannot answer is not asked the same
 // question again in this resolution (dnsmasq asks a sole server once).
 // A TLS server whose query is still waiting on its connection is not
-// asked again either (tlscall.go). It is nil when none is left.
+// asked again either (tlscall.go). It is nil when none is left. A hedge
+// sent to its first attempt's server (hedge.go, c.again) does not take a
+// turn.
 func (c *WireCall) nextLocked() *server {
+	turn := len(c.attempts)
+	if c.again {
+		turn--
+	}
 	for i := range c.order {
-		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
+		if s := c.order[(turn+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
 			return s
 		}
 	}
