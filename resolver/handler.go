@@ -39,6 +39,9 @@ type Handler struct {
 	logQueries atomic.Bool
 	queryLog   *slog.Logger
 	queryLines lineRate
+
+	// DNSSEC verdicts (validate.go).
+	dnssecStats dnssecStats
 }
 
 // Observer receives one call per answered query; metrics implement it.
@@ -85,7 +88,7 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(c), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
+	h := &Handler{cache: c, flights: newFlights(c, s.Clock), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
 	h.flights.onPanic = func(v any, stack []byte) {
 		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
 	}
@@ -204,7 +207,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	}
 	// The client waits as every waiter does (deadlines.go): woken when the
 	// flight ends or its deadline passes.
-	if w := h.flights.wait(fl, time.Now().Add(wait)); w != nil {
+	if w := h.flights.wait(fl, h.flights.clock.Now().Add(wait)); w != nil {
 		select {
 		case timedOut := <-w.woken:
 			release(w)
@@ -224,6 +227,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		if stale == nil {
 			r.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
 		}
+		a.sh.failEDE = bogusEDE(fl.err)
 		h.fail(a, stale, record)
 		return
 	}

@@ -193,6 +193,9 @@ type replyShape struct {
 	opt   bool   // the client spoke EDNS: the reply carries towerd's OPT
 	do    bool
 	limit int // bytes; past it records are dropped and TC set
+	// failEDE is the Extended DNS Error of a SERVFAIL that has its own
+	// (a bogus answer's, validate.go); 0: towerd's 22.
+	failEDE uint16
 }
 
 // replyShape frames replies to r. UDP replies stop at the client's
@@ -248,6 +251,8 @@ func (sh replyShape) ede(rcode int, stale bool) uint16 {
 		return 0
 	case stale:
 		return dns.ExtendedErrorCodeStaleAnswer
+	case rcode == dns.RcodeServerFailure && sh.failEDE != 0:
+		return sh.failEDE
 	case rcode == dns.RcodeServerFailure:
 		return dns.ExtendedErrorCodeNoReachableAuthority
 	}
@@ -280,6 +285,20 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 	// whenever the uncompressed reply fits (over TCP, always); compressed,
 	// it fits all the more.
 	out.Compress = true
+}
+
+// panicReply is the SERVFAIL for req, come on w, whose handler panicked:
+// framed by the reply core as every SERVFAIL of towerd's (issue 34: it
+// had no OPT and no EDE), with the default UDP size, as the handler's
+// settings are not at hand (an empty reply fits any).
+func panicReply(req *dns.Msg, w dns.ResponseWriter) *dns.Msg {
+	var r request
+	r.fromMsg(req, w)
+	s := settings{Config: Config{MaxUDPSize: DefaultMaxUDPSize}}
+	out := new(dns.Msg)
+	out.SetRcode(req, dns.RcodeServerFailure)
+	s.replyShape(&r).apply(out, false, false)
+	return out
 }
 
 // observe is the one Observer call of every route, made just before the

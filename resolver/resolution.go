@@ -43,6 +43,8 @@ type resolution struct {
 	// was asked by.
 	search searchRole
 	round  *searchRound
+	// validate: the reply is validated before settle (validate.go).
+	validate bool
 }
 
 // start starts the flight's resolution from the goroutine that made it
@@ -61,7 +63,7 @@ func (fl *flight) start() {
 	}()
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
-	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	res.deadline = fl.f.clock.Now().Add(res.s.UpstreamTimeout)
 	res.asked = res.s.Now()
 	if res.search == searchTry {
 		// The round goes before the try's own first attempt: a reply to
@@ -71,8 +73,9 @@ func (fl *flight) start() {
 		res.round = &searchRound{}
 		res.h.searchAhead(res.s, fl.key, res.round)
 	}
+	res.validate = res.s.validates(fl.key)
 	bp := queryBufs.Get().(*[]byte)
-	query := appendUpstreamQuery((*bp)[:0], fl.key)
+	query := appendUpstreamQuery((*bp)[:0], res.s.upstreamKey(fl.key, res.validate))
 	res.zone.Upstream.StartWire(fl.call, upstream.WireQuery{Ctx: fl.f.ctx, Packed: query, Deadline: res.deadline,
 		Below: res.zone.below}, fl)
 	*bp = query[:0]
@@ -102,7 +105,7 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 	if t := res.s.Tap; t != nil && wr.Raw != nil {
 		tapForwarder(t, res, fl.key, wr)
 	}
-	if err != nil || wr.Scrub.ChaseName == "" {
+	if err != nil || (wr.Scrub.ChaseName == "" && !res.validate) {
 		fl.finish(fl.settleRecovered(wr.Raw, wr.Server, err))
 		return
 	}
@@ -113,7 +116,13 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 			defer fl.recoverInto(&o)
 			ctx, cancel := context.WithDeadline(fl.f.ctx, res.deadline)
 			defer cancel()
-			reply, err := res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
+			reply, err := raw, error(nil)
+			if wr.Scrub.ChaseName != "" {
+				reply, err = res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
+			}
+			if err == nil && res.validate {
+				reply, err = res.h.validated(ctx, res.s, fl.key, reply)
+			}
 			o = res.h.settle(res, fl.key, reply, wr.Server, err)
 		}()
 		fl.finish(o)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // udpServer serves one bound UDP socket itself rather than through
@@ -196,7 +198,25 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		req.Opcode = opcode
 		req.Rcode = dns.RcodeNotImplemented
 	}
+	if do, ok := queryOPT(pkt); ok {
+		// RFC 6891 §7: a responder that sees an OPT in the request puts
+		// one in its reply, FORMERR and NOTIMP included (issue 34: a
+		// FORMERR to an EDNS query with no question carried none).
+		req.SetEdns0(advertisedUDPSize, do)
+	}
 	_ = w.WriteMsg(req)
+}
+
+// queryOPT reports whether the query in pkt carries an OPT record the
+// view can find, and its DO bit: a header-only query, one with no
+// question, one with a question; not one with several (the view reads
+// one question at most).
+func queryOPT(pkt []byte) (do, ok bool) {
+	var m dnswire.Msg
+	if m.Parse(pkt) != nil || m.OPT < 0 {
+		return false, false
+	}
+	return m.DO(), true
 }
 
 // beginMiss, sendMiss, endMiss and missPanicked make the socket a

@@ -38,6 +38,11 @@ command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
 command -v lintian >/dev/null 2>&1 || need="$need lintian"
 command -v zsh >/dev/null 2>&1 || need="$need zsh"
 command -v man >/dev/null 2>&1 || need="$need man-db"
+# The DNSSEC test signs zones with ldns-signzone and ldns-keygen
+# (ldnsutils), serves them with unbound's auth-zone and compares towerd's
+# verdicts with unbound's own validator, each on a port of the test's own.
+command -v ldns-signzone >/dev/null 2>&1 || need="$need ldnsutils"
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || need="$need unbound"
 # The dnstap tests (issue 38) read towerd's messages with the reference
 # tools, fstrm_capture (fstrm-bin) and dnstap-ldns, and compare them with
 # unbound's, whose binary they run in the foreground with a config of their

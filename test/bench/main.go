@@ -18,7 +18,8 @@
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
-//	pick       12. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
+//	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
+//	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -49,7 +50,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "pick"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick"}
 
 func main() {
 	var (
@@ -134,7 +135,7 @@ type bench struct {
 	searchCount  int    // lookups per name in scenario 10, after the first
 	consul       string // Consul agent binary; "" once it is found missing
 	pickWindow   time.Duration
-	// pickOutageLen is scenario 12's outage.
+	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
 
 	dir   string
@@ -270,6 +271,11 @@ func (b *bench) run() error {
 				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
 			}
 		}
+		if b.want["dot"] {
+			if err := b.dot(round); err != nil {
+				return fmt.Errorf("round %d, dot: %w", round, err)
+			}
+		}
 		if b.want["dnstap"] && slices.Contains(b.servers, "towerd") {
 			if err := b.dnstap(round, hitFile); err != nil { // dnstap.go
 				return fmt.Errorf("round %d, towerd, dnstap: %w", round, err)
@@ -298,6 +304,9 @@ func (b *bench) run() error {
 		}
 	}
 	b.table(os.Stdout)
+	if b.want["dot"] {
+		b.dotTable(os.Stdout)
+	}
 	fmt.Printf("\nmeasured in %v\n", time.Since(began).Round(time.Second))
 	return nil
 }

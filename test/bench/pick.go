@@ -10,7 +10,7 @@ import (
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
-// Scenario 12, pick (issue 36): which server a forwarder asks, and what a
+// Scenario 13, pick (issue 36): which server a forwarder asks, and what a
 // late or lost packet costs, when the site has two resolvers, or one that
 // is slow and lossy. The upstreams run in this process, each behind a
 // fault proxy whose faults the scenario changes as it goes; every name is

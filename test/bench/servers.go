@@ -47,7 +47,7 @@ type serverSetup struct {
 	// dnstapSocket, when set, is the collector's socket towerd writes
 	// dnstap to (scenario 11).
 	dnstapSocket string
-	// towerdConfig is more of towerd's config file (scenario 12's
+	// towerdConfig is more of towerd's config file (scenario 13's
 	// outage day turns hedging off with it).
 	towerdConfig string
 }
@@ -111,7 +111,7 @@ func exited(p *proc, logf string) error {
 // set.cacheSize answers, forwarding everything to set.upstream only.
 func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (string, []string, error) {
 	host, port, _ := strings.Cut(addr, ":")
-	// set.upstream may list several servers, comma-separated (scenario 12).
+	// set.upstream may list several servers, comma-separated (scenario 13).
 	upstreams := strings.Split(set.upstream, ",")
 	consulHost, consulPort, _ := strings.Cut(set.consulDNS, ":")
 	switch s {

@@ -117,7 +117,7 @@ func (b *bench) rows() []row {
 		add(fmt.Sprintf("11 dnstap, hits @%dk/s", dnstapRate/1000), b.dnstapRows()...)
 	}
 	if b.want["pick"] {
-		add("12 choosing a server", b.pickRows()...)
+		add("13 choosing a server", b.pickRows()...)
 	}
 	return rs
 }

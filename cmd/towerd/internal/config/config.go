@@ -68,6 +68,7 @@ type Config struct {
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
 	Dnstap     DnstapConfig     `toml:"dnstap"`  // dnstap.go
+	DNSSEC     DNSSECConfig     `toml:"dnssec"`  // dnssec.go
 }
 
 // CacheConfig is the [cache] table.
@@ -312,6 +313,7 @@ func DefaultConfig() Config {
 		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
 		Control: defaultControlConfig(),
 		Consul:  defaultConsulConfig(),
+		DNSSEC:  defaultDNSSECConfig(),
 	}
 }
 

@@ -362,6 +362,9 @@ func (c *Config) Validate() error {
 	if err := c.Local.validate(); err != nil {
 		return err
 	}
+	if err := c.DNSSEC.validate(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for i, z := range c.Zones {
 		key := fmt.Sprintf("zone[%d].name", i)

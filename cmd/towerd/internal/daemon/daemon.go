@@ -25,6 +25,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/dnstap"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
@@ -64,6 +65,10 @@ type Options struct {
 	// zone has no configured servers (resolvwatch.go); the zero value is
 	// what `towerd serve` uses.
 	ResolvConfWatch resolvconf.WatchOptions
+	// Clock is what the cache, the handler's timers, the upstream groups
+	// and the cache saver run on (issue 33); nil is the wall clock, what
+	// `towerd serve` uses. An in-process towerd under test may step it.
+	Clock clock.Clock
 }
 
 // Daemon is a running towerd: the sockets, the handler and what a reload
@@ -114,8 +119,10 @@ type Daemon struct {
 	// Local data (local.go): the source the handler runs with, the one
 	// resolverConfig built last (running once the handler takes it), and
 	// the poll of its hosts files.
-	local         atomic.Pointer[local.Source]
-	localNext     *local.Source
+	local     atomic.Pointer[local.Source]
+	localNext *local.Source
+	// anchors are the DNSSEC trust anchors last read (dnssecConfig).
+	anchors       []dns.RR
 	stopLocalPoll func()
 
 	// The search-list rules' lists (search.go).
@@ -135,6 +142,7 @@ type Daemon struct {
 // error nothing is left running and the error was logged; errors.Is(err,
 // ErrConfig) tells a configuration problem from a system one.
 func New(opts Options) (*Daemon, error) {
+	opts.Clock = clock.Or(opts.Clock)
 	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan reloadOutcome), quit: make(chan struct{}),
 		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
 	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
@@ -142,7 +150,9 @@ func New(opts Options) (*Daemon, error) {
 		d.log.Error("cannot use the sockets systemd passed", "err", err)
 		return nil, err
 	}
-	c, err := cache.New(cacheConfig(cfg))
+	cc := cacheConfig(cfg)
+	cc.Now = opts.Clock.Now
+	c, err := cache.New(cc)
 	if err != nil {
 		d.log.Error("cache", "err", err)
 		return nil, fmt.Errorf("%w: cache: %v", ErrConfig, err)
@@ -218,6 +228,12 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 	}
 	d.localNext = src
 	d.search.next = d.searchLists(cfg) // search.go
+	d.anchors = nil
+	if cfg.DNSSEC.ModeValue() != resolver.DNSSECOff {
+		if d.anchors, err = cfg.DNSSEC.ReadAnchors(); err != nil {
+			return resolver.Config{}, nil, err
+		}
+	}
 	rcfg := d.handlerConfig(cfg, d.records(src), d.search.next)
 	for _, z := range zones {
 		if len(z.Servers) == 0 && z.Name == "." {
@@ -264,7 +280,26 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
+	rcfg.DNSSEC = d.dnssecConfig(cfg)
+	rcfg.Clock = d.opts.Clock
 	return rcfg
+}
+
+// dnssecConfig is validation's share of cfg with the anchors last read
+// (resolverConfig). Besides the listed negative anchors, the Consul domain
+// and the local data's names are ones: private names under a signed root
+// (the resolver adds every zone other than ".").
+func (d *Daemon) dnssecConfig(cfg config.Config) resolver.DNSSECConfig {
+	mode := cfg.DNSSEC.ModeValue()
+	if mode == resolver.DNSSECOff {
+		return resolver.DNSSECConfig{}
+	}
+	negative := append([]string(nil), cfg.DNSSEC.NegativeTrustAnchors...)
+	if cfg.Consul.Domain != "" {
+		negative = append(negative, cfg.Consul.Domain)
+	}
+	negative = append(negative, cfg.Local.LocalNames()...)
+	return resolver.DNSSECConfig{Mode: mode, Anchors: d.anchors, NegativeAnchors: negative}
 }
 
 // probeName is the [[zone]] probe_name configured for zone, "" (". NS")
@@ -305,6 +340,7 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
 		HedgeBudget:           hedgeBudget(cfg),
+		Clock:                 d.opts.Clock,
 		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {
