@@ -63,7 +63,7 @@ func (fl *flight) start() {
 	}()
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
-	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	res.deadline = fl.f.clock.Now().Add(res.s.UpstreamTimeout)
 	res.asked = res.s.Now()
 	if res.search == searchTry {
 		// The round goes before the try's own first attempt: a reply to

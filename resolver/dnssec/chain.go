@@ -32,6 +32,10 @@ type zoneInfo struct {
 const (
 	keysEntry     = "K"
 	unsignedEntry = "U"
+	// delegationEntry: a proven unsigned delegation, which makes every
+	// name below it insecure without another question (unless an anchor
+	// of its own sits between).
+	delegationEntry = "D"
 )
 
 func (w *work) cached(key string) (*zoneInfo, bool) {
@@ -124,7 +128,10 @@ func (w *work) loadKeys(zone string, m *dns.Msg) *zoneInfo {
 	case r.Verdict != Secure:
 		return info(r)
 	case delegation:
-		return info(insecure("unsigned delegation " + zone))
+		d := info(insecure("unsigned delegation " + zone))
+		d.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
+		w.store(delegationEntry+zone, d)
+		return info(d.res)
 	}
 	return info(bogus(edeDNSKEYMissing, "signer "+zone+" is no signed zone"))
 }
@@ -245,6 +252,19 @@ func withEDE(r Result, ede uint16) Result {
 }
 
 func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
+	for n := name; ; {
+		if _, ok := w.cached(delegationEntry + n); ok {
+			return info(insecure("unsigned delegation " + n))
+		}
+		if _, ok := w.v.anchors[n]; ok {
+			break
+		}
+		p, ok := parent(n)
+		if !ok {
+			break
+		}
+		n = p
+	}
 	steps := 0
 	defer func() { w.depth -= steps }()
 	for n := name; ; {
@@ -275,7 +295,10 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 			case signed && r.Verdict != Secure:
 				return info(r)
 			case signed && delegation:
-				return info(insecure("unsigned delegation " + n))
+				z := info(insecure("unsigned delegation " + n))
+				z.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
+				w.store(delegationEntry+n, z)
+				return z
 			case signed:
 				return info(bogus(ede, "unsigned "+name+" in a signed zone"))
 			}

@@ -87,8 +87,11 @@ func TestValidateVerdicts(t *testing.T) {
 	expect(t, "signed A again", v.Validate(context.Background(), "www.example.", dns.TypeA, reply(0, signed, nil)), Secure, 0)
 	expect(t, "unsigned delegation again", v.Validate(context.Background(), "www.insecure.", dns.TypeA,
 		reply(0, []dns.RR{rr(t, "www.insecure. 300 IN A 192.0.2.7")}, nil)), Insecure, 0)
+	// Below a proven unsigned delegation, a new name needs no question.
+	expect(t, "another name under the unsigned delegation", v.Validate(context.Background(), "mail.insecure.", dns.TypeA,
+		reply(0, []dns.RR{rr(t, "mail.insecure. 300 IN A 192.0.2.8")}, nil)), Insecure, 0)
 	if n := tr.up.count() - before; n != 0 {
-		t.Errorf("validating again fetched %d times, want 0 (keys cached)", n)
+		t.Errorf("validating again fetched %d times, want 0 (keys and unsigned delegations cached)", n)
 	}
 }
 

@@ -18,6 +18,7 @@
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
+//	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -48,7 +49,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot"}
 
 func main() {
 	var (
@@ -263,6 +264,11 @@ func (b *bench) run() error {
 				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
 			}
 		}
+		if b.want["dot"] {
+			if err := b.dot(round); err != nil {
+				return fmt.Errorf("round %d, dot: %w", round, err)
+			}
+		}
 		if b.want["dnstap"] && slices.Contains(b.servers, "towerd") {
 			if err := b.dnstap(round, hitFile); err != nil { // dnstap.go
 				return fmt.Errorf("round %d, towerd, dnstap: %w", round, err)
@@ -278,6 +284,9 @@ func (b *bench) run() error {
 		}
 	}
 	b.table(os.Stdout)
+	if b.want["dot"] {
+		b.dotTable(os.Stdout)
+	}
 	fmt.Printf("\nmeasured in %v\n", time.Since(began).Round(time.Second))
 	return nil
 }
