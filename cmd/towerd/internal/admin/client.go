@@ -153,8 +153,26 @@ func OneLine(s string) string {
 
 // Render prints the human view: what an operator checks first when
 // services fail together (is it DNS?): hit ratio, stale answers, the
-// slowest upstream, the Consul watch.
+// slowest upstream, the Consul watch. Its fields hold others' text (the
+// agent's errors, a rejected file's), so it goes out with control
+// characters escaped (printable.go).
 func Render(w io.Writer, r Report, now time.Time) {
+	if r.ConsulWatch != nil && r.ConsulWatch.LastError != "" {
+		cw := *r.ConsulWatch
+		cw.LastError = Printable(cw.LastError)
+		r.ConsulWatch = &cw
+	}
+	if r.LastReload != nil && r.LastReload.Error != "" {
+		lr := *r.LastReload
+		lr.Error = Printable(lr.Error)
+		r.LastReload = &lr
+	}
+	var b strings.Builder
+	render(&b, r, now)
+	_, _ = io.WriteString(w, PrintableLines(b.String()))
+}
+
+func render(w io.Writer, r Report, now time.Time) {
 	state := "ready"
 	if !r.Ready {
 		state = "NOT READY"
