@@ -138,7 +138,10 @@ func (c *WireCall) armHedgeLocked(a *attempt, hedgeAfter time.Duration) {
 // hedge, and the attempt waits for its RTO).
 func (c *WireCall) hedgeLocked() (end bool) {
 	c.hedgeAt = time.Time{}
-	if len(c.attempts) != 1 || c.attempts[0].state != waitingUDP || !c.canSendLocked() || c.g.zoneSilent() {
+	// A first attempt waiting on a TLS connection is hedged too, to
+	// another server: nextLocked does not ask its server again (tlscall.go).
+	if len(c.attempts) != 1 || (c.attempts[0].state != waitingUDP && c.attempts[0].state != waitingTLS) ||
+		!c.canSendLocked() || c.g.zoneSilent() {
 		c.armLocked()
 		return false
 	}

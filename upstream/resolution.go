@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -147,7 +146,7 @@ func (c *WireCall) sendLocked() (end bool) {
 	if s.tls != nil {
 		return c.sendTLSLocked(a)
 	}
-	binary.BigEndian.PutUint16(c.query, randomID())
+	dnswire.SetID(c.query, randomID())
 	var into *udpSock
 	if a == &c.first {
 		into = &c.sock
@@ -180,7 +179,7 @@ func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 		// or not, the server is talking (silence.go).
 		a.server.heard()
 		var m dnswire.Msg
-		if len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0 {
+		if dnswire.Truncated(d.raw) {
 			c.retryTCPLocked(a)
 			return false
 		}
