@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -162,19 +161,12 @@ func (u *udpServer) serveGeneral(pkt []byte, from netip.AddrPort, joined *flight
 // does not unpack is counted and gets FORMERR too; an accepted one goes to
 // the handler. FuzzServeDNS runs it too.
 func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(error)) {
-	if len(pkt) < 12 {
+	dh, ok := dnswire.ReadHeader(pkt)
+	if !ok {
 		onBad(dns.ErrShortRead)
 		return
 	}
-	dh := dns.Header{
-		Id:      binary.BigEndian.Uint16(pkt),
-		Bits:    binary.BigEndian.Uint16(pkt[2:]),
-		Qdcount: binary.BigEndian.Uint16(pkt[4:]),
-		Ancount: binary.BigEndian.Uint16(pkt[6:]),
-		Nscount: binary.BigEndian.Uint16(pkt[8:]),
-		Arcount: binary.BigEndian.Uint16(pkt[10:]),
-	}
-	action := acceptHeader(dh.Bits, int(dh.Qdcount))
+	action := acceptHeader(dh.Flags, int(dh.QDCount))
 	switch action {
 	case dns.MsgIgnore:
 		return
@@ -189,8 +181,8 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		action = dns.MsgReject
 	}
 	req := new(dns.Msg)
-	setMsgFlags(req, dh.Bits)
-	req.Id = dh.Id
+	setMsgFlags(req, dh.Flags)
+	req.Id = dh.ID
 	opcode := req.Opcode
 	req.SetRcodeFormatError(req)
 	req.Zero = false

@@ -58,8 +58,8 @@ type tlsConn struct {
 	// or last brought a reply: the read timeout runs from it.
 	busySince time.Time
 	bogus     int
-	closed  bool
-	lastErr error
+	closed    bool
+	lastErr   error
 }
 
 func newTLSConn(t *tlsTransport) *tlsConn {
