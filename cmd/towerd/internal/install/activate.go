@@ -24,6 +24,11 @@ type Activation struct {
 	// holds the socket and starts towerd on the first query, so an answer
 	// there is towerd's (systemd itself never answers DNS).
 	Probe string
+	// Implied: not asked for with --activate, but install runs on a node
+	// whose systemd runs. Then a dnsmasq holding port 53 is not an error:
+	// install writes the files and prints the next: lines, dnsmasq's stop
+	// first, as without a running systemd.
+	Implied bool
 }
 
 // DefaultActivateTimeout is how long --activate waits for towerd.

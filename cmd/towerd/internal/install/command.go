@@ -134,7 +134,7 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 			// to start (issue 32). So install starts it, and puts everything
 			// back when it does not answer, as --activate does.
 			fmt.Fprintln(stdout, "systemd runs this node: install starts towerd and puts the node back if it does not answer (as --activate)")
-			opts.Activate = &Activation{Timeout: *activateTimeout}
+			opts.Activate = &Activation{Timeout: *activateTimeout, Implied: true}
 		}
 		report, err = Install(opts)
 	}
