@@ -315,7 +315,10 @@ func (n *node) must(script string) string {
 	n.t.Helper()
 	out, err := n.sh(3*time.Minute, script)
 	if err != nil {
-		n.t.Fatalf("in the container: %s: %v\n%s", script, err, lastLines(out, 40))
+		// systemd's own lines about towerd (a unit that cannot start logs
+		// from its child, "(towerd)[PID]", not only under -u towerd).
+		journal, _ := n.sh(30*time.Second, "journalctl -b --no-pager -o short-monotonic | grep -i towerd | tail -15")
+		n.t.Fatalf("in the container: %s: %v\n%s\njournalctl -b:\n%s", script, err, lastLines(out, 40), journal)
 	}
 	return out
 }
