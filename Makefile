@@ -20,7 +20,7 @@ RUN_CONTROL ?= bin/control.sock
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-deps consul-agent fleet-scale vet fmt-check tree-check fuzz bench clean deb deb-check version
+.PHONY: all build run test test-stress test-deps consul-agent fleet-scale vet fmt-check tree-check fuzz bench clean deb deb-check version
 
 all: build
 
@@ -44,6 +44,20 @@ run: build
 # the race detector.
 test: tree-check test-deps consul-agent fmt-check vet fuzz deb-check
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# Issue 33, not part of make test: the whole suite (go test -race ./...)
+# beside STRESS_HOGS CPU hogs (stress-ng, which test-deps installs), so a
+# test that leans on the machine's speed fails here, before it flakes in
+# CI. Run it before a change is merged; docs/development.md says more. The
+# hogs stop with the tests, and by themselves after STRESS_TIMEOUT.
+STRESS_HOGS ?= 2
+STRESS_TIMEOUT ?= 60m
+
+test-stress: test-deps consul-agent
+	@stress-ng --cpu $(STRESS_HOGS) --timeout $(STRESS_TIMEOUT) --quiet & hogs=$$!; \
+	echo "go test -race ./... beside $(STRESS_HOGS) CPU hogs (stress-ng pid $$hogs)"; \
+	$(GO) test -race -count=1 -timeout 30m ./...; status=$$?; \
+	kill $$hogs 2>/dev/null; wait $$hogs 2>/dev/null; exit $$status
 
 test-deps:
 	@test/install-deps.sh

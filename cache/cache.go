@@ -258,17 +258,21 @@ func (c *Cache) Flush() int {
 	return n
 }
 
-// MarkRefreshFailed records the current time on the entry for k, if any, so
-// the resolver can keep serving it stale without asking upstream again for a
-// while (RFC 8767 §4, the failure recheck timer). It does not bump recency.
-// A later Set for k starts a new entry with no failure recorded.
-func (c *Cache) MarkRefreshFailed(k Key) {
-	now := c.now()
+// MarkRefreshFailed records on the entry for k, if any, that a refresh
+// asked at asked has failed, so the resolver can keep serving it stale
+// without asking upstream again for a while (RFC 8767 §4, the failure
+// recheck timer, which runs from asked). The time is the ask's, not the
+// failure's: a server that came back after the refresh was sent ends the
+// recheck (Upstream.RecoveredSince), though the refresh's own packets,
+// sent while it was away, failed after it came back (issue 33). It does
+// not bump recency. A later Set for k starts a new entry with no failure
+// recorded.
+func (c *Cache) MarkRefreshFailed(k Key, asked time.Time) {
 	c.mu.Lock()
 	it, ok := c.lru.Peek(k)
 	c.mu.Unlock()
 	if ok {
-		it.markRefreshFailed(now)
+		it.markRefreshFailed(asked)
 	}
 }
 

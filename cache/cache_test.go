@@ -255,19 +255,20 @@ func TestRemoveAndFlush(t *testing.T) {
 func TestMarkRefreshFailed(t *testing.T) {
 	c, clock := newTestCache(t, Config{Capacity: 10, MaxStaleAge: time.Hour})
 	k := keyA("www.example.com.")
-	c.MarkRefreshFailed(k) // absent: no-op, must not create an entry
+	c.MarkRefreshFailed(k, clock.Now()) // absent: no-op, must not create an entry
 	if c.Len() != 0 {
 		t.Fatalf("MarkRefreshFailed on a missing key created an entry")
 	}
 	mustSet(t, c, k, aReply(t, "www.example.com.", 60, "192.0.2.1"))
 	clock.Advance(70 * time.Second)
-	failedAt := clock.Now()
-	c.MarkRefreshFailed(k)
+	askedAt := clock.Now()
+	clock.Advance(3 * time.Second) // the refresh's wait
+	c.MarkRefreshFailed(k, askedAt)
 	clock.Advance(5 * time.Second)
 
 	r, ok := c.Get(k)
-	if !ok || !r.RefreshFailedAt.Equal(failedAt) {
-		t.Fatalf("RefreshFailedAt = %v (ok %v), want %v", r.RefreshFailedAt, ok, failedAt)
+	if !ok || !r.RefreshFailedAt.Equal(askedAt) {
+		t.Fatalf("RefreshFailedAt = %v (ok %v), want %v, when the failed refresh was asked", r.RefreshFailedAt, ok, askedAt)
 	}
 	mustSet(t, c, k, aReply(t, "www.example.com.", 60, "192.0.2.1"))
 	if r, _ := c.Get(k); !r.RefreshFailedAt.IsZero() {

@@ -261,9 +261,9 @@ func (it *item) info(k Key, a age, now instant) Info {
 	}
 }
 
-// markRefreshFailed records a failed refresh at now.
-func (it *item) markRefreshFailed(now time.Time) {
-	it.refreshFailedAt.Store(now.UnixNano())
+// markRefreshFailed records a failed refresh, asked at asked.
+func (it *item) markRefreshFailed(asked time.Time) {
+	it.refreshFailedAt.Store(asked.UnixNano())
 }
 
 // setTTLs gives every record in the sections the same TTL. One TTL for the

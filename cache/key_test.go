@@ -189,7 +189,7 @@ func TestConcurrentUse(t *testing.T) {
 						_ = r.RefreshFailedAt
 					}
 				case 3:
-					c.MarkRefreshFailed(k)
+					c.MarkRefreshFailed(k, clock.Now())
 				case 4:
 					if w == 0 {
 						clock.Advance(time.Second)

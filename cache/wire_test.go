@@ -200,7 +200,7 @@ func TestAppendStaleMatchesGet(t *testing.T) {
 		t.Fatalf("fresh entry: %v, want StaleFresh", found)
 	}
 	clock.Advance(150 * time.Second)
-	c.MarkRefreshFailed(k)
+	c.MarkRefreshFailed(k, clock.Now())
 	before := c.Stats()
 	out, st, found := appendStale(dns.MaxMsgSize)
 	if found != StaleWritten {

@@ -24,13 +24,14 @@ type answer struct {
 	// (Config.TrimUDP).
 	trimsUDP   bool
 	udpAnswers int
+	r          *request // for the dnstap hook (tapWritten)
 }
 
 // answer is the general path's writer of one reply to r, req unpacked, on
 // w: its framing (replyShape) and whether it is cut like Consul's
 // (Config.TrimUDP).
 func (s *settings) answer(w dns.ResponseWriter, req *dns.Msg, r *request) answer {
-	a := answer{w: w, req: req, sh: s.replyShape(r), s: s}
+	a := answer{w: w, req: req, sh: s.replyShape(r), s: s, r: r}
 	if s.TrimUDP != nil && len(req.Question) == 1 {
 		a.udpAnswers, a.trimsUDP = s.TrimUDP([]byte(dns.CanonicalName(req.Question[0].Name)))
 	}
@@ -96,6 +97,9 @@ func (a answer) body(body *dns.Msg, stale bool, staleTTL func(own uint32) uint32
 // write frames out with the reply core and sends it.
 func (a answer) write(out *dns.Msg, ad, stale bool) {
 	a.sh.apply(out, ad, stale)
+	if a.s.Tap != nil {
+		a.tapWritten(a.s.Tap, out)
+	}
 	_ = a.w.WriteMsg(out) // the client is gone; nothing to do about it
 }
 

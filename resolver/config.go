@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnssec"
 )
 
 // Config is the part of towerd's configuration the handler acts on. It can be
@@ -41,8 +43,8 @@ type Config struct {
 	// the fast path asks it) whether its UDP answers are cut to fit the
 	// client as Consul's DNS cuts its own (trim.go), without TC, and the
 	// answer limit for a client without EDNS: the daemon's says so of the
-	// Consul domain, watched or not. The fast path leaves such answers to
-	// the general path.
+	// Consul domain, watched or not. The fast path answers those the cut
+	// leaves whole (consulCuts) and leaves the others to the general path.
 	TrimUDP func(name []byte) (answerLimit int, ok bool)
 
 	// Prefetch refreshes an entry in the background when it is hit in the
@@ -88,6 +90,14 @@ type Config struct {
 	// DefaultQueryLogRate.
 	QueryLogRate int
 
+	// Tap, if set, is given a copy of every client exchange and every
+	// upstream exchange that ends a resolution (dnstap, issue 38;
+	// dnstap.go). Nil: off, at the cost of one nil check per answer.
+	Tap Tap
+
+	// DNSSEC is validation (validate.go); its zero value is off.
+	DNSSEC DNSSECConfig
+
 	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
 	Now func() time.Time
 }
@@ -120,6 +130,8 @@ type settings struct {
 	Config
 	router *router
 	search *searchModel // nil: the search-list rules are off
+	// validator is nil with DNSSEC off (validate.go).
+	validator *dnssec.Validator
 }
 
 func newSettings(cfg Config) (*settings, error) {
@@ -165,7 +177,11 @@ func newSettings(cfg Config) (*settings, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &settings{Config: cfg, router: r, search: search}, nil
+	validator, err := newValidator(cfg, r)
+	if err != nil {
+		return nil, fmt.Errorf("dnssec: %w", err)
+	}
+	return &settings{Config: cfg, router: r, search: search, validator: validator}, nil
 }
 
 // staleTTLSeconds is the TTL written on stale answers.

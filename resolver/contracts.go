@@ -38,6 +38,19 @@ type RecordSource interface {
 	Covers(name []byte) bool
 }
 
+// RecordAppender is a RecordSource that also writes some of its answers
+// as bytes, for the fast path (issue 34: the Consul watch's A and AAAA
+// answers). AppendAnswer appends to dst, behind the header and the
+// question of name (canonical, only read during the call; class IN), the
+// answer section Answer would give, when it fits in limit bytes of dst and
+// the source may answer it so: no authority or additional records, NOERROR,
+// not stale, every owner a pointer to the question. It reports the records
+// written and Answer's why; ok false, dst unchanged, leaves the question
+// to Answer. It must not allocate.
+type RecordAppender interface {
+	AppendAnswer(dst, name []byte, qtype uint16, limit int) (out []byte, answers uint16, why string, ok bool)
+}
+
 // Upstream is what a zone forwards to: the one contract between the
 // resolver and its upstreams (issue 22), implemented by *upstream.Group.
 // Every capability the resolver uses is in it, so a wrapper must provide

@@ -18,6 +18,10 @@ import (
 // Answer there breaks this package's tests at compile time.
 var _ RecordSource = (*consul.Watcher)(nil)
 
+// The watch writes its A and AAAA answers as bytes for the fast path
+// (issue 34): renaming AppendAnswer would silently send them to ServeDNS.
+var _ RecordAppender = (*consul.Watcher)(nil)
+
 // Local data (issue 15) is a RecordSource too, for the same reason kept
 // out of resolver/local; the daemon chains it before the Consul watch.
 var _ RecordSource = (*local.Source)(nil)

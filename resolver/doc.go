@@ -8,7 +8,8 @@
 // A query reaches an answer by one of six routes:
 //
 //  1. Fast hit (fastpath.go answerPacket): a plain query whose answer is
-//     fresh in the cache is answered from the packet's bytes into a reused
+//     fresh in the cache, or one a RecordSource writes as bytes
+//     (recordsPacket), is answered from the packet's bytes into a reused
 //     buffer, with no allocation, by the reader of a UDP socket bound to
 //     one address (udp.go) or by a TCP connection's loop (tcp.go); so is
 //     one whose entry expired when its stale answer is due at once
@@ -64,12 +65,21 @@
 //     dns.Msg by replyShape.apply. A stale answer's TTL is
 //     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
+//   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
+//     as the agent cuts its own, Config.TrimUDP): consulCuts says whether
+//     it cuts an answer, from its record count and length; the fast path
+//     (hits, stale answers, the wire miss) answers what it leaves whole
+//     and leaves the rest to ServeDNS's trimLikeConsul.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why
 //     — the rule that answered, or why the watch passed the name on — goes
-//     into the observation, Query.Rule and Query.Passed); the fast path
-//     declines every name RecordSource.Covers, the union of a Chain's.
+//     into the observation, Query.Rule and Query.Passed). The fast path
+//     writes a covered name's answer as bytes when the source that covers
+//     it can (RecordAppender, recordsPacket: the Consul watch's A and
+//     AAAA of <svc>.service.<domain>, encoded once per record set) and
+//     declines every other name RecordSource.Covers, the union of a
+//     Chain's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry, the fast path's stale answer its
@@ -81,8 +91,10 @@
 //     for an entry that only just expired (staleAtOnce) or with every
 //     server of the zone down, else what is left of the client response
 //     timer, counted from the refresh's start (flight.started). The fast
-//     path answers only when it is 0; ServeDNS takes a client that waits,
-//     and joins the same refresh.
+//     path answers only when it is 0; a client that waits goes to ServeDNS
+//     with the refresh the fast path's miss decision joined or started
+//     (plainQuery.joined, flightJoiner), and waits for that one refresh
+//     whatever it ends in: one miss decision, one upstream query.
 //   - Every wait for a flight (a wire waiter's query_timeout, a ServeDNS
 //     client's query_timeout or stale timer): one deadline heap and timer
 //     per handler (deadlines.go).

@@ -34,10 +34,22 @@ type plainQuery struct {
 	nameLen  int
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
 	view     dnswire.Msg          // the packet, as parse read it
+	// udpAnswers and trims are Config.TrimUDP's say on the question, for
+	// a UDP query: its answer is cut like Consul's when consulCuts says
+	// so, and then left to the general path.
+	udpAnswers int
+	trims      bool
 	// replier, when set (by a UDP socket's reader or a TCP connection's
 	// loop), lets a miss take the wire miss path (wiremiss.go); parse
 	// leaves it as it is.
 	replier wireReplier
+	// joined, after answerPacket declined, is the refresh the fast path
+	// joined or started for a stale answer the client must wait for: the
+	// reader hands it to ServeDNS with the packet (flightJoiner), which
+	// waits for that refresh rather than deciding again (issue 34: a
+	// refresh that ended in NXDOMAIN meanwhile left no entry, and ServeDNS
+	// asked the upstream a second time).
+	joined *flight
 }
 
 // EDNS option codes the fast path accepts: ones towerd ignores and that
@@ -98,6 +110,48 @@ func (q *plainQuery) parse(p []byte) bool {
 // optionPadding).
 func fastOption(code uint16, _ []byte) bool { return code == optionCookie || code == optionPadding }
 
+// recordsPacket is answerPacket for a name a RecordSource covers: the
+// source's answer written as bytes when it can write it
+// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
+// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (cutLikeConsul). Everything else it declines, dst unchanged, to
+// ServeDNS, which asks the source's Answer.
+func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
+	if q.qclass != dns.ClassINET {
+		return dst, false
+	}
+	const rcode = dns.RcodeSuccess
+	sh := s.replyShape(&q.request)
+	reserve := 0
+	if sh.opt {
+		reserve = dnswire.OPTLen
+	}
+	headerAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
+	dst = append(dst, q.question...)
+	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
+	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
+	var extra uint16
+	if sh.opt {
+		extra = 1
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
+	}
+	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), answers, 0, extra)
+	q.rule = why
+	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
+	return dst, true
+}
+
+// cutLikeConsul reports whether an answer of answers records, size bytes
+// from the header to the last record, is cut like Consul's DNS cuts its
+// own for q (trim.go, consulCuts): the general path then writes it. Every
+// other answer under the Consul domain is the fast path's (issue 34).
+func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
+	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
+}
+
 // putHeader writes a reply's header into hdr[:12]: one question, and the
 // records of each section.
 func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
@@ -122,25 +176,25 @@ func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
 func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q *plainQuery) ([]byte, bool) {
 	s := h.settings.Load()
 	start := s.Now()
+	q.joined = nil
 	if !q.parse(pkt) {
 		return dst, false
 	}
-	q.client = from.Addr()
+	q.client, q.port, q.pkt = from.Addr(), from.Port(), pkt
 	q.tcp = tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen) // for the query log; copied only if it logs
 	if _, ok := admit(s, &q.request); !ok {
 		return dst, false // towerd's own answer (REFUSED, BADVERS...): the general path writes it
 	}
 	name := q.name[:q.nameLen]
-	if s.Records != nil && s.Records.Covers(name) {
-		return dst, false
-	}
+	q.udpAnswers, q.trims = 0, false
 	if !tcp && s.TrimUDP != nil {
-		if _, trims := s.TrimUDP(name); trims {
-			return dst, false // cut like Consul's DNS: the general path's (trim.go)
-		}
+		q.udpAnswers, q.trims = s.TrimUDP(name)
 	}
 	zone := s.router.routeCanonical(name)
+	if s.Records != nil && s.Records.Covers(name) {
+		return h.recordsPacket(dst, q, name, s, zone, start)
+	}
 
 	sh := s.replyShape(&q.request)
 	reserve := 0
@@ -153,6 +207,9 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
+	}
+	if q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
 	}
 
 	extra := hit.Extra
@@ -168,6 +225,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		key := cache.NewKey(string(name), q.qtype, q.qclass, q.do, q.cd())
 		prefetch = h.prefetch(s, zone, key, hit.TTL, hit.Remaining)
 	}
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceCache, hit.Rcode, start, prefetch)
 	return dst, true
 }
@@ -210,15 +268,20 @@ const ednsEDELen = 6
 // wrote after dst[:headerAt] (every TTL the stale answer TTL) are framed
 // by the reply core, EDE 3 for EDNS clients, and the refresh, if one was
 // started, runs behind the answer as any flight. A client that must wait
-// for the refresh is left to ServeDNS, which joins the same flight.
+// for the refresh is left to ServeDNS with the refresh in q.joined: it
+// waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
+	if q.cutLikeConsul(sh, st.Rcode, true, st.Answer, len(dst)-headerAt) {
+		return dst[:headerAt], false
+	}
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)
 	if plan == missWait && (fl.f == nil || s.staleWait(fl, zone, st.TTL, st.Expired) > 0) {
 		// A refresh stored a fresh entry since (a flight made of it), or
-		// the client waits for the refresh: ServeDNS's, from its lookup.
+		// the client waits for the refresh: ServeDNS's, with the flight.
+		q.joined = fl
 		return dst[:headerAt], false
 	}
 	extra := st.Extra
@@ -228,6 +291,7 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(st.Rcode, st.AuthenticatedData), st.Answer, st.Ns, extra)
 	h.cache.CountStaleHit() // ServeDNS's lookup would have counted it
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceStale, st.Rcode, start, false)
 	return dst, true
 }
@@ -269,6 +333,7 @@ func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *set
 		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, false))
 	}
 	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)
 	return dst
 }

@@ -39,7 +39,7 @@ func staleAfterFailure(tb testing.TB, h *Handler, clock *fakeClock, pkts [][]byt
 	tb.Helper()
 	clock.Advance(400 * time.Second)
 	for _, pkt := range pkts {
-		h.cache.MarkRefreshFailed(keyOfPacket(tb, pkt))
+		h.cache.MarkRefreshFailed(keyOfPacket(tb, pkt), clock.Now())
 	}
 }
 

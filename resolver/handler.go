@@ -39,6 +39,9 @@ type Handler struct {
 	logQueries atomic.Bool
 	queryLog   *slog.Logger
 	queryLines lineRate
+
+	// DNSSEC verdicts (validate.go).
+	dnssecStats dnssecStats
 }
 
 // Observer receives one call per answered query; metrics implement it.
@@ -179,11 +182,14 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		a.entryTTL = res.TTL
 	}
 
-	search := searchNone
-	if !found {
-		search = s.searchRoleOf(key) // a name with an entry existed: its lookup ends there
+	fl, plan := joinedFlight(w), missWait
+	if fl == nil {
+		search := searchNone
+		if !found {
+			search = s.searchRoleOf(key) // a name with an entry existed: its lookup ends there
+		}
+		fl, plan = h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart, search)
 	}
-	fl, plan := h.planMiss(s, zone, key, stale != nil, res.RefreshFailedAt, start, planStart, search)
 	if plan == missFallback {
 		h.fail(a, stale, record)
 		return
@@ -221,6 +227,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 		if stale == nil {
 			r.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
 		}
+		a.sh.failEDE = bogusEDE(fl.err)
 		h.fail(a, stale, record)
 		return
 	}
@@ -228,6 +235,25 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	msg := fl.message()
 	record(fl.answerSource(), msg.Rcode, false)
 	a.msg(msg, false)
+}
+
+// flightJoiner is the ResponseWriter of a query the fast path declined
+// after its miss decision joined or started the question's refresh
+// (plainQuery.joined): the UDP and TCP readers' writers.
+type flightJoiner interface {
+	joinedFlight() *flight
+}
+
+// joinedFlight is the flight the fast path joined for the query w answers,
+// nil when it joined none. ServeDNS then waits for that flight whatever
+// the cache shows now: the fast path's decision was this client's one
+// miss decision, and deciding again would ask the upstream a second time
+// for one question when the refresh ended in NXDOMAIN (issue 34).
+func joinedFlight(w dns.ResponseWriter) *flight {
+	if j, ok := w.(flightJoiner); ok {
+		return j.joinedFlight()
+	}
+	return nil
 }
 
 // prefetch starts the background refresh of a fresh hit that is due for one

@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 	"testing"
@@ -501,13 +502,20 @@ func (r recoveringUpstream) RecoveredSince(t time.Time) bool { return r.back.Aft
 // that is back: a refresh failed, so the stale answer comes without asking
 // again; once a server of the zone has come back since, the next question
 // asks (issue 23: forwarded Consul answers stayed stale 30 s after the agent
-// was back).
+// was back). "Since" is since the failed refresh was asked: a server back
+// while its packets, sent before, went unanswered ends the recheck too
+// (issue 33: the drill beside CPU hogs saw no recovery, every name that
+// had a refresh in flight as the upstream came back stale 30 s more).
 func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		back  time.Duration // after the failure; < 0: before it
 		asked bool
-	}{{"not back", -time.Hour, false}, {"back since", time.Second, true}} {
+	}{
+		{"not back", -time.Hour, false},
+		{"back since", time.Second, true},
+		{"back while the failed refresh waited", -time.Second, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := recoveringUpstream{deadUpstream: deadUpstream{asked: make(chan struct{}, 4)}}
 			e := newEnv(t, func(c *Config) {
@@ -517,7 +525,8 @@ func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 			})
 			e.seedStale("recheck.example.", "192.0.2.13", 300)
 			key := cache.NewKey("recheck.example.", dns.TypeA, dns.ClassINET, false, false)
-			e.h.cache.MarkRefreshFailed(key)
+			// Asked 3 s ago, failed now.
+			e.h.cache.MarkRefreshFailed(key, e.clock.Now().Add(-3*time.Second))
 			up.back = e.clock.Now().Add(tc.back)
 			s := e.h.settings.Load()
 			res, _ := e.h.cache.Get(key)
@@ -526,5 +535,59 @@ func TestFailureRecheckEndsWhenUpstreamIsBack(t *testing.T) {
 				t.Errorf("plan %v: asks again %v, want %v", plan, asked, tc.asked)
 			}
 		})
+	}
+}
+
+// joinedWriter is a memWriter that carries the flight the fast path
+// joined, as the UDP and TCP readers' writers do (flightJoiner).
+type joinedWriter struct {
+	memWriter
+	joined *flight
+}
+
+func (w *joinedWriter) joinedFlight() *flight { return w.joined }
+
+var _ flightJoiner = (*joinedWriter)(nil)
+
+// The stale join (issue 34): a client whose stale answer must wait for
+// the refresh is declined by the fast path after it started that refresh;
+// when the refresh ends in NXDOMAIN before ServeDNS looks at the cache,
+// ServeDNS finds no entry at all, and must still answer from that refresh
+// rather than ask the upstream again. The window is forced here: the
+// refresh ends between the fast path's decline and ServeDNS.
+func TestStaleJoinAnsweredFromTheRefreshItStarted(t *testing.T) {
+	e := newEnv(t, nil)
+	e.query("gone.example.")
+	e.up.mode.Store("nxdomain")
+	e.clock.Advance(302 * time.Second) // past staleAtOnce: the client waits
+
+	req := new(dns.Msg)
+	req.SetQuestion("gone.example.", dns.TypeA)
+	req.SetEdns0(1232, false)
+	pkt, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q plainQuery
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	if _, ok := e.h.answerPacket(nil, pkt, from, false, &q); ok {
+		t.Fatal("the fast path answered a stale question whose client must wait")
+	}
+	if q.joined == nil {
+		t.Fatal("the fast path declined without handing over the refresh it started")
+	}
+	waitFlight(e.h, q.joined) // the refresh ends in NXDOMAIN: the entry is gone
+
+	w := &joinedWriter{joined: q.joined}
+	e.h.ServeDNS(w, req)
+	r := new(dns.Msg)
+	if err := r.Unpack(w.reply); err != nil {
+		t.Fatalf("reply: %v", err)
+	}
+	if r.Rcode != dns.RcodeNameError {
+		t.Errorf("rcode %s, want the refresh's NXDOMAIN", dns.RcodeToString[r.Rcode])
+	}
+	if n := e.up.queries.Load(); n != 2 {
+		t.Errorf("upstream saw %d queries, want 2: the warm-up and the one refresh", n)
 	}
 }

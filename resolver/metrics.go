@@ -165,6 +165,7 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 			Help: "Query-log lines not written because the query log was at its rate limit (log_queries_rate lines a second).",
 		}, func() float64 { return float64(h.QueryLogDropped()) }),
 		searchCollector{h},
+		dnssecCollector{h},
 	}
 	if srv != nil {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

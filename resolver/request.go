@@ -51,6 +51,14 @@ type request struct {
 	// What decided (Query.Rule, Query.Passed, Query.Entry).
 	rule, passed string
 	entry        cache.Origin
+
+	// For the dnstap hook only (dnstap.go): the client's port, the query's
+	// bytes and the reply's on the fast path (aliasing the reader's
+	// buffers), and what observe saw, for the general path's writer.
+	port               uint16
+	pkt, reply         []byte
+	tapSource, tapZone string
+	tapStart           time.Time
 }
 
 // fromMsg fills r from an unpacked query and the connection it came on.
@@ -70,8 +78,10 @@ func (r *request) fromMsg(m *dns.Msg, w dns.ResponseWriter) {
 	switch a := w.RemoteAddr().(type) {
 	case *net.UDPAddr:
 		r.client, _ = netip.AddrFromSlice(a.IP)
+		r.port = uint16(a.Port)
 	case *net.TCPAddr:
 		r.client, _ = netip.AddrFromSlice(a.IP)
+		r.port = uint16(a.Port)
 		r.tcp = true
 	}
 }
@@ -183,6 +193,9 @@ type replyShape struct {
 	opt   bool   // the client spoke EDNS: the reply carries towerd's OPT
 	do    bool
 	limit int // bytes; past it records are dropped and TC set
+	// failEDE is the Extended DNS Error of a SERVFAIL that has its own
+	// (a bogus answer's, validate.go); 0: towerd's 22.
+	failEDE uint16
 }
 
 // replyShape frames replies to r. UDP replies stop at the client's
@@ -238,6 +251,8 @@ func (sh replyShape) ede(rcode int, stale bool) uint16 {
 		return 0
 	case stale:
 		return dns.ExtendedErrorCodeStaleAnswer
+	case rcode == dns.RcodeServerFailure && sh.failEDE != 0:
+		return sh.failEDE
 	case rcode == dns.RcodeServerFailure:
 		return dns.ExtendedErrorCodeNoReachableAuthority
 	}
@@ -275,8 +290,12 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 // observe is the one Observer call of every route, made just before the
 // answer is written, so a client that has its answer is already counted:
 // /metrics never lags behind it. It also writes the query log's line when
-// the log is on (one atomic load when it is off) and hands Trace its copy.
+// the log is on (one atomic load when it is off), hands Trace its copy and
+// the dnstap hook its exchange (a nil check when dnstap is off).
 func (h *Handler) observe(s *settings, r *request, zone, source string, rcode int, start time.Time, prefetch bool) {
+	if s.Tap != nil {
+		tapObserved(s.Tap, r, zone, source, start, s.Now())
+	}
 	logging := h.logQueries.Load()
 	if h.obs == nil && !logging && r.trace == nil {
 		return

@@ -35,11 +35,16 @@ type resolution struct {
 	s        *settings // the configuration the flight was made under
 	zone     Zone
 	deadline time.Time // upstream.timeout from the start
+	// asked is when the resolution began, by the handler's clock: a
+	// failure is marked as of then (cache.MarkRefreshFailed).
+	asked time.Time
 	// search is what the resolution is to the search-list rules
 	// (searchahead.go); round, the round a try started or a candidate
 	// was asked by.
 	search searchRole
 	round  *searchRound
+	// validate: the reply is validated before settle (validate.go).
+	validate bool
 }
 
 // start starts the flight's resolution from the goroutine that made it
@@ -59,6 +64,7 @@ func (fl *flight) start() {
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
 	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	res.asked = res.s.Now()
 	if res.search == searchTry {
 		// The round goes before the try's own first attempt: a reply to
 		// that may settle the flight before StartWire returns, and the
@@ -67,8 +73,9 @@ func (fl *flight) start() {
 		res.round = &searchRound{}
 		res.h.searchAhead(res.s, fl.key, res.round)
 	}
+	res.validate = res.s.validates(fl.key)
 	bp := queryBufs.Get().(*[]byte)
-	query := appendUpstreamQuery((*bp)[:0], fl.key)
+	query := appendUpstreamQuery((*bp)[:0], res.s.upstreamKey(fl.key, res.validate))
 	res.zone.Upstream.StartWire(fl.call, upstream.WireQuery{Ctx: fl.f.ctx, Packed: query, Deadline: res.deadline,
 		Below: res.zone.below}, fl)
 	*bp = query[:0]
@@ -95,7 +102,10 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 		return
 	}
 	res := &fl.res
-	if err != nil || wr.Scrub.ChaseName == "" {
+	if t := res.s.Tap; t != nil && wr.Raw != nil {
+		tapForwarder(t, res, fl.key, wr)
+	}
+	if err != nil || (wr.Scrub.ChaseName == "" && !res.validate) {
 		fl.finish(fl.settleRecovered(wr.Raw, wr.Server, err))
 		return
 	}
@@ -106,7 +116,13 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 			defer fl.recoverInto(&o)
 			ctx, cancel := context.WithDeadline(fl.f.ctx, res.deadline)
 			defer cancel()
-			reply, err := res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
+			reply, err := raw, error(nil)
+			if wr.Scrub.ChaseName != "" {
+				reply, err = res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
+			}
+			if err == nil && res.validate {
+				reply, err = res.h.validated(ctx, res.s, fl.key, reply)
+			}
 			o = res.h.settle(res, fl.key, reply, wr.Server, err)
 		}()
 		fl.finish(o)
@@ -169,7 +185,7 @@ func (h *Handler) settle(res *resolution, key cache.Key, raw []byte, server stri
 		}
 		err = errUpstreamReply{reason}
 	}
-	h.cache.MarkRefreshFailed(key)
+	h.cache.MarkRefreshFailed(key, res.asked)
 	if res.search != searchNone {
 		h.searchSettled(res, key, nil, server)
 	}

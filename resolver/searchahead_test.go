@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
@@ -121,13 +120,7 @@ func (e *searchEnv) count(name string) int { return e.up.Count(name, dns.TypeA) 
 // has been settled.
 func (e *searchEnv) settled() {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.h.Inflight() != 0 {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%d resolutions still run", e.h.Inflight())
-		}
-		runtime.Gosched()
-	}
+	dnstest.Eventually(e.t, func() bool { return e.h.Inflight() == 0 }, 10*time.Second, "every resolution to end")
 }
 
 func wait(t *testing.T, ch <-chan struct{}, what string) {

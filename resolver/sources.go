@@ -62,3 +62,29 @@ func lookupRecords(rs RecordSource, q dns.Question) (m *dns.Msg, stale bool, lab
 	m, stale, why, ok = rs.Answer(q)
 	return m, stale, SourceRecords, why, ok
 }
+
+// appendRecords asks rs (Config.Records) for an answer as bytes
+// (RecordAppender): in a Chain, of the first source that covers name,
+// whose Answer would be asked first of those that might answer. label is
+// lookupRecords's.
+func appendRecords(rs RecordSource, dst, name []byte, qtype uint16, limit int) (out []byte, answers uint16, label, why string, ok bool) {
+	switch rs := rs.(type) {
+	case nil:
+		return dst, 0, "", "", false
+	case Chain:
+		for _, src := range rs {
+			if src.Covers(name) {
+				if ra, can := src.RecordSource.(RecordAppender); can {
+					out, answers, why, ok = ra.AppendAnswer(dst, name, qtype, limit)
+					return out, answers, src.Label, why, ok
+				}
+				return dst, 0, "", "", false
+			}
+		}
+		return dst, 0, "", "", false
+	case RecordAppender:
+		out, answers, why, ok = rs.AppendAnswer(dst, name, qtype, limit)
+		return out, answers, SourceRecords, why, ok
+	}
+	return dst, 0, "", "", false
+}

@@ -276,7 +276,7 @@ func (t *tcpServer) answer(p *tcpPipe, out, pkt []byte, from netip.AddrPort, q *
 			return reply[:0]
 		}
 	}
-	w := &tcpWriter{pipe: p, conn: p.conn, buf: out[:0]}
+	w := &tcpWriter{pipe: p, conn: p.conn, buf: out[:0], joined: q.joined}
 	servePacket(t.handler, pkt, w, t.badPacket)
 	return w.buf[:0]
 }
@@ -323,12 +323,18 @@ func (t *tcpServer) shutdown(ctx context.Context) error {
 // tcpWriter is the dns.ResponseWriter of a general-path TCP query: its
 // message goes out through the connection's pipe.
 type tcpWriter struct {
-	pipe *tcpPipe
-	conn net.Conn
-	buf  []byte
+	pipe   *tcpPipe
+	conn   net.Conn
+	buf    []byte
+	joined *flight // the fast path's (plainQuery.joined)
 }
 
-var _ dns.ResponseWriter = (*tcpWriter)(nil)
+var (
+	_ dns.ResponseWriter = (*tcpWriter)(nil)
+	_ flightJoiner       = (*tcpWriter)(nil)
+)
+
+func (w *tcpWriter) joinedFlight() *flight { return w.joined }
 
 func (w *tcpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
 func (w *tcpWriter) RemoteAddr() net.Addr { return w.conn.RemoteAddr() }

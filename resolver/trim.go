@@ -28,6 +28,12 @@ const maxConsulAnswers = 8
 // cut leaving in the additional section only the first record of each SRV
 // target, as Consul's syncExtra does. At least one answer record stays.
 func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
+	// Consul measures its answers compressed (as the reply core sends
+	// them), except the answer-limited ones below.
+	out.Compress = true
+	if !consulCuts(limit, edns, answerLimit, room, len(out.Answer), out.Len()) {
+		return
+	}
 	maxSize := limit - room
 	hasExtra := len(out.Extra) > 0
 	index := map[string]dns.RR{}
@@ -36,9 +42,6 @@ func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
 			index[name] = rr
 		}
 	}
-	// Consul measures its answers compressed (as the reply core sends
-	// them), except the answer-limited ones below.
-	out.Compress = true
 	if !edns || limit == dns.MinMsgSize {
 		if n := min(maxConsulAnswers, answerLimit); len(out.Answer) > n {
 			out.Compress = false
@@ -61,6 +64,22 @@ func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
 		}
 	}
 	out.Compress = true
+}
+
+// consulCuts reports whether trimLikeConsul cuts an answer of answers
+// records, size bytes long compressed without the reply core's additions
+// (room), for a UDP client whose answers may be limit bytes: the one rule
+// of when the cut applies. trimLikeConsul asks it of its message; the fast
+// path asks it of the bytes it wrote for a cached or stale answer under
+// the Consul domain, and answers there when nothing is cut (issue 34),
+// leaving the cut to the general path: the count and the length are the
+// hit's, from the bytes the cache just wrote.
+func consulCuts(limit int, edns bool, answerLimit, room, answers, size int) bool {
+	if (!edns || limit == dns.MinMsgSize) && answers > min(maxConsulAnswers, answerLimit) {
+		return true
+	}
+	// 8: the UDP header, as Consul counts it.
+	return answers > 1 && size > limit-room-8
 }
 
 // consulBinaryCut is Consul's dnsBinaryTruncate: the most answer records

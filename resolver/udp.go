@@ -125,8 +125,8 @@ func (u *udpServer) read() error {
 			}
 			u.slow.Add(1)
 			u.mu.Unlock()
-			general := append([]byte(nil), pkt...)
-			u.workers.do(func() { u.serveGeneral(general, from) })
+			general, joined := append([]byte(nil), pkt...), q.joined
+			u.workers.do(func() { u.serveGeneral(general, from, joined) })
 		}
 		_ = io.flush() // a client gone is not our error
 	}
@@ -146,10 +146,11 @@ func (u *udpServer) answerFast(out, pkt []byte, from netip.AddrPort, q *plainQue
 	return u.fast.answerPacket(out, pkt, from, false, q)
 }
 
-// serveGeneral answers one packet that the fast path declined.
-func (u *udpServer) serveGeneral(pkt []byte, from netip.AddrPort) {
+// serveGeneral answers one packet that the fast path declined, joined to
+// the flight it joined, if any (plainQuery.joined).
+func (u *udpServer) serveGeneral(pkt []byte, from netip.AddrPort, joined *flight) {
 	defer u.slow.Done()
-	servePacket(u.handler, pkt, &udpWriter{conn: u.conn, to: from}, u.badPacket)
+	servePacket(u.handler, pkt, &udpWriter{conn: u.conn, to: from, joined: joined}, u.badPacket)
 }
 
 // servePacket does with one packet what miekg/dns's Server.serveDNS
@@ -276,11 +277,17 @@ func (u *udpServer) shutdown(ctx context.Context) error {
 
 // udpWriter is the dns.ResponseWriter of a general-path UDP query.
 type udpWriter struct {
-	conn *net.UDPConn
-	to   netip.AddrPort
+	conn   *net.UDPConn
+	to     netip.AddrPort
+	joined *flight // the fast path's (plainQuery.joined)
 }
 
-var _ dns.ResponseWriter = (*udpWriter)(nil)
+var (
+	_ dns.ResponseWriter = (*udpWriter)(nil)
+	_ flightJoiner       = (*udpWriter)(nil)
+)
+
+func (w *udpWriter) joinedFlight() *flight { return w.joined }
 
 func (w *udpWriter) LocalAddr() net.Addr  { return w.conn.LocalAddr() }
 func (w *udpWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.to) }

@@ -133,9 +133,12 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	if !q.parse(w.pkt) {
 		return // it parsed when it came
 	}
-	q.client, q.tcp = w.from.Addr(), w.tcp
+	q.client, q.port, q.pkt, q.tcp = w.from.Addr(), w.from.Port(), w.pkt, w.tcp
 	q.qname = unsafe.String(&q.name[0], q.nameLen)
 	s := w.s
+	if !q.tcp && s.TrimUDP != nil {
+		q.udpAnswers, q.trims = s.TrimUDP(q.name[:q.nameLen])
+	}
 	sh := s.replyShape(&q.request)
 	bp := replyBufs.Get().(*[]byte)
 	defer replyBufs.Put(bp)
@@ -145,6 +148,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	case timedOut || fl.err != nil || (fl.msg == nil && !fl.wireOK):
 		if !timedOut {
 			q.upstream = fl.server // the server whose SERVFAIL or REFUSED ended it, if any
+			sh.failEDE = bogusEDE(fl.err)
 		}
 		dst = h.servfailPacket(dst, 0, q, s, sh, w.zone, w.start)
 	case fl.wireOK:
@@ -154,7 +158,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		var hit cache.WireHit
 		var ok bool
-		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok {
+		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok || q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)) {
 			general = true
 			h.answerWireGeneral(fl, w)
 			return
@@ -166,6 +170,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
 		q.upstream = fl.server
+		q.reply = dst
 		h.observe(s, &q.request, w.zone, fl.answerSource(), hit.Rcode, w.start, false)
 	default:
 		general = true

@@ -1,10 +1,13 @@
 package resolver
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // A waiting goroutine ends after its idle timeout, and a job handed to the
@@ -18,14 +21,9 @@ func TestWorkersEndWhenIdle(t *testing.T) {
 	w.do(func() { ran.Add(1); close(done) })
 	<-done
 	base := runtime.NumGoroutine()
-	// The worker waits at most a millisecond; poll (bounded) for it to end.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() >= base && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polling interval of a bounded wait
-	}
-	if n := runtime.NumGoroutine(); n >= base {
-		t.Fatalf("goroutines %d, want fewer than %d once the idle worker timed out", n, base)
-	}
+	// The worker waits at most a millisecond, then ends.
+	dnstest.Eventually(t, func() bool { return runtime.NumGoroutine() < base }, 10*time.Second,
+		fmt.Sprintf("fewer than %d goroutines once the idle worker timed out", base))
 	second := make(chan struct{})
 	w.do(func() { ran.Add(1); close(second) })
 	select {

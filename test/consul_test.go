@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
@@ -95,20 +96,14 @@ func register(t *testing.T, c *api.Client, reg *api.AgentServiceRegistration) {
 	})
 }
 
-// waitCatalog polls the catalog (bounded) until ok holds for service.
+// waitCatalog waits until ok holds for service in the real agent's
+// catalog.
 func waitCatalog(t *testing.T, c *api.Client, service string, ok func([]*api.CatalogService) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	dnstest.Eventually(t, func() bool {
 		entries, _, err := c.Catalog().Service(service, "", nil)
-		if err == nil && ok(entries) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("catalog of %s not as expected within 10s (err %v)", service, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return err == nil && ok(entries)
+	}, 10*time.Second, "the catalog of "+service)
 }
 
 // servicesIndex is the X-Consul-Index of the agent's service list.

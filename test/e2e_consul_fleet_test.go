@@ -20,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
@@ -331,20 +332,14 @@ func readMetric(t *testing.T, d *towerd, series string) (float64, bool) {
 	return 0, false
 }
 
-// waitMetric polls towerd's /metrics (bounded) until series has value want.
+// waitMetric waits until towerd's /metrics has series at want.
 func waitMetric(t *testing.T, d *towerd, series string, want float64, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		v, _ := readMetric(t, d, series)
-		if v == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v after %v, want %v", series, v, timeout, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
-	}
+	var v float64
+	dnstest.Eventually(t, func() bool {
+		v, _ = readMetric(t, d, series)
+		return v == want
+	}, timeout, fmt.Sprintf("%s = %v", series, want))
 }
 
 // connsTo counts the established TCP connections of d's process to addr

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/test/netns"
 )
 
@@ -322,23 +323,19 @@ func TestSiteDay(t *testing.T) {
 	}
 }
 
-// waitAgent polls (bounded) until c's agent has a leader and its node is in
-// the catalog.
+// waitAgent waits until c's agent has a leader and its node is in the
+// catalog: a real agent in a namespace, starting beside the whole day's
+// processes, hence the generous bound.
 func waitAgent(t *testing.T, c *api.Client, node string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	dnstest.Eventually(t, func() bool {
 		leader, err := c.Status().Leader()
-		if err == nil && leader != "" {
-			if n, _, err := c.Catalog().Node(node, nil); err == nil && n != nil {
-				return
-			}
+		if err != nil || leader == "" {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consul agent %s not ready within 90 s (last error %v)", node, err)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval of a bounded wait
-	}
+		n, _, err := c.Catalog().Node(node, nil)
+		return err == nil && n != nil
+	}, 90*time.Second, "consul agent "+node+" to have a leader and its node in the catalog")
 }
 
 // parseLookups reads the gateway loop's lines: "<start ns> <end ns> <name> ok|fail".

@@ -199,10 +199,15 @@ func TestSpoofedRepliesThroughFaultProxy(t *testing.T) {
 	}
 	// Wrong-source forgeries never reach towerd: its upstream socket is
 	// connected, and the kernel drops datagrams from any other address. The
-	// others arrive ahead of the genuine reply, so an attempt that did not
-	// time out read every one of them.
+	// others arrive ahead of the genuine reply on the attempt's socket, so
+	// when every name took one attempt, towerd read every one of them. A
+	// retransmission (an RTO that ran out on a loaded machine) has a socket
+	// and forgeries of its own, closed unread when the other attempt's
+	// genuine reply wins, and counts as superseded, not as a timeout: this
+	// test flaked beside CPU hogs while it keyed the exact count on
+	// timeouts == 0 (issue 33).
 	switch {
-	case timeouts == 0 && mismatches != readable:
+	case st.Queries == names && mismatches != readable:
 		t.Errorf("towerd_upstream_errors_total{reason=\"mismatch\"} = %v, want %v (wrong ID + wrong question sent)", mismatches, readable)
 	case mismatches < 1 || mismatches > readable:
 		t.Errorf("towerd_upstream_errors_total{reason=\"mismatch\"} = %v, want between 1 and %v", mismatches, readable)

@@ -32,9 +32,10 @@ func TestReload(t *testing.T) {
 	)
 	// The counts below are of packets: a loopback reply late past the RTO
 	// floor on a loaded machine would add a retransmission, so the floor is
-	// raised well above any such delay (what is tested is the reload).
+	// raised well above any such delay, and the held query would be hedged,
+	// so hedging is off (what is tested is the reload).
 	config := func(head string, corp *testUpstream) string {
-		return fmt.Sprintf("%s\n[upstream]\nmin_attempt_timeout = \"1.5s\"\n[[zone]]\nname = \"corp.example.\"\nservers = [%q]\n", head, corp.Addr) + zonesFor(def, consul)
+		return fmt.Sprintf("%s\n[upstream]\nmin_attempt_timeout = \"1.5s\"\nhedge_budget = 0\n[[zone]]\nname = \"corp.example.\"\nservers = [%q]\n", head, corp.Addr) + zonesFor(def, consul)
 	}
 	path := writeConfig(t, config("", before))
 	d := startTowerd(t, "-config", path, "-listen", "127.0.0.1:0")

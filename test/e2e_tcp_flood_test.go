@@ -20,6 +20,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // TCP flood shape (issue 13): towerd runs with 256 file descriptors, and
@@ -345,19 +347,13 @@ func settle(t *testing.T, d *towerd, baseFDs, baseG int) (int, int) {
 	return fds, g
 }
 
-// waitFor polls cond every 50 ms until it holds, for at most
-// floodEffectTimeout: a condition on another process's state, which has no
-// event to wait on. Under -race, with the whole suite on two cores, a
-// never-reading flood can take a while to fill the buffers.
+// waitFor waits until cond holds, for at most floodEffectTimeout: a
+// condition on another process's state, which has no event to wait on.
+// Under -race, with the whole suite on two cores, a never-reading flood
+// can take a while to fill the buffers.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(floodEffectTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", floodEffectTimeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	dnstest.Eventually(t, cond, floodEffectTimeout, what)
 }
 
 // floodEffectTimeout bounds the wait for a flood to show its close reason.

@@ -36,10 +36,27 @@ command -v stress-ng >/dev/null 2>&1 || need="$need stress-ng"
 # make deb packs with dpkg-deb (dpkg) and make deb-check runs lintian on the
 # package; the package test checks the zsh completion with zsh -n and the
 # man pages with man (man-db).
+# The DNS over TLS test runs a real unbound (its binary, with a config of
+# its own on a free loopback port, -d) as the TLS server, and reads its
+# counters with unbound-control (same package).
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || need="$need unbound"
 command -v dpkg-deb >/dev/null 2>&1 || need="$need dpkg"
 command -v lintian >/dev/null 2>&1 || need="$need lintian"
 command -v zsh >/dev/null 2>&1 || need="$need zsh"
 command -v man >/dev/null 2>&1 || need="$need man-db"
+# The DNSSEC test signs zones with ldns-signzone and ldns-keygen
+# (ldnsutils), serves them with unbound's auth-zone and compares towerd's
+# verdicts with unbound's own validator, each on a port of the test's own.
+command -v ldns-signzone >/dev/null 2>&1 || need="$need ldnsutils"
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || need="$need unbound"
+# The dnstap tests (issue 38) read towerd's messages with the reference
+# tools, fstrm_capture (fstrm-bin) and dnstap-ldns, and compare them with
+# unbound's, whose binary they run in the foreground with a config of their
+# own (the package may start its own service where systemd runs; the tests
+# use free loopback ports either way).
+command -v fstrm_capture >/dev/null 2>&1 || need="$need fstrm-bin"
+command -v dnstap-ldns >/dev/null 2>&1 || need="$need dnstap-ldns"
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || need="$need unbound"
 
 if [ -n "$need" ]; then
 	echo "installing:$need"

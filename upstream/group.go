@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -61,18 +63,33 @@ type GroupOptions struct {
 	// attempt still unanswered when another attempt's reply ended the
 	// resolution.
 	Observe func(server string, d time.Duration, kind string)
-	// Now is the clock that RTT samples are measured with; nil means
-	// time.Now. Socket deadlines and probe timers use the real clock,
-	// because the kernel does.
-	Now func() time.Time
+	// HedgeBudget is the share of attempts that may be hedges (hedge.go):
+	// tokens earned per attempt sent, spent by a hedge; 0 means 0.05,
+	// negative turns hedging (and exploring, which relies on it) off.
+	HedgeBudget float64
+	// OnHedge, if set, is called for each hedge event (HedgeSent,
+	// HedgeWon, HedgeRefused), for metrics; it must not block.
+	OnHedge func(event string)
+	// TLSRoots verifies the certificates of the group's DNS over TLS
+	// servers; nil means the system's roots.
+	TLSRoots *x509.CertPool
+	// OnTLSFailure, if set, is told why a TLS server's connection failed
+	// (TLSFailureReasons), once per change of reason, so the caller can
+	// log it once rather than per query.
+	OnTLSFailure func(server, reason string, err error)
+	// Clock is what the group reads the time from and makes every timer
+	// with (issue 33): RTT samples, the call's RTO and deadline timer,
+	// silence, probes and their timeouts; nil means the wall clock. A
+	// caller's context deadline is the wall clock's, as sockets' are.
+	Clock clock.Clock
 }
 
 // withDefaults fills zero fields and rejects settings that cannot work.
 func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MaxAttempts < 0 || o.FailThreshold < 0 || o.MinAttemptTimeout < 0 ||
 		o.MaxAttemptTimeout < 0 || o.InitialAttemptTimeout < 0 || o.ProbeInterval < 0 ||
-		o.MinSilence < 0 || o.MaxSilence < 0 {
-		return o, errors.New("negative group option")
+		o.MinSilence < 0 || o.MaxSilence < 0 || o.HedgeBudget > 1 {
+		return o, errors.New("negative group option, or a hedge budget above 1")
 	}
 	setDefault(&o.MaxAttempts, 3)
 	setDefault(&o.FailThreshold, 3)
@@ -83,6 +100,12 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	setDefault(&o.MinSilence, defaultMinSilence)
 	setDefault(&o.MaxSilence, defaultMaxSilence)
 	setDefault(&o.ProbeType, dns.TypeNS)
+	switch {
+	case o.HedgeBudget == 0:
+		o.HedgeBudget = defaultHedgeBudget
+	case o.HedgeBudget < 0:
+		o.HedgeBudget = 0
+	}
 	if o.ProbeName == "" {
 		o.ProbeName = "."
 	}
@@ -97,9 +120,7 @@ func (o GroupOptions) withDefaults() (GroupOptions, error) {
 	if o.MinSilence > o.MaxSilence {
 		return o, fmt.Errorf("min silence %s above max silence %s", o.MinSilence, o.MaxSilence)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	return o, nil
 }
 
@@ -109,9 +130,10 @@ func setDefault[T int | uint16 | time.Duration](v *T, def T) {
 	}
 }
 
-// Group forwards to a list of servers in strict order, like resolv.conf
-// without "rotate": the first healthy server gets every query, the others
-// are there for when it fails. It is safe for concurrent use.
+// Group forwards to a list of servers: the fastest healthy one by
+// measured latency gets the query (latency.go), a late first attempt is
+// hedged to the next (hedge.go), and a silent server is marked down and
+// probed (silence.go, health.go). It is safe for concurrent use.
 type Group struct {
 	name string
 	zone string // name, lower-cased and fully qualified
@@ -138,9 +160,19 @@ type Group struct {
 	allDownMu sync.Mutex
 	allDown   chan struct{}
 
-	// recoveredAt is when a server last came back up (time.Now's
+	// recoveredAt is when a server last came back up (the clock's
 	// UnixNano; 0: never), for RecoveredSince.
 	recoveredAt atomic.Int64
+
+	// budget pays for hedges; hedges counts their events for Hedges.
+	budget *hedgeBudget
+	hedges struct{ sent, won, refused, explored atomic.Uint64 }
+	// roll draws from [0,1) for exploring (latency.go); tests fix it.
+	roll func() float64
+
+	// callTimers pools the calls' timers (callTimer): the group's, made
+	// by its clock.
+	callTimers sync.Pool
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -149,6 +181,7 @@ type ServerStatus struct {
 	Address        string
 	Up             bool
 	SRTT           time.Duration // 0 before the first sample
+	Tail           time.Duration // tail estimate (latency.go); 0 before the first sample
 	AttemptTimeout time.Duration // what the next attempt would wait
 	Queries        uint64        // attempts sent, probes excluded
 	Timeouts       uint64
@@ -157,9 +190,13 @@ type ServerStatus struct {
 	Refused        uint64
 	Mismatches     uint64 // replies rejected for wrong ID, question or form
 	Superseded     uint64 // attempts left unanswered when a sibling's reply won
+	// TLS is a DNS over TLS server's connection counters; nil for a
+	// plain server.
+	TLS *TLSStatus
 }
 
-// NewGroup returns a Group named name over servers (NormalizeAddress forms).
+// NewGroup returns a Group named name over servers (ParseServer forms:
+// plain, or tls://ADDRESS[:PORT]#NAME, mixed as configured).
 // It returns ErrNoServers when servers is empty.
 func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) {
 	if len(servers) == 0 {
@@ -180,14 +217,16 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	}
 	g.scope.Zone = append([]byte(nil), zone[:n]...)
 	for _, addr := range servers {
-		plain, err := NewPlain(addr)
+		s, err := newServer(addr, &opts)
 		if err != nil {
 			return nil, fmt.Errorf("group %s: %w", name, err)
 		}
-		g.servers = append(g.servers, &server{plain: plain})
+		g.servers = append(g.servers, s)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
+	g.budget = newHedgeBudget(opts.HedgeBudget)
+	g.roll = randomRoll
 	return g, nil
 }
 
@@ -202,6 +241,11 @@ func (g *Group) Close() error {
 	g.mu.Unlock()
 	g.cancel()
 	g.wg.Wait()
+	for _, s := range g.servers {
+		if s.tls != nil {
+			s.tls.Close()
+		}
+	}
 	return nil
 }
 
@@ -291,6 +335,7 @@ func (g *Group) Servers() []ServerStatus {
 			Address:        s.plain.Address(),
 			Up:             !s.down,
 			SRTT:           s.srtt,
+			Tail:           s.tailLocked(),
 			AttemptTimeout: s.attemptTimeoutLocked(&g.opts),
 		}
 		s.mu.Unlock()
@@ -301,7 +346,19 @@ func (g *Group) Servers() []ServerStatus {
 		st.Refused = s.refused.Load()
 		st.Superseded = s.superseded.Load()
 		st.Mismatches = s.plain.Mismatches()
+		if s.tls != nil {
+			st.TLS = s.tls.status()
+		}
 		out = append(out, st)
 	}
 	return out
+}
+
+// HedgeCounts are a group's hedge events since it was made.
+type HedgeCounts struct{ Sent, Won, Refused, Explored uint64 }
+
+// Hedges returns the group's hedge counts.
+func (g *Group) Hedges() HedgeCounts {
+	return HedgeCounts{Sent: g.hedges.sent.Load(), Won: g.hedges.won.Load(),
+		Refused: g.hedges.refused.Load(), Explored: g.hedges.explored.Load()}
 }

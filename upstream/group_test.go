@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // newGroup builds a group over the raw servers and closes it at cleanup.
@@ -175,29 +177,45 @@ func TestGroupMaxAttemptsBoundsPackets(t *testing.T) {
 	}
 }
 
-// The caller's deadline ends the retry loop before MaxAttempts does.
+// The caller's deadline ends the retry loop before MaxAttempts does. On
+// the fake clock (issue 33: it flaked on the wall clock under load, a
+// late timer letting a sixth packet out or the exchange overrun its
+// bound), the call's timer fires only as the test advances: one packet
+// per 20 ms RTO, the fifth's RTO the deadline itself, and nothing after.
 func TestGroupStopsAtCallerDeadline(t *testing.T) {
 	srv := startRaw(t, blackHole)
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
 		MaxAttempts:           1000,
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     20 * time.Millisecond,
 		MaxAttemptTimeout:     20 * time.Millisecond,
 		FailThreshold:         1000,
+		Clock:                 clk,
 	}, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := g.Exchange(ctx, testQuery())
-	if !errors.Is(err, ErrTimeout) {
-		t.Errorf("error = %v, want ErrTimeout", err)
+	recv := make(recvChan, 1)
+	var c WireCall
+	g.StartWire(&c, WireQuery{Ctx: context.Background(), Packed: packedQuery(t, "www.example.org.", dns.TypeA),
+		Deadline: clk.Now().Add(100 * time.Millisecond)}, recv)
+	for sent := 1; sent < 5; sent++ {
+		if got := srv.count(t); got != sent {
+			t.Fatalf("%s in: server got %d packets, want %d", time.Duration(sent-1)*20*time.Millisecond, got, sent)
+		}
+		// The RTO's timer sends the next attempt before Advance returns.
+		clk.Advance(20 * time.Millisecond)
 	}
-	if elapsed := time.Since(start); elapsed > time.Second {
-		t.Errorf("Exchange took %s with a 100ms deadline", elapsed)
+	select {
+	case got := <-recv:
+		t.Fatalf("ended at 80ms of a 100ms deadline: %v", got.err)
+	default:
 	}
-	// 100ms / 20ms per attempt, plus one cut short by the deadline.
-	if got := srv.count(t); got < 1 || got > 6 {
-		t.Errorf("server got %d packets, want 1..6", got)
+	clk.Advance(20 * time.Millisecond)
+	got := <-recv
+	if !errors.Is(got.err, ErrTimeout) {
+		t.Errorf("error = %v, want ErrTimeout", got.err)
+	}
+	if got := srv.count(t); got != 5 {
+		t.Errorf("server got %d packets, want 5: one per 20ms RTO until the 100ms deadline", got)
 	}
 }
 

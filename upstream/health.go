@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // maxProbeInterval caps the probe backoff: a server that has been down for
@@ -21,19 +23,25 @@ const maxBackoffShift = 16
 // server is one member of a Group: its transport, its RTT estimate and its
 // health. Counters are atomics so Servers can read them without the lock.
 type server struct {
+	// plain names the server (Address) and counts its mismatches; it is
+	// the transport too unless tls is set (tls.go), and then it never
+	// sends a packet: a TLS server is not asked in clear.
 	plain *Plain
+	tls   *tlsTransport
+	clock clock.Clock // the group's
 
 	mu       sync.Mutex
 	srtt     time.Duration // smoothed RTT, RFC 6298 section 2
 	rttvar   time.Duration // RTT variation, RFC 6298 section 2
 	sampled  bool          // srtt and rttvar hold at least one sample
+	tail     time.Duration // tracked tail quantile of the RTTs (latency.go)
 	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
 	watching bool   // a silence watcher owns this server (silence.go); at most one
 	stateSeq uint64 // bumped on each up/down change so stale notifications are dropped
 
-	// heardAt is when a reply last came from the server (time.Now's
+	// heardAt is when a reply last came from the server (the clock's
 	// UnixNano): any reply its socket accepted, whatever its rcode, and
 	// whether it parses or not. The silence watcher reads it.
 	heardAt atomic.Int64
@@ -81,6 +89,7 @@ func (s *server) addSampleLocked(rtt time.Duration) {
 		s.rttvar = (3*s.rttvar + delta) / 4
 		s.srtt = (7*s.srtt + rtt) / 8
 	}
+	s.addTailLocked(rtt)
 	s.backoff = 0
 }
 
@@ -125,7 +134,7 @@ func (g *Group) markUp(s *server) {
 	up, seq := !s.down, s.stateSeq
 	s.mu.Unlock()
 	if changed {
-		g.recoveredAt.Store(time.Now().UnixNano())
+		g.recoveredAt.Store(g.opts.Clock.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, up, seq)
 	}
@@ -177,13 +186,13 @@ func (g *Group) startProber(s *server) {
 func (g *Group) probeLoop(s *server) {
 	defer g.wg.Done()
 	interval := g.opts.ProbeInterval
-	timer := time.NewTimer(interval)
+	timer, fired := g.opts.Clock.NewTimer(interval)
 	defer timer.Stop()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
-		case <-timer.C:
+		case <-fired:
 		}
 		s.mu.Lock()
 		if !s.down {
@@ -207,7 +216,7 @@ func (g *Group) probeLoop(s *server) {
 // talking DNS (CoreDNS's health check counts any reply the same way). It
 // reports whether the server is up again.
 func (g *Group) probe(s *server) bool {
-	ctx, cancel := context.WithTimeout(g.ctx, g.opts.MaxAttemptTimeout)
+	ctx, cancel := clock.WithTimeout(g.ctx, g.opts.Clock, g.opts.MaxAttemptTimeout)
 	defer cancel()
 	return g.ask(ctx, s, true)
 }
@@ -221,9 +230,9 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	query := new(dns.Msg)
 	query.SetQuestion(g.opts.ProbeName, g.opts.ProbeType) // sets RD
 
-	start := g.opts.Now()
-	reply, _ := s.plain.Exchange(ctx, query)
-	rtt := g.opts.Now().Sub(start)
+	start := g.opts.Clock.Now()
+	reply, _ := s.transport().Exchange(ctx, query)
+	rtt := g.opts.Clock.Since(start)
 	if reply == nil {
 		return false
 	}
@@ -240,7 +249,7 @@ func (g *Group) ask(ctx context.Context, s *server, prober bool) bool {
 	seq := s.stateSeq
 	s.mu.Unlock()
 	if changed {
-		g.recoveredAt.Store(time.Now().UnixNano())
+		g.recoveredAt.Store(g.opts.Clock.Now().UnixNano())
 		g.updateAllDown()
 		g.notifyHealth(s, true, seq)
 	}
@@ -255,4 +264,30 @@ func nextProbeInterval(d time.Duration) time.Duration {
 		return d
 	}
 	return min(2*d, maxProbeInterval)
+}
+
+// newServer makes the server of addr, a ParseServer form.
+func newServer(addr string, opts *GroupOptions) (*server, error) {
+	spec, err := ParseServer(addr)
+	if err != nil {
+		return nil, err
+	}
+	if spec.TLSName == "" {
+		plain, err := NewPlain(spec.Addr)
+		if err != nil {
+			return nil, err
+		}
+		return &server{plain: plain, clock: opts.Clock}, nil
+	}
+	s := &server{plain: &Plain{addr: spec.String()}, tls: newTLSTransport(spec, opts.TLSRoots, opts.Clock), clock: opts.Clock}
+	s.tls.heard, s.tls.mismatches, s.tls.onFailure = s.heard, &s.plain.mismatches, opts.OnTLSFailure
+	return s, nil
+}
+
+// transport is what s is asked through: its TLS connection, or plain DNS.
+func (s *server) transport() Upstream {
+	if s.tls != nil {
+		return s.tls
+	}
+	return s.plain
 }

@@ -24,7 +24,12 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	scrubbed *prometheus.CounterVec
+	hedges   *prometheus.CounterVec
 	up, srtt *prometheus.Desc
+	tail     *prometheus.Desc
+	// DNS over TLS servers' connections (issue 37), synced from their
+	// counters at scrape time like the mismatches.
+	tlsHandshakes, tlsResumptions, tlsQueries, tlsReused, tlsFailures *prometheus.CounterVec
 
 	mu       sync.Mutex // guards the fields below, and orders mismatch syncs
 	groups   []*Group
@@ -35,6 +40,8 @@ type Metrics struct {
 	seen map[seenKey]uint64
 	// seenScrubbed is the same for each group's scrubbed-record counts.
 	seenScrubbed map[*Group][3]uint64
+	// seenTLS is the same for TLS servers' connection counters.
+	seenTLS map[seenKey]TLSStatus
 }
 
 type seenKey struct {
@@ -64,11 +71,38 @@ func NewMetrics(buckets []float64) *Metrics {
 		up: prometheus.NewDesc("towerd_upstream_up",
 			"1 while the server is considered healthy, 0 while it is marked down and probed.", labels, nil),
 		srtt: prometheus.NewDesc("towerd_upstream_srtt_seconds",
-			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply.", labels, nil),
+			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply; the fastest up server is asked first.", labels, nil),
+		tail: prometheus.NewDesc("towerd_upstream_rtt_tail_seconds",
+			"Tail estimate of the server's round-trip time (about its 98th percentile), 0 before the first reply; a first attempt unanswered by then is hedged.", labels, nil),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_hedges_total",
+			Help: "Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token), explore (another server asked beside the fastest, to measure it).",
+		}, []string{"zone", "event"}),
 		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "towerd_upstream_scrubbed_records_total",
 			Help: "Records dropped from upstream replies before caching or relaying, by section (answer, authority, additional): not on the question's CNAME/DNAME chain, not pointed to, or outside the zone.",
 		}, []string{"section"}),
+		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_tls_handshakes_total",
+			Help: "TLS connections to DNS over TLS servers whose handshake completed (resumed ones included).",
+		}, labels),
+		tlsResumptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_tls_resumptions_total",
+			Help: "TLS handshakes to DNS over TLS servers that resumed a session instead of a full handshake.",
+		}, labels),
+		tlsQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_tls_queries_total",
+			Help: "Queries sent to DNS over TLS servers, health probes included.",
+		}, labels),
+		tlsReused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_tls_reused_total",
+			Help: "Queries to DNS over TLS servers sent on a connection already open (no handshake of their own).",
+		}, labels),
+		tlsFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "towerd_upstream_tls_failures_total",
+			Help: "TLS connections that could not be made, by reason (certificate, name, not_tls, handshake_timeout, network); no query is sent in clear instead.",
+		}, append(labels, "reason")),
+		seenTLS:      map[seenKey]TLSStatus{},
 		seen:         map[seenKey]uint64{},
 		seenScrubbed: map[*Group][3]uint64{},
 	}
@@ -88,6 +122,11 @@ func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kin
 			m.errors.WithLabelValues(zone, server, kind).Inc()
 		}
 	}
+}
+
+// HedgeObserver returns the GroupOptions.OnHedge hook for the group of zone.
+func (m *Metrics) HedgeObserver(zone string) func(event string) {
+	return func(event string) { m.hedges.WithLabelValues(zone, event).Inc() }
 }
 
 // SetGroups makes groups the ones whose health is reported. The groups
@@ -124,6 +163,7 @@ func (m *Metrics) retire(old []*Group) {
 		for _, s := range g.servers {
 			addr := s.plain.Address()
 			delete(m.seen, seenKey{g, addr})
+			delete(m.seenTLS, seenKey{g, addr})
 			if configured(m.groups, g.name, addr) || configured(m.retiring, g.name, addr) {
 				continue
 			}
@@ -131,6 +171,9 @@ func (m *Metrics) retire(old []*Group) {
 			m.requests.Delete(labels)
 			m.duration.Delete(labels)
 			m.errors.DeletePartialMatch(labels)
+			for _, v := range m.tlsVecs() {
+				v.DeletePartialMatch(labels)
+			}
 		}
 	}
 }
@@ -162,6 +205,9 @@ func (m *Metrics) syncMismatchesLocked() {
 				m.errors.WithLabelValues(g.name, addr, ReasonMismatch).Add(float64(delta))
 			}
 			m.seen[key] = now
+			if s.tls != nil {
+				m.syncTLSLocked(key, g.name, addr, s.tls.status())
+			}
 		}
 		seen := m.seenScrubbed[g]
 		for section := range seen {
@@ -181,8 +227,13 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.errors.Describe(ch)
 	m.duration.Describe(ch)
 	m.scrubbed.Describe(ch)
+	m.hedges.Describe(ch)
+	for _, v := range m.tlsVecs() {
+		v.Describe(ch)
+	}
 	ch <- m.up
 	ch <- m.srtt
+	ch <- m.tail
 }
 
 // Collect implements prometheus.Collector.
@@ -196,6 +247,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.errors.Collect(ch)
 	m.duration.Collect(ch)
 	m.scrubbed.Collect(ch)
+	m.hedges.Collect(ch)
+	for _, v := range m.tlsVecs() {
+		v.Collect(ch)
+	}
 	for _, g := range groups {
 		for _, st := range g.Servers() {
 			up := 0.0
@@ -204,6 +259,28 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, g.name, st.Address)
 			ch <- prometheus.MustNewConstMetric(m.srtt, prometheus.GaugeValue, st.SRTT.Seconds(), g.name, st.Address)
+			ch <- prometheus.MustNewConstMetric(m.tail, prometheus.GaugeValue, st.Tail.Seconds(), g.name, st.Address)
 		}
 	}
+}
+
+func (m *Metrics) tlsVecs() []*prometheus.CounterVec {
+	return []*prometheus.CounterVec{m.tlsHandshakes, m.tlsResumptions, m.tlsQueries, m.tlsReused, m.tlsFailures}
+}
+
+// syncTLSLocked adds a TLS server's connection counts since the last sync.
+func (m *Metrics) syncTLSLocked(key seenKey, zone, addr string, now *TLSStatus) {
+	seen := m.seenTLS[key]
+	add := func(v *prometheus.CounterVec, now, seen uint64, labels ...string) {
+		// Touched even at 0, so the series exist from the first scrape.
+		v.WithLabelValues(append([]string{zone, addr}, labels...)...).Add(float64(now - seen))
+	}
+	add(m.tlsHandshakes, now.Handshakes, seen.Handshakes)
+	add(m.tlsResumptions, now.Resumptions, seen.Resumptions)
+	add(m.tlsQueries, now.Queries, seen.Queries)
+	add(m.tlsReused, now.Reused, seen.Reused)
+	for _, reason := range TLSFailureReasons {
+		add(m.tlsFailures, now.Failures[reason], seen.Failures[reason], reason)
+	}
+	m.seenTLS[key] = *now
 }

@@ -137,6 +137,9 @@ func (p *Plain) exchangeUDP(ctx context.Context, packed []byte) ([]byte, error) 
 // fresh random ID, the first reply that matches it. RFC 1035 section
 // 4.2.2: a two-byte length prefix frames each message.
 func (p *Plain) exchangeTCP(ctx context.Context, packed []byte) ([]byte, error) {
+	if p.raw == nil {
+		return nil, errNoPlaintext
+	}
 	qend, err := questionEnd(packed)
 	if err != nil {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)

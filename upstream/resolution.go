@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -22,10 +23,11 @@ const defaultResolutionTimeout = 5 * time.Second
 type attempt struct {
 	server *server
 	sock   *udpSock      // nil when the socket could not be opened
-	start  time.Time     // by GroupOptions.Now, for the RTT sample
-	sent   time.Time     // by the real clock, for "did its RTO run out"
+	tlsq   *tlsQuery     // an attempt to a DNS over TLS server: its query on the connection
+	sent   time.Time     // by the group's clock: the RTT sample's start, and "did its RTO run out"
 	rto    time.Duration // the server's retransmission timeout when it was sent
 	state  attemptState
+	viaTCP bool // asked again over TCP after a truncated reply
 	// res is how it ended, once it did (or, for one still waiting when
 	// the resolution ended, its state then); lapsed marks it outstanding
 	// for account: it was still waiting, or timed out with the deadline.
@@ -38,6 +40,7 @@ type attemptState uint8
 const (
 	waitingUDP attemptState = iota // its socket is armed
 	waitingTCP                     // its reply was truncated; a goroutine asks again over TCP
+	waitingTLS                     // queued on its server's TLS connection (tlscall.go)
 	ended                          // its result is in
 )
 
@@ -73,10 +76,11 @@ func (r *attemptResult) replied() bool { return r.raw != nil }
 // those that answered this question with a failure rcode (SERVFAIL,
 // REFUSED): a server that said it cannot answer is not asked the same
 // question again in this resolution (dnsmasq asks a sole server once).
-// It is nil when none is left.
+// A TLS server whose query is still waiting on its connection is not
+// asked again either (tlscall.go). It is nil when none is left.
 func (c *WireCall) nextLocked() *server {
 	for i := range c.order {
-		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) {
+		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
 			return s
 		}
 	}
@@ -126,11 +130,17 @@ func (c *WireCall) sendLocked() (end bool) {
 	if len(c.attempts) > 0 {
 		a = new(attempt)
 	}
-	*a = attempt{server: s, start: g.opts.Now(), sent: time.Now(), rto: rto}
+	*a = attempt{server: s, sent: g.opts.Clock.Now(), rto: rto}
 	c.attempts = append(c.attempts, a)
 	c.pending++
 	s.queries.Add(1)
+	if !c.hedged || len(c.attempts) != 2 {
+		g.budget.earn()
+	}
 	c.rtoOf = a
+	if s.tls != nil {
+		return c.sendTLSLocked(a)
+	}
 	binary.BigEndian.PutUint16(c.query, randomID())
 	var into *udpSock
 	if a == &c.first {
@@ -143,7 +153,10 @@ func (c *WireCall) sendLocked() (end bool) {
 		return c.settleLocked(a)
 	}
 	a.sock = sock
-	c.armLocked()
+	if len(c.attempts) > 1 {
+		// The first is armed by StartWire, with its hedge.
+		c.armLocked()
+	}
 	return false
 }
 
@@ -153,7 +166,7 @@ func (c *WireCall) sendLocked() (end bool) {
 // reply judged (judge) and settled.
 func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 	g := c.g
-	r := attemptResult{attempt: a, rtt: g.opts.Now().Sub(a.start)}
+	r := attemptResult{attempt: a, rtt: g.opts.Clock.Since(a.sent)}
 	if d.err != nil {
 		r.err = fmt.Errorf("reading from %s over udp: %w", a.server.plain.Address(), classify(c.ctx, d.err))
 	} else {
@@ -228,7 +241,7 @@ func (c *WireCall) settleLocked(a *attempt) (end bool) {
 // server is suspect (silence.go); attempts and servers left, the next one
 // is sent; the timer then waits for the deadline, or the new attempt's RTO.
 func (c *WireCall) rtoLocked() (end bool) {
-	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP {
+	if newest := c.attempts[len(c.attempts)-1]; newest.state == waitingUDP || newest.state == waitingTLS {
 		newest.server.backOff()
 		c.g.suspect(newest.server, newest.sent)
 	}
@@ -243,7 +256,7 @@ func (c *WireCall) rtoLocked() (end bool) {
 // retryTCPLocked asks a's server again over TCP (RFC 7766 section 5), on
 // a goroutine that hands its result to tcpDone.
 func (c *WireCall) retryTCPLocked(a *attempt) {
-	a.state = waitingTCP
+	a.state, a.viaTCP = waitingTCP, true
 	c.tcp++
 	if c.tcpCtx == nil {
 		c.tcpCtx, c.tcpCancel = context.WithDeadline(c.ctx, c.deadline)
@@ -271,7 +284,7 @@ func (g *Group) judge(p *Plain, m *dnswire.Msg, raw []byte, scope *Scope, r *att
 func (g *Group) exchangeTCP(ctx context.Context, a *attempt, query []byte, scope *Scope, c *WireCall) {
 	p := a.server.plain
 	raw, err := p.exchangeTCP(ctx, query)
-	r := attemptResult{attempt: a, err: err, rtt: g.opts.Now().Sub(a.start)}
+	r := attemptResult{attempt: a, err: err, rtt: g.opts.Clock.Since(a.sent)}
 	if err == nil {
 		a.server.heard() // a reply, parsed or not (silence.go)
 		var m dnswire.Msg
@@ -307,7 +320,7 @@ func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
 // suspect too: a dead first server would otherwise hold every query for
 // its RTO forever.
 func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
-	now := time.Now()
+	now := g.opts.Clock.Now()
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
 	replied := map[*server]bool{}
 	for _, r := range ended {
@@ -351,10 +364,23 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			a.server.addSample(r.rtt)
 		}
 		ranRTO := now.Sub(a.sent) >= a.rto
+		if answered && !r.replied() {
+			// A sibling's answer overtook it: its server takes at least
+			// this long (latency.go).
+			a.server.addLowerBound(r.rtt)
+		}
 		switch {
-		case r.replied() || replied[a.server] || (answered && !ranRTO):
-			// Its server replied, or the winner came before its RTO ran out.
+		case r.replied() || replied[a.server]:
 			observe(a, r.rtt, KindSuperseded)
+		case answered && !ranRTO:
+			// The winner came before its RTO ran out, as it does to a
+			// hedge (hedge.go) or an exploration's first attempt: the RTO
+			// still runs out of the resolution's sight (silence.go), so a
+			// server only ever asked in a race is judged like any other.
+			observe(a, r.rtt, KindSuperseded)
+			if !a.server.heardSince(a.sent) {
+				g.suspectAt(a.server, a.sent, a.sent.Add(a.rto))
+			}
 		case callerCancelled:
 			observe(a, r.rtt, KindOther)
 		default:
@@ -381,12 +407,16 @@ func (c *WireCall) armLocked() {
 	if a := c.rtoOf; a != nil {
 		due = minTime(due, a.sent.Add(a.rto))
 	}
+	if !c.hedgeAt.IsZero() {
+		due = minTime(due, c.hedgeAt)
+	}
 	c.due = due
+	d := due.Sub(c.g.opts.Clock.Now())
 	if c.timer == nil {
-		c.timer = armCallTimer(c, time.Until(due))
+		c.timer = c.g.armCallTimer(c, d)
 		return
 	}
-	c.timer.t.Reset(time.Until(due))
+	c.timer.t.Reset(d)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -396,23 +426,22 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// callTimer is a pooled timer whose function runs its call's expire: a
-// resolution that ends before it fires stops it and gives it back,
-// costing no allocation. A firing the call has moved past (it was reset
+// callTimer is a pooled timer of the group's clock whose function runs
+// its call's expire: a resolution that ends before it fires stops it and
+// gives it back to its group's pool, costing no allocation. A firing the call has moved past (it was reset
 // meanwhile, or the timer went back to the pool and on to another call)
 // finds the call not due (WireCall.due) and does nothing.
 type callTimer struct {
-	t    *time.Timer
+	t    clock.Timer
+	pool *sync.Pool
 	call atomic.Pointer[WireCall]
 }
 
-var callTimers sync.Pool
-
-func armCallTimer(c *WireCall, d time.Duration) *callTimer {
-	ct, _ := callTimers.Get().(*callTimer)
+func (g *Group) armCallTimer(c *WireCall, d time.Duration) *callTimer {
+	ct, _ := g.callTimers.Get().(*callTimer)
 	if ct == nil {
-		ct = new(callTimer)
-		ct.t = time.AfterFunc(time.Hour, ct.fire)
+		ct = &callTimer{pool: &g.callTimers}
+		ct.t = g.opts.Clock.AfterFunc(time.Hour, ct.fire)
 		ct.t.Stop()
 	}
 	ct.call.Store(c)
@@ -434,6 +463,6 @@ func (ct *callTimer) stop() {
 	}
 	if ct.t.Stop() {
 		ct.call.Store(nil)
-		callTimers.Put(ct)
+		ct.pool.Put(ct)
 	}
 }

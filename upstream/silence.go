@@ -1,9 +1,10 @@
 package upstream
 
 import (
-	"context"
 	"sync"
 	"time"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // A server is marked down by its silence, not by a count of failed
@@ -31,7 +32,7 @@ const (
 )
 
 // heard records that a reply came from s now.
-func (s *server) heard() { s.heardAt.Store(time.Now().UnixNano()) }
+func (s *server) heard() { s.heardAt.Store(s.clock.Now().UnixNano()) }
 
 // heardSince reports whether a reply came from s at or after t.
 func (s *server) heardSince(t time.Time) bool { return s.heardAt.Load() >= t.UnixNano() }
@@ -40,7 +41,13 @@ func (s *server) heardSince(t time.Time) bool { return s.heardAt.Load() >= t.Uni
 // out, or met a network error, without a reply. Unless s replied since,
 // is down already (its prober is at work) or is being watched, it starts
 // s's silence watcher.
-func (g *Group) suspect(s *server, sent time.Time) {
+func (g *Group) suspect(s *server, sent time.Time) { g.suspectAt(s, sent, time.Time{}) }
+
+// suspectAt is suspect for an attempt whose RTO runs out at due, after
+// its resolution ended (an answer to a sibling overtook it): the watcher
+// waits until then, and only a server still not heard from since sent is
+// suspect and probed.
+func (g *Group) suspectAt(s *server, sent, due time.Time) {
 	if s.heardSince(sent) {
 		return
 	}
@@ -61,33 +68,46 @@ func (g *Group) suspect(s *server, sent time.Time) {
 		return
 	}
 	g.wg.Add(1)
-	go g.watchSilence(s, sent)
+	go g.watchSilence(s, sent, due)
 }
 
 // watchSilence asks s the probe question at each RTO from silentSince,
-// the send time of the first packet s left unanswered, until s is heard
+// the send time of the first packet s left unanswered (from due, when
+// that is later: suspectAt), until s is heard
 // from (the suspicion ends) or it has been silent long enough to be
 // marked down (see above). It sends at most FailThreshold probes, each
 // waited for until the watch ends, so a slow reply to the first still
 // counts.
-func (g *Group) watchSilence(s *server, silentSince time.Time) {
+func (g *Group) watchSilence(s *server, silentSince, due time.Time) {
 	defer g.wg.Done()
 	latest := silentSince.Add(g.opts.MaxSilence)
-	ctx, cancel := context.WithDeadline(g.ctx, latest)
+	ctx, cancel := clock.WithDeadline(g.ctx, g.opts.Clock, latest)
 	var probes sync.WaitGroup
 	defer func() {
 		cancel()
 		probes.Wait()
 	}()
-	timer := time.NewTimer(time.Hour)
+	// Armed only while the watcher waits, so a test on the fake clock
+	// that sees it armed (WaitTimers) knows the watcher is waiting.
+	timer, fired := g.opts.Clock.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
+	if wait := due.Sub(g.opts.Clock.Now()); wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-fired:
+		case <-g.ctx.Done():
+			g.endWatch(s)
+			return
+		}
+	}
 	// The RTO that raised the suspicion is the first that ran out.
 	for unanswered := 1; ; unanswered++ {
 		if s.heardSince(silentSince) {
 			g.endWatch(s)
 			return
 		}
-		now := time.Now()
+		now := g.opts.Clock.Now()
 		if !now.Before(latest) ||
 			(unanswered >= g.opts.FailThreshold && now.Sub(silentSince) >= g.opts.MinSilence) {
 			break
@@ -107,7 +127,7 @@ func (g *Group) watchSilence(s *server, silentSince time.Time) {
 		}
 		timer.Reset(min(wait, latest.Sub(now)))
 		select {
-		case <-timer.C:
+		case <-fired:
 		case <-g.ctx.Done():
 			g.endWatch(s)
 			return

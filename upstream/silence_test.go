@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // A server that goes silent is marked down within the silence bound after
@@ -24,29 +27,74 @@ func TestSilentServerMarkedDownWithoutClients(t *testing.T) {
 		}
 		return answering(t, dns.RcodeSuccess)(q, from)
 	})
-	onChange, nextEvent := healthEvents(t)
+	events := make(chan healthEvent, 16)
+	onChange := func(server string, up bool) { events <- healthEvent{server, up} }
+	// The fake clock (issue 33): the silence's schedule to the
+	// nanosecond, whatever the machine's load.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
 		MaxAttempts:   1,
 		ProbeInterval: time.Hour, // only the watcher's probes
 		// towerd's defaults: 3 RTOs in a row, at least 1 s, at most 5 s.
 		MinAttemptTimeout: 200 * time.Millisecond,
 		OnHealthChange:    onChange,
+		Clock:             clk,
 	}, srv)
+	// An answer in no time on the clock: the RTO falls to its 200 ms floor.
 	if err := exchangeFor(g, waitTimeout); err != nil {
 		t.Fatal(err)
 	}
 	silent.Store(true)
-	start := time.Now()
-	_ = exchangeFor(g, 300*time.Millisecond) // its 200 ms RTO runs out: suspect
-	ev := nextEvent()
-	took := time.Since(start)
-	if ev != (healthEvent{srv.addr, false}) {
-		t.Fatalf("health change %+v, want %s down", ev, srv.addr)
+	// Later than that reply: a reply at the instant of a send counts as
+	// one to it (heardSince).
+	clk.Advance(time.Second)
+	recv := make(recvChan, 1)
+	var c WireCall
+	g.StartWire(&c, WireQuery{Ctx: context.Background(), Packed: packedQuery(t, "www.example.org.", dns.TypeA),
+		Deadline: clk.Now().Add(300 * time.Millisecond)}, recv)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// waitArmed waits for n armed timers: the call's, the watch's end, and
+	// the watcher's wait for the next RTO.
+	waitArmed := func(when string, n int) {
+		t.Helper()
+		if err := clk.WaitTimers(ctx, n); err != nil {
+			t.Fatalf("%s: %d timers armed, want %d: %v", when, clk.Timers(), n, err)
+		}
 	}
-	// The bound is 5 s whatever the load; 1 s is the floor.
-	if took < time.Second || took > defaultMaxSilence+time.Second {
-		t.Errorf("marked down %v after its silence began, want within [1s, 5s]", took)
+	// The schedule, with the reply's RTT 0 on this clock: each RTO is the
+	// 200 ms floor (a doubled 0 is 0).
+	// 200 ms: the attempt's RTO runs out: suspect; the watcher's first
+	// probe, its wait one RTO.
+	clk.Advance(200 * time.Millisecond)
+	waitArmed("at 200ms", 3)
+	// 300 ms: the resolution's deadline; the watcher goes on alone.
+	clk.Advance(100 * time.Millisecond)
+	if got := <-recv; !errors.Is(got.err, ErrTimeout) {
+		t.Fatalf("resolution ended with %v, want ErrTimeout", got.err)
 	}
+	// 400 ms: the second RTO, the second probe; the third and last RTO
+	// stretched to the 1 s floor of silence.
+	clk.Advance(100 * time.Millisecond)
+	waitArmed("at 400ms", 2)
+	// Nothing fires before 1 s, so the watcher is still at its wait: no
+	// change can have been made.
+	clk.Advance(600*time.Millisecond - 1)
+	select {
+	case ev := <-events:
+		t.Fatalf("a nanosecond before 1s: health change %+v", ev)
+	default:
+	}
+	clk.Advance(1)
+	select {
+	case ev := <-events:
+		if ev != (healthEvent{srv.addr, false}) {
+			t.Fatalf("health change %+v, want %s down", ev, srv.addr)
+		}
+	case <-ctx.Done():
+		t.Fatal("not marked down at 1s, the floor of silence")
+	}
+	g.Close() // the watcher and its probes are done
 	probes := 0
 	for _, q := range srv.received(t) {
 		if isProbe(q) {
@@ -57,7 +105,6 @@ func TestSilentServerMarkedDownWithoutClients(t *testing.T) {
 	if probes != 2 {
 		t.Errorf("%d probes while suspect, want 2 (FailThreshold 3, the attempt's RTO the first)", probes)
 	}
-	t.Logf("marked down %v after the silence began", took.Round(time.Millisecond))
 }
 
 // Names a server does not answer (a resolver upstream of it that drops
@@ -142,24 +189,19 @@ func TestServFailFromSoleServerAskedOnce(t *testing.T) {
 	}
 }
 
-// waitWatchersDone polls (bounded) until no server of g has a silence
-// watcher running.
+// waitWatchersDone waits until no server of g has a silence watcher
+// running.
 func waitWatchersDone(t *testing.T, g *Group) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		watching := false
+	dnstest.Eventually(t, func() bool {
 		for _, s := range g.servers {
 			s.mu.Lock()
-			watching = watching || s.watching
+			watching := s.watching
 			s.mu.Unlock()
+			if watching {
+				return false
+			}
 		}
-		if !watching {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a silence watcher still runs")
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return true
+	}, waitTimeout, "every silence watcher to end")
 }

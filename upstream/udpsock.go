@@ -59,6 +59,10 @@ func (ch replyChan) datagram(d datagram) {
 // malformed question section.
 var errBadQuery = errors.New("query's question section cannot be matched")
 
+// errNoPlaintext: a DNS over TLS server's Plain (its name and counters)
+// was asked to send in clear, which it never does (tls.go).
+var errNoPlaintext = errors.New("refusing to send in clear to a dns over tls server")
+
 // errSelfConnect: every socket opened was handed the server's own address.
 var errSelfConnect = errors.New("socket connected to itself")
 

@@ -268,6 +268,9 @@ func (rs *sockServer) connectedToSelf(fd int) bool {
 // less), else a new one; replies are given to owner. The caller closes the
 // socket.
 func (p *Plain) openUDP(packed []byte, qend int, owner sockOwner, into *udpSock) (*udpSock, error) {
+	if p.raw == nil {
+		return nil, errNoPlaintext
+	}
 	r, err := theReader()
 	if err != nil {
 		return nil, err

@@ -26,6 +26,9 @@ func newSockServer(string) (*sockServer, error) { return &sockServer{}, nil }
 
 // openUDP is the Linux one's; into is not used here.
 func (p *Plain) openUDP(packed []byte, qend int, owner sockOwner, _ *udpSock) (*udpSock, error) {
+	if p.raw == nil {
+		return nil, errNoPlaintext
+	}
 	var conn net.Conn
 	for range maxSelfConnects {
 		c, err := net.Dial("udp", p.addr)

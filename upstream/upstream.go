@@ -39,6 +39,7 @@ type Upstream interface {
 var (
 	_ Upstream = (*Plain)(nil)
 	_ Upstream = (*Group)(nil)
+	_ Upstream = (*tlsTransport)(nil)
 )
 
 // Sentinel errors that callers branch on (serve stale, count a metric).

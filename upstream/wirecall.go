@@ -72,7 +72,7 @@ type WireCall struct {
 	state    callState
 	attempts []*attempt // sent, in order
 	pending  int        // attempts without a result
-	tcp      int        // attempts waiting for their TCP retry
+	tcp      int        // attempts waiting for their TCP retry or TLS reply (tlscall.go)
 	winner   *attempt   // the attempt whose reply is the answer
 	// lastRcode is the latest attempt answered SERVFAIL or REFUSED,
 	// lastErr the latest failure of any kind.
@@ -87,10 +87,18 @@ type WireCall struct {
 	timer *callTimer
 	due   time.Time
 	rtoOf *attempt
+	// hedgeAt is when the first attempt is hedged (hedge.go), zero when
+	// it is not (any more); hedged: the second attempt is the hedge (or
+	// an exploration, sent with the first: latency.go), paid from the
+	// budget.
+	hedgeAt  time.Time
+	hedged   bool
+	explored bool
 
 	first       attempt // the first attempt, and its socket, in the call
 	sock        udpSock // (Linux): no allocation for them per miss
 	attemptRoom [3]*attempt
+	orderRoom   [4]*server
 	buf         [maxWireQuery]byte // query's room
 }
 
@@ -119,7 +127,7 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		deadline = ctxDeadline
 	}
 	if deadline.IsZero() {
-		deadline = time.Now().Add(defaultResolutionTimeout)
+		deadline = g.opts.Clock.Now().Add(defaultResolutionTimeout)
 	}
 	c.deadline = deadline
 	c.query = append(c.buf[:0], query...)
@@ -135,12 +143,26 @@ func (g *Group) StartWire(c *WireCall, q WireQuery, recv WireReceiver) {
 		return
 	}
 	c.qend = qend
-	c.order = g.usable()
+	r := g.rank(c.orderRoom[:0])
+	c.order = r.order
 	c.attempts = c.attemptRoom[:0]
 	// Held while sending: the reply may be read before the first attempt's
 	// socket is written, and the reader waits for the lock.
 	c.mu.Lock()
 	end := c.sendLocked()
+	switch {
+	case end:
+	case r.explored && len(c.attempts) == 1:
+		// The explored server, asked beside the fastest, paid for.
+		c.hedged, c.explored = true, true
+		c.g.hedgeEvent(HedgeExplore)
+		end = c.sendLocked()
+	case len(c.attempts) == 1:
+		c.armHedgeLocked(c.attempts[0], r.hedgeAfter)
+		c.armLocked()
+	default:
+		c.armLocked()
+	}
 	c.mu.Unlock()
 	if end {
 		// Every attempt failed at once (no socket): the receiver is told
@@ -186,7 +208,7 @@ func (c *WireCall) datagramLocked(d datagram) (end bool) {
 func (c *WireCall) expire() { c.event(c.expireLocked) }
 
 func (c *WireCall) expireLocked() (end bool) {
-	now := time.Now()
+	now := c.g.opts.Clock.Now()
 	if c.state != callRunning {
 		return false
 	}
@@ -200,6 +222,9 @@ func (c *WireCall) expireLocked() (end bool) {
 	if !now.Before(c.deadline) {
 		c.timedOut = true
 		return c.endLocked()
+	}
+	if !c.hedgeAt.IsZero() && !now.Before(c.hedgeAt) {
+		return c.hedgeLocked()
 	}
 	return c.rtoLocked()
 }
@@ -252,13 +277,17 @@ func (c *WireCall) endLocked() bool {
 	c.state = callEnding
 	c.timer.stop()
 	c.timer = nil
+	c.hedgeAt = time.Time{}
+	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
+		c.g.hedgeEvent(HedgeWon)
+	}
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}
-	now := c.g.opts.Now()
+	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
-		if a.state == waitingUDP {
-			a.res = attemptResult{attempt: a, rtt: now.Sub(a.start)}
+		if a.state == waitingUDP || c.cancelTLSLocked(a) {
+			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}
 			a.lapsed = true
 		}
 	}
@@ -298,11 +327,11 @@ func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
-		r := &c.winner.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.winner.server.plain.Address()}, nil
+		a := c.winner
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
 	case c.lastRcode != nil:
-		r := &c.lastRcode.res
-		return WireReply{Raw: r.raw, Scrub: r.scrub, Server: c.lastRcode.server.plain.Address()}, r.err
+		a := c.lastRcode
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err
 	case ctx.Err() != nil:
 		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
 	case c.timedOut:
@@ -346,6 +375,9 @@ func (c *WireCall) recoverPanic() {
 			c.tcpCancel()
 		}
 		attempts := c.attempts
+		for _, a := range attempts {
+			c.cancelTLSLocked(a)
+		}
 		c.mu.Unlock()
 		for _, a := range attempts {
 			if a.sock != nil {

@@ -21,6 +21,11 @@ type WireReply struct {
 	Scrub ScrubResult
 	// Server is the host:port of the server that sent the reply.
 	Server string
+	// Sent is when the attempt that got Raw was sent (the real clock), and
+	// TCP whether Raw came over TCP (a retry after TC): for dnstap's
+	// forwarder messages (issue 38).
+	Sent time.Time
+	TCP  bool
 }
 
 // ExchangeWire resolves query, a query already packed, and waits for the

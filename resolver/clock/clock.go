@@ -105,3 +105,29 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// WithDeadline returns a copy of ctx that is done at t on c, or when ctx
+// is. On the wall clock it is context.WithDeadline, so a socket under it
+// sees the deadline; on another clock (a test's) the copy has no deadline
+// of its own and is cancelled by a timer of c, so it ends when the test
+// advances c past t.
+func WithDeadline(ctx context.Context, c Clock, t time.Time) (context.Context, context.CancelFunc) {
+	if _, real := c.(Real); real {
+		return context.WithDeadline(ctx, t)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	d := t.Sub(c.Now())
+	if d <= 0 {
+		cancel() // a fake timer due now would wait for the next Advance
+	}
+	timer := c.AfterFunc(d, cancel)
+	return ctx, func() {
+		timer.Stop()
+		cancel()
+	}
+}
+
+// WithTimeout is WithDeadline d from c's now.
+func WithTimeout(ctx context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	return WithDeadline(ctx, c, c.Now().Add(d))
+}

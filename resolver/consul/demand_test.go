@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // startWatcher runs w until the test ends.
@@ -45,17 +47,12 @@ func healthPath(svc string) string { return "/v1/health/service/" + svc }
 // record a reply after the fake API saw the query.
 func waitState(t *testing.T, w *Watcher, what string, ok func(State) bool) State {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := w.State()
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s; state %+v", what, st)
-		}
-		time.Sleep(time.Millisecond) // polling interval of a bounded wait
-	}
+	var st State
+	dnstest.Eventually(t, func() bool {
+		st = w.State()
+		return ok(st)
+	}, 10*time.Second, what)
+	return st
 }
 
 func watchedKeys(w *Watcher) []string {
@@ -267,13 +264,20 @@ func TestIdleWatcherPings(t *testing.T) {
 	w := newTestWatcher(t, f, Config{IdleTimeout: 40 * time.Millisecond}, clk, noJitter)
 	runWatcher(t, w)
 	first := w.State().LastSuccess
-	clk.Advance(time.Minute)
-	f.waitQueries(t, "/v1/agent/self", 3)
+	// The idle check runs on the clock's ticker: one ping per check.
+	if err := clk.WaitTimers(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	for n := 2; n <= 3; n++ {
+		clk.Advance(w.checkEvery())
+		f.waitQueries(t, "/v1/agent/self", n)
+	}
 	st := waitState(t, w, "a later success", func(s State) bool { return s.LastSuccess.After(first) })
 	if !st.Connected || st.Watched != 0 {
 		t.Errorf("idle watcher state %+v", st)
 	}
 	f.setSelf(reply{status: http.StatusTooManyRequests})
+	clk.Advance(w.checkEvery())
 	st = waitState(t, w, "the refused ping counted", func(s State) bool { return s.Agent429s > 0 && !s.Connected })
 	if st.Evicted429 != 0 {
 		t.Errorf("a refused ping evicted a watch: %+v", st)

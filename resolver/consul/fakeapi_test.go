@@ -2,6 +2,7 @@ package consul
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -166,19 +167,11 @@ func (f *fakeAPI) setBlocked(path string, d int) {
 // a change.
 func (f *fakeAPI) waitBlocked(t *testing.T, path string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	dnstest.Eventually(t, func() bool {
 		f.mu.Lock()
-		got := f.blocked[path]
-		f.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d queries blocked after 10s, want %d", path, got, n)
-		}
-		time.Sleep(time.Millisecond) // polling interval of a bounded wait
-	}
+		defer f.mu.Unlock()
+		return f.blocked[path] == n
+	}, 10*time.Second, fmt.Sprintf("exactly %d queries of %s blocked", n, path))
 }
 
 // startOutage fails every blocked query, and every request until
@@ -245,7 +238,7 @@ func newFakeClock() *dnstest.Clock { return dnstest.NewClock(time.Unix(1_700_000
 
 // newTestWatcher is a Watcher on the fake API with the fake clock and a
 // fixed jitter.
-func newTestWatcher(t *testing.T, f *fakeAPI, cfg Config, clk clock, jitter func(time.Duration) time.Duration) *Watcher {
+func newTestWatcher(t *testing.T, f *fakeAPI, cfg Config, clk sleepClock, jitter func(time.Duration) time.Duration) *Watcher {
 	t.Helper()
 	cfg.Address = strings.TrimPrefix(f.URL, "http://")
 	w, err := New(cfg)

@@ -17,6 +17,15 @@ import (
 // the gate opens and every waiting loop reads its service again at once (at
 // most resyncReads reads at a time), so answers are fresh within one probe
 // interval of the agent's return, not after each service's own backoff.
+//
+// A reply is evidence about the agent only when it is newer than the
+// gate's last change (issue 33): each query notes the gate's generation
+// when it is sent, and a failure of a query sent before the gate last
+// opened does not close it again (its loop just queries again), nor does
+// a success of one sent before the gate closed open it. A loop slow to
+// take its failure from the outage would otherwise close the gate the
+// probe had just opened, and every watch would resync twice
+// (TestGateResync saw two resyncs under CPU load).
 
 // resyncReads bounds the reads at index 0 (a first read, a resync after a
 // failure) in flight at once; blocking queries do not count.
@@ -35,22 +44,39 @@ type agentGate struct {
 	failures int           // failed probes since the gate closed
 	openedAt time.Time
 	reopened uint64 // times the gate opened again: resyncs
+	gen      uint64 // bumped whenever the gate opens or closes
+}
+
+// generation is the gate's state as a query is sent (see above).
+func (g *agentGate) generation() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gen
 }
 
 func newAgentGate() *agentGate {
 	return &agentGate{open: make(chan struct{}), turn: make(chan struct{}, 1)}
 }
 
-// wait is called by a loop whose query failed because of the agent. The
-// gate closes (if open); wait returns when the loop should query again:
-// the gate opened, or the loop got the probe's turn and waited out the
-// agent's backoff (probe is then true). probed says that the loop's failed
-// query was itself the probe: its turn passes on and the backoff grows.
-func (g *agentGate) wait(ctx context.Context, now time.Time, clk clock, backoff func(int) time.Duration,
+// wait is called by a loop whose query, sent at the gate's generation
+// sent, failed because of the agent. The gate closes (if open, and it has
+// not opened since the query was sent: then wait returns at once); wait
+// returns when the loop should query again: the gate opened, or the loop
+// got the probe's turn and waited out the agent's backoff (probe is then
+// true). probed says that the loop's failed query was itself the probe:
+// its turn passes on and the backoff grows.
+func (g *agentGate) wait(ctx context.Context, sent uint64, now time.Time, clk sleepClock, backoff func(int) time.Duration,
 	probed bool) (probe bool, err error) {
 	g.mu.Lock()
+	if !g.closed && sent != g.gen {
+		// The agent answered after this query was sent: its failure is
+		// old news.
+		g.mu.Unlock()
+		return false, nil
+	}
 	if !g.closed {
 		g.closed = true
+		g.gen++
 		g.open = make(chan struct{})
 		if now.Sub(g.openedAt) > flapWindow {
 			g.failures = 0
@@ -98,15 +124,17 @@ func (g *agentGate) passTurn() {
 	}
 }
 
-// answered is called after every query that reached the agent: a closed
-// gate opens. It reports whether it did.
-func (g *agentGate) answered(now time.Time) bool {
+// answered is called after every query that reached the agent, sent at
+// the gate's generation sent: a closed gate opens, unless it closed after
+// the query was sent. It reports whether it opened.
+func (g *agentGate) answered(sent uint64, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.closed {
+	if !g.closed || sent != g.gen {
 		return false
 	}
 	g.closed = false
+	g.gen++
 	g.openedAt = now
 	g.reopened++
 	close(g.open)
@@ -150,8 +178,9 @@ const (
 // retryAfter is how a service loop waits after a failure: at the gate for
 // the agent's failures, on its own long backoff for its service's, on the
 // loop's backoff after a 429 (a pinned watch keeps retrying). probed is the
-// loop's memory of holding the probe's turn.
-func (w *Watcher) retryAfter(probed *bool) func(context.Context, error, int) error {
+// loop's memory of holding the probe's turn, sent the gate's generation
+// when its failed query was sent.
+func (w *Watcher) retryAfter(probed *bool, sent *uint64) func(context.Context, error, int) error {
 	return func(ctx context.Context, err error, n int) error {
 		wasProbe := *probed
 		*probed = false
@@ -169,7 +198,7 @@ func (w *Watcher) retryAfter(probed *bool) func(context.Context, error, int) err
 			}
 			return w.clock.Sleep(ctx, (&loop[int]{timing: w.cfg.Timing, jitter: w.jitter}).backoff(n))
 		}
-		probe, err := w.gate.wait(ctx, w.clock.Now(), w.clock, w.agentBackoff, wasProbe)
+		probe, err := w.gate.wait(ctx, *sent, w.clock.Now(), w.clock, w.agentBackoff, wasProbe)
 		*probed = probe
 		return err
 	}

@@ -110,7 +110,7 @@ func TestGateTurnPassesOn(t *testing.T) {
 	results := make(chan result, 3)
 	for id := range 3 {
 		go func() {
-			probe, err := g.wait(t.Context(), clk.Now(), clk, backoff, false)
+			probe, err := g.wait(t.Context(), 0, clk.Now(), clk, backoff, false)
 			if err != nil {
 				t.Error(err)
 			}
@@ -131,7 +131,7 @@ func TestGateTurnPassesOn(t *testing.T) {
 	if !second.probe {
 		t.Fatalf("after the turn was given back, loop %d left without it", second.id)
 	}
-	if !g.answered(clk.Now()) {
+	if !g.answered(g.generation(), clk.Now()) { // the second's probe
 		t.Fatal("the gate was not closed")
 	}
 	if last := <-results; last.probe {
@@ -139,5 +139,40 @@ func TestGateTurnPassesOn(t *testing.T) {
 	}
 	if g.isClosed() || g.resyncs() != 1 {
 		t.Errorf("after the answer: closed %v, %d resyncs; want open, 1", g.isClosed(), g.resyncs())
+	}
+}
+
+// TestGateIgnoresOldNews: a reply is evidence about the agent only when
+// its query was sent after the gate last changed (issue 33). A success of
+// a query sent before the outage does not open the gate; a failure of a
+// query sent during the outage, taken by its loop only after the probe
+// opened the gate, does not close it again: else every watch would resync
+// twice (TestGateResync's flake under CPU load).
+func TestGateIgnoresOldNews(t *testing.T) {
+	g := newAgentGate()
+	clk := newFakeClock()
+	backoff := func(int) time.Duration { return time.Millisecond }
+	beforeOutage := g.generation()
+	probe, err := g.wait(t.Context(), beforeOutage, clk.Now(), clk, backoff, false)
+	if err != nil || !probe || !g.isClosed() {
+		t.Fatalf("first failure: probe %v, err %v, closed %v; want the probe's turn, closed", probe, err, g.isClosed())
+	}
+	duringOutage := g.generation()
+	if g.answered(beforeOutage, clk.Now()) || !g.isClosed() {
+		t.Fatal("a success of a query sent before the outage opened the gate")
+	}
+	if !g.answered(duringOutage, clk.Now()) || g.isClosed() {
+		t.Fatal("the probe's success did not open the gate")
+	}
+	// A loop late to take its failure from the outage: it queries again
+	// at once, and the gate stays open.
+	probe, err = g.wait(t.Context(), duringOutage, clk.Now(), clk, backoff, false)
+	if err != nil || probe || g.isClosed() || g.resyncs() != 1 {
+		t.Errorf("a late failure from the outage: probe %v, err %v, closed %v, %d resyncs; want none of it, 1 resync",
+			probe, err, g.isClosed(), g.resyncs())
+	}
+	// A failure of a query sent after the gate opened closes it.
+	if _, err := g.wait(t.Context(), g.generation(), clk.Now(), clk, backoff, false); err != nil || !g.isClosed() {
+		t.Errorf("a new failure: err %v, closed %v; want closed", err, g.isClosed())
 	}
 }

@@ -17,6 +17,9 @@ type service struct {
 	// lostAt is when the watch last lost contact with the agent while
 	// holding these instances; zero while in contact.
 	lostAt time.Time
+	// enc are the instances' answers as bytes, for the fast path
+	// (wireanswer.go): made once, at the first question for them.
+	enc encodings
 }
 
 // store maps lower-case service names to what the watch knows of them. It is
@@ -135,10 +138,14 @@ func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, 
 }
 
 // Covers reports whether Answer may answer for name (canonical: lower case,
-// fully qualified): whether it lies under the Consul domain. Before the
-// agent has been asked (the domain is not known yet) Answer answers nothing,
-// and Covers says so. It lets the resolver's fast path skip Answer for the
-// names it could never answer, without allocating.
+// fully qualified), or must see its question: whether it has a service
+// name's form under the Consul domain (issue 34: a node, a prepared query
+// or any other name Answer passes on whatever its type is left to the
+// cache, and so to the fast path). It over-approximates Answer's own
+// reading (parseServiceQuery) and never under-: a question Answer would
+// answer, or count towards a watch, is always covered. Before the agent
+// has been asked (the domain is not known yet) Answer answers nothing,
+// and Covers says so. It does not allocate.
 func (w *Watcher) Covers(name []byte) bool {
 	info := w.info.Load()
 	if info == nil {
@@ -148,7 +155,34 @@ func (w *Watcher) Covers(name []byte) bool {
 	// question must still reach it: it is what asks for a watch, and the
 	// watch's first reply names the datacenter. The domain itself is no
 	// service name: only the names below it.
-	return len(name) > len(info.domain) && inDomain(name, info.domain)
+	return len(name) > len(info.domain) && inDomain(name, info.domain) &&
+		serviceForm(name[:len(name)-len(info.domain)])
+}
+
+// serviceForm reports whether labels (a name's labels before the Consul
+// domain, each ending in a dot) may be a service question as
+// parseServiceQuery reads one, for any type: scanning from the domain, a
+// "service" label with one before it, or a label starting with '_' (RFC
+// 2782's form, SRV only, whose type Covers does not know), before any of
+// the labels that make a name another kind's (node, query...).
+func serviceForm(labels []byte) bool {
+	end := len(labels) - 1 // the dot after the last label
+	for end > 0 {
+		start := end - 1
+		for start >= 0 && labels[start] != '.' {
+			start--
+		}
+		switch label := string(labels[start+1 : end]); {
+		case label == "service":
+			return start > 0
+		case label == "connect", label == "virtual", label == "ingress", label == "node", label == "query", label == "addr":
+			return false
+		case len(label) > 0 && label[0] == '_':
+			return true
+		}
+		end = start
+	}
+	return false
 }
 
 // Why the watch answered a question or left it to Consul's DNS: Answer's

@@ -185,9 +185,11 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	}
 }
 
-// Covers lets the resolver's fast path skip Lookup: it must say yes for every
-// name Lookup could answer (anything under the domain) and no before the
-// domain is known, when Lookup answers nothing.
+// Covers lets the resolver's fast path skip Answer: it must say yes for
+// every name Answer could answer or count (a service name's form under the
+// domain), no for the names Answer passes on whatever their type (nodes,
+// prepared queries...), and no before the domain is known, when Answer
+// answers nothing.
 func TestCovers(t *testing.T) {
 	w := &Watcher{}
 	if w.Covers([]byte("web.service.consul.")) {
@@ -199,12 +201,23 @@ func TestCovers(t *testing.T) {
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	for name, want := range map[string]bool{
-		"web.service.consul.":     true,
-		"web.service.dc1.consul.": true,
-		"consul.":                 false,
-		"notconsul.":              false,
-		"web.service.xconsul.":    false,
-		"www.example.":            false,
+		"web.service.consul.":            true,
+		"web.service.dc1.consul.":        true,
+		"v1.web.service.consul.":         true,
+		"_web._tcp.consul.":              true,
+		"_web._tcp.service.consul.":      true,
+		"web.service.peer1.peer.consul.": true, // Answer's to pass on
+		"service.consul.":                false,
+		"vm.node.consul.":                false,
+		"vm.node.dc1.consul.":            false,
+		"webq.query.consul.":             false,
+		"web.connect.consul.":            false,
+		"0a000001.addr.dc1.consul.":      false,
+		"web.consul.":                    false,
+		"consul.":                        false,
+		"notconsul.":                     false,
+		"web.service.xconsul.":           false,
+		"www.example.":                   false,
 	} {
 		if got := w.Covers([]byte(name)); got != want {
 			t.Errorf("Covers(%q) = %v, want %v", name, got, want)

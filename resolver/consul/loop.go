@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // Timing of the blocking-query loops. The zero value of each field means the
@@ -61,30 +63,22 @@ func (t Timing) withDefaults() Timing {
 	return t
 }
 
-// clock is what the loops read time and wait through; tests replace it so
-// backoff and spacing are checked without sleeping.
-type clock interface {
-	Now() time.Time
+// sleepClock is the one clock (resolver/clock, issue 33) as the watch
+// uses it: every time it reads, every timer it sets (the watch set's
+// checks), and the loops' waits, which sleep on it. Tests give
+// test/dnstest's Clock, whose Sleep returns at once having moved the
+// clock on, so backoff and spacing are checked without waiting.
+type sleepClock interface {
+	clock.Clock
 	// Sleep waits d or until ctx ends, and returns ctx.Err() in that case.
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
+// realClock is the wall clock, sleeping on its timers.
+type realClock struct{ clock.Real }
 
 func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, clock.Real{}, d)
 }
 
 // loop is one blocking-query loop in the manner of consul-template's
@@ -92,7 +86,7 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 // answers that change nothing, space queries out, back off on errors.
 type loop[T any] struct {
 	timing Timing
-	clock  clock
+	clock  sleepClock
 	// jitter returns a random duration in [0, n); tests make it fixed.
 	jitter func(n time.Duration) time.Duration
 

@@ -182,15 +182,14 @@ func TestLoopStopsOnContext(t *testing.T) {
 			w := newTestWatcher(t, f, Config{Timing: tc.timing}, realClock{}, randomJitter)
 			ll := startListLoop(t, w)
 			f.waitQueries(t, servicesPath, 1)
-			start := time.Now()
 			ll.cancel()
+			// Each wait here is an hour: a loop that ends within the
+			// bound ended on its context. The bound keeps a broken loop
+			// from hanging the test; it asserts no speed (issue 33).
 			select {
 			case <-ll.done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("loop still running 5s after its context ended")
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Errorf("loop took %v to stop", d)
+			case <-time.After(10 * time.Second):
+				t.Fatal("loop still running 10s after its context ended, in a wait of an hour")
 			}
 		})
 	}

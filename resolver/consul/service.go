@@ -153,11 +153,16 @@ func (w *Watcher) ensureAgent(ctx context.Context) error {
 // runService follows one service's healthy instances until its loop ends.
 func (w *Watcher) runService(sl *serviceLoop, key, name string, seed *probeResult) {
 	probed := false // this loop holds the gate's probe turn (gate.go)
+	var sent uint64 // the gate's generation when the loop's query was sent
+	if seed != nil {
+		sent = seed.sent
+	}
 	l := &loop[[]instance]{
 		timing: w.cfg.Timing,
 		clock:  w.clock,
 		jitter: w.jitter,
 		fetch: func(ctx context.Context, index uint64) ([]instance, uint64, error) {
+			sent = w.gate.generation()
 			if index > 0 {
 				sl.viewed.Store(true) // the agent answers it from a streaming view
 				return w.fetchService(ctx, w.client, name, index)
@@ -180,12 +185,12 @@ func (w *Watcher) runService(sl *serviceLoop, key, name string, seed *probeResul
 		contact: func(index uint64) {
 			probed = false
 			w.store.contact(key, false, w.clock.Now())
-			w.answered(index)
+			w.answered(index, sent)
 		},
 		failure: func(err error, consecutive int) {
 			w.serviceFailed(sl, key, err, consecutive)
 		},
-		retry: w.retryAfter(&probed),
+		retry: w.retryAfter(&probed, &sent),
 	}
 	if seed != nil {
 		l.seed, l.seedIndex, l.seeded = seed.instances, seed.index, true
@@ -234,16 +239,17 @@ func (w *Watcher) tagged(instances []instance) []instance {
 	return instances
 }
 
-// answered records a query that reached the agent: the gate opens if it
-// was closed, and State says the agent answers.
-func (w *Watcher) answered(index uint64) {
+// answered records a query that reached the agent, sent at the gate's
+// generation sent: the gate opens if it was closed (and has not closed
+// since), and State says the agent answers.
+func (w *Watcher) answered(index, sent uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.answeredLocked(index)
+	w.answeredLocked(index, sent)
 }
 
-func (w *Watcher) answeredLocked(index uint64) {
-	if w.gate.answered(w.clock.Now()) {
+func (w *Watcher) answeredLocked(index, sent uint64) {
+	if w.gate.answered(sent, w.clock.Now()) {
 		w.log.Debug("consul watch: every watch reads its service again (resync)", "address", w.address)
 	}
 	if !w.cfg.watchAll() {

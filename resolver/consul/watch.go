@@ -13,7 +13,8 @@
 // Config.Services pins services that are always watched; ["*"] keeps the
 // old mode that follows the catalog's whole service list (for small
 // catalogs, still capped). The set can be saved and restored across
-// restarts (WriteSet, ReadSet). It implements resolver.RecordSource (and
+// restarts (WriteSet, ReadSet). It implements resolver.RecordSource and,
+// for the fast path's A and AAAA answers, resolver.RecordAppender (and
 // lives beside the resolver, as resolver/local does, without importing
 // it: the resolver reads it through that interface). When the agent stops
 // answering, the last known records are served as stale for up to
@@ -118,7 +119,7 @@ type Watcher struct {
 	client  *api.Client // the watches' (pooled connections)
 	probe   *api.Client // first reads of names not watched (a connection each)
 	log     *slog.Logger
-	clock   clock
+	clock   sleepClock
 	jitter  func(time.Duration) time.Duration
 	store   *store
 	info    atomic.Pointer[agentInfo]

@@ -24,6 +24,7 @@ type probeResult struct {
 	instances []instance
 	index     uint64
 	err       error
+	sent      uint64 // the gate's generation when the read was sent
 }
 
 // checkEvery is how often idle and empty watches are looked for (and the
@@ -56,7 +57,7 @@ func (w *Watcher) manage(ctx context.Context) {
 	w.mu.Lock()
 	w.checkSynced()
 	w.mu.Unlock()
-	tick := time.NewTicker(w.checkEvery())
+	tick, ticks := w.clock.NewTicker(w.checkEvery())
 	defer tick.Stop()
 	pingFailures := 0
 	for {
@@ -67,7 +68,7 @@ func (w *Watcher) manage(ctx context.Context) {
 			w.consider(key)
 		case r := <-w.probed:
 			w.probeDone(r)
-		case <-tick.C:
+		case <-ticks:
 			w.expire()
 			pingFailures = w.pingIfIdle(ctx, pingFailures)
 		}
@@ -102,18 +103,7 @@ func (w *Watcher) pingIfIdle(ctx context.Context, failures int) int {
 // service is watched; if not, and the name is past the doorkeeper, the
 // demand loop is told to consider it.
 func (w *Watcher) noteAsked(key string) bool {
-	var sl *serviceLoop
-	if view := w.view.Load(); view != nil {
-		sl = (*view)[key]
-	}
-	if sl != nil {
-		sl.hits.Add(hitUnit)
-		now := w.clock.Now().UnixNano()
-		// Stored at most once a second: a hot service's questions do not all
-		// write the same cache line twice.
-		if now-sl.asked.Load() > int64(time.Second) {
-			sl.asked.Store(now)
-		}
+	if w.noteWatched(key) {
 		return true
 	}
 	if !w.cfg.watchAll() && w.cands.ask(key, w.clock.Now(), w.cfg.IdleTimeout) {
@@ -123,6 +113,37 @@ func (w *Watcher) noteAsked(key string) bool {
 		}
 	}
 	return false
+}
+
+// noteWatched is noteAsked for a watched service: it counts the question
+// and reports true, or reports false for a service not watched, having
+// done nothing.
+func (w *Watcher) noteWatched(key string) bool {
+	sl := w.watchedLoop(key)
+	if sl != nil {
+		w.countAsked(sl)
+	}
+	return sl != nil
+}
+
+// watchedLoop is the loop watching the service key, nil when none does.
+// key is only read during the call (AppendAnswer's aliases a packet).
+func (w *Watcher) watchedLoop(key string) *serviceLoop {
+	if view := w.view.Load(); view != nil {
+		return (*view)[key]
+	}
+	return nil
+}
+
+// countAsked counts a question for the service sl watches.
+func (w *Watcher) countAsked(sl *serviceLoop) {
+	sl.hits.Add(hitUnit)
+	now := w.clock.Now().UnixNano()
+	// Stored at most once a second: a hot service's questions do not all
+	// write the same cache line twice.
+	if now-sl.asked.Load() > int64(time.Second) {
+		sl.asked.Store(now)
+	}
 }
 
 // consider queues a name asked for (past the doorkeeper) for its first
@@ -175,7 +196,7 @@ func (w *Watcher) nextProbe() {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			r := probeResult{key: key}
+			r := probeResult{key: key, sent: w.gate.generation()}
 			release, err := w.acquireRead(ctx)
 			if err == nil {
 				r.instances, r.index, r.err = w.fetchService(ctx, w.probe, key, 0)
@@ -215,7 +236,7 @@ func (w *Watcher) probeDone(r probeResult) {
 		w.recordError(r.err) // asked again at its next question
 		return
 	}
-	w.answeredLocked(r.index)
+	w.answeredLocked(r.index, r.sent)
 	r.instances = w.tagged(r.instances)
 	if len(r.instances) == 0 {
 		w.state.EmptyReads++

@@ -48,7 +48,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap"}
 
 func main() {
 	var (
@@ -139,7 +139,8 @@ type bench struct {
 // hitPhase reports whether any scenario that runs on the long-TTL upstream
 // with one server start for all of them (1 to 4, 9) is selected.
 func (b *bench) hitPhase() bool {
-	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"] || b.want["tcpmiss"]
+	return b.want["hitcpu"] || b.want["latency"] || b.want["throughput"] || b.want["miss"] || b.want["tcpmiss"] ||
+		b.want["dnstap"]
 }
 
 // warmNames reports whether a scenario on the warm names (1 to 3) is
@@ -153,7 +154,11 @@ func (b *bench) warmNames() bool {
 func (b *bench) withNull() bool { return b.want["hitcpu"] || b.want["latency"] }
 
 func (b *bench) run() error {
-	for _, tool := range []string{"dnsperf", "dnsmasq", "unbound"} {
+	tools := []string{"dnsperf", "dnsmasq", "unbound"}
+	if b.want["dnstap"] {
+		tools = append(tools, "fstrm_capture")
+	}
+	for _, tool := range tools {
 		if _, err := lookPath(tool); err != nil {
 			return fmt.Errorf("%s is missing: run test/bench/install-peers.sh (make bench does)", tool)
 		}
@@ -256,6 +261,11 @@ func (b *bench) run() error {
 			}
 			if err := b.storm(round, s); err != nil {
 				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
+			}
+		}
+		if b.want["dnstap"] && slices.Contains(b.servers, "towerd") {
+			if err := b.dnstap(round, hitFile); err != nil { // dnstap.go
+				return fmt.Errorf("round %d, towerd, dnstap: %w", round, err)
 			}
 		}
 		for _, s := range b.servers {

@@ -44,6 +44,9 @@ type serverSetup struct {
 	// searchResolvConf, when set, is the resolv.conf whose search list
 	// towerd reads for its search-list rules (scenario 10).
 	searchResolvConf string
+	// dnstapSocket, when set, is the collector's socket towerd writes
+	// dnstap to (scenario 11).
+	dnstapSocket string
 }
 
 // startServer starts server s (or the null responder) fresh and waits until
@@ -114,10 +117,16 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		// day) and prefetch (last 10 % of the TTL when that is longer than
 		// the upstream's RTO) on; the search-list rules on, with no list
 		// unless the scenario gives the file of one.
-		config := ""
+		config, body := "", ""
 		if set.searchResolvConf != "" {
+			body += fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)
+		}
+		if set.dnstapSocket != "" {
+			body += fmt.Sprintf("[dnstap]\nsocket = %q\n", set.dnstapSocket)
+		}
+		if body != "" {
 			config = filepath.Join(b.dir, fmt.Sprintf("towerd-%s-%d.toml", set.phase, round))
-			if err := os.WriteFile(config, []byte(fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)), 0o600); err != nil {
+			if err := os.WriteFile(config, []byte(body), 0o600); err != nil {
 				return "", nil, err
 			}
 		}

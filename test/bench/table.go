@@ -113,6 +113,9 @@ func (b *bench) rows() []row {
 	if b.want["search"] {
 		add("10 search list (glibc)", b.searchRows()...)
 	}
+	if b.want["dnstap"] {
+		add(fmt.Sprintf("11 dnstap, hits @%dk/s", dnstapRate/1000), b.dnstapRows()...)
+	}
 	return rs
 }
 

@@ -320,15 +320,23 @@ func Binary(t testing.TB) string {
 }
 
 // freePortOn returns a port free on ip for both TCP and UDP when called
-// (Consul binds both for DNS and serf).
+// (Consul binds both for DNS and serf), below the kernel's range of
+// ephemeral ports (issue 33). An agent keeps its ports across Restart and
+// a replacing agent takes its predecessor's HTTP port; a port from the
+// ephemeral range, free for the seconds in between, is the kernel's to
+// hand out meanwhile as any socket's source port (towerd's upstream
+// attempts open thousands of UDP sockets a second in the flood tests),
+// and the agent then exited 1 on "address already in use". Below the
+// range, only a bind that names the port can take it.
 func freePortOn(t testing.TB, ip string) int {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	lo, hi := agentPortRange()
+	for range 100 {
+		port := lo + mrand.IntN(hi-lo)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		pc, err := net.ListenPacket("udp", l.Addr().String())
 		l.Close()
 		if err == nil {
@@ -336,8 +344,25 @@ func freePortOn(t testing.TB, ip string) int {
 			return port
 		}
 	}
-	t.Fatalf("no port free for both TCP and UDP on %s", ip)
+	t.Fatalf("no port in [%d, %d) free for both TCP and UDP on %s", lo, hi, ip)
 	return 0
+}
+
+// agentPortRange is where freePortOn looks: [20000, the first ephemeral
+// port), or a fixed [20000, 30000) when the kernel's range cannot be read
+// or leaves too little below it.
+func agentPortRange() (lo, hi int) {
+	lo, hi = 20000, 30000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if first, err := strconv.Atoi(f[0]); err == nil && first >= lo+5000 {
+			hi = first
+		}
+	}
+	return lo, hi
 }
 
 // syncBuffer collects a process's output for logs on failure.

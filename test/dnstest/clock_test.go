@@ -2,6 +2,8 @@ package dnstest
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -81,4 +83,36 @@ func TestClockSleepFiresDueTimers(t *testing.T) {
 	if got := c.Sleeps(); len(got) != 1 || got[0] != 2*time.Second {
 		t.Fatalf("Sleeps %v", got)
 	}
+}
+
+func TestEventually(t *testing.T) {
+	n := 0
+	Eventually(t, func() bool { n++; return n == 3 }, time.Minute, "the third poll")
+	if n != 3 {
+		t.Fatalf("polled %d times, want 3", n)
+	}
+	ft := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Eventually(ft, func() bool { return false }, 5*time.Millisecond, "nothing")
+	}()
+	<-done
+	if ft.msg != "waited 5ms for nothing" {
+		t.Fatalf("Fatalf said %q", ft.msg)
+	}
+}
+
+// fatalRecorder keeps Fatalf's message and ends the goroutine as Fatalf
+// does, without failing the test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }

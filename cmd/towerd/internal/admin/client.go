@@ -48,8 +48,19 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 		// socket. "localhost" passes the admin port's Host check too.
 		host = "localhost"
 		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if err := checkSocketFile(t.Socket); err != nil {
+				return nil, err
+			}
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", t.Socket)
+			c, err := d.DialContext(ctx, "unix", t.Socket)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkServerPeer(c, t.Socket); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
 		}
 	}
 	target := "http://" + host + path
@@ -90,6 +101,12 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 // dialError says what a failed request usually means.
 func dialError(t Target, err error) error {
 	switch {
+	case errors.Is(err, ErrUntrustedServer):
+		var untrusted *untrustedError
+		if errors.As(err, &untrusted) {
+			return untrusted
+		}
+		return err
 	case t.Socket != "" && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)):
 		return fmt.Errorf("%w: cannot connect to %s: only root and the members of towerd's operators' group may "+
 			"(sudo, or: usermod -aG towerd $USER, then log in again)", ErrDenied, t.Socket)
@@ -145,9 +162,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if i == 0 {
 			label = "zones"
 		}
-		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; %d/%d up\n",
+		fmt.Fprintf(w, "%-12s %-16s %d queries, %d stale, %d SERVFAIL; upstream %d sent, %s; p99 %s; hedges %d sent, %d won, %d refused, %d explored; %d/%d up\n",
 			label, z.Name, z.Queries, z.StaleAnswers, z.ServFail, z.UpstreamRequests, errorCounts(z.Errors),
-			seconds(z.LatencyP99Seconds), z.ServersUp, z.Servers)
+			seconds(z.LatencyP99Seconds), z.Hedges["sent"], z.Hedges["won"], z.Hedges["refused"], z.Hedges["explore"], z.ServersUp, z.Servers)
 	}
 
 	// Slowest first: the upstream that makes clients wait is the one to look at.
@@ -162,9 +179,9 @@ func Render(w io.Writer, r Report, now time.Time) {
 		if !u.Up {
 			health = "DOWN"
 		}
-		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s\n",
+		fmt.Fprintf(w, "%-12s %-24s %-4s zone %s: %d sent, %s; p50 %s p99 %s srtt %s tail %s\n",
 			label, u.Server, health, u.Zone, u.Requests, errorCounts(u.Errors),
-			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds))
+			seconds(u.LatencyP50Seconds), seconds(u.LatencyP99Seconds), seconds(u.SRTTSeconds), seconds(u.TailSeconds))
 	}
 
 	if cw := r.ConsulWatch; cw == nil {

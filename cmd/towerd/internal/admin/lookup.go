@@ -53,6 +53,10 @@ type LookupServer struct {
 	Address     string  `json:"address"`
 	Up          bool    `json:"up"`
 	SRTTSeconds float64 `json:"srtt_seconds"`
+	TailSeconds float64 `json:"rtt_tail_seconds"`
+	// Transport is how the server is asked: "udp" (TCP when a reply is
+	// truncated) or "tls" (DNS over TLS, issue 37).
+	Transport string `json:"transport"`
 }
 
 // serveLookup asks towerd name= type= (default A) as a loopback client
@@ -84,7 +88,11 @@ func (a *Server) serveLookup(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, s := range g.Servers() {
-			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds()})
+			transport := "udp"
+			if s.TLS != nil {
+				transport = "tls"
+			}
+			rep.Servers = append(rep.Servers, LookupServer{Address: s.Address, Up: s.Up, SRTTSeconds: s.SRTT.Seconds(), TailSeconds: s.Tail.Seconds(), Transport: transport})
 		}
 	}
 	for _, info := range a.cache.Inspect(name) {

@@ -26,7 +26,7 @@ var ownMetrics = []string{
 	"towerd_cache_misses_total", "towerd_cache_expired_lookups_total", "towerd_cache_evictions_total",
 	"towerd_cache_stores_total", "towerd_cache_store_refusals_total", "towerd_cache_prefetches_total",
 	"towerd_upstream_requests_total", "towerd_upstream_errors_total", "towerd_upstream_request_duration_seconds",
-	"towerd_upstream_up", "towerd_upstream_srtt_seconds",
+	"towerd_upstream_up", "towerd_upstream_srtt_seconds", "towerd_upstream_rtt_tail_seconds", "towerd_upstream_hedges_total",
 	"towerd_inflight_resolutions", "towerd_inflight_resolutions_limit", "towerd_inflight_rejections_total",
 	"towerd_invalid_packets_total",
 	"towerd_search_answers_total", "towerd_search_ahead_queries_total", "towerd_search_ahead_skipped_total",
@@ -55,6 +55,7 @@ func gatherEverything(t *testing.T) []*dto.MetricFamily {
 	observe := tel.Upstreams.Observer(".")
 	observe("192.0.2.53:53", 3*time.Millisecond, "")
 	observe("192.0.2.53:53", 400*time.Millisecond, upstream.KindTimeout)
+	tel.Upstreams.HedgeObserver(".")(upstream.HedgeSent)
 
 	h, err := resolver.NewHandler(resolver.Config{Zones: []resolver.Zone{{Name: ".", Upstream: g}}}, c, nil, tel.Resolver)
 	if err != nil {

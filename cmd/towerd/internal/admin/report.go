@@ -93,8 +93,10 @@ type zoneStats struct {
 	Timeouts          uint64            `json:"upstream_timeouts"`
 	LatencyP50Seconds float64           `json:"upstream_latency_p50_seconds"`
 	LatencyP99Seconds float64           `json:"upstream_latency_p99_seconds"`
-	ServersUp         int               `json:"servers_up"`
-	Servers           int               `json:"servers"`
+	// Hedges are the zone's hedged misses by event (sent, won, refused).
+	Hedges    map[string]uint64 `json:"hedges"`
+	ServersUp int               `json:"servers_up"`
+	Servers   int               `json:"servers"`
 }
 
 type serverStats struct {
@@ -107,6 +109,7 @@ type serverStats struct {
 	LatencyP50Seconds float64           `json:"latency_p50_seconds"`
 	LatencyP99Seconds float64           `json:"latency_p99_seconds"`
 	SRTTSeconds       float64           `json:"srtt_seconds"`
+	TailSeconds       float64           `json:"rtt_tail_seconds"`
 }
 
 // WatchStatus is the Consul watch's state as /stats shows it.
@@ -341,6 +344,7 @@ func buildReport(f families, groups []*upstream.Group) Report {
 			ServFail:         f.sum("towerd_responses_total", map[string]string{"zone": zone, "rcode": "SERVFAIL"}),
 			UpstreamRequests: f.sum("towerd_upstream_requests_total", inZone),
 			Errors:           f.by("towerd_upstream_errors_total", "reason", inZone),
+			Hedges:           f.by("towerd_upstream_hedges_total", "event", inZone),
 		}
 		z.Timeouts = z.Errors[upstream.KindTimeout]
 		lat := f.quantiles("towerd_upstream_request_duration_seconds", inZone, 0.5, 0.99)
@@ -352,6 +356,7 @@ func buildReport(f families, groups []*upstream.Group) Report {
 				Requests:    f.sum("towerd_upstream_requests_total", one),
 				Errors:      f.by("towerd_upstream_errors_total", "reason", one),
 				SRTTSeconds: st.SRTT.Seconds(),
+				TailSeconds: st.Tail.Seconds(),
 			}
 			s.Timeouts = s.Errors[upstream.KindTimeout]
 			lat := f.quantiles("towerd_upstream_request_duration_seconds", one, 0.5, 0.99)

@@ -67,6 +67,8 @@ type Config struct {
 	Admin      AdminConfig      `toml:"admin"`
 	Control    ControlConfig    `toml:"control"` // control.go
 	Consul     ConsulConfig     `toml:"consul"`  // consul.go
+	Dnstap     DnstapConfig     `toml:"dnstap"`  // dnstap.go
+	DNSSEC     DNSSECConfig     `toml:"dnssec"`  // dnssec.go
 }
 
 // CacheConfig is the [cache] table.
@@ -120,6 +122,10 @@ type UpstreamConfig struct {
 	// server's measured round-trip; below it a fast server's hiccup would
 	// already cost a retry.
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
+	// HedgeBudget: share of upstream queries that may be hedges, a late
+	// first attempt asked again of the next fastest server (token bucket,
+	// burst 10); 0 turns hedging and exploring off.
+	HedgeBudget float64 `toml:"hedge_budget"`
 }
 
 // TCPConfig is the [tcp] table: limits on DNS over TCP (issue 13), which any
@@ -144,9 +150,15 @@ type TCPConfig struct {
 type ZoneConfig struct {
 	// Name: the zone, e.g. "consul." or "." for everything else.
 	Name string `toml:"name"`
-	// Servers: host or host:port (port 53 when left out). Empty for "." =
-	// the nameservers of ResolvConf.
+	// Servers: host or host:port (port 53 when left out), or a DNS over
+	// TLS server, tls://host[:port]#name (port 853 when left out; name is
+	// what its certificate must carry, RFC 8310's strict profile); plain
+	// and TLS servers may be mixed. Empty for "." = the nameservers of
+	// ResolvConf.
 	Servers []string `toml:"servers"`
+	// TLSCAFile: PEM file of the CA certificates the zone's TLS servers
+	// are verified against; "" = the system's roots.
+	TLSCAFile string `toml:"tls_ca_file"`
 	// ProbeName: the name a health probe asks (type NS) of a server marked
 	// down; "" = ".". Any reply counts as up, so this only matters for a
 	// server that drops queries outside its zones instead of refusing them:
@@ -288,6 +300,7 @@ func DefaultConfig() Config {
 			// client timer, while a fast upstream's GC pause or a loaded
 			// node does not turn every slow reply into a second packet.
 			MinAttemptTimeout: Dur(200 * time.Millisecond),
+			HedgeBudget:       0.05,
 		},
 		TCP: TCPConfig{
 			MaxConnections: 256,
@@ -300,6 +313,7 @@ func DefaultConfig() Config {
 		Admin:   AdminConfig{Listen: DefaultAdminListen, MaxConnections: 32},
 		Control: defaultControlConfig(),
 		Consul:  defaultConsulConfig(),
+		DNSSEC:  defaultDNSSECConfig(),
 	}
 }
 

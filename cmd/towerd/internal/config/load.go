@@ -51,6 +51,9 @@ func (e *Error) Error() string {
 // an import of a dnsmasq config with many local records a few hundred.
 const MaxFileSize = 1 << 20
 
+// maxHedgeBudget bounds upstream.hedge_budget.
+const maxHedgeBudget = 0.25
+
 // fileRule is how the config file and its drop-ins are read (issue 21): a
 // regular file up to MaxFileSize, opened without blocking, so neither
 // towerd's start, a reload nor `towerd check` can hang on a FIFO in their
@@ -333,6 +336,11 @@ func (c *Config) Validate() error {
 	if u.MinAttemptTimeout.Duration <= 0 || u.MinAttemptTimeout.Duration > u.Timeout.Duration {
 		return keyErr("upstream.min_attempt_timeout", "must be positive and at most upstream.timeout (got %v)", u.MinAttemptTimeout)
 	}
+	// Written so NaN fails too. Above a quarter a hedge is no longer a
+	// hedge but racing every query, which a site's resolvers pay for.
+	if !(u.HedgeBudget >= 0 && u.HedgeBudget <= maxHedgeBudget) {
+		return keyErr("upstream.hedge_budget", "must be between 0 and %g (got %g)", maxHedgeBudget, u.HedgeBudget)
+	}
 	if err := c.TCP.validate(); err != nil {
 		return err
 	}
@@ -342,6 +350,9 @@ func (c *Config) Validate() error {
 	if err := c.Admin.validate(); err != nil {
 		return err
 	}
+	if err := c.Dnstap.validate(); err != nil {
+		return err
+	}
 	if err := c.Control.validate(); err != nil {
 		return err
 	}
@@ -349,6 +360,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Local.validate(); err != nil {
+		return err
+	}
+	if err := c.DNSSEC.validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -374,6 +388,9 @@ func (c *Config) Validate() error {
 			if err := checkServer(srv); err != nil {
 				return keyErr(fmt.Sprintf("zone[%d].servers[%d]", i, j), "%v", err)
 			}
+		}
+		if _, err := z.TLSRoots(); err != nil {
+			return keyErr(fmt.Sprintf("zone[%d].tls_ca_file", i), "%v", err)
 		}
 	}
 	return nil
@@ -416,7 +433,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 		}
 		normalized := make([]string, 0, len(servers))
 		for _, s := range servers {
-			n, err := upstream.NormalizeAddress(s)
+			n, err := upstream.NormalizeServer(s)
 			if err != nil {
 				return nil, "", keyErr("zone["+name+"].servers", "%v", err)
 			}
@@ -430,7 +447,7 @@ func (c *Config) ForwardZones(root string) ([]ZoneConfig, string, error) {
 			}
 			return nil, "", keyErr("zone["+name+"].servers", "%s", msg)
 		}
-		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName})
+		out = append(out, ZoneConfig{Name: name, Servers: kept, ProbeName: z.ProbeName, TLSCAFile: z.TLSCAFile})
 	}
 	return out, source, nil
 }
@@ -446,7 +463,7 @@ func (c *Config) MergedZones() []ZoneConfig {
 		if _, ok := byName[name]; !ok {
 			order = append(order, name)
 		}
-		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName}
+		byName[name] = ZoneConfig{Name: name, Servers: z.Servers, ProbeName: z.ProbeName, TLSCAFile: z.TLSCAFile}
 	}
 	out := make([]ZoneConfig, 0, len(order))
 	for _, name := range order {

@@ -85,6 +85,10 @@ func checkServer(s string) error {
 	if _, err := upstream.NormalizeAddress(s); err == nil {
 		return nil
 	}
+	if strings.Contains(s, "://") {
+		_, err := upstream.ParseServer(s)
+		return err
+	}
 	const forms = `IP address, optionally with a port: "192.0.2.53", "192.0.2.53:5353", "2001:db8::53" or "[2001:db8::53]:5353"`
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {

@@ -89,8 +89,12 @@ func renderLookup(w io.Writer, rep admin.LookupReport) {
 		if !s.Up {
 			health = "DOWN"
 		}
+		if s.Transport != "" {
+			health += ", " + s.Transport
+		}
 		if s.SRTTSeconds > 0 {
-			health += ", srtt " + time.Duration(s.SRTTSeconds*float64(time.Second)).Round(10*time.Microsecond).String()
+			health += ", srtt " + time.Duration(s.SRTTSeconds*float64(time.Second)).Round(10*time.Microsecond).String() +
+				", tail " + time.Duration(s.TailSeconds*float64(time.Second)).Round(10*time.Microsecond).String()
 		}
 		servers = append(servers, fmt.Sprintf("%s (%s)", s.Address, health))
 	}

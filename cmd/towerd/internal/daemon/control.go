@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -106,64 +107,72 @@ var errControlInUse = errors.New("another process serves this control socket (a 
 
 // bindControl makes the control socket at path: in the directory (made
 // 0755 when only its last component is missing, as /run/towerd is after a
-// boot), replacing a stale socket of an earlier run, never another file.
-// The socket is bound under a temporary name, given its mode and group,
-// then renamed into place, so no one ever finds it at path with looser
-// permissions. A group that cannot be given (towerd is neither root nor a
-// member) is groupErr: the socket stays 0660 in towerd's own group, which
-// is stricter, not looser.
+// boot) if only root or towerd's user may write it (controldir.go),
+// replacing a stale socket of an earlier run, never another file. The
+// socket is bound at path itself with its final mode (the umask, below):
+// nothing is changed on a path afterwards, so no link planted at a name
+// can redirect a chmod to another file (issue 35: a root-owned 0600 file
+// became 0660 that way), and bind(2) never follows a link at path (it
+// fails with EADDRINUSE). A group that cannot be given (towerd is neither
+// root nor a member) is groupErr: the socket stays 0660 in towerd's own
+// group, which is stricter, not looser.
 func bindControl(path string, policy admin.AccessPolicy) (l net.Listener, cs *controlSocket, groupErr, err error) {
 	dir := filepath.Dir(path)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, nil, nil, fmt.Errorf("making %s: %w", dir, err)
 	}
+	if err := checkControlDir(dir, policy.UID); err != nil {
+		return nil, nil, nil, err
+	}
 	if err := removeStaleSocket(path); err != nil {
 		return nil, nil, nil, err
 	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".%s.%d.%d", filepath.Base(path), os.Getpid(), time.Now().UnixNano()%1e6))
-	if len(tmp) > len(path)+24 || len(tmp) > 107 {
-		tmp = path // too long for sun_path: bind in place (the peer check still refuses others)
-	}
-	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	ul, err := listenUnixMode(path, controlSocketMode)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("binding %s: %w", path, err)
 	}
 	ul.SetUnlinkOnClose(false) // stop removes it, only if it is still ours
 	fail := func(err error) (net.Listener, *controlSocket, error, error) {
 		ul.Close()
-		os.Remove(tmp)
 		return nil, nil, nil, err
-	}
-	if err := os.Chmod(tmp, controlSocketMode); err != nil {
-		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
-	}
-	if policy.HaveGroup {
-		// A member of the group may hand a file to it; root may always.
-		if err := os.Lchown(tmp, -1, int(policy.GID)); err != nil {
-			groupErr = fmt.Errorf("giving %s to group %s: %w", path, policy.Group, err)
-		}
-	}
-	if tmp != path {
-		if err := os.Rename(tmp, path); err != nil {
-			return fail(fmt.Errorf("renaming %s to %s: %w", tmp, path, err))
-		}
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(path, &st); err != nil {
 		return fail(err)
 	}
-	// The listener's address is the path clients use (not the temp name).
-	return &namedListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, &controlSocket{path: path, ino: st.Ino, ctime: st.Ctim}, groupErr, nil
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Mode&0o7777 != controlSocketMode {
+		return fail(fmt.Errorf("%s is not the socket just bound (mode %o)", path, st.Mode))
+	}
+	if policy.HaveGroup && st.Gid != policy.GID {
+		// A member of the group may hand a file to it; root may always.
+		// Lchown never follows a link, and the directory is towerd's.
+		if err := os.Lchown(path, -1, int(policy.GID)); err != nil {
+			groupErr = fmt.Errorf("giving %s to group %s: %w", path, policy.Group, err)
+		} else if err := syscall.Lstat(path, &st); err != nil {
+			return fail(err)
+		}
+	}
+	return ul, &controlSocket{path: path, ino: st.Ino, ctime: st.Ctim}, groupErr, nil
 }
 
-// namedListener is a Unix listener bound under a temporary name and
-// renamed: Addr is where it is now.
-type namedListener struct {
-	*net.UnixListener
-	addr net.Addr
-}
+// umaskMu serializes listenUnixMode's umask changes with each other. The
+// umask is the process's: a file another goroutine creates in the same
+// microseconds gets the socket's mask. At start, when the control socket
+// is bound, towerd creates no other file; the mask only takes bits away
+// from others, and gives the group at most read and write.
+var umaskMu sync.Mutex
 
-func (l *namedListener) Addr() net.Addr { return l.addr }
+// listenUnixMode binds a Unix stream socket at path whose file is created
+// with mode: bind(2) makes the file with 0777 less the umask, so the umask
+// is set to the mode's complement for the call (systemd does the same for
+// SocketMode=). No chmod on the path afterwards, which could follow a link.
+func listenUnixMode(path string, mode uint32) (*net.UnixListener, error) {
+	umaskMu.Lock()
+	defer umaskMu.Unlock()
+	old := syscall.Umask(int(0o777 &^ mode))
+	defer syscall.Umask(old)
+	return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+}
 
 // removeStaleSocket removes a socket left at path by an earlier towerd that
 // did not stop cleanly (nothing answers on it); a live socket or any other

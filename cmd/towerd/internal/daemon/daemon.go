@@ -22,6 +22,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/cmd/towerd/internal/dnstap"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
 	"github.com/towerd/towerd/resolver/consul"
@@ -113,12 +114,17 @@ type Daemon struct {
 	// Local data (local.go): the source the handler runs with, the one
 	// resolverConfig built last (running once the handler takes it), and
 	// the poll of its hosts files.
-	local         atomic.Pointer[local.Source]
-	localNext     *local.Source
+	local     atomic.Pointer[local.Source]
+	localNext *local.Source
+	// anchors are the DNSSEC trust anchors last read (dnssecConfig).
+	anchors       []dns.RR
 	stopLocalPoll func()
 
 	// The search-list rules' lists (search.go).
 	search searchState
+
+	// The dnstap writer (dnstap.go).
+	dnstap dnstapState
 
 	reloads  chan chan reloadOutcome
 	quit     chan struct{}
@@ -150,6 +156,10 @@ func New(opts Options) (*Daemon, error) {
 			d.log.Error("BUG: registering the log's metrics", "err", err)
 		}
 	}
+	d.dnstap.stats = dnstap.NewStats()
+	if err := d.tel.Register(d.dnstap.stats); err != nil {
+		d.log.Error("BUG: registering dnstap's metrics", "err", err)
+	}
 	d.initFollow()      // resolvwatch.go
 	d.loadCache(c, cfg) // state.go
 	if err := d.prepareConsul(cfg); err != nil {
@@ -158,16 +168,19 @@ func New(opts Options) (*Daemon, error) {
 	}
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
+		d.discardDnstap()
 		d.log.Error("upstreams", "err", err)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	h, err := resolver.NewHandler(rcfg, c, d.log, d.tel.Resolver)
 	if err != nil {
+		d.discardDnstap()
 		closeGroups(groups)
 		d.log.Error("resolver", "err", err)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	d.cfg, d.started, d.zones, d.handler, d.groups = cfg, cfg, zones, h, groups
+	d.applyDnstap(cfg)
 	h.SetLogQueries(cfg.LogQueries)
 	d.local.Store(d.localNext)
 	d.search.running = d.search.next
@@ -188,6 +201,7 @@ func New(opts Options) (*Daemon, error) {
 	if err := d.listen(cfg.Listen); err != nil {
 		d.log.Error("cannot listen", "err", err, "hint", bindHint(err))
 		h.Close()
+		d.stopDnstap()
 		closeGroups(groups)
 		return nil, err
 	}
@@ -206,6 +220,12 @@ func (d *Daemon) resolverConfig(cfg config.Config, zones []config.ZoneConfig) (r
 	}
 	d.localNext = src
 	d.search.next = d.searchLists(cfg) // search.go
+	d.anchors = nil
+	if cfg.DNSSEC.ModeValue() != resolver.DNSSECOff {
+		if d.anchors, err = cfg.DNSSEC.ReadAnchors(); err != nil {
+			return resolver.Config{}, nil, err
+		}
+	}
 	rcfg := d.handlerConfig(cfg, d.records(src), d.search.next)
 	for _, z := range zones {
 		if len(z.Servers) == 0 && z.Name == "." {
@@ -242,6 +262,7 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 		SearchHold:         cfg.Search.Hold.Duration,
 	}
 	rcfg.Records = records
+	rcfg.Tap = d.dnstapTap(cfg) // dnstap.go
 	// UDP answers of the Consul domain are cut as the agent cuts them,
 	// watched or not (issue 23).
 	rcfg.TrimUDP = consul.DomainTrim(cfg.Consul.Domain)
@@ -251,24 +272,56 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 	for _, a := range cfg.Allow {
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
+	rcfg.DNSSEC = d.dnssecConfig(cfg)
 	return rcfg
+}
+
+// dnssecConfig is validation's share of cfg with the anchors last read
+// (resolverConfig). Besides the listed negative anchors, the Consul domain
+// and the local data's names are ones: private names under a signed root
+// (the resolver adds every zone other than ".").
+func (d *Daemon) dnssecConfig(cfg config.Config) resolver.DNSSECConfig {
+	mode := cfg.DNSSEC.ModeValue()
+	if mode == resolver.DNSSECOff {
+		return resolver.DNSSECConfig{}
+	}
+	negative := append([]string(nil), cfg.DNSSEC.NegativeTrustAnchors...)
+	if cfg.Consul.Domain != "" {
+		negative = append(negative, cfg.Consul.Domain)
+	}
+	negative = append(negative, cfg.Local.LocalNames()...)
+	return resolver.DNSSECConfig{Mode: mode, Anchors: d.anchors, NegativeAnchors: negative}
 }
 
 // probeName is the [[zone]] probe_name configured for zone, "" (". NS")
 // when none is.
-func probeName(cfg config.Config, zone string) string {
+func probeName(cfg config.Config, zone string) string { return zoneConfig(cfg, zone).ProbeName }
+
+// zoneConfig is the [[zone]] configured for zone, the zero ZoneConfig
+// when none is.
+func zoneConfig(cfg config.Config, zone string) config.ZoneConfig {
 	for _, z := range cfg.Zones {
 		if dns.CanonicalName(z.Name) == dns.CanonicalName(zone) {
-			return z.ProbeName
+			return z
 		}
 	}
-	return ""
+	return config.ZoneConfig{}
 }
 
 // newGroup builds zone's upstream group over servers with cfg's [upstream]
 // settings, its metrics and its health logs.
 func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*upstream.Group, error) {
+	roots, err := zoneConfig(cfg, zone).TLSRoots()
+	if err != nil {
+		return nil, err
+	}
 	return upstream.NewGroup(zone, servers, upstream.GroupOptions{
+		TLSRoots: roots,
+		OnTLSFailure: func(server, reason string, err error) {
+			// Once per change of reason (upstream.GroupOptions), not per
+			// query: no query went out in clear meanwhile.
+			d.log.Warn("upstream TLS connection failed; nothing is sent to it in clear", "zone", zone, "server", server, "reason", reason, "err", err)
+		},
 		MaxAttempts:   cfg.Upstream.MaxAttempts,
 		FailThreshold: cfg.Upstream.FailThreshold,
 		// The ceiling follows the floor so a high floor stays meaningful.
@@ -277,6 +330,8 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		InitialAttemptTimeout: max(cfg.Upstream.MinAttemptTimeout.Duration, 500*time.Millisecond),
 		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
+		HedgeBudget:           hedgeBudget(cfg),
+		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {
 				d.log.Info("upstream is back up", "zone", zone, "server", server)
@@ -285,6 +340,15 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 			}
 		},
 	})
+}
+
+// hedgeBudget is upstream.hedge_budget as GroupOptions takes it: there 0
+// means the default, and hedging off is negative.
+func hedgeBudget(cfg config.Config) float64 {
+	if cfg.Upstream.HedgeBudget == 0 {
+		return -1
+	}
+	return cfg.Upstream.HedgeBudget
 }
 
 // cacheConfig is the cache's share of cfg.

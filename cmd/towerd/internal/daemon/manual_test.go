@@ -264,6 +264,8 @@ func withChanged(cfg config.Config, k manual.ConfigKey) config.Config {
 		v.SetString(v.String() + "x")
 	case v.Kind() == reflect.Int, v.Kind() == reflect.Int64: // an int64 is a config.ByteSize
 		v.SetInt(v.Int() + 1)
+	case v.Kind() == reflect.Float64:
+		v.SetFloat(v.Float() + 0.01)
 	case v.Kind() == reflect.Bool:
 		v.SetBool(!v.Bool())
 	case v.Kind() == reflect.Slice:

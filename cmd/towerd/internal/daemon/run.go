@@ -146,6 +146,7 @@ func (d *Daemon) shutdown(why string) {
 	defer cancel()
 	err := d.server.Shutdown(ctx)
 	d.handler.Close()
+	d.stopDnstap() // after the last answer and the last resolution
 	// After the drain and with upstream work stopped, so the snapshot holds
 	// every answer towerd got; and after the last periodic save, so this one
 	// is renamed into place last.
@@ -252,9 +253,11 @@ func (d *Daemon) prepareReload() (config.Config, []config.ZoneConfig, []*upstrea
 	zones = d.keepFollowedServers(zones) // resolvwatch.go
 	rcfg, groups, err := d.resolverConfig(cfg, zones)
 	if err != nil {
+		d.discardDnstap()
 		return cfg, nil, nil, err
 	}
 	if err := d.handler.Reconfigure(rcfg); err != nil {
+		d.discardDnstap()
 		closeGroups(groups)
 		return cfg, nil, nil, err
 	}
@@ -273,6 +276,7 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	d.groups = groups
 	d.local.Store(d.localNext) // the handler answers from it already
 	d.search.running = d.search.next
+	d.applyDnstap(cfg) // dnstap.go: the handler writes to its writer already
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
 	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/towerd/towerd/test/consultest"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // A real Consul agent with services registered with and without addresses
@@ -88,26 +89,19 @@ func registerFixtures(t *testing.T, c *api.Client) {
 // (the agent staggers the first run by up to the interval, 1 s here).
 func waitForOutputs(t *testing.T, c *api.Client) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The agent's state, with no event to wait on.
+	dnstest.Eventually(t, func() bool {
 		checks, err := c.Agent().Checks()
 		if err != nil {
 			t.Fatal(err)
 		}
-		pending := 0
 		for id, ck := range checks {
 			if ck.Output == "" && id != "node-ttl" {
-				pending++
+				return false
 			}
 		}
-		if pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d checks have not run within 30 s", pending)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the agent's state; no event to wait on
-	}
+		return true
+	}, 30*time.Second, "every check with an interval to have run once")
 }
 
 func items(f Finding) []string {

@@ -81,6 +81,14 @@ func Read(ctx context.Context, o Options) (*Node, error) {
 		n.Consul = readConsul(ctx, nr, addr, cfg.Consul, n.Towerd.ConsulToken, o.Timeout)
 	}
 
+	switch {
+	case n.Towerd.ConfigErr != nil || !hasTLSServers(cfg):
+	case !o.live():
+		n.Skipped = append(n.Skipped, Skip{areaTowerd, "DNS over TLS servers: --root is not this machine"})
+	default:
+		n.TLSUpstreams = readTLSUpstreams(ctx, cfg, o.Timeout)
+	}
+
 	if o.Rules == "" {
 		n.Skipped = append(n.Skipped, Skip{areaMonitoring, "alert rules: name a rules directory or a Prometheus URL with -rules"})
 	} else {
@@ -99,7 +107,7 @@ func Read(ctx context.Context, o Options) (*Node, error) {
 var checks = []func(*Node) []Finding{
 	checkResolvConf, checkSearchList, checkNsswitch,
 	checkManager, checkDocker, checkResolved, checkListeners, checkDnsmasq,
-	checkTowerd,
+	checkTowerd, checkTLSUpstreams,
 	checkConsul,
 	checkMonitoring,
 }

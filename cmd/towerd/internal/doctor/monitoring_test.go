@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // shippedRules is the repository's monitoring directory.
@@ -143,20 +145,20 @@ func TestRulesFromPrometheus(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus's output:\n%s", out.String())
+		}
+	})
+	// A real Prometheus starting beside the suite: a generous bound.
+	dnstest.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + addr + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready within 60 s:\n%s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond) // polling its readiness endpoint; nothing to wait on
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, "prometheus's readiness endpoint")
 	root := cleanNode(t).write(t)
 	r := diagnose(t, root, Options{Rules: "http://" + addr})
 	expectFindings(t, r)

@@ -45,6 +45,9 @@ type Node struct {
 	Consul *consulView
 	// Rules are the Prometheus rules read; nil when not asked.
 	Rules *rulesView
+	// TLSUpstreams are the config's DNS over TLS servers as doctor's
+	// own connections found them; nil when not asked.
+	TLSUpstreams []tlsUpstream
 
 	Skipped []Skip
 }

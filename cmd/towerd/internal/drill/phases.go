@@ -102,6 +102,9 @@ type recoveryWatch struct {
 	freshIn         []int     // epoch+1 of name i's last fresh answer; 0 = none
 	count           int       // names answered fresh since the last bad answer
 	heldAt          time.Time // when count reached names; zero while it has not
+	// freshSeen counts the fresh answers of the phase: any says the node
+	// was recovering, whether or not it got there (issue 33).
+	freshSeen int
 }
 
 func newRecoveryWatch(back time.Time, names int, hold time.Duration, stop func()) *recoveryWatch {
@@ -115,6 +118,7 @@ func (w *recoveryWatch) see(o outcome) {
 		w.lastBad, w.lastBadTimedOut, w.count, w.heldAt = o.at, o.timedOut, 0, time.Time{}
 		return
 	}
+	w.freshSeen++
 	if w.freshIn[o.name] != w.epoch+1 {
 		w.freshIn[o.name] = w.epoch + 1
 		w.count++

@@ -143,9 +143,20 @@ func (r phases) targets(o Options, p plan, w warmResult) []target {
 	stale := timing("first stale answer after the black-hole", "none", after, seen, p.staleWithin, p.staleWhy, r.cpu[1])
 	took, recovered := r.recovered.recovery()
 	recovery := timing("recovery after the upstream returns", "not seen", took, recovered, p.recoverWithin, p.recoverWhy, r.cpu[2])
-	if !recovered && r.recovered.lastBadTimedOut {
+	switch {
+	case recovered:
+	case r.recovered.lastBadTimedOut:
 		// Not recovered because answers kept coming too late, not stale.
 		recovery.missedBecause("the last answer that was not fresh was a client timeout", r.cpu[2])
+	case r.recovered.freshSeen > 0:
+		// Fresh answers came, stale ones still among them when the phase
+		// ended: recovering, but slower than the phase (-recovery). On a
+		// CPU taken by other work the node learns of the upstream's return
+		// late (its probes' replies read past their timeout), so this is a
+		// timing (issue 33: TestDrillUnderCPUHog's false "not seen"); a
+		// phase without one fresh answer stays a FAIL.
+		recovery.missedBecause(fmt.Sprintf("still recovering when the phase ended (%d fresh answers, %d of %d names fresh since the last stale one)",
+			r.recovered.freshSeen, r.recovered.count, r.recovered.names), r.cpu[2])
 	}
 	return append(targets, stale, recovery)
 }

@@ -108,6 +108,14 @@ func TestVerdicts(t *testing.T) {
 		{"recovery late, busy", hog, func(r *phases, _ *warmResult) { r.recovered.lastBad = r.recovered.back.Add(36 * time.Second) },
 			recoveryWhat, Inconclusive, "phase 3 upstream back"},
 		{"never recovered from stale, busy", hog, func(r *phases, _ *warmResult) { r.recovered.count = 0 }, recoveryWhat, Fail, ""},
+		{"still recovering from stale, busy", hog, func(r *phases, _ *warmResult) {
+			r.recovered.names, r.recovered.count, r.recovered.freshSeen = 10, 3, 40
+		},
+			recoveryWhat, Inconclusive, "still recovering when the phase ended (40 fresh answers, 3 of"},
+		{"still recovering from stale, quiet", quiet, func(r *phases, _ *warmResult) {
+			r.recovered.names, r.recovered.count, r.recovered.freshSeen = 10, 3, 40
+		},
+			recoveryWhat, Fail, "not busy"},
 		{"never recovered from timeouts, busy", hog, func(r *phases, _ *warmResult) {
 			r.recovered.count, r.recovered.lastBadTimedOut = 0, true
 		}, recoveryWhat, Inconclusive, "the last answer that was not fresh was a client timeout"},

@@ -1,0 +1,308 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
+)
+
+// tlsGroup is a group of one DNS over TLS server at addr, named name,
+// verified against ca; failures are sent on the returned channel.
+func tlsGroup(t *testing.T, addr, name string, ca *dnstest.CA, opts GroupOptions) (*Group, chan string) {
+	t.Helper()
+	fails := make(chan string, 64)
+	opts.TLSRoots = ca.Pool()
+	opts.OnTLSFailure = func(server, reason string, err error) {
+		select {
+		case fails <- reason:
+		default:
+		}
+	}
+	g, err := NewGroup(".", []string{"tls://" + addr + "#" + name}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g, fails
+}
+
+func askA(ctx context.Context, g *Group, name string) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.SetEdns0(1232, false)
+	return g.Exchange(ctx, m)
+}
+
+func TestTLSPipelinesOnOneConnection(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	srv := dnstest.NewDoTServer(t, cert, dnstest.DoTAnswer)
+	g, _ := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{})
+
+	// One first query opens the connection; then many at once share it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := askA(ctx, g, "first.example."); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := askA(ctx, g, fmt.Sprintf("n%d.example.", i))
+			if err == nil && (len(reply.Answer) != 1 || !strings.EqualFold(reply.Question[0].Name, fmt.Sprintf("n%d.example.", i))) {
+				err = fmt.Errorf("reply %v", reply)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := srv.Connections(); c != 1 {
+		t.Errorf("%d connections, want 1", c)
+	}
+	if q := srv.Queries(); q != n+1 {
+		t.Errorf("server read %d queries, want %d", q, n+1)
+	}
+	sizes, padded, keepalive := srv.QuerySizes()
+	for _, s := range sizes {
+		if s%128 != 0 {
+			t.Fatalf("query of %d bytes, not padded to a 128-octet block (RFC 8467)", s)
+		}
+	}
+	if padded != n+1 || keepalive != n+1 {
+		t.Errorf("%d padded, %d with keepalive, want %d", padded, keepalive, n+1)
+	}
+	st := g.Servers()[0]
+	if st.Address != "tls://"+srv.Addr+"#dns.test" || st.TLS == nil || st.TLS.Handshakes != 1 || st.TLS.Reused != n {
+		t.Errorf("status %+v %+v", st, st.TLS)
+	}
+}
+
+// TestTLSNeverInClear: a certificate for another name, one from another
+// CA, a plain DNS server on the TLS port: no answer, no query read by the
+// server, the reason told once however many queries fail, and the server
+// marked down by the silence rule.
+func TestTLSNeverInClear(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	otherCA := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	for _, tc := range []struct {
+		name, auth string
+		roots      *dnstest.CA
+		plain      bool
+		reason     string
+	}{
+		{name: "wrong name", auth: "other.test", roots: ca, reason: TLSFailName},
+		{name: "unknown CA", auth: "dns.test", roots: otherCA, reason: TLSFailCertificate},
+		{name: "plain DNS on the port", auth: "dns.test", roots: ca, plain: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := ""
+			var srv *dnstest.DoTServer
+			var plain *dnstest.Upstream
+			if tc.plain {
+				plain = dnstest.NewUpstream(t)
+				addr = plain.Addr
+			} else {
+				srv = dnstest.NewDoTServer(t, cert, dnstest.DoTAnswer)
+				addr = srv.Addr
+			}
+			g, fails := tlsGroup(t, addr, tc.auth, tc.roots, GroupOptions{MinSilence: 100 * time.Millisecond, MaxSilence: 500 * time.Millisecond})
+			for i := range 5 {
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+				reply, err := askA(ctx, g, fmt.Sprintf("q%d.example.", i))
+				cancel()
+				if err == nil || reply != nil {
+					t.Fatalf("answered: %v", reply)
+				}
+			}
+			reason := <-fails
+			if tc.reason != "" && reason != tc.reason {
+				t.Errorf("reason %q, want %q", reason, tc.reason)
+			}
+			select {
+			case r := <-fails:
+				t.Errorf("reason told twice (%q)", r)
+			default:
+			}
+			if srv != nil && srv.Queries() != 0 {
+				t.Errorf("server read %d queries", srv.Queries())
+			}
+			if plain != nil && plain.Total() != 0 {
+				t.Errorf("plain server read %d queries in clear", plain.Total())
+			}
+			select {
+			case <-g.AllDownSignal():
+			case <-time.After(5 * time.Second):
+				t.Error("server not marked down")
+			}
+		})
+	}
+}
+
+// TestTLSAttacks: a server that never finishes the handshake, one that
+// streams replies to nothing without end, one that goes silent: each
+// resolution ends by its deadline, the connection is given up, and the
+// silent one is marked down like any silent server.
+func TestTLSAttacks(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	for _, tc := range []struct {
+		name   string
+		mode   dnstest.DoTMode
+		reason string
+	}{
+		{"no handshake", dnstest.DoTNoHandshake, TLSFailTimeout},
+		{"endless stream", dnstest.DoTEndless, ""},
+		{"silent", dnstest.DoTSilent, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := dnstest.NewDoTServer(t, cert, tc.mode)
+			g, fails := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{MinSilence: 100 * time.Millisecond, MaxSilence: time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			if reply, err := askA(ctx, g, "a.example."); err == nil {
+				t.Fatalf("answered %v", reply)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("resolution took %s past its 1s deadline", d)
+			}
+			if tc.reason != "" {
+				if r := <-fails; r != tc.reason {
+					t.Errorf("reason %q, want %q", r, tc.reason)
+				}
+			}
+			select {
+			case <-g.AllDownSignal():
+			case <-time.After(10 * time.Second):
+				t.Error("server not marked down")
+			}
+			if tc.mode == dnstest.DoTEndless {
+				// Cut off after tlsMaxBogusFrames, not read forever.
+				waitFor(t, func() bool {
+					g.servers[0].tls.mu.Lock()
+					defer g.servers[0].tls.mu.Unlock()
+					return g.servers[0].tls.conn == nil
+				})
+			}
+		})
+	}
+}
+
+// TestTLSCloseAfterEachAnswer: a server that closes after every answer
+// costs a connection per query, resumed rather than a full handshake, and
+// every query is still answered.
+func TestTLSCloseAfterEachAnswer(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	srv := dnstest.NewDoTServer(t, cert, dnstest.DoTCloseAfterAnswer)
+	g, _ := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{})
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		_, err := askA(ctx, g, fmt.Sprintf("c%d.example.", i))
+		cancel()
+		if err != nil && !errors.Is(err, ErrNetwork) {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Fatalf("query %d: %v", i, err)
+		}
+	}
+	st := g.Servers()[0].TLS
+	if st.Handshakes < 2 || st.Resumptions == 0 {
+		t.Errorf("handshakes %d, resumptions %d: want reconnects resumed", st.Handshakes, st.Resumptions)
+	}
+	if srv.Resumptions() != int(st.Resumptions) {
+		t.Errorf("server saw %d resumptions, client %d", srv.Resumptions(), st.Resumptions)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestParseServer(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.1":                     "192.0.2.1:53",
+		"tls://192.0.2.1#dns.example":   "tls://192.0.2.1:853#dns.example",
+		"tls://192.0.2.1:8853#DNS.Ex.":  "tls://192.0.2.1:8853#dns.ex",
+		"tls://[2001:db8::1]#dns.ex":    "tls://[2001:db8::1]:853#dns.ex",
+		"tls://[2001:db8::1]:99#dns.ex": "tls://[2001:db8::1]:99#dns.ex",
+	} {
+		if got, err := NormalizeServer(in); err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"tls://192.0.2.1", "tls://192.0.2.1#", "https://192.0.2.1#x", "tls://host#x", "tls://192.0.2.1#192.0.2.1"} {
+		if _, err := ParseServer(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestFrameTLSQueryPads(t *testing.T) {
+	for _, edns := range []bool{true, false} {
+		m := new(dns.Msg)
+		m.SetQuestion("a-rather-long-name.for-padding.example.", dns.TypeAAAA)
+		if edns {
+			m.SetEdns0(1232, true)
+		}
+		packed, _ := m.Pack()
+		qend, _ := questionEnd(packed)
+		frame := frameTLSQuery(packed, qend)
+		if len(frame)-2 != int(frame[0])<<8|int(frame[1]) || (len(frame)-2)%128 != 0 {
+			t.Fatalf("frame of %d, prefix %d", len(frame), int(frame[0])<<8|int(frame[1]))
+		}
+		var got dns.Msg
+		if err := got.Unpack(frame[2:]); err != nil {
+			t.Fatal(err)
+		}
+		opt := got.IsEdns0()
+		if opt == nil || len(opt.Option) != 2 || (edns && !opt.Do()) {
+			t.Fatalf("opt %v", opt)
+		}
+	}
+}
+
+func TestCheckTLS(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	srv := dnstest.NewDoTServer(t, cert, dnstest.DoTAnswer)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if reason, err := CheckTLS(ctx, "tls://"+srv.Addr+"#dns.test", ca.Pool()); err != nil {
+		t.Errorf("good server: %s %v", reason, err)
+	}
+	if reason, err := CheckTLS(ctx, "tls://"+srv.Addr+"#other.test", ca.Pool()); err == nil || reason != TLSFailName {
+		t.Errorf("wrong name: %q %v", reason, err)
+	}
+	if srv.Queries() != 1 {
+		t.Errorf("server read %d queries, want the good check's 1", srv.Queries())
+	}
+}
