@@ -215,19 +215,22 @@ func (n *node) boot() time.Duration {
 			time.Sleep(20 * time.Millisecond) // polling another process's state
 		}
 	}
-	// PID 1 runs before it listens on its private socket, which systemctl
-	// needs: until then it says "Failed to connect to bus".
+	// PID 1 runs a moment before it made /run/systemd/system ("offline":
+	// "System has not been booted with systemd") and before it listens on
+	// its private socket, which systemctl needs ("Failed to connect to
+	// bus"): until then systemctl cannot wait for the boot.
 	var out string
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		out, _ = n.sh(60*time.Second, "systemctl is-system-running --wait")
-		if !strings.Contains(out, "Failed to connect to bus") || time.Now().After(deadline) {
+		early := strings.Contains(out, "Failed to connect to bus") || strings.Contains(out, "has not been booted with systemd")
+		if !early || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond) // polling another process's state
 	}
 	if s := strings.TrimSpace(out); s != "running" {
 		failed, _ := n.sh(10*time.Second, "systemctl --failed --no-legend; journalctl -b -p warning --no-pager | tail -20")
-		n.t.Fatalf("the container booted %q, not running:\n%s", s, failed)
+		n.t.Fatalf("the container booted %q, not running:\n%s\nits console:\n%s", s, failed, lastLines(n.log.String(), 30))
 	}
 	return time.Since(start)
 }
