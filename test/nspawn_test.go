@@ -127,6 +127,41 @@ type node struct {
 	exited chan struct{}
 	log    *logLines
 	pid1   int
+	// cgroups are the container's own, one per hierarchy, removed at the
+	// end.
+	cgroups []string
+}
+
+// cgroupHierarchies are the cgroup trees systemd uses here: the unified one
+// and, on a hybrid host, the named systemd one.
+func cgroupHierarchies() []string {
+	var hs []string
+	for _, h := range []string{"/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(h, "cgroup.procs")); err == nil {
+			hs = append(hs, h)
+		}
+	}
+	if len(hs) == 0 {
+		hs = append(hs, "/sys/fs/cgroup") // pure cgroup v2
+	}
+	return hs
+}
+
+// removeCgroups removes the container's cgroups, deepest first (a cgroup
+// goes with rmdir once empty).
+func (n *node) removeCgroups() {
+	for _, dir := range n.cgroups {
+		var dirs []string
+		_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
 }
 
 // newNode prepares a container over the tree: a fresh overlay layer with
@@ -160,8 +195,9 @@ func newNode(t *testing.T, tree string) *node {
 		if n.nspawn != nil {
 			n.poweroff()
 		}
-		// nspawn's own leftover on the host, named after the machine.
+		// nspawn's own leftovers on the host, named after the machine.
 		_ = os.RemoveAll("/run/systemd/nspawn/propagate/" + n.name)
+		n.removeCgroups()
 	})
 	return n
 }
@@ -184,9 +220,20 @@ func (n *node) boot() time.Duration {
 	n.t.Helper()
 	start := time.Now()
 	l := n.layer
-	script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s/merged && "+
+	// --keep-unit runs the container in nspawn's own cgroup (its
+	// "payload" and "supervisor" below it): without a cgroup of its own
+	// per container, two nspawns started from the same cgroup (another
+	// test's, a run before) share them, and the second container hangs
+	// before its systemd prints a line. The cgroups go with the test.
+	cgroups := ""
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, n.name)
+		n.cgroups = append(n.cgroups, dir)
+		cgroups += fmt.Sprintf("mkdir -p %s && echo $$ > %s/cgroup.procs && ", dir, dir)
+	}
+	script := fmt.Sprintf("%smount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s/merged && "+
 		"exec systemd-nspawn -q -D %s/merged -b --private-network --register=no --keep-unit --console=passive -M %s",
-		n.tree, l, l, l, l, n.name)
+		cgroups, n.tree, l, l, l, l, n.name)
 	n.nspawn = exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	n.log = newLogLines()
 	n.nspawn.Stdout, n.nspawn.Stderr = n.log, n.log
@@ -222,7 +269,9 @@ func (n *node) boot() time.Duration {
 	var out string
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		out, _ = n.sh(60*time.Second, "systemctl is-system-running --wait")
-		early := strings.Contains(out, "Failed to connect to bus") || strings.Contains(out, "has not been booted with systemd")
+		// "offline" alone, too: systemctl says it when it cannot reach PID 1.
+		early := strings.HasPrefix(out, "offline") || strings.Contains(out, "Failed to connect to bus") ||
+			strings.Contains(out, "has not been booted with systemd")
 		if !early || time.Now().After(deadline) {
 			break
 		}
