@@ -118,7 +118,7 @@ BENCH_ARGS ?=
 
 bench: build consul-agent
 	@test/bench/install-peers.sh
-	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver ./upstream
+	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver ./resolver/dnssec ./upstream
 	$(GO) build -o bin/towerd-bench ./test/bench
 	./bin/towerd-bench -towerd $(BIN) $(BENCH_ARGS)
 

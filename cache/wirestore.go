@@ -73,12 +73,13 @@ func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, Wir
 	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
 		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], ttl)
 	}
+	hdr, _ := dnswire.ReadHeader(wire) // an entry is a whole message
 	return dst, WireHit{
-		Rcode:             int(wire[3] & 0xF),
-		AuthenticatedData: binary.BigEndian.Uint16(wire[2:])&dnswire.FlagAD != 0,
-		Answer:            binary.BigEndian.Uint16(wire[6:]),
-		Ns:                binary.BigEndian.Uint16(wire[8:]),
-		Extra:             binary.BigEndian.Uint16(wire[10:]),
+		Rcode:             hdr.Rcode(),
+		AuthenticatedData: hdr.Flags&dnswire.FlagAD != 0,
+		Answer:            hdr.ANCount,
+		Ns:                hdr.NSCount,
+		Extra:             hdr.ARCount,
 		TTL:               p.ttl,
 	}, true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnssec"
 )
 
@@ -98,8 +99,17 @@ type Config struct {
 	// DNSSEC is validation (validate.go); its zero value is off.
 	DNSSEC DNSSECConfig
 
-	// Now is the clock; nil means time.Now. Tests jump it instead of sleeping.
+	// Now is the clock the cache's and the search rules' ages are read
+	// by; nil means Clock's Now. Tests jump it instead of sleeping.
 	Now func() time.Time
+	// Clock is what the handler's timers run on (issue 33): the one
+	// deadline heap of the clients waiting for flights (query_timeout,
+	// the stale answer's client timer), a flight's start, an upstream
+	// query's deadline; nil means the wall clock. It is read when the
+	// handler is made: a reload does not change it. A test that steps it
+	// gives its zones' upstream groups the same one (their
+	// GroupOptions.Clock), and Now, unless it sets its own.
+	Clock clock.Clock
 }
 
 // Defaults of Config fields whose zero value means "use the default".
@@ -174,8 +184,9 @@ func newSettings(cfg Config) (*settings, error) {
 	if len(cfg.Allow) == 0 {
 		cfg.Allow = loopbackOnly
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = cfg.Clock.Now
 	}
 	validator, err := newValidator(cfg, r)
 	if err != nil {
@@ -238,5 +249,5 @@ func (s *settings) staleWait(fl *flight, zone Zone, ttl, expired time.Duration) 
 	if s.staleAtOnce(ttl, expired) || zone.Upstream.AllDown() {
 		return 0
 	}
-	return min(s.QueryTimeout, max(0, s.StaleClientTimeout-time.Since(fl.started)))
+	return min(s.QueryTimeout, max(0, s.StaleClientTimeout-fl.f.clock.Since(fl.started)))
 }

@@ -92,7 +92,7 @@ func (f *flights) addWaiterLocked(fl *flight, w *waiter) {
 	fl.waiters = append(fl.waiters, w)
 	w.fl = fl
 	if f.deadlines.push(w) {
-		f.expiry.Reset(time.Until(w.deadline))
+		f.expiry.Reset(w.deadline.Sub(f.clock.Now()))
 	}
 }
 
@@ -167,7 +167,7 @@ func (h deadlines) down(i int) int {
 // passed: a wire waiter is answered SERVFAIL, a ServeDNS client answers as
 // its timer says; their flights go on and fill the cache.
 func (f *flights) expire() {
-	now := time.Now()
+	now := f.clock.Now()
 	var expired []*waiter
 	f.mu.Lock()
 	for len(f.deadlines) > 0 && !f.deadlines[0].deadline.After(now) {

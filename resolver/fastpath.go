@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -68,14 +67,11 @@ const (
 // key's name, is then its bytes lower-cased with dots); and nothing after
 // the last record. The rest of admission (admit) is the caller's.
 func (q *plainQuery) parse(p []byte) bool {
-	if len(p) < dnswire.HeaderLen+1+4 {
+	hdr, ok := dnswire.ReadHeader(p)
+	if !ok || len(p) < dnswire.HeaderLen+1+4 {
 		return false
 	}
-	q.request = request{
-		id:      binary.BigEndian.Uint16(p),
-		flags:   binary.BigEndian.Uint16(p[2:]),
-		qdcount: int(binary.BigEndian.Uint16(p[4:])),
-	}
+	q.request = request{id: hdr.ID, flags: hdr.Flags, qdcount: int(hdr.QDCount)}
 	if acceptHeader(q.flags, q.qdcount) != dns.MsgAccept {
 		return false
 	}
@@ -152,15 +148,10 @@ func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers
 	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
 }
 
-// putHeader writes a reply's header into hdr[:12]: one question, and the
-// records of each section.
+// putHeader writes a reply's header into hdr[:12] (dnswire's encoder):
+// one question, and the records of each section.
 func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
-	binary.BigEndian.PutUint16(hdr[0:], id)
-	binary.BigEndian.PutUint16(hdr[2:], flags)
-	binary.BigEndian.PutUint16(hdr[4:], 1)
-	binary.BigEndian.PutUint16(hdr[6:], answer)
-	binary.BigEndian.PutUint16(hdr[8:], ns)
-	binary.BigEndian.PutUint16(hdr[10:], extra)
+	dnswire.Header{ID: id, Flags: flags, QDCount: 1, ANCount: answer, NSCount: ns, ARCount: extra}.Put(hdr)
 }
 
 // answerPacket answers the query in pkt from a client at from, if it is a

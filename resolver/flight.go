@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -42,8 +43,8 @@ type flight struct {
 	// kicks it.
 	call        *upstream.WireCall
 	callStarted bool
-	// started is when the resolution began, by the real clock (the one
-	// the client timers run on): a client joining it late waits only for
+	// started is when the resolution began, by the flights' clock (the
+	// one the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
 	started time.Time
 }
@@ -75,7 +76,10 @@ type flights struct {
 	// and expiry the one timer, set to the earliest (deadlines.go): no
 	// timer per flight or per client.
 	deadlines deadlines
-	expiry    *time.Timer
+	expiry    clock.Timer
+	// clock is the handler's (Config.Clock): the expiry timer's, and
+	// every flight's start and client's deadline.
+	clock clock.Clock
 
 	// onPanic, if set, is told about a resolution that panicked.
 	onPanic func(v any, stack []byte)
@@ -85,10 +89,11 @@ type flights struct {
 	cache *cache.Cache
 }
 
-func newFlights(c *cache.Cache) *flights {
+func newFlights(c *cache.Cache, clk clock.Clock) *flights {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers(), cache: c}
-	f.expiry = time.AfterFunc(time.Hour, f.expire)
+	f := &flights{running: make(map[cache.Key]*flight), ctx: ctx, cancel: cancel, workers: newWorkers(), cache: c,
+		clock: clk}
+	f.expiry = clk.AfterFunc(time.Hour, f.expire)
 	f.expiry.Stop()
 	return f
 }
@@ -146,7 +151,7 @@ func (f *flights) join(key cache.Key, limit int, res resolution, fromCache, alia
 	}
 	if fromCache {
 		if r, fresh := f.cache.Fresh(key); fresh {
-			return &flight{outcome: outcome{msg: r.Msg}, ended: true, started: time.Now()}, false, true
+			return &flight{outcome: outcome{msg: r.Msg}, ended: true, started: f.clock.Now()}, false, true
 		}
 	}
 	if f.ctx.Err() != nil {
@@ -189,7 +194,7 @@ func (f *flights) joinWire(key cache.Key, limit int, w *wireWaiter, res resoluti
 // newLocked makes and counts in the flight for key running res; f.mu is
 // held. It ends with finish.
 func (f *flights) newLocked(key cache.Key, res resolution) *flight {
-	wf := &wireFlight{flight: flight{started: time.Now(), f: f, key: key, res: res}}
+	wf := &wireFlight{flight: flight{started: f.clock.Now(), f: f, key: key, res: res}}
 	fl := &wf.flight
 	fl.call = &wf.call
 	f.inflight.Add(1)

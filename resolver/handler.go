@@ -88,7 +88,7 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(c), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
+	h := &Handler{cache: c, flights: newFlights(c, s.Clock), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
 	h.flights.onPanic = func(v any, stack []byte) {
 		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
 	}
@@ -207,7 +207,7 @@ func (h *Handler) serve(w dns.ResponseWriter, m *dns.Msg, trace *Query) {
 	}
 	// The client waits as every waiter does (deadlines.go): woken when the
 	// flight ends or its deadline passes.
-	if w := h.flights.wait(fl, time.Now().Add(wait)); w != nil {
+	if w := h.flights.wait(fl, h.flights.clock.Now().Add(wait)); w != nil {
 		select {
 		case timedOut := <-w.woken:
 			release(w)

@@ -162,19 +162,34 @@ func TestStaleTimerRunsFromRefreshStart(t *testing.T) {
 }
 
 // The client response timer: a held upstream does not keep a client with a
-// stale answer waiting past StaleClientTimeout.
+// stale answer waiting past StaleClientTimeout, and the client gets it
+// then, not before: the timer is the handler's one deadline heap on the
+// clock (issue 33), stepped here.
 func TestStaleAfterClientTimer(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.StaleClientTimeout = 50 * time.Millisecond })
+	e := newEnv(t, func(c *Config) { c.StaleClientTimeout, c.Clock = 50*time.Millisecond, envClock })
 	e.query("slow.example.")
 	e.up.mode.Store("hold")
 	t.Cleanup(func() { close(e.up.release) })
 	e.clock.Advance(301 * time.Second)
 
-	start := time.Now()
-	if got := ttlOf(t, e.query("slow.example.")); got != 30 {
+	answered := make(chan *dns.Msg, 1)
+	go func() { answered <- e.query("slow.example.") }()
+	// Armed: the refresh's upstream call (its RTO), the client's deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.clock.WaitTimers(ctx, 2); err != nil {
+		t.Fatalf("the client never waited: %d timers armed: %v", e.clock.Timers(), err)
+	}
+	e.clock.Advance(50*time.Millisecond - 1)
+	select {
+	case m := <-answered:
+		t.Fatalf("answered before the client timer ran out: %v", m)
+	default: // nothing fired: the client still waits
+	}
+	e.clock.Advance(1)
+	if got := ttlOf(t, <-answered); got != 30 {
 		t.Fatalf("TTL %d, want stale 30", got)
 	}
-	t.Logf("stale answer after %v (client timer 50ms)", time.Since(start))
 }
 
 func TestPrefetchOncePerKey(t *testing.T) {

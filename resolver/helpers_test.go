@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
@@ -85,6 +86,12 @@ func (u *testUpstream) answer(r *dns.Msg, _ string) *dns.Msg {
 	return m
 }
 
+// envClock, set as a tweak's Config.Clock, runs the handler's timers and
+// the env's upstream group's on the env's fake clock too (issue 33): the
+// test then steps every timer. Otherwise they run on the wall clock, and
+// only Now is the fake's.
+var envClock clock.Clock = newFakeClock()
+
 type env struct {
 	t     *testing.T
 	clock *fakeClock
@@ -125,6 +132,20 @@ func buildEnv(t *testing.T, tweak func(*Config), obs Observer, prepare func(*Han
 	}
 	if tweak != nil {
 		tweak(&cfg)
+	}
+	if cfg.Clock == envClock {
+		// The handler's timers and the group's on the fake clock too.
+		cfg.Clock = clock
+		stepped, err := upstream.NewGroup(".", []string{up.addr}, upstream.GroupOptions{MaxAttempts: 1, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stepped.Close() })
+		for i := range cfg.Zones {
+			if cfg.Zones[i].Upstream == g {
+				cfg.Zones[i].Upstream = stepped
+			}
+		}
 	}
 	h, err := NewHandler(cfg, c, nil, obs)
 	if err != nil {

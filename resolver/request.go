@@ -287,6 +287,20 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 	out.Compress = true
 }
 
+// panicReply is the SERVFAIL for req, come on w, whose handler panicked:
+// framed by the reply core as every SERVFAIL of towerd's (issue 34: it
+// had no OPT and no EDE), with the default UDP size, as the handler's
+// settings are not at hand (an empty reply fits any).
+func panicReply(req *dns.Msg, w dns.ResponseWriter) *dns.Msg {
+	var r request
+	r.fromMsg(req, w)
+	s := settings{Config: Config{MaxUDPSize: DefaultMaxUDPSize}}
+	out := new(dns.Msg)
+	out.SetRcode(req, dns.RcodeServerFailure)
+	s.replyShape(&r).apply(out, false, false)
+	return out
+}
+
 // observe is the one Observer call of every route, made just before the
 // answer is written, so a client that has its answer is already counted:
 // /metrics never lags behind it. It also writes the query log's line when

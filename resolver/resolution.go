@@ -63,7 +63,7 @@ func (fl *flight) start() {
 	}()
 	res := &fl.res
 	// upstream.timeout as a deadline, not a context: see WireQuery.
-	res.deadline = time.Now().Add(res.s.UpstreamTimeout)
+	res.deadline = fl.f.clock.Now().Add(res.s.UpstreamTimeout)
 	res.asked = res.s.Now()
 	if res.search == searchTry {
 		// The round goes before the try's own first attempt: a reply to
@@ -225,7 +225,7 @@ func appendUpstreamQuery(dst []byte, key cache.Key) []byte {
 	if key.CD {
 		flags |= dnswire.FlagCD
 	}
-	dst = append(dst, 0, 0, byte(flags>>8), byte(flags), 0, 1, 0, 0, 0, 0, 0, 1)
+	dst = dnswire.Header{Flags: flags, QDCount: 1, ARCount: 1}.Append(dst)
 	dst, _ = dnswire.AppendWireName(dst, key.Name) // a key's name is one (cache.NewKey)
 	dst = append(dst, byte(key.Type>>8), byte(key.Type), byte(key.Class>>8), byte(key.Class))
 	return dnswire.AppendOPT(dst, advertisedUDPSize, key.DO, 0)

@@ -3,7 +3,6 @@ package resolver
 import (
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -113,7 +112,7 @@ func (h *Handler) searchAnswer(s *settings, key cache.Key) (*flight, bool) {
 		return nil, false
 	}
 	h.held.asked(key, now)
-	return &flight{ended: true, started: time.Now(), outcome: outcome{
+	return &flight{ended: true, started: h.flights.clock.Now(), outcome: outcome{
 		wire: e.answer.Aged(age), wireOK: true, server: e.server, source: SourceSearch}}, true
 }
 

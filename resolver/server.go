@@ -255,9 +255,7 @@ func (rh recoverer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			if rh.onPanic != nil {
 				rh.onPanic(v, debug.Stack())
 			}
-			m := new(dns.Msg)
-			m.SetRcode(r, dns.RcodeServerFailure)
-			_ = w.WriteMsg(m)
+			_ = w.WriteMsg(panicReply(r, w))
 		}
 	}()
 	rh.next.ServeDNS(w, r)

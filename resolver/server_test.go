@@ -84,14 +84,74 @@ func TestPanicBecomesSERVFAIL(t *testing.T) {
 	go srv.Serve(func() { close(ready) })
 	<-ready
 	defer srv.Shutdown(context.Background())
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
-	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, strings.TrimPrefix(srv.Addrs()[0], "udp/"))
-	if err != nil || r.Rcode != dns.RcodeServerFailure {
-		t.Fatalf("reply %v, err %v; want SERVFAIL", r, err)
+	for _, edns := range []bool{false, true} {
+		m := new(dns.Msg)
+		m.SetQuestion("x.example.", dns.TypeA)
+		if edns {
+			m.SetEdns0(1232, true)
+		}
+		r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, strings.TrimPrefix(srv.Addrs()[0], "udp/"))
+		if err != nil || r.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("reply %v, err %v; want SERVFAIL", r, err)
+		}
+		if v := <-got; v != "boom" {
+			t.Fatalf("OnPanic got %v", v)
+		}
+		// The reply core's SERVFAIL (issue 34): RA, and for an EDNS
+		// client an OPT with its DO and EDE 22.
+		if !r.RecursionAvailable {
+			t.Errorf("edns %v: RA not set", edns)
+		}
+		opt := r.IsEdns0()
+		if (opt != nil) != edns || edns && (!opt.Do() || !hasEDE(r, dns.ExtendedErrorCodeNoReachableAuthority)) {
+			t.Errorf("edns %v: OPT %v; want one with DO and EDE 22 for an EDNS client, none otherwise", edns, opt)
+		}
 	}
-	if v := <-got; v != "boom" {
-		t.Fatalf("OnPanic got %v", v)
+}
+
+// RFC 6891 §7: a FORMERR or NOTIMP to a query with an OPT carries one,
+// with the query's DO bit; without an OPT, none (issue 34: a FORMERR to
+// an EDNS query with no question carried none).
+func TestRejectionsCarryOPT(t *testing.T) {
+	h, _ := diffHandler(t, nil)
+	for _, tc := range []struct {
+		name   string
+		edit   func(*dns.Msg)
+		edns   bool
+		do     bool
+		rcode  int
+		hasOPT bool
+	}{
+		{"no question, EDNS", func(m *dns.Msg) { m.Question = nil }, true, false, dns.RcodeFormatError, true},
+		{"no question, EDNS DO", func(m *dns.Msg) { m.Question = nil }, true, true, dns.RcodeFormatError, true},
+		{"no question", func(m *dns.Msg) { m.Question = nil }, false, false, dns.RcodeFormatError, false},
+		{"opcode STATUS, EDNS", func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus }, true, false, dns.RcodeNotImplemented, true},
+		{"opcode STATUS", func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus }, false, false, dns.RcodeNotImplemented, false},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion("x.example.", dns.TypeA)
+		m.Id = 0x4242
+		if tc.edns {
+			m.SetEdns0(1232, tc.do)
+		}
+		tc.edit(m)
+		pkt, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &memWriter{}
+		servePacket(h, pkt, w, func(error) {})
+		r := new(dns.Msg)
+		if err := r.Unpack(w.reply); err != nil {
+			t.Fatalf("%s: reply: %v", tc.name, err)
+		}
+		if r.Rcode != tc.rcode || r.Id != 0x4242 {
+			t.Errorf("%s: rcode %s id %#x, want %s", tc.name, dns.RcodeToString[r.Rcode], r.Id, dns.RcodeToString[tc.rcode])
+		}
+		opt := r.IsEdns0()
+		if (opt != nil) != tc.hasOPT || opt != nil && opt.Do() != tc.do {
+			t.Errorf("%s: OPT %v, want present %v with DO %v", tc.name, opt, tc.hasOPT, tc.do)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // udpServer serves one bound UDP socket itself rather than through
@@ -172,19 +173,12 @@ func (u *udpServer) serveGeneral(pkt []byte, from netip.AddrPort, joined *flight
 // does not unpack is counted and gets FORMERR too; an accepted one goes to
 // the handler. FuzzServeDNS runs it too.
 func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(error)) {
-	if len(pkt) < 12 {
+	dh, ok := dnswire.ReadHeader(pkt)
+	if !ok {
 		onBad(dns.ErrShortRead)
 		return
 	}
-	dh := dns.Header{
-		Id:      binary.BigEndian.Uint16(pkt),
-		Bits:    binary.BigEndian.Uint16(pkt[2:]),
-		Qdcount: binary.BigEndian.Uint16(pkt[4:]),
-		Ancount: binary.BigEndian.Uint16(pkt[6:]),
-		Nscount: binary.BigEndian.Uint16(pkt[8:]),
-		Arcount: binary.BigEndian.Uint16(pkt[10:]),
-	}
-	action := acceptHeader(dh.Bits, int(dh.Qdcount))
+	action := acceptHeader(dh.Flags, int(dh.QDCount))
 	switch action {
 	case dns.MsgIgnore:
 		return
@@ -199,8 +193,8 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		action = dns.MsgReject
 	}
 	req := new(dns.Msg)
-	setMsgFlags(req, dh.Bits)
-	req.Id = dh.Id
+	setMsgFlags(req, dh.Flags)
+	req.Id = dh.ID
 	opcode := req.Opcode
 	req.SetRcodeFormatError(req)
 	req.Zero = false
@@ -208,7 +202,25 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		req.Opcode = opcode
 		req.Rcode = dns.RcodeNotImplemented
 	}
+	if do, ok := queryOPT(pkt); ok {
+		// RFC 6891 §7: a responder that sees an OPT in the request puts
+		// one in its reply, FORMERR and NOTIMP included (issue 34: a
+		// FORMERR to an EDNS query with no question carried none).
+		req.SetEdns0(advertisedUDPSize, do)
+	}
 	_ = w.WriteMsg(req)
+}
+
+// queryOPT reports whether the query in pkt carries an OPT record the
+// view can find, and its DO bit: a header-only query, one with no
+// question, one with a question; not one with several (the view reads
+// one question at most).
+func queryOPT(pkt []byte) (do, ok bool) {
+	var m dnswire.Msg
+	if m.Parse(pkt) != nil || m.OPT < 0 {
+		return false, false
+	}
+	return m.DO(), true
 }
 
 // beginMiss, sendMiss, endMiss and missPanicked make the socket a

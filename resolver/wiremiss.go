@@ -91,7 +91,7 @@ func (h *Handler) missPacket(pkt []byte, from netip.AddrPort, q *plainQuery, nam
 	}
 	w := waiterPool.Get().(*wireWaiter)
 	w.h, w.s, w.zone, w.replier, w.from, w.tcp, w.start = h, s, zone.Name, q.replier, from, q.tcp, start
-	w.wire, w.deadline = w, time.Now().Add(s.QueryTimeout)
+	w.wire, w.deadline = w, h.flights.clock.Now().Add(s.QueryTimeout)
 	w.pkt = append(w.pkt[:0], pkt...)
 	search := s.searchRoleOf(k)
 	if search != searchNone {

@@ -2,13 +2,18 @@ package test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Issue 35 item 3, attacked on the built binary: a control socket in a
@@ -104,5 +109,93 @@ func TestControlImpostorRefusedByCLI(t *testing.T) {
 		if strings.Contains(after, acted) {
 			t.Errorf("the impostor acted (%s):\n%s", acted, after)
 		}
+	}
+}
+
+// controlFloodConns is how many idle connections the flood holds (issue
+// 35's 10,000); under the race detector, whose goroutines cost ten times
+// as much, a fifth of them.
+func controlFloodConns() int {
+	if raceEnabled {
+		return 2000
+	}
+	return 10000
+}
+
+// controlFloodRedial is how soon a flood connection closed or refused dials
+// again: fast enough to keep towerd's listen queue full.
+const controlFloodRedial = 20 * time.Millisecond
+
+// TestControlIdleFloodLeavesRootsCLI: 10,000 connections to the control
+// socket that never send a byte, each reconnecting as soon as towerd
+// closes it, do not lock root's own CLI out: 10 of 10 `towerd
+// log-queries` answer, each within the CLI's timeout.
+func TestControlIdleFloodLeavesRootsCLI(t *testing.T) {
+	up := newTestUpstream(t)
+	d := startTowerd(t, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
+	if d.Control == "" {
+		t.Fatal("no control socket")
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var held, dials atomic.Int64
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	for range controlFloodConns() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1)
+			for {
+				c, err := net.DialTimeout("unix", d.Control, time.Second)
+				dials.Add(1)
+				if err == nil {
+					mu.Lock()
+					open[c] = true
+					mu.Unlock()
+					held.Add(1)
+					_, _ = c.Read(buf) // until towerd closes it, or the test ends
+					held.Add(-1)
+					mu.Lock()
+					delete(open, c)
+					mu.Unlock()
+					c.Close()
+				}
+				select { // and again, a little later
+				case <-stop:
+					return
+				case <-time.After(controlFloodRedial):
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	// Let the flood fill the slots and the listen queue.
+	for held.Load() < int64(controlFloodConns()/2) && dials.Load() < int64(4*controlFloodConns()) {
+		runtime.Gosched()
+	}
+	answered := 0
+	var took []time.Duration
+	for range 10 {
+		began := time.Now()
+		code, stdout, stderr := runToExit(t, "log-queries", "-control", d.Control)
+		took = append(took, time.Since(began).Round(time.Millisecond))
+		if code == 0 && strings.Contains(stdout, "query log") {
+			answered++
+		} else {
+			t.Logf("exit %d: %s%s", code, stdout, stderr)
+		}
+	}
+	t.Logf("root's CLI: %d of 10 answered (%v); flood holding %d connections after %d dials", answered, took, held.Load(), dials.Load())
+	if answered < 10 {
+		t.Errorf("root's CLI answered %d of 10 under a flood of %d idle connections, want 10", answered, controlFloodConns())
 	}
 }

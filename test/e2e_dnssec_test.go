@@ -293,11 +293,24 @@ forward-zone:
 					len(m.Answer), len(m.Ns), len(r.Answer), len(r.Ns))
 			}
 		}
+		// Over TCP (ServeDNS's route) the same answer.
+		if m := mustExchange(t, enforce.TCP, "tcp", dnssecQuery(tc.name, tc.qtype, true)); m.Rcode != tc.want.rcode ||
+			m.AuthenticatedData != tc.want.ad || (tc.ede != 0 && edeCode(m) != tc.ede) {
+			t.Errorf("%s over TCP: %s AD=%v EDE %d, want %s AD=%v EDE %d", label, dns.RcodeToString[m.Rcode],
+				m.AuthenticatedData, edeCode(m), dns.RcodeToString[tc.want.rcode], tc.want.ad, tc.ede)
+		}
 		// A client without DO or AD gets neither AD nor signatures; one
 		// with CD gets the data unchecked.
 		plain := mustExchange(t, enforce.UDP, "udp", query(tc.name, tc.qtype, false))
 		if plain.AuthenticatedData || hasRRSIG(plain) {
 			t.Errorf("%s without DO: AD=%v, signatures %v", label, plain.AuthenticatedData, hasRRSIG(plain))
+		}
+		// One that asks with AD alone (glibc's trust-ad) gets AD, and no
+		// signatures (RFC 6840 §5.7).
+		adq := query(tc.name, tc.qtype, false)
+		adq.AuthenticatedData = true
+		if m := mustExchange(t, enforce.UDP, "udp", adq); m.AuthenticatedData != tc.want.ad || hasRRSIG(m) {
+			t.Errorf("%s with AD, without DO: AD=%v, signatures %v; want AD=%v and none", label, m.AuthenticatedData, hasRRSIG(m), tc.want.ad)
 		}
 		cd := dnssecQuery(tc.name, tc.qtype, true)
 		cd.CheckingDisabled = true

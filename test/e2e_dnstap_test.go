@@ -46,15 +46,7 @@ type fstrmCapture struct {
 func startCapture(t *testing.T, sock, file string) *fstrmCapture {
 	t.Helper()
 	_ = os.Remove(sock) // a killed capture leaves its socket file behind
-	// -ddddd: a line per data frame read, which waitFrames counts.
-	cmd := exec.Command("fstrm_capture", "-ddddd", "-t", "protobuf:dnstap.Dnstap", "-u", sock, "-w", file)
-	c := &fstrmCapture{cmd: cmd, file: file, exited: make(chan struct{}), stderr: newLogLines()}
-	cmd.Stderr = c.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() { c.stop(t) })
+	c := startCaptureOn(t, file, "-u", sock)
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		if _, err := os.Stat(sock); err == nil {
@@ -69,6 +61,23 @@ func startCapture(t *testing.T, sock, file string) *fstrmCapture {
 			t.Fatalf("fstrm_capture did not bind %s", sock)
 		}
 	}
+}
+
+// startCaptureOn starts fstrm_capture reading where where says (-u PATH,
+// or -a ADDRESS -p PORT), writing to file.
+func startCaptureOn(t *testing.T, file string, where ...string) *fstrmCapture {
+	t.Helper()
+	// -ddddd: a line per data frame read, which waitFrames counts.
+	args := append([]string{"-ddddd", "-t", "protobuf:dnstap.Dnstap", "-w", file}, where...)
+	cmd := exec.Command("fstrm_capture", args...)
+	c := &fstrmCapture{cmd: cmd, file: file, exited: make(chan struct{}), stderr: newLogLines()}
+	cmd.Stderr = c.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() { c.stop(t) })
+	return c
 }
 
 // stop ends the capture with SIGTERM (it closes its file) and waits.
@@ -498,5 +507,32 @@ func TestDnstapReload(t *testing.T) {
 	lines := strings.Join(decodeDnstap(t, file), "\n")
 	if !strings.Contains(lines, `"during.example."`) || strings.Contains(lines, `"before.example."`) || strings.Contains(lines, `"after.example."`) {
 		t.Errorf("capture, want during.example. only:\n%s", lines)
+	}
+}
+
+// dnstap.tcp: the same stream to a collector's TCP address, as fstrm_capture
+// reads it there.
+func TestDnstapOverTCP(t *testing.T) {
+	needTools(t, "fstrm_capture", "dnstap-ldns")
+	u := newTestUpstream(t)
+	u.Add(t, "tcp.example. 300 IN A 192.0.2.1")
+	port := freePort(t)
+	file := filepath.Join(t.TempDir(), "tap.fstrm")
+	capture := startCaptureOn(t, file, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	cfg := writeConfig(t, fmt.Sprintf("[dnstap]\ntcp = \"127.0.0.1:%d\"\n", port))
+	d := startTowerd(t, "-config", cfg, "-listen", "127.0.0.1:0", "-upstream", u.Addr, "-consul-dns", u.Addr)
+	// towerd connects again every 0.5 s until the capture listens.
+	if _, err := d.stderr.waitFor(regexp.MustCompile(`msg="dnstap: writing to the reader"`), readyTimeout, d.exited); err != nil {
+		t.Fatal(err)
+	}
+	mustExchange(t, d.UDP, "udp", query("tcp.example.", dns.TypeA, false))
+	capture.waitFrames(t, 4, readyTimeout)
+	d.stopAndCheck(t)
+	capture.stop(t)
+	got := countTypes(decodeDnstap(t, file))
+	for _, typ := range []string{"CQ", "CR", "FQ", "FR"} {
+		if got[typ] != 1 {
+			t.Errorf("%s messages over TCP: %d, want 1 (%v)", typ, got[typ], got)
+		}
 	}
 }

@@ -8,7 +8,8 @@ import (
 // A hedged miss (issue 36): when the first attempt of a resolution has no
 // reply by its server's tail estimate (latency.go), the same question goes
 // to the next server of the resolution's order, the next fastest (with a
-// single server, the same one from a new port and ID), and the first
+// single server, or when the next is measured slower than the first's RTO,
+// the same one from a new port and ID), and the first
 // answer wins; both sockets are heard until the resolution ends, and what
 // comes after is dropped with the sockets (wirecall.go's one end). Dean
 // and Barroso ("The Tail at Scale", CACM 2013) show that a request resent
@@ -137,7 +138,10 @@ func (c *WireCall) armHedgeLocked(a *attempt, hedgeAfter time.Duration) {
 // hedge, and the attempt waits for its RTO).
 func (c *WireCall) hedgeLocked() (end bool) {
 	c.hedgeAt = time.Time{}
-	if len(c.attempts) != 1 || c.attempts[0].state != waitingUDP || !c.canSendLocked() || c.g.zoneSilent() {
+	// A first attempt waiting on a TLS connection is hedged too, to
+	// another server: nextLocked does not ask its server again (tlscall.go).
+	if len(c.attempts) != 1 || (c.attempts[0].state != waitingUDP && c.attempts[0].state != waitingTLS) ||
+		!c.canSendLocked() || c.g.zoneSilent() {
 		c.armLocked()
 		return false
 	}
@@ -145,6 +149,16 @@ func (c *WireCall) hedgeLocked() (end bool) {
 		c.g.hedgeEvent(HedgeRefused)
 		c.armLocked()
 		return false
+	}
+	// The next server is not worth asking when it is measured slower than
+	// the first's RTO: the first would most likely answer, or be asked
+	// again, before it. Then the hedge asks the first server again, from a
+	// new port with a new ID, as with a single server: what made it late
+	// is most likely a lost packet.
+	first := c.attempts[0]
+	if next := c.nextLocked(); next != first.server {
+		e := next.estimate()
+		c.again = e.sampled && e.srtt > first.rto
 	}
 	c.hedged = true
 	c.g.hedgeEvent(HedgeSent)

@@ -321,3 +321,42 @@ func releaseHeld(t *testing.T, s *heldServer, name string, i int) {
 	}, waitTimeout, "the query parked")
 	s.release(name, i)
 }
+
+// A next server measured slower than the first's RTO is not worth a hedge:
+// the first is asked again, from a new port with a new ID, and the slow
+// one is not asked.
+func TestHedgeAsksTheFirstAgainWhenTheNextIsSlower(t *testing.T) {
+	fast, slow := startHeld(t), startHeld(t)
+	arrived := fast.hold("q.example.", 2)
+	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{fast.addr, slow.addr}, GroupOptions{
+		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: time.Second, OnHedge: onHedge, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	g.roll = func() float64 { return 0.5 }
+	g.budget.tokens = hedgeBurst
+	g.servers[0].addSample(10 * time.Millisecond)  // tail 20 ms, RTO 100 ms
+	g.servers[1].addSample(300 * time.Millisecond) // slower than that RTO
+	done := startExchange(t, g, "q.example.")
+	waitTimers(t, clk, 1)
+	clk.Advance(20 * time.Millisecond)
+	if e := nextEvent(t, events); e != HedgeSent {
+		t.Fatalf("event %s, want sent", e)
+	}
+	<-arrived
+	releaseHeld(t, fast, "q.example.", 1) // either one: both are its
+	if r := <-done; r.err != nil || r.wr.Server != fast.addr {
+		t.Fatalf("answer from %s, %v; want the first server's", r.wr.Server, r.err)
+	}
+	if n := slow.Total(); n != 0 {
+		t.Errorf("the slower server was asked %d times, want 0", n)
+	}
+	if n := fast.queries("q.example."); n != 2 {
+		t.Errorf("the first server was asked %d times, want 2: the query and its hedge", n)
+	}
+	releaseHeld(t, fast, "q.example.", 0)
+}

@@ -47,13 +47,15 @@ const (
 // server's RTTs (a stochastic quantile tracker: up by tailQuantile steps
 // for a sample above it, down by 1-tailQuantile steps for one below, so it
 // settles where that share of samples lies below; the step follows
-// rttvar, the spread it has to cover). It starts at srtt + 2·rttvar.
+// rttvar, the spread it has to cover, and is half of it, so one late
+// sample moves the estimate by less than the spread). It starts at
+// srtt + 2·rttvar.
 func (s *server) addTailLocked(rtt time.Duration) {
 	if s.tail == 0 {
 		s.tail = s.srtt + 2*s.rttvar
 		return
 	}
-	step := float64(max(2*s.rttvar, 50*time.Microsecond))
+	step := float64(max(s.rttvar/2, 50*time.Microsecond))
 	if rtt > s.tail {
 		s.tail += time.Duration(step * tailQuantile)
 	} else {
@@ -117,7 +119,9 @@ type ranked struct {
 
 // rank orders the usable servers for one resolution into dst: the
 // fastest first (ties to the configured order), the rest by srtt; a
-// server never sampled counts as fastest, so each is measured once. With
+// server never sampled counts as fastest, so each is measured once (the
+// one asked least first: a slow first server does not take every query
+// until its first reply). With
 // probability exploreShare, when more than one server is up and the
 // hedge budget has a token for it (taken), another up server, at random,
 // goes second, to be asked at once.
@@ -146,11 +150,20 @@ func (g *Group) rank(dst []*server) ranked {
 		}
 	}
 	// The first in configured order among those tied with the fastest
-	// leads; dst is sorted, so the tied are a prefix.
+	// leads; dst is sorted, so the tied are a prefix. Among servers never
+	// sampled, the one asked least leads.
 	best := score(est[0])
 	band := best + max(best/8, tieBand)
 	lead := 0
 	for i := 1; i < len(dst) && score(est[i]) <= band; i++ {
+		if !est[0].sampled && !est[i].sampled {
+			if qi, ql := dst[i].queries.Load(), dst[lead].queries.Load(); qi != ql {
+				if qi < ql {
+					lead = i
+				}
+				continue
+			}
+		}
 		if g.index(dst[i]) < g.index(dst[lead]) {
 			lead = i
 		}

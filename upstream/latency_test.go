@@ -98,7 +98,7 @@ func TestRankFastestFirstConfigOrderBreaksTies(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
 		name  string
-		srtts []time.Duration // 0: never sampled
+		srtts []time.Duration // 0: never sampled; -1: never sampled, asked once
 		want  []int
 	}{
 		{"first listed slow", []time.Duration{300 * ms, 5 * ms}, []int{1, 0}},
@@ -108,13 +108,17 @@ func TestRankFastestFirstConfigOrderBreaksTies(t *testing.T) {
 		{"outside the band", []time.Duration{6 * ms, 5 * ms}, []int{1, 0}},
 		{"never sampled is measured first", []time.Duration{5 * ms, 0}, []int{1, 0}},
 		{"none sampled: listed order", []time.Duration{0, 0, 0}, []int{0, 1, 2}},
+		{"none sampled: the one asked least", []time.Duration{-1, 0, 0}, []int{1, 0, 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := idleGroup(t, len(tt.srtts), GroupOptions{})
 			for i, d := range tt.srtts {
-				if d > 0 {
+				switch {
+				case d > 0:
 					g.servers[i].addSample(d)
+				case d < 0: // asked once, no reply yet
+					g.servers[i].queries.Add(1)
 				}
 			}
 			r := g.rank(nil)

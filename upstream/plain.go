@@ -80,7 +80,7 @@ func (p *Plain) Exchange(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
 	raw, err := p.exchangeUDP(ctx, packed)
-	if err == nil && binary.BigEndian.Uint16(raw[2:])&dnswire.FlagTC != 0 {
+	if err == nil && dnswire.Truncated(raw) {
 		raw, err = p.exchangeTCP(ctx, packed)
 	}
 	if err != nil {
@@ -107,7 +107,7 @@ func (p *Plain) exchangeUDP(ctx context.Context, packed []byte) ([]byte, error) 
 		return nil, fmt.Errorf("packing query for %s: %w", p.addr, err)
 	}
 	query := append([]byte(nil), packed...)
-	binary.BigEndian.PutUint16(query, randomID())
+	dnswire.SetID(query, randomID())
 	out := make(replyChan, 1)
 	sock, err := p.openUDP(query, qend, out, nil)
 	if err != nil {
@@ -146,7 +146,7 @@ func (p *Plain) exchangeTCP(ctx context.Context, packed []byte) ([]byte, error) 
 	}
 	query := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(packed)), uint16(len(packed)))
 	query = append(query, packed...)
-	binary.BigEndian.PutUint16(query[2:], randomID())
+	dnswire.SetID(query[2:], randomID())
 	match := matchOf(query[2:], qend)
 
 	conn, err := p.dial(ctx, "tcp")

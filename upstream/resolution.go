@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -77,10 +76,16 @@ func (r *attemptResult) replied() bool { return r.raw != nil }
 // REFUSED): a server that said it cannot answer is not asked the same
 // question again in this resolution (dnsmasq asks a sole server once).
 // A TLS server whose query is still waiting on its connection is not
-// asked again either (tlscall.go). It is nil when none is left.
+// asked again either (tlscall.go). It is nil when none is left. A hedge
+// sent to its first attempt's server (hedge.go, c.again) does not take a
+// turn.
 func (c *WireCall) nextLocked() *server {
+	turn := len(c.attempts)
+	if c.again {
+		turn--
+	}
 	for i := range c.order {
-		if s := c.order[(len(c.attempts)+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
+		if s := c.order[(turn+i)%len(c.order)]; !c.answeredRcodeLocked(s) && !c.tlsWaitingLocked(s) {
 			return s
 		}
 	}
@@ -141,7 +146,7 @@ func (c *WireCall) sendLocked() (end bool) {
 	if s.tls != nil {
 		return c.sendTLSLocked(a)
 	}
-	binary.BigEndian.PutUint16(c.query, randomID())
+	dnswire.SetID(c.query, randomID())
 	var into *udpSock
 	if a == &c.first {
 		into = &c.sock
@@ -174,7 +179,7 @@ func (c *WireCall) replyLocked(a *attempt, d datagram) (end bool) {
 		// or not, the server is talking (silence.go).
 		a.server.heard()
 		var m dnswire.Msg
-		if len(d.raw) > 3 && binary.BigEndian.Uint16(d.raw[2:])&dnswire.FlagTC != 0 {
+		if dnswire.Truncated(d.raw) {
 			c.retryTCPLocked(a)
 			return false
 		}
@@ -440,9 +445,13 @@ type callTimer struct {
 func (g *Group) armCallTimer(c *WireCall, d time.Duration) *callTimer {
 	ct, _ := g.callTimers.Get().(*callTimer)
 	if ct == nil {
+		// Made armed for d, never armed for another time first: a test on
+		// the fake clock that sees one timer armed (WaitTimers) sees this
+		// call's. Its firing waits for the call's lock, held by the caller.
 		ct = &callTimer{pool: &g.callTimers}
-		ct.t = g.opts.Clock.AfterFunc(time.Hour, ct.fire)
-		ct.t.Stop()
+		ct.call.Store(c)
+		ct.t = g.opts.Clock.AfterFunc(d, ct.fire)
+		return ct
 	}
 	ct.call.Store(c)
 	ct.t.Reset(d)

@@ -306,3 +306,40 @@ func TestCheckTLS(t *testing.T) {
 		t.Errorf("server read %d queries, want the good check's 1", srv.Queries())
 	}
 }
+
+// A first attempt waiting on a TLS connection is hedged like a packet,
+// to the next server: the TLS server is not asked again on its own line.
+func TestHedgeFromATLSAttempt(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	silent := dnstest.NewDoTServer(t, cert, dnstest.DoTSilent)
+	fast := startHeld(t)
+	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{"tls://" + silent.Addr + "#dns.test", fast.addr}, GroupOptions{
+		MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, OnHedge: onHedge, Clock: clk, TLSRoots: ca.Pool(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	g.roll = func() float64 { return 0.5 }
+	g.budget.tokens = hedgeBurst
+	for _, s := range g.servers {
+		s.addSample(10 * time.Millisecond)
+	}
+	tail := g.Servers()[0].Tail
+	done := startExchange(t, g, "late.example.")
+	waitTimers(t, clk, 1)
+	clk.Advance(tail)
+	if e := nextEvent(t, events); e != HedgeSent {
+		t.Fatalf("event %s at the tail, want sent", e)
+	}
+	r := <-done
+	if r.err != nil || r.wr.Server != fast.addr {
+		t.Fatalf("answer from %s, %v; want the hedge's, from %s", r.wr.Server, r.err, fast.addr)
+	}
+	if st := g.Servers()[0]; st.TLS.Queries != 1 {
+		t.Errorf("TLS server asked %d times, want once", st.TLS.Queries)
+	}
+}

@@ -26,7 +26,10 @@ func (c *WireCall) sendTLSLocked(a *attempt) (end bool) {
 	}
 	a.tlsq, a.state = q, waitingTLS
 	c.tcp++
-	c.armLocked()
+	if len(c.attempts) > 1 {
+		// The first is armed by StartWire, with its hedge.
+		c.armLocked()
+	}
 	return false
 }
 

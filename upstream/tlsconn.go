@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// errBetweenFrames marks a read error before a frame's first byte.
+var errBetweenFrames = errors.New("between frames")
+
 // errConnClosed: a query came to a connection that closed meanwhile.
 var errConnClosed = errors.New("tls connection closed")
 
@@ -51,9 +54,12 @@ type tlsConn struct {
 	raw     net.Conn  // set once dialled, so close can interrupt a handshake
 	tc      *tls.Conn // set once the handshake is done
 	idle    time.Duration
-	bogus   int
-	closed  bool
-	lastErr error
+	// busySince is when the connection last went from idle to waiting,
+	// or last brought a reply: the read timeout runs from it.
+	busySince time.Time
+	bogus     int
+	closed    bool
+	lastErr   error
 }
 
 func newTLSConn(t *tlsTransport) *tlsConn {
@@ -82,9 +88,12 @@ func (c *tlsConn) enqueue(frame []byte, qend int, owner tlsOwner, a *attempt) (*
 	binary.BigEndian.PutUint16(frame[2:], id)
 	q := &tlsQuery{conn: c, owner: owner, a: a, id: id, match: matchOf(frame[2:], qend), frame: frame}
 	c.pending[id] = q
-	if len(c.pending) == 1 && c.tc != nil {
+	if len(c.pending) == 1 {
 		// From idle to waiting: the read timeout runs from now.
-		_ = c.tc.SetReadDeadline(time.Now().Add(tlsReadTimeout))
+		c.busySince = time.Now()
+		if c.tc != nil {
+			_ = c.tc.SetReadDeadline(c.busySince.Add(tlsReadTimeout))
+		}
 	}
 	c.out <- frame // room: out holds no more frames than pending has queries
 	return q, nil
@@ -194,6 +203,16 @@ func (c *tlsConn) read(tc *tls.Conn) {
 		if err != nil {
 			c.mu.Lock()
 			idle := len(c.pending) == 0
+			if errors.Is(err, errBetweenFrames) && isTimeout(err) && !idle {
+				// The idle deadline passed as a query came: its read
+				// timeout runs from when it came, and nothing of a frame
+				// was read (a read that timed out is resumed).
+				if due := c.busySince.Add(tlsReadTimeout); time.Now().Before(due) {
+					_ = tc.SetReadDeadline(due)
+					c.mu.Unlock()
+					continue
+				}
+			}
 			c.mu.Unlock()
 			if idle && (errors.Is(err, io.EOF) || isTimeout(err)) {
 				err = nil // idle timeout, or the server's: closed, nothing lost
@@ -227,6 +246,7 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			continue
 		}
 		delete(c.pending, q.id)
+		c.busySince = time.Now()
 		c.setDeadlineLocked()
 		c.mu.Unlock()
 		// A reply to a query: the server is talking (silence.go); frames
@@ -284,6 +304,11 @@ func (c *tlsConn) close(err error) {
 // readFrame reads one length-prefixed message (RFC 1035 section 4.2.2);
 // a frame is at most 65535 bytes, the whole of what a reply can hold.
 func readFrame(br *bufio.Reader) ([]byte, error) {
+	// Peek first: an error before a frame began consumed nothing, and
+	// the stream is still whole.
+	if _, err := br.Peek(2); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBetweenFrames, err)
+	}
 	var prefix [2]byte
 	if _, err := io.ReadFull(br, prefix[:]); err != nil {
 		return nil, err

@@ -92,10 +92,12 @@ type replyMatch struct {
 	qtype, qclass uint16
 }
 
-// matchOf is the match of packed, a query whose question ends at qend.
+// matchOf is the match of packed, a query whose question ends at qend,
+// read with the view.
 func matchOf(packed []byte, qend int) replyMatch {
-	return replyMatch{id: binary.BigEndian.Uint16(packed), qname: packed[dnswire.HeaderLen : qend-4],
-		qtype: binary.BigEndian.Uint16(packed[qend-4:]), qclass: binary.BigEndian.Uint16(packed[qend-2:])}
+	var m dnswire.Msg
+	_ = m.ParseQuestion(packed[:qend]) // packed is our own query: it parses
+	return replyMatch{id: m.ID, qname: packed[dnswire.HeaderLen : qend-4], qtype: m.QType, qclass: m.QClass}
 }
 
 // accepts reports whether b can be the reply to the query: a response with

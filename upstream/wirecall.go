@@ -94,6 +94,8 @@ type WireCall struct {
 	hedgeAt  time.Time
 	hedged   bool
 	explored bool
+	// again: the hedge went to the first attempt's server (hedge.go).
+	again bool
 
 	first       attempt // the first attempt, and its socket, in the call
 	sock        udpSock // (Linux): no allocation for them per miss

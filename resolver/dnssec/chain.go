@@ -32,6 +32,10 @@ type zoneInfo struct {
 const (
 	keysEntry     = "K"
 	unsignedEntry = "U"
+	// delegationEntry: a proven unsigned delegation, which makes every
+	// name below it insecure without another question (unless an anchor
+	// of its own sits between).
+	delegationEntry = "D"
 )
 
 func (w *work) cached(key string) (*zoneInfo, bool) {
@@ -121,10 +125,10 @@ func (w *work) loadKeys(zone string, m *dns.Msg) *zoneInfo {
 	switch {
 	case !signed:
 		return info(w.unsignedAt(zone, m, edeRRSIGsMissing))
+	case delegation && r.Verdict != Bogus: // proven, or in an opt-out span
+		return info(w.unsignedDelegation(zone, m).res)
 	case r.Verdict != Secure:
 		return info(r)
-	case delegation:
-		return info(insecure("unsigned delegation " + zone))
 	}
 	return info(bogus(edeDNSKEYMissing, "signer "+zone+" is no signed zone"))
 }
@@ -245,6 +249,19 @@ func withEDE(r Result, ede uint16) Result {
 }
 
 func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
+	for n := name; ; {
+		if _, ok := w.cached(delegationEntry + n); ok {
+			return info(insecure("unsigned delegation " + n))
+		}
+		if _, ok := w.v.anchors[n]; ok {
+			break
+		}
+		p, ok := parent(n)
+		if !ok {
+			break
+		}
+		n = p
+	}
 	steps := 0
 	defer func() { w.depth -= steps }()
 	for n := name; ; {
@@ -272,10 +289,10 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 			}
 			r, delegation, signed := w.proveDenial(n, dns.TypeDS, m.Rcode, m)
 			switch {
+			case signed && delegation && r.Verdict != Bogus: // proven, or in an opt-out span
+				return w.unsignedDelegation(n, m)
 			case signed && r.Verdict != Secure:
 				return info(r)
-			case signed && delegation:
-				return info(insecure("unsigned delegation " + n))
 			case signed:
 				return info(bogus(ede, "unsigned "+name+" in a signed zone"))
 			}
@@ -289,6 +306,16 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 		steps++
 		n, m = p, nil
 	}
+}
+
+// unsignedDelegation keeps and returns the verdict on a delegation to an
+// unsigned zone at name, which m's proof showed, for as long as the proof
+// lives: every name below it is insecure without another question.
+func (w *work) unsignedDelegation(name string, m *dns.Msg) *zoneInfo {
+	d := info(insecure("unsigned delegation " + name))
+	d.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
+	w.store(delegationEntry+name, d)
+	return info(d.res)
 }
 
 // insideSigned is the verdict on unsigned data at name inside the zone

@@ -18,6 +18,8 @@
 //	nxstorm     8. search-domain NXDOMAIN storm, coalescing (storm.go)
 //	tcpmiss     9. scenario 4 over TCP (hit.go; issue 22)
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
+//	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
+//	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -48,7 +50,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick"}
 
 func main() {
 	var (
@@ -72,6 +74,8 @@ func main() {
 		jitWindow = flag.Duration("jitter-window", 30*time.Second, "length of the jitter scenario's probe")
 		searchN   = flag.Int("search-lookups", 100, "lookups per name of the search scenario after the first, one every 100 ms")
 		consul    = flag.String("consul", "test/consulagent/bin/consul", "Consul agent binary for the search scenario's Consul rows (make consul-agent)")
+		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
+		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -104,6 +108,7 @@ func main() {
 			towerd: *towerd, rounds: *rounds, duration: *duration, rates: rs, names: *names,
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
+			pickWindow: *pickWin, pickOutageLen: *pickOut,
 		}
 		err = b.run()
 	}
@@ -129,6 +134,9 @@ type bench struct {
 	jitterWindow time.Duration
 	searchCount  int    // lookups per name in scenario 10, after the first
 	consul       string // Consul agent binary; "" once it is found missing
+	pickWindow   time.Duration
+	// pickOutageLen is scenario 13's outage.
+	pickOutageLen time.Duration
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -263,9 +271,27 @@ func (b *bench) run() error {
 				return fmt.Errorf("round %d, %s, cold/nxstorm: %w", round, s, err)
 			}
 		}
+		if b.want["dot"] {
+			if err := b.dot(round); err != nil {
+				return fmt.Errorf("round %d, dot: %w", round, err)
+			}
+		}
 		if b.want["dnstap"] && slices.Contains(b.servers, "towerd") {
 			if err := b.dnstap(round, hitFile); err != nil { // dnstap.go
 				return fmt.Errorf("round %d, towerd, dnstap: %w", round, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["pick"] {
+				break
+			}
+			if err := b.pick(round, s); err != nil { // pick.go
+				return fmt.Errorf("round %d, %s, pick: %w", round, s, err)
+			}
+		}
+		if b.want["pick"] && slices.Contains(b.servers, "towerd") {
+			if err := b.pickOutage(round); err != nil {
+				return fmt.Errorf("round %d, towerd, pick outage: %w", round, err)
 			}
 		}
 		for _, s := range b.servers {
@@ -278,6 +304,9 @@ func (b *bench) run() error {
 		}
 	}
 	b.table(os.Stdout)
+	if b.want["dot"] {
+		b.dotTable(os.Stdout)
+	}
 	fmt.Printf("\nmeasured in %v\n", time.Since(began).Round(time.Second))
 	return nil
 }

@@ -47,6 +47,9 @@ type serverSetup struct {
 	// dnstapSocket, when set, is the collector's socket towerd writes
 	// dnstap to (scenario 11).
 	dnstapSocket string
+	// towerdConfig is more of towerd's config file (scenario 13's
+	// outage day turns hedging off with it).
+	towerdConfig string
 }
 
 // startServer starts server s (or the null responder) fresh and waits until
@@ -108,7 +111,8 @@ func exited(p *proc, logf string) error {
 // set.cacheSize answers, forwarding everything to set.upstream only.
 func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (string, []string, error) {
 	host, port, _ := strings.Cut(addr, ":")
-	upHost, upPort, _ := strings.Cut(set.upstream, ":")
+	// set.upstream may list several servers, comma-separated (scenario 13).
+	upstreams := strings.Split(set.upstream, ",")
 	consulHost, consulPort, _ := strings.Cut(set.consulDNS, ":")
 	switch s {
 	case "towerd":
@@ -117,7 +121,7 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		// day) and prefetch (last 10 % of the TTL when that is longer than
 		// the upstream's RTO) on; the search-list rules on, with no list
 		// unless the scenario gives the file of one.
-		config, body := "", ""
+		config, body := "", set.towerdConfig
 		if set.searchResolvConf != "" {
 			body += fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)
 		}
@@ -141,8 +145,12 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		dnsmasq, _ := lookPath("dnsmasq")
 		args := []string{"--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
 			"--no-poll", "--bind-interfaces", "--listen-address=" + host, "--port=" + port,
-			"--server=" + upHost + "#" + upPort, "--cache-size=" + strconv.Itoa(set.cacheSize),
+			"--cache-size=" + strconv.Itoa(set.cacheSize),
 			"--pid-file=", "--user=root", "--log-facility=-"}
+		for _, up := range upstreams {
+			h, p, _ := strings.Cut(up, ":")
+			args = append(args, "--server="+h+"#"+p)
+		}
 		if set.stale {
 			// Answers an expired entry at once (TTL 0, EDE 3 when the
 			// client sent EDNS) for up to a day and refreshes it behind;
@@ -180,6 +188,11 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		if set.noNegCache {
 			stale += "\tcache-max-negative-ttl: 0\n"
 		}
+		forwardAddrs := ""
+		for _, up := range upstreams {
+			h, p, _ := strings.Cut(up, ":")
+			forwardAddrs += fmt.Sprintf("\tforward-addr: %s@%s\n", h, p)
+		}
 		consulZone := ""
 		if set.consulDNS != "" {
 			consulZone = fmt.Sprintf("forward-zone:\n\tname: \"consul.\"\n\tforward-addr: %s@%s\n", consulHost, consulPort)
@@ -204,14 +217,13 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 	msg-cache-size: %[4]dm
 	rrset-cache-size: %[5]dm
 	cache-min-ttl: 0
-%[8]s	qname-minimisation: no
+%[7]s	qname-minimisation: no
 forward-zone:
 	name: "."
-	forward-addr: %[6]s@%[7]s
-	forward-first: no
-%[9]sremote-control:
+%[6]s	forward-first: no
+%[8]sremote-control:
 	control-enable: no
-`, host, port, b.dir, mb, 2*mb, upHost, upPort, stale, consulZone)
+`, host, port, b.dir, mb, 2*mb, forwardAddrs, stale, consulZone)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return "", nil, err
 		}

@@ -116,6 +116,9 @@ func (b *bench) rows() []row {
 	if b.want["dnstap"] {
 		add(fmt.Sprintf("11 dnstap, hits @%dk/s", dnstapRate/1000), b.dnstapRows()...)
 	}
+	if b.want["pick"] {
+		add("13 choosing a server", b.pickRows()...)
+	}
 	return rs
 }
 

@@ -51,8 +51,7 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 			if err := checkSocketFile(t.Socket); err != nil {
 				return nil, err
 			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", t.Socket)
+			c, err := dialUnixRetrying(ctx, t.Socket)
 			if err != nil {
 				return nil, err
 			}
@@ -98,6 +97,28 @@ func Call(t Target, method, path string, form url.Values, body io.Reader, timeou
 	return data, nil
 }
 
+// dialUnixRetrying connects to a Unix socket, trying again while its
+// listen queue is full: connect(2) on a non-blocking Unix socket fails
+// with EAGAIN then, where a TCP SYN would wait, and a flood of connections
+// keeps the queue full for moments at a time while towerd makes room
+// (issue 35). The request's context bounds the tries.
+func dialUnixRetrying(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	wait := time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
 // dialError says what a failed request usually means.
 func dialError(t Target, err error) error {
 	switch {
@@ -132,8 +153,26 @@ func OneLine(s string) string {
 
 // Render prints the human view: what an operator checks first when
 // services fail together (is it DNS?): hit ratio, stale answers, the
-// slowest upstream, the Consul watch.
+// slowest upstream, the Consul watch. Its fields hold others' text (the
+// agent's errors, a rejected file's), so it goes out with control
+// characters escaped (printable.go).
 func Render(w io.Writer, r Report, now time.Time) {
+	if r.ConsulWatch != nil && r.ConsulWatch.LastError != "" {
+		cw := *r.ConsulWatch
+		cw.LastError = Printable(cw.LastError)
+		r.ConsulWatch = &cw
+	}
+	if r.LastReload != nil && r.LastReload.Error != "" {
+		lr := *r.LastReload
+		lr.Error = Printable(lr.Error)
+		r.LastReload = &lr
+	}
+	var b strings.Builder
+	render(&b, r, now)
+	_, _ = io.WriteString(w, PrintableLines(b.String()))
+}
+
+func render(w io.Writer, r Report, now time.Time) {
 	state := "ready"
 	if !r.Ready {
 		state = "NOT READY"

@@ -72,7 +72,7 @@ func (a *Server) StartControl(l net.Listener, policy AccessPolicy, maxConns int)
 	a.ctl, a.ctlConns = a.bounded(a.controlRoutes(),
 		httpBounds{controlHeaderTimeout, controlReadTimeout, controlWriteTimeout, controlIdleTimeout, maxConns})
 	a.ctl.ConnContext = a.connVerdict(policy)
-	a.ctlDone = serve(a.ctl, l)
+	a.ctlDone = serve(a.ctl, a.ctlConns.listener(l))
 }
 
 func (a *Server) serveReload(w http.ResponseWriter, _ *http.Request) {

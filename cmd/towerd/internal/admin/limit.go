@@ -38,6 +38,7 @@ type connSlot struct {
 	active  bool      // a request is being read or served
 	waiting time.Time // since when it has been without a request
 	closing bool      // closed by the limiter, not yet gone from the server
+	fresh   bool      // accepted and no request yet
 }
 
 func newConnLimiter(max int) *connLimiter {
@@ -69,21 +70,24 @@ func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 	defer l.mu.Unlock()
 	switch state {
 	case http.StateNew:
-		if l.live() >= l.max && !l.evictOldest() {
+		if l.live() >= l.max && !l.evictOldest(hasPendingBytes(c)) {
 			l.refused.Add(1)
 			_ = c.SetWriteDeadline(l.now().Add(refusalWriteTimeout))
 			_, _ = c.Write(refusal)
 			c.Close()
 			return // its StateClosed, if the server reports one, finds no slot
 		}
-		l.conns[c] = &connSlot{waiting: l.now()}
+		l.conns[c] = &connSlot{waiting: l.now(), fresh: true}
 	case http.StateActive:
 		if s := l.conns[c]; s != nil {
-			s.active = true
+			s.active, s.fresh = true, false
 		}
 	case http.StateIdle:
 		if s := l.conns[c]; s != nil {
 			s.active, s.waiting = false, l.now()
+		}
+		if tc, ok := c.(*trackedConn); ok {
+			tc.firstRead.Store(0) // the next request starts afresh
 		}
 	case http.StateClosed, http.StateHijacked:
 		delete(l.conns, c)
@@ -103,17 +107,39 @@ func (l *connLimiter) live() int {
 	return n
 }
 
-// evictOldest closes the connection waiting longest without a request and
-// reports whether there was one. Called with l.mu held.
-func (l *connLimiter) evictOldest() bool {
+// evictOldest closes the connection waiting longest without a request to
+// make room for a newcomer, and reports whether there was one. Issue 35:
+// under a flood of connections that never send a byte, taking the oldest
+// regardless reset root's CLI before its request was read (0 of 10 beside
+// 10,000 idle connections): a CLI writes its request right after connect,
+// towerd reads it a little later. So the one to go is the oldest that has
+// sent nothing (connected and silent, or idle between keep-alive requests);
+// only when there is none, the oldest that began a request more than
+// requestGrace ago and has not finished its header (a slow sender). One
+// whose request is in its socket unread, or began within requestGrace, is
+// never taken; nor, for a newcomer that has sent nothing itself
+// (newcomerSent false), one accepted less than requestGrace ago that has
+// not sent its first request yet: a silent
+// newcomer is no likelier to be a real client than a silent incumbent, and
+// the incumbent's request may be on its way. Called with l.mu held.
+func (l *connLimiter) evictOldest(newcomerSent bool) bool {
 	var oldest net.Conn
 	var since time.Time
+	oldestClass := 2
+	now := l.now()
 	for c, s := range l.conns {
 		if s.active || s.closing {
 			continue
 		}
-		if oldest == nil || s.waiting.Before(since) {
-			oldest, since = c, s.waiting
+		class := l.evictionClass(c, now)
+		if class == 0 && s.fresh && !newcomerSent && now.Sub(s.waiting) < requestGrace {
+			class = 2
+		}
+		if class > 1 || class > oldestClass {
+			continue
+		}
+		if oldest == nil || class < oldestClass || s.waiting.Before(since) {
+			oldest, since, oldestClass = c, s.waiting, class
 		}
 	}
 	if oldest == nil {
@@ -125,9 +151,73 @@ func (l *connLimiter) evictOldest() bool {
 	return true
 }
 
+// evictionClass orders an inactive connection for eviction: 0 it has sent
+// nothing, 1 it began a request more than requestGrace ago, 2 (never taken)
+// its request is in its socket or began within requestGrace. Called with
+// l.mu held.
+func (l *connLimiter) evictionClass(c net.Conn, now time.Time) int {
+	class := 0
+	if tc, ok := c.(*trackedConn); ok {
+		if at := tc.firstRead.Load(); at != 0 {
+			class = 1
+			if now.UnixNano()-at < int64(requestGrace) {
+				return 2
+			}
+		}
+		c = tc.Conn
+	}
+	if hasPendingBytes(c) {
+		return 2
+	}
+	return class
+}
+
 // count is the number of connections held, for tests.
 func (l *connLimiter) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.live()
 }
+
+// requestGrace is how long a connection whose request has begun to arrive
+// is kept from eviction before the header is whole: a real client's request
+// is one write, so anything slower is a slow sender (unbound, too, gives a
+// reader 200 ms when its TCP buffers run short).
+const requestGrace = 200 * time.Millisecond
+
+// listener wraps ln so that the connections it accepts tell l when their
+// first bytes are read.
+func (l *connLimiter) listener(ln net.Listener) net.Listener { return &trackedListener{ln, l} }
+
+type trackedListener struct {
+	net.Listener
+	lim *connLimiter
+}
+
+func (tl *trackedListener) Accept() (net.Conn, error) {
+	c, err := tl.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &trackedConn{Conn: c, now: tl.lim.now}, nil
+}
+
+// trackedConn is an accepted connection that records when its current
+// request's first bytes were read (unix nanoseconds, 0: none yet).
+type trackedConn struct {
+	net.Conn
+	now       func() time.Time
+	firstRead atomic.Int64
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.firstRead.Load() == 0 {
+		c.firstRead.Store(c.now().UnixNano())
+	}
+	return n, err
+}
+
+// NetConn is the accepted connection itself (as tls.Conn's), for the
+// peer credentials.
+func (c *trackedConn) NetConn() net.Conn { return c.Conn }

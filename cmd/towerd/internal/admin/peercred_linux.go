@@ -15,6 +15,9 @@ import (
 // reused pid can change them, unlike reading /proc/PID/status, which races
 // with all three.
 func peerOf(c net.Conn) (peer, error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn() // the limiter's wrapper (limit.go)
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return peer{}, fmt.Errorf("not a Unix socket connection (%T)", c)

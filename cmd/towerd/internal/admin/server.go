@@ -174,7 +174,7 @@ func (a *Server) Start(addr string, maxConns int) error {
 	}
 	a.srv, a.adminConns = a.bounded(a.routes(),
 		httpBounds{adminHeaderTimeout, adminReadTimeout, adminWriteTimeout, adminIdleTimeout, maxConns})
-	a.done = serve(a.srv, l)
+	a.done = serve(a.srv, a.adminConns.listener(l))
 	return nil
 }
 

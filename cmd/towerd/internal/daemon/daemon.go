@@ -25,6 +25,7 @@ import (
 	"github.com/towerd/towerd/cmd/towerd/internal/dnstap"
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/consul"
 	"github.com/towerd/towerd/resolver/local"
 	"github.com/towerd/towerd/upstream"
@@ -64,6 +65,10 @@ type Options struct {
 	// zone has no configured servers (resolvwatch.go); the zero value is
 	// what `towerd serve` uses.
 	ResolvConfWatch resolvconf.WatchOptions
+	// Clock is what the cache, the handler's timers, the upstream groups
+	// and the cache saver run on (issue 33); nil is the wall clock, what
+	// `towerd serve` uses. An in-process towerd under test may step it.
+	Clock clock.Clock
 }
 
 // Daemon is a running towerd: the sockets, the handler and what a reload
@@ -137,6 +142,7 @@ type Daemon struct {
 // error nothing is left running and the error was logged; errors.Is(err,
 // ErrConfig) tells a configuration problem from a system one.
 func New(opts Options) (*Daemon, error) {
+	opts.Clock = clock.Or(opts.Clock)
 	d := &Daemon{log: opts.Log, opts: opts, reloads: make(chan chan reloadOutcome), quit: make(chan struct{}),
 		ready: make(chan struct{}), stopped: make(chan struct{}), sd: &sdSession{events: make(chan sdEvent)}}
 	cfg, zones, err := d.adoptSockets(opts.Config, opts.Zones)
@@ -144,7 +150,9 @@ func New(opts Options) (*Daemon, error) {
 		d.log.Error("cannot use the sockets systemd passed", "err", err)
 		return nil, err
 	}
-	c, err := cache.New(cacheConfig(cfg))
+	cc := cacheConfig(cfg)
+	cc.Now = opts.Clock.Now
+	c, err := cache.New(cc)
 	if err != nil {
 		d.log.Error("cache", "err", err)
 		return nil, fmt.Errorf("%w: cache: %v", ErrConfig, err)
@@ -273,6 +281,7 @@ func (d *Daemon) handlerConfig(cfg config.Config, records resolver.RecordSource,
 		rcfg.Allow = append(rcfg.Allow, netip.MustParsePrefix(a)) // validated
 	}
 	rcfg.DNSSEC = d.dnssecConfig(cfg)
+	rcfg.Clock = d.opts.Clock
 	return rcfg
 }
 
@@ -331,6 +340,7 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		ProbeName:             probeName(cfg, zone), // type stays NS: any reply means up
 		Observe:               d.tel.Upstreams.Observer(zone),
 		HedgeBudget:           hedgeBudget(cfg),
+		Clock:                 d.opts.Clock,
 		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {

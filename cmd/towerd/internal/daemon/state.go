@@ -14,6 +14,7 @@ import (
 
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // Cache persistence: on a clean stop, and every state_save_interval while
@@ -148,15 +149,16 @@ func (d *Daemon) startCacheSaver(c *cache.Cache, cfg config.Config) *cacheSaver 
 
 func (s *cacheSaver) run(d *Daemon, c *cache.Cache, cfg config.Config) {
 	defer close(s.done)
-	timer := time.NewTimer(time.Hour)
+	clk := clock.Or(d.opts.Clock) // a test's Daemon may have none
+	timer, fired := clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	// The next save is due one interval after the last one (or the start),
 	// also after a reload: reloads more frequent than the interval must not
 	// put saving off for good.
-	last := time.Now()
+	last := clk.Now()
 	arm := func() {
 		if cfg.StateSaveInterval.Duration > 0 {
-			timer.Reset(time.Until(last.Add(cfg.StateSaveInterval.Duration)))
+			timer.Reset(last.Add(cfg.StateSaveInterval.Duration).Sub(clk.Now()))
 		} else {
 			timer.Stop() // "0s": only the save on stop
 		}
@@ -168,8 +170,8 @@ func (s *cacheSaver) run(d *Daemon, c *cache.Cache, cfg config.Config) {
 			return
 		case cfg = <-s.configs:
 			arm()
-		case <-timer.C:
-			last = time.Now()
+		case <-fired:
+			last = clk.Now()
 			// A directory missing at start was logged then; saying so again
 			// every few minutes at info would be noise.
 			if path, dir := statePath(cfg); path != "" {

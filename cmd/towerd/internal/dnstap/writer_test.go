@@ -97,7 +97,12 @@ type reader struct {
 
 func newReader(t *testing.T, path string, stall bool) *reader {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
+	return newReaderOn(t, "unix", path, stall)
+}
+
+func newReaderOn(t *testing.T, network, address string, stall bool) *reader {
+	t.Helper()
+	ln, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +208,28 @@ func TestWriterSendsAndFilters(t *testing.T) {
 	m := fields(t, fields(t, f)[fieldMessage][0].([]byte))
 	if a := m[msgResponseAddress][0].([]byte); !bytes.Equal(a, []byte{192, 0, 2, 53}) || m[msgResponsePort][0].(uint64) != 53 {
 		t.Errorf("forwarder query's server %v:%v, want 192.0.2.53:53", a, m[msgResponsePort])
+	}
+}
+
+// Over TCP (dnstap.tcp) the stream is the same: handshake, then frames.
+func TestWriterOverTCP(t *testing.T) {
+	r := newReaderOn(t, "tcp", "127.0.0.1:0", false)
+	w, err := New(Options{Network: "tcp", Address: r.ln.Addr().String(), Identity: "node-b"}, NewStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start()
+	defer w.Close(time.Second)
+	w.Client(*exchange(7))
+	f := r.next(t)
+	if got := typeOf(t, f); got != ClientQuery {
+		t.Fatalf("first frame over TCP %d, want CLIENT_QUERY", got)
+	}
+	if id := string(fields(t, f)[fieldIdentity][0].([]byte)); id != "node-b" {
+		t.Errorf("identity %q over TCP, want node-b", id)
+	}
+	if got := typeOf(t, r.next(t)); got != ClientResponse {
+		t.Errorf("second frame over TCP %d, want CLIENT_RESPONSE", got)
 	}
 }
 

@@ -1,8 +1,10 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -28,17 +30,28 @@ func checkConsul(n *Node) []Finding {
 		return []Finding{newFinding("consul-unreachable", Warning, "%s: %s", c.Addr, oneLineErr(c.Err))}
 	}
 	var out []Finding
+	// An ACL refusal is a 403 (401 from a proxy in front); any other error
+	// is the agent's own, reported as what it is (issue 35: a 500 was
+	// reported as a refused token).
 	acl := newFinding("consul-acl-denied", Warning, "the agent at %s refused doctor's questions (token: %s)", c.Addr, tokenSource(n))
+	failed := newFinding("consul-agent-error", Warning, "the agent at %s answered with errors", c.Addr)
 	for _, e := range []struct {
 		path string
 		err  error
 	}{{"/v1/agent/self", c.SelfErr}, {"/v1/agent/services", c.ServicesErr}, {"/v1/agent/checks", c.ChecksErr}} {
-		if e.err != nil {
+		var se *statusError
+		switch {
+		case e.err == nil:
+		case errors.As(e.err, &se) && (se.Code == http.StatusForbidden || se.Code == http.StatusUnauthorized):
 			acl = acl.with(e.path, "%s", oneLineErr(e.err))
+		default:
+			failed = failed.with(e.path, "%s", oneLineErr(e.err))
 		}
 	}
-	if len(acl.Items) > 0 {
-		out = append(out, acl)
+	for _, f := range []Finding{acl, failed} {
+		if len(f.Items) > 0 {
+			out = append(out, f)
+		}
 	}
 	out = append(out, checkServices(c)...)
 	out = append(out, checkChecks(n)...)

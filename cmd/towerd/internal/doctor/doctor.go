@@ -89,6 +89,15 @@ func Read(ctx context.Context, o Options) (*Node, error) {
 		n.TLSUpstreams = readTLSUpstreams(ctx, cfg, o.Timeout)
 	}
 
+	switch {
+	case n.Towerd.ConfigErr != nil || cfg.DNSSEC.Mode == "off" || cfg.DNSSEC.Mode == "":
+		// Asked once audit is on: the step before enforce.
+	case !o.live():
+		n.Skipped = append(n.Skipped, Skip{areaTowerd, "whether zone \".\"'s servers pass DNSSEC records: --root is not this machine"})
+	default:
+		n.DNSSECPath = readDNSSECPath(ctx, cfg, o.Timeout)
+	}
+
 	if o.Rules == "" {
 		n.Skipped = append(n.Skipped, Skip{areaMonitoring, "alert rules: name a rules directory or a Prometheus URL with -rules"})
 	} else {
@@ -107,7 +116,7 @@ func Read(ctx context.Context, o Options) (*Node, error) {
 var checks = []func(*Node) []Finding{
 	checkResolvConf, checkSearchList, checkNsswitch,
 	checkManager, checkDocker, checkResolved, checkListeners, checkDnsmasq,
-	checkTowerd, checkTLSUpstreams,
+	checkTowerd, checkTLSUpstreams, checkDNSSECPath,
 	checkConsul,
 	checkMonitoring,
 }

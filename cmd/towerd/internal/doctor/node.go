@@ -48,6 +48,9 @@ type Node struct {
 	// TLSUpstreams are the config's DNS over TLS servers as doctor's
 	// own connections found them; nil when not asked.
 	TLSUpstreams []tlsUpstream
+	// DNSSECPath is what zone "."'s servers answered doctor's DNSSEC
+	// probes; nil when not asked.
+	DNSSECPath []dnssecPath
 
 	Skipped []Skip
 }

@@ -28,15 +28,16 @@ const maxBody = 8 << 20
 // errBodyTooLarge is wrapped when an answer passes maxBody.
 var errBodyTooLarge = errors.New("answer larger than doctor reads")
 
-// errStatus is wrapped for an answer that is not 200; statusError carries
-// the code (403 is Consul's ACL refusal).
+// statusError is an answer that is not 200, with its code (403 is
+// Consul's ACL refusal, a 5xx the agent's own failure) and the start of
+// its body (others' text: escaped where it is printed).
 type statusError struct {
 	Code int
 	Body string
 }
 
 func (e *statusError) Error() string {
-	return fmt.Sprintf("HTTP %d: %s", e.Code, admin.OneLine(e.Body))
+	return fmt.Sprintf("HTTP %d %s: %s", e.Code, http.StatusText(e.Code), admin.OneLine(e.Body))
 }
 
 // getJSON sends GET url with headers and decodes a 200 answer into v.

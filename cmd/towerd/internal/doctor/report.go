@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 )
 
 // textWidth is where the text report wraps.
@@ -13,7 +15,12 @@ const textWidth = 100
 // writeText prints the report for people: the findings worst first
 // (each with what doctor saw, why it matters and the fix), what was not
 // looked at, and a last line with the counts and the exit status.
-func (r Report) writeText(w io.Writer) {
+func (r Report) writeText(out io.Writer) {
+	// Findings quote others' text (the agent's errors and check outputs,
+	// files' lines): the report goes out with control characters escaped.
+	var b strings.Builder
+	defer func() { _, _ = io.WriteString(out, admin.PrintableLines(b.String())) }()
+	w := &b
 	header := "towerd doctor"
 	if r.Root != "/" {
 		header += " under " + r.Root
@@ -60,7 +67,9 @@ func writeFinding(w io.Writer, f Finding) {
 func writeWrapped(w io.Writer, first, rest, text string) {
 	line := first
 	empty := true
-	for _, word := range strings.Fields(text) {
+	// Line breaks and tabs are where words part, as they always were;
+	// every other control character is shown escaped.
+	for _, word := range strings.Fields(admin.Printable(wordBreaks.Replace(text))) {
 		if !empty && len(line)+1+len(word) > textWidth {
 			fmt.Fprintln(w, line)
 			line, empty = rest, true
@@ -73,6 +82,9 @@ func writeWrapped(w io.Writer, first, rest, text string) {
 	}
 	fmt.Fprintln(w, line)
 }
+
+// wordBreaks turns the whitespace that Printable would escape into spaces.
+var wordBreaks = strings.NewReplacer("\n", " ", "\t", " ", "\r\n", " ")
 
 func plural(n int, word string) string {
 	if n == 1 {

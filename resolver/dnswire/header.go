@@ -1,0 +1,63 @@
+package dnswire
+
+import "encoding/binary"
+
+// The header (RFC 1035 section 4.1.1), read and written here only: the
+// fast path's replies, the upstream query, the rejection of a query whose
+// header fails, a reply's TC bit and ID, the cache's entries (issue 34:
+// each had its own byte arithmetic).
+
+// Header is a message's header: its ID, its flags word (rcode's four bits
+// included) and its section counts.
+type Header struct {
+	ID, Flags                 uint16
+	QDCount, ANCount, NSCount uint16
+	ARCount                   uint16
+}
+
+// ReadHeader reads the header at the start of msg; false when msg is
+// shorter than one.
+func ReadHeader(msg []byte) (Header, bool) {
+	if len(msg) < HeaderLen {
+		return Header{}, false
+	}
+	return Header{
+		ID:      binary.BigEndian.Uint16(msg),
+		Flags:   binary.BigEndian.Uint16(msg[2:]),
+		QDCount: binary.BigEndian.Uint16(msg[4:]),
+		ANCount: binary.BigEndian.Uint16(msg[6:]),
+		NSCount: binary.BigEndian.Uint16(msg[8:]),
+		ARCount: binary.BigEndian.Uint16(msg[10:]),
+	}, true
+}
+
+// Put writes h into dst[:HeaderLen].
+func (h Header) Put(dst []byte) {
+	_ = dst[HeaderLen-1]
+	binary.BigEndian.PutUint16(dst, h.ID)
+	binary.BigEndian.PutUint16(dst[2:], h.Flags)
+	binary.BigEndian.PutUint16(dst[4:], h.QDCount)
+	binary.BigEndian.PutUint16(dst[6:], h.ANCount)
+	binary.BigEndian.PutUint16(dst[8:], h.NSCount)
+	binary.BigEndian.PutUint16(dst[10:], h.ARCount)
+}
+
+// Append appends h to dst.
+func (h Header) Append(dst []byte) []byte {
+	dst = append(dst, make([]byte, HeaderLen)...)
+	h.Put(dst[len(dst)-HeaderLen:])
+	return dst
+}
+
+// Rcode is the header's four rcode bits (without an OPT's extension).
+func (h Header) Rcode() int { return int(h.Flags & 0xF) }
+
+// SetID writes id as msg's ID (msg holds a header).
+func SetID(msg []byte, id uint16) { binary.BigEndian.PutUint16(msg, id) }
+
+// Truncated reports whether msg's header has TC set; false for a message
+// too short to have a header.
+func Truncated(msg []byte) bool {
+	h, ok := ReadHeader(msg)
+	return ok && h.Flags&FlagTC != 0
+}

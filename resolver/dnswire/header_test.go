@@ -1,0 +1,37 @@
+package dnswire
+
+import (
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// The header encoder writes what miekg/dns reads, and reads what it
+// writes.
+func TestHeaderRoundTrip(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("x.example.", dns.TypeA)
+	m.Id, m.Response, m.Truncated, m.RecursionDesired, m.Rcode = 0xbeef, true, true, true, dns.RcodeNameError
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET}, A: []byte{192, 0, 2, 1}}}
+	m.SetEdns0(1232, false)
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := ReadHeader(raw)
+	if !ok || h.ID != 0xbeef || h.QDCount != 1 || h.ANCount != 1 || h.NSCount != 0 || h.ARCount != 1 ||
+		h.Rcode() != dns.RcodeNameError || h.Flags&FlagTC == 0 || h.Flags&FlagQR == 0 || !Truncated(raw) {
+		t.Fatalf("ReadHeader = %+v, %v", h, ok)
+	}
+	out := h.Append([]byte{0xff})
+	if len(out) != 1+HeaderLen || string(out[1:]) != string(raw[:HeaderLen]) {
+		t.Fatalf("Append wrote % x, want % x", out[1:], raw[:HeaderLen])
+	}
+	SetID(out[1:], 0x1234)
+	if h2, _ := ReadHeader(out[1:]); h2.ID != 0x1234 {
+		t.Errorf("SetID: ID %#x", h2.ID)
+	}
+	if _, ok := ReadHeader(raw[:HeaderLen-1]); ok || Truncated(raw[:3]) {
+		t.Error("a message shorter than a header read as one")
+	}
+}

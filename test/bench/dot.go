@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Scenario 12, dot (issue 37): misses forwarded over DNS over TLS. One
+// DNS over TLS server (in this process: a certificate of a CA made here,
+// every A answered at once, handshakes and queries counted) stands for
+// the site's resolver; towerd (tls://), unbound (forward-tls-upstream)
+// and, as the floor, towerd over UDP to the same answers are sent the
+// same first-time names at the same rate. Per server: handshakes per
+// 1,000 misses, CPU per answer, and p50/p99 of the misses as the client
+// sees them.
+
+const (
+	dotAddr     = "127.0.0.18:8853" // TLS
+	dotUDPAddr  = "127.0.0.18:5300" // the same answers over UDP, towerd's UDP floor
+	dotName     = "dot.bench.example"
+	dotMisses   = 3000
+	dotRate     = 500 // q/s
+	dotListenAt = "127.0.0.19:" + port
+)
+
+// dotServer is the bench's DNS over TLS server.
+type dotServer struct {
+	handshakes, queries atomic.Int64
+	ln                  net.Listener
+	udp                 *dns.Server
+}
+
+func answerA(q *dns.Msg) *dns.Msg {
+	r := new(dns.Msg)
+	r.SetReply(q)
+	if len(q.Question) == 1 && q.Question[0].Qtype == dns.TypeA {
+		r.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA,
+			Class: dns.ClassINET, Ttl: 3600}, A: net.IPv4(192, 0, 2, 1)}}
+	}
+	return r
+}
+
+// startDoT makes a CA and a certificate for dotName, writes the CA to
+// dir/dot-ca.pem and serves DNS over TLS on dotAddr, plain DNS on dotUDPAddr.
+func startDoT(dir string) (*dotServer, string, error) {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, "", err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dotName},
+		DNSNames: []string{dotName}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, "", err
+	}
+	caFile := filepath.Join(dir, "dot-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		return nil, "", err
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	ln, err := tls.Listen("tcp", dotAddr, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	s := &dotServer{ln: ln}
+	s.udp = &dns.Server{Addr: dotUDPAddr, Net: "udp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		_ = w.WriteMsg(answerA(q))
+	})}
+	ready := make(chan error, 1)
+	s.udp.NotifyStartedFunc = func() { ready <- nil }
+	go func() {
+		if err := s.udp.ListenAndServe(); err != nil {
+			ready <- err
+		}
+	}()
+	if err := <-ready; err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c.(*tls.Conn))
+		}
+	}()
+	return s, caFile, nil
+}
+
+func (s *dotServer) close() {
+	s.ln.Close()
+	_ = s.udp.Shutdown()
+}
+
+// serve answers c's queries in order, pipelined.
+func (s *dotServer) serve(c *tls.Conn) {
+	defer c.Close()
+	if c.Handshake() != nil {
+		return
+	}
+	s.handshakes.Add(1)
+	br := bufio.NewReader(c)
+	for {
+		var prefix [2]byte
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			return
+		}
+		msg := make([]byte, binary.BigEndian.Uint16(prefix[:]))
+		if _, err := io.ReadFull(br, msg); err != nil {
+			return
+		}
+		s.queries.Add(1)
+		q := new(dns.Msg)
+		if q.Unpack(msg) != nil {
+			return
+		}
+		b, _ := answerA(q).Pack()
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...)); err != nil {
+			return
+		}
+	}
+}
+
+// dotPeers are the rows of scenario 12, in order.
+var dotPeers = []string{"towerd-udp", "towerd-tls", "unbound-tls"}
+
+// dot runs scenario 12 for every peer once.
+func (b *bench) dot(round int) error {
+	srv, caFile, err := startDoT(b.dir)
+	if err != nil {
+		return fmt.Errorf("dot server: %w", err)
+	}
+	defer srv.close()
+	for _, peer := range dotPeers {
+		if err := b.dotPeer(round, peer, srv, caFile); err != nil {
+			return fmt.Errorf("%s: %w", peer, err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) error {
+	logf := filepath.Join(b.dir, fmt.Sprintf("%s-dot-%d.log", peer, round))
+	var name string
+	var args []string
+	tlsServer := "tls://" + dotAddr + "#" + dotName
+	switch peer {
+	case "towerd-udp", "towerd-tls":
+		up := dotUDPAddr
+		if peer == "towerd-tls" {
+			up = tlsServer
+		}
+		conf := filepath.Join(b.dir, fmt.Sprintf("towerd-dot-%d.toml", round))
+		body := fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%q]\ntls_ca_file = %q\n", up, caFile)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return err
+		}
+		name, args = b.towerd, []string{"-config", conf, "-listen", dotListenAt, "-consul-http", "off",
+			"-admin", "", "-state-dir", "", "-log-level", "warn"}
+	case "unbound-tls":
+		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-dot-%d.conf", round))
+		host, p, _ := net.SplitHostPort(dotListenAt)
+		upHost, upPort, _ := net.SplitHostPort(dotAddr)
+		body := fmt.Sprintf(`server:
+	interface: %s@%s
+	port: %s
+	username: ""
+	chroot: ""
+	directory: "%s"
+	pidfile: ""
+	use-syslog: no
+	logfile: ""
+	verbosity: 0
+	num-threads: 1
+	do-ip6: no
+	access-control: 127.0.0.0/8 allow
+	do-not-query-localhost: no
+	module-config: "iterator"
+	tls-cert-bundle: "%s"
+forward-zone:
+	name: "."
+	forward-addr: %s@%s#%s
+	forward-tls-upstream: yes
+`, host, p, p, b.dir, caFile, upHost, upPort, dotName)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			return err
+		}
+		unbound, _ := lookPath("unbound")
+		name, args = unbound, []string{"-d", "-c", conf}
+	}
+	if err := addrFree(dotListenAt); err != nil {
+		return err
+	}
+	// From the start: the first connection's handshake is the peer's too.
+	h0, q0 := srv.handshakes.Load(), srv.queries.Load()
+	p, err := b.procs.start(peer, logf, name, args...)
+	if err != nil {
+		return err
+	}
+	defer b.procs.stop(p)
+	if err := waitAnswer(dotListenAt, "ready.dot.bench.example.", 15*time.Second); err != nil {
+		return fmt.Errorf("did not answer: %w (log: %s)", err, tail(logf))
+	}
+	cpu0, err := cpuTicks(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	lat, failed := dotLoad(round, peer)
+	cpu1, err := cpuTicks(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	answered := len(lat)
+	slices.Sort(lat)
+	r := b.res[dotRowKey(peer)]
+	if r == nil {
+		r = newResults()
+		b.res[dotRowKey(peer)] = r
+	}
+	// Per 1,000 misses, the readiness query's connection included.
+	r.add("dot.handshakes", float64(srv.handshakes.Load()-h0)*1000/dotMisses)
+	r.add("dot.cpu", float64(cpu1-cpu0)*1e6/float64(clockTicks)/float64(max(answered, 1)))
+	r.add("dot.p50", pct(lat, 50))
+	r.add("dot.p99", pct(lat, 99))
+	r.add("dot.failed", float64(failed))
+	fmt.Printf("  dot %-12s %d misses: %d answered, %d failed; %d handshakes, %d queries at the server\n",
+		peer, dotMisses, answered, failed, srv.handshakes.Load()-h0, srv.queries.Load()-q0)
+	return nil
+}
+
+func dotRowKey(peer string) string { return "dot:" + peer }
+
+// dotLoad sends dotMisses first-time names at dotRate, each waited for
+// (3 s), and returns the answered ones' latencies in milliseconds.
+func dotLoad(round int, peer string) ([]float64, int) {
+	var mu sync.Mutex
+	var lat []float64
+	failed := 0
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / dotRate)
+	defer tick.Stop()
+	c := &dns.Client{Timeout: 3 * time.Second}
+	for i := range dotMisses {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := new(dns.Msg)
+			m.SetQuestion(fmt.Sprintf("m%d-%d.%s.bench.example.", i, round, peer), dns.TypeA)
+			start := time.Now()
+			r, _, err := c.Exchange(m, dotListenAt)
+			d := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+				failed++
+				return
+			}
+			lat = append(lat, float64(d.Microseconds())/1000)
+		}()
+	}
+	wg.Wait()
+	return lat, failed
+}
+
+// pct is the p-th percentile of sorted.
+func pct(sorted []float64, p int) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// dotTable prints scenario 12's rows: medians over the rounds.
+func (b *bench) dotTable(w io.Writer) {
+	fmt.Fprintf(w, "\n12. misses over DNS over TLS (%d first-time names at %d q/s, one DoT server)\n", dotMisses, dotRate)
+	fmt.Fprintf(w, "%-14s %18s %14s %10s %10s %8s\n", "", "handshakes/1000", "cpu µs/answer", "p50 ms", "p99 ms", "failed")
+	for _, peer := range dotPeers {
+		r := b.res[dotRowKey(peer)]
+		if r == nil {
+			continue
+		}
+		v := func(k string) float64 { f, _ := r.median(k); return f }
+		fmt.Fprintf(w, "%-14s %18.1f %14.1f %10.2f %10.2f %8.0f\n", peer,
+			v("dot.handshakes"), v("dot.cpu"), v("dot.p50"), v("dot.p99"), v("dot.failed"))
+	}
+}
