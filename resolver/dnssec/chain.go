@@ -125,13 +125,10 @@ func (w *work) loadKeys(zone string, m *dns.Msg) *zoneInfo {
 	switch {
 	case !signed:
 		return info(w.unsignedAt(zone, m, edeRRSIGsMissing))
+	case delegation && r.Verdict != Bogus: // proven, or in an opt-out span
+		return info(w.unsignedDelegation(zone, m).res)
 	case r.Verdict != Secure:
 		return info(r)
-	case delegation:
-		d := info(insecure("unsigned delegation " + zone))
-		d.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
-		w.store(delegationEntry+zone, d)
-		return info(d.res)
 	}
 	return info(bogus(edeDNSKEYMissing, "signer "+zone+" is no signed zone"))
 }
@@ -292,13 +289,10 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 			}
 			r, delegation, signed := w.proveDenial(n, dns.TypeDS, m.Rcode, m)
 			switch {
+			case signed && delegation && r.Verdict != Bogus: // proven, or in an opt-out span
+				return w.unsignedDelegation(n, m)
 			case signed && r.Verdict != Secure:
 				return info(r)
-			case signed && delegation:
-				z := info(insecure("unsigned delegation " + n))
-				z.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
-				w.store(delegationEntry+n, z)
-				return z
 			case signed:
 				return info(bogus(ede, "unsigned "+name+" in a signed zone"))
 			}
@@ -312,6 +306,16 @@ func (w *work) classifyUnsigned(name string, m *dns.Msg, ede uint16) *zoneInfo {
 		steps++
 		n, m = p, nil
 	}
+}
+
+// unsignedDelegation keeps and returns the verdict on a delegation to an
+// unsigned zone at name, which m's proof showed, for as long as the proof
+// lives: every name below it is insecure without another question.
+func (w *work) unsignedDelegation(name string, m *dns.Msg) *zoneInfo {
+	d := info(insecure("unsigned delegation " + name))
+	d.expires = w.now.Add(ttlOf(m.Ns, nil, uint32(maxCacheTTL/time.Second)))
+	w.store(delegationEntry+name, d)
+	return info(d.res)
 }
 
 // insideSigned is the verdict on unsigned data at name inside the zone

@@ -243,3 +243,43 @@ func TestParseAnchors(t *testing.T) {
 		t.Errorf("%s: no anchors", DefaultAnchorFile)
 	}
 }
+
+// TestNSEC3OptOutDelegation: an unsigned delegation in an NSEC3 opt-out
+// span (how com. and net. prove most of theirs) is insecure, and names
+// below it need no further question.
+func TestNSEC3OptOutDelegation(t *testing.T) {
+	tr := newSignedTree(t)
+	ex := tr.example
+	nsec3 := func(owner, next string, flags uint8, types ...uint16) *dns.NSEC3 {
+		return &dns.NSEC3{Hdr: dns.RR_Header{Name: owner + ".example.", Rrtype: dns.TypeNSEC3, Class: dns.ClassINET, Ttl: 300},
+			Hash: dns.SHA1, Flags: flags, Iterations: 0, NextDomain: next, HashLength: 20, TypeBitMap: types}
+	}
+	apex := dns.HashName("example.", dns.SHA1, 0, "")
+	// The apex's record spans nothing past the apex itself.
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUV"
+	last := strings.IndexByte(digits, apex[len(apex)-1])
+	if last == len(digits)-1 {
+		t.Skip("the apex hash ends in V")
+	}
+	afterApex := apex[:len(apex)-1] + string(digits[last+1])
+	proof := append(ex.sign(t, rr(t, "example. 300 IN SOA ns.example. h.example. 1 2 3 4 300")),
+		ex.sign(t, nsec3(apex, afterApex, 0, dns.TypeNS, dns.TypeSOA, dns.TypeRRSIG, dns.TypeDNSKEY, dns.TypeNSEC3PARAM))...)
+	proof = append(proof, ex.sign(t, nsec3(strings.Repeat("0", 32), strings.Repeat("V", 32), 1, dns.TypeNS))...)
+	tr.up.set("optout.example.", dns.TypeDS, 0, nil, proof)
+	tr.up.set("www.optout.example.", dns.TypeDS, 0, nil,
+		[]dns.RR{rr(t, "optout.example. 300 IN SOA ns.optout.example. h.optout.example. 1 2 3 4 300")})
+	v := tr.validator(t, Limits{})
+	expect(t, "www.optout.example.", v.Validate(context.Background(), "www.optout.example.", dns.TypeA,
+		reply(0, []dns.RR{rr(t, "www.optout.example. 300 IN A 192.0.2.9")}, nil)), Insecure, 0)
+	before := tr.up.count()
+	expect(t, "mail.optout.example.", v.Validate(context.Background(), "mail.optout.example.", dns.TypeA,
+		reply(0, []dns.RR{rr(t, "mail.optout.example. 300 IN A 192.0.2.10")}, nil)), Insecure, 0)
+	if n := tr.up.count() - before; n != 0 {
+		t.Errorf("a second name under the opt-out delegation fetched %d times, want 0", n)
+	}
+	// Without the opt-out flag the same span proves nothing for a DS.
+	tr.up.set("strict.example.", dns.TypeDS, 0, nil, append(proof[:4:4],
+		ex.sign(t, nsec3(strings.Repeat("0", 32), strings.Repeat("V", 32), 0, dns.TypeNS))...))
+	expect(t, "www.strict.example.", v.Validate(context.Background(), "www.strict.example.", dns.TypeA,
+		reply(0, []dns.RR{rr(t, "www.strict.example. 300 IN A 192.0.2.11")}, nil)), Bogus, 0)
+}
