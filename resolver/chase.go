@@ -24,6 +24,14 @@ const maxChaseSteps = 16
 // cached.
 var errChase = fmt.Errorf("CNAME chase across zones: %w", upstream.ErrBrokenChain)
 
+// brokenChainCounter is the zone's upstream counting a chain found broken
+// across zones (upstream.Group); a test's double may not count.
+type brokenChainCounter interface {
+	CountBrokenChain(server string)
+}
+
+var _ brokenChainCounter = (*upstream.Group)(nil)
+
 // chase resolves the rest of a question's chain: raw is the first reply
 // (from key's zone, scrubbed: its answer ends with the record that leaves
 // the zone, ScrubResult.ChaseName is target), and every step asks the zone
@@ -33,19 +41,28 @@ var errChase = fmt.Errorf("CNAME chase across zones: %w", upstream.ErrBrokenChai
 // configured below another is one of those, upstream.WireQuery.Below).
 // Any failing step fails the whole query. It returns the joined answer,
 // packed, for the one settle.
-func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.Key, raw []byte, target string) ([]byte, error) {
+func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.Key, raw []byte, server, target string) ([]byte, error) {
 	reply := new(dns.Msg)
 	if err := reply.Unpack(raw); err != nil {
 		return nil, fmt.Errorf("chasing from zone %s: %w", zone.Name, err)
+	}
+	// broken counts the chain as broken by the server whose reply made it
+	// so (upstream.Group.CountBrokenChain: towerd_upstream_errors_total
+	// {reason="chain"}, as a chain broken within one reply is).
+	broken := func(z Zone, server string, err error) ([]byte, error) {
+		if c, ok := z.Upstream.(brokenChainCounter); ok {
+			c.CountBrokenChain(server)
+		}
+		return nil, err
 	}
 	seen := map[string]bool{strings.ToLower(key.Name): true}
 	chainNamesOf(reply, seen)
 	for step := 2; target != ""; step++ {
 		if step > maxChaseSteps {
-			return nil, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, target)
+			return broken(zone, server, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, target))
 		}
 		if seen[target] {
-			return nil, fmt.Errorf("%w: loop at %s", errChase, target)
+			return broken(zone, server, fmt.Errorf("%w: loop at %s", errChase, target))
 		}
 		seen[target] = true
 		next := s.router.route(target)
@@ -59,15 +76,16 @@ func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.K
 		}
 		// A name of this part's chain seen before is a loop across the
 		// zones, whatever the step's own reply looked like.
+		zone, server = next, wr.Server
 		for name := range chainNamesOf(part, map[string]bool{}) {
 			if name != target && seen[name] {
-				return nil, fmt.Errorf("%w: loop at %s", errChase, name)
+				return broken(zone, server, fmt.Errorf("%w: loop at %s", errChase, name))
 			}
 			seen[name] = true
 		}
 		reply = joinChase(reply, part)
 		if links := chainLinks(reply); links > upstream.MaxChainLinks {
-			return nil, fmt.Errorf("%w: more than %d links", errChase, upstream.MaxChainLinks)
+			return broken(zone, server, fmt.Errorf("%w: more than %d links", errChase, upstream.MaxChainLinks))
 		}
 		target = wr.Scrub.ChaseName
 	}

@@ -119,8 +119,14 @@ func TestChaseFailureIsAnUpstreamFailure(t *testing.T) {
 	if _, ok := e.cache.Get(cache.NewKey("www.corp.example.", dns.TypeA, dns.ClassINET, false, false)); ok {
 		t.Fatal("a CNAME-only partial answer was cached")
 	}
-	// A good entry is served stale when a later chase fails.
+	// The failure is remembered (RFC 9520, failures.go): within its 5 s
+	// the question is SERVFAIL although the target answers again.
 	failing.Delete("web.service.consul.")
+	if r := e.ask(t, "www.corp.example.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("within the failure's lifetime: %s, want the remembered SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	e.clock.Advance(failureTTL)
+	// A good entry is served stale when a later chase fails.
 	if r := e.ask(t, "www.corp.example.", dns.TypeA); len(r.Answer) != 2 {
 		t.Fatalf("after recovery: %v", r)
 	}

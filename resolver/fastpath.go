@@ -240,7 +240,10 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 		return h.stalePacket(dst, headerAt, q, name, s, sh, zone, start, st)
 	case found != cache.StaleNone:
 		return dst[:headerAt], false
-	case h.flights.full(s.MaxInflight):
+	case h.flights.full(s.MaxInflight) || h.failedLately(cache.Key{Name: unsafe.String(&name[0], len(name)),
+		Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}, zone, start):
+		// The cap is full, or the question failed lately (failures.go):
+		// the reject asks the miss decision.
 		return h.rejectPacket(dst, headerAt, q, name, s, sh, zone, start)
 	case q.replier != nil && h.missPacket(pkt, from, q, name, s, zone, start):
 		return dst[:headerAt], true // answered later, by the flight

@@ -42,6 +42,10 @@ type Handler struct {
 
 	// DNSSEC verdicts (validate.go).
 	dnssecStats dnssecStats
+
+	// failures are the questions whose resolution failed lately
+	// (failures.go, RFC 9520).
+	failures *failureMemory
 }
 
 // Observer receives one call per answered query; metrics implement it.
@@ -88,7 +92,8 @@ func NewHandler(cfg Config, c *cache.Cache, log *slog.Logger, obs Observer) (*Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cache: c, flights: newFlights(c, s.Clock), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable()}
+	h := &Handler{cache: c, flights: newFlights(c, s.Clock), log: log, obs: obs, queryLog: newQueryLog(log), held: newHeldTable(),
+		failures: newFailureMemory()}
 	h.flights.onPanic = func(v any, stack []byte) {
 		log.Error("upstream resolution panicked", "panic", fmt.Sprint(v), "stack", string(stack))
 	}
@@ -318,6 +323,11 @@ const (
 func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool, refreshFailedAt, now time.Time, mode planMode, search searchRole) (*flight, missPlan) {
 	if hasStale && !refreshFailedAt.IsZero() && now.Sub(refreshFailedAt) < s.FailureRecheck &&
 		!zone.Upstream.RecoveredSince(refreshFailedAt) {
+		return nil, missFallback
+	}
+	// RFC 9520: a question that failed lately is SERVFAIL without asking
+	// again (failures.go); with a stale answer the rule above decides.
+	if !hasStale && h.failedLately(key, zone, now) {
 		return nil, missFallback
 	}
 	if mode == planLook {

@@ -118,7 +118,7 @@ func (fl *flight) ReceiveWire(wr upstream.WireReply, err error) {
 			defer cancel()
 			reply, err := raw, error(nil)
 			if wr.Scrub.ChaseName != "" {
-				reply, err = res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Scrub.ChaseName)
+				reply, err = res.h.chase(ctx, res.s, res.zone, fl.key, raw, wr.Server, wr.Scrub.ChaseName)
 			}
 			if err == nil && res.validate {
 				reply, err = res.h.validated(ctx, res.s, fl.key, reply)
@@ -181,11 +181,13 @@ func (h *Handler) settle(res *resolution, key cache.Key, raw []byte, server stri
 			if res.search != searchNone {
 				h.searchSettled(res, key, &a, server)
 			}
+			h.failures.forget(key)
 			return outcome{wire: a, wireOK: true, server: server}
 		}
 		err = errUpstreamReply{reason}
 	}
 	h.cache.MarkRefreshFailed(key, res.asked)
+	h.failures.remember(key, res.s.Now(), err)
 	if res.search != searchNone {
 		h.searchSettled(res, key, nil, server)
 	}

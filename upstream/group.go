@@ -63,6 +63,11 @@ type GroupOptions struct {
 	// attempt still unanswered when another attempt's reply ended the
 	// resolution.
 	Observe func(server string, d time.Duration, kind string)
+	// OnBrokenChain, if set, is called (CountBrokenChain) for a resolution
+	// whose answer the caller found broken after it ended: a CNAME chase
+	// across zones that looped or passed its limits, server the one whose
+	// reply made it so. For metrics; it must not block.
+	OnBrokenChain func(server string)
 	// HedgeBudget is the share of attempts that may be hedges (hedge.go):
 	// tokens earned per attempt sent, spent by a hedge; 0 means 0.05,
 	// negative turns hedging (and exploring, which relies on it) off.
@@ -361,4 +366,13 @@ type HedgeCounts struct{ Sent, Won, Refused, Explored uint64 }
 func (g *Group) Hedges() HedgeCounts {
 	return HedgeCounts{Sent: g.hedges.sent.Load(), Won: g.hedges.won.Load(),
 		Refused: g.hedges.refused.Load(), Explored: g.hedges.explored.Load()}
+}
+
+// CountBrokenChain counts a chain the caller found broken across zones
+// (GroupOptions.OnBrokenChain): the reply came from server, the answer is
+// unusable, as a reply whose own chain is broken (KindChain).
+func (g *Group) CountBrokenChain(server string) {
+	if g.opts.OnBrokenChain != nil {
+		g.opts.OnBrokenChain(server)
+	}
 }

@@ -129,6 +129,13 @@ func (m *Metrics) HedgeObserver(zone string) func(event string) {
 	return func(event string) { m.hedges.WithLabelValues(zone, event).Inc() }
 }
 
+// ChainObserver returns the GroupOptions.OnBrokenChain hook for the group
+// of zone: a chain broken across zones is an error of reason "chain" of
+// the server whose reply broke it, as one broken within a reply is.
+func (m *Metrics) ChainObserver(zone string) func(server string) {
+	return func(server string) { m.errors.WithLabelValues(zone, server, KindChain).Inc() }
+}
+
 // SetGroups makes groups the ones whose health is reported. The groups
 // they replace may still finish attempts started before a reload, for up to
 // grace (the upstream timeout): those are counted, rejected replies

@@ -342,6 +342,7 @@ func (d *Daemon) newGroup(cfg config.Config, zone string, servers []string) (*up
 		HedgeBudget:           hedgeBudget(cfg),
 		Clock:                 d.opts.Clock,
 		OnHedge:               d.tel.Upstreams.HedgeObserver(zone),
+		OnBrokenChain:         d.tel.Upstreams.ChainObserver(zone),
 		OnHealthChange: func(server string, up bool) {
 			if up {
 				d.log.Info("upstream is back up", "zone", zone, "server", server)
