@@ -249,5 +249,10 @@ func (s *settings) staleWait(fl *flight, zone Zone, ttl, expired time.Duration) 
 	if s.staleAtOnce(ttl, expired) || zone.Upstream.AllDown() {
 		return 0
 	}
+	if fl.f == nil {
+		// A flight made of a fresh entry (flights.join): its answer is
+		// here, and the wait for it returns at once.
+		return s.QueryTimeout
+	}
 	return min(s.QueryTimeout, max(0, s.StaleClientTimeout-fl.f.clock.Since(fl.started)))
 }

@@ -606,3 +606,18 @@ func TestStaleJoinAnsweredFromTheRefreshItStarted(t *testing.T) {
 		t.Errorf("upstream saw %d queries, want 2: the warm-up and the one refresh", n)
 	}
 }
+
+// A stale question whose refresh stored a fresh entry just before the
+// client joined gets a flight made of that entry (flights.join: no
+// flights, no clock): staleWait must not read the flights' clock then
+// (FuzzServeDNS found the nil dereference under -count=3), and the client
+// takes the fresh answer at once.
+func TestStaleWaitOnAFlightMadeOfAFreshEntry(t *testing.T) {
+	e := newEnv(t, nil)
+	s := e.h.settings.Load()
+	zone := s.router.route("x.example.")
+	fl := &flight{ended: true}
+	if got := s.staleWait(fl, zone, 300*time.Second, time.Hour); got <= 0 {
+		t.Errorf("staleWait = %v, want a wait (the flight's answer is here, not the stale one)", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,16 @@ type dotUnbound struct {
 	addr string // 127.0.0.1:port, TLS
 	conf string
 	ca   *dnstest.CA
+	proc *process
+}
+
+// stop ends unbound by its PID and waits for it.
+func (u *dotUnbound) stop(t *testing.T) {
+	t.Helper()
+	if u.proc.running() {
+		u.proc.signal(t, syscall.SIGTERM)
+	}
+	u.proc.waitExit(t, stopTimeout)
 }
 
 func startDoTUnbound(t *testing.T, certName string) *dotUnbound {
@@ -86,14 +97,12 @@ remote-control:
 		t.Fatal(err)
 	}
 	p := startProcess(t, exec.Command(bin, "-d", "-c", conf))
-	t.Cleanup(func() {
-		p.signal(t, syscall.SIGTERM)
-		p.waitExit(t, stopTimeout)
-	})
+	u := &dotUnbound{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), conf: conf, ca: ca, proc: p}
+	t.Cleanup(func() { u.stop(t) })
 	if _, err := p.stderr.waitFor(regexp.MustCompile(`start of service`), readyTimeout, p.exited); err != nil {
 		t.Fatalf("unbound did not start: %v\n%s", err, p.stderr)
 	}
-	return &dotUnbound{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), conf: conf, ca: ca}
+	return u
 }
 
 // stats reads unbound's counters (extended statistics, not reset).
@@ -126,7 +135,7 @@ func freeTCPPort(t *testing.T) int {
 
 // startTowerdDoT runs towerd forwarding "." to u over TLS as auth, with
 // the test's CA as tls_ca_file.
-func startTowerdDoT(t *testing.T, u *dotUnbound, auth string) *towerd {
+func startTowerdDoT(t *testing.T, u *dotUnbound, auth, extra string) *towerd {
 	t.Helper()
 	consul := newTestUpstream(t)
 	caFile := u.ca.WriteFile(t, t.TempDir())
@@ -138,7 +147,7 @@ tls_ca_file = %q
 [[zone]]
 name = "consul."
 servers = [%q]
-`, u.addr, auth, caFile, consul.Addr))
+%s`, u.addr, auth, caFile, consul.Addr, extra))
 	return startTowerd(t, "-config", cfg)
 }
 
@@ -149,7 +158,7 @@ servers = [%q]
 // authentication name: no answer, and not one query reaches unbound.
 func TestDoTAgainstUnbound(t *testing.T) {
 	u := startDoTUnbound(t, "dot.test")
-	d := startTowerdDoT(t, u, "dot.test")
+	d := startTowerdDoT(t, u, "dot.test", "")
 
 	const names, rate = 1000, 400
 	tick := time.NewTicker(time.Second / rate)
@@ -210,7 +219,7 @@ func TestDoTAgainstUnbound(t *testing.T) {
 	// A wrong authentication name: the certificate is the CA's but not for
 	// that name. No answer, and unbound reads no query at all.
 	before := u.stats(t)["total.num.queries"]
-	wrong := startTowerdDoT(t, u, "wrong.test")
+	wrong := startTowerdDoT(t, u, "wrong.test", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := range 5 {
@@ -228,6 +237,44 @@ func TestDoTAgainstUnbound(t *testing.T) {
 		t.Errorf("no TLS failure counted with reason name")
 	}
 	if n := strings.Count(wrong.stderr.String(), "upstream TLS connection failed"); n != 1 {
+		t.Errorf("the failure logged %d times, want once", n)
+	}
+}
+
+// TestDoTServerGoneServesStale: when the DNS over TLS server goes away,
+// the zone answers from its stale entries as for any failed upstream (EDE
+// 3), the failure is logged once, and nothing else is asked instead.
+func TestDoTServerGoneServesStale(t *testing.T) {
+	u := startDoTUnbound(t, "dot.test")
+	d := startTowerdDoT(t, u, "dot.test", "[cache]\nmax_ttl = \"1s\"\n")
+	client := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	reply, _, err := client.Exchange(query("stale.tls.test.", dns.TypeA, true), d.UDP)
+	if err != nil || len(addresses(reply.Answer)) != 1 {
+		t.Fatalf("first answer: %v %v", reply, err)
+	}
+	u.stop(t)
+	// The entry expires a second after it was stored; until then it is
+	// fresh. Asked until the answer is the stale one (bounded).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		reply, _, err = client.Exchange(query("stale.tls.test.", dns.TypeA, true), d.UDP)
+		if err == nil && slices.Contains(ede(reply), 3) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stale answer after the TLS server went away: %v %v", reply, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the entry's expiry, a wall-clock TTL in another process
+	}
+	if got := addresses(reply.Answer); len(got) != 1 || got[0] != "192.0.2.7" || reply.Rcode != dns.RcodeSuccess {
+		t.Errorf("stale answer %v", reply)
+	}
+	// A new name: no stale answer, SERVFAIL; the reason logged once.
+	reply, _, err = client.Exchange(query("new.tls.test.", dns.TypeA, true), d.UDP)
+	if err != nil || reply.Rcode != dns.RcodeServerFailure {
+		t.Errorf("new name with the server gone: %v %v", reply, err)
+	}
+	if n := strings.Count(d.stderr.String(), "upstream TLS connection failed"); n != 1 {
 		t.Errorf("the failure logged %d times, want once", n)
 	}
 }

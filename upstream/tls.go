@@ -145,10 +145,10 @@ func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) 
 		reused := c != nil
 		if c == nil {
 			if now := t.clock.Now(); now.Before(t.retryAt) {
-				err := t.lastErr
+				err, wait := t.lastErr, t.retryAt.Sub(now)
 				t.mu.Unlock()
 				return nil, fmt.Errorf("tls to %s: %w: %w (next connection in %s)",
-					t.display, ErrNetwork, err, t.retryAt.Sub(now).Round(time.Millisecond))
+					t.display, ErrNetwork, err, wait.Round(time.Millisecond))
 			}
 			c = t.dialLocked()
 		}

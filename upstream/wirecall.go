@@ -302,7 +302,7 @@ func (c *WireCall) endLocked() bool {
 	c.timer.stop()
 	c.timer = nil
 	c.hedgeAt = time.Time{}
-	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
+	if c.hedgeWonLocked() {
 		c.g.hedgeEvent(HedgeWon)
 	}
 	if c.tcpCancel != nil {
@@ -346,13 +346,20 @@ func (c *WireCall) finish() {
 	c.deliver(c.outcome())
 }
 
+// hedgeWonLocked reports whether the answer is the hedge's reply
+// (hedge.go): HedgeWon's event, and WireReply.Hedge.
+func (c *WireCall) hedgeWonLocked() bool {
+	return c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1]
+}
+
 // outcome is what the receiver is given (Exchange's errors).
 func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
 		a := c.winner
-		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP,
+			Hedge: c.hedgeWonLocked()}, nil
 	case c.lastRcode != nil:
 		a := c.lastRcode
 		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err

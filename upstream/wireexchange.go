@@ -26,6 +26,9 @@ type WireReply struct {
 	// forwarder messages (issue 38).
 	Sent time.Time
 	TCP  bool
+	// Hedge: Raw is the reply to the hedge (hedge.go), sent when the first
+	// attempt was late, not to the first attempt.
+	Hedge bool
 }
 
 // ExchangeWire resolves query, a query already packed, and waits for the

@@ -80,7 +80,7 @@ type candidate struct {
 }
 
 // candidates is the bounded table of names asked for but not watched. It
-// has its own lock: Lookup counts questions in it without w.mu (taken
+// has its own lock: Answer counts questions in it without w.mu (taken
 // after w.mu, never before).
 type candidates struct {
 	mu    sync.Mutex

@@ -18,7 +18,7 @@ func scriptServices(f *fakeAPI, services ...string) {
 }
 
 func askFor(w *Watcher, svc string) bool {
-	_, _, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA))
+	_, _, ok := ask(w, question(svc+".service.consul.", dns.TypeA))
 	return ok
 }
 

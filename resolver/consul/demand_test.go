@@ -85,7 +85,7 @@ func TestDemandWatch(t *testing.T) {
 	runWatcher(t, w)
 
 	ask := func(svc string) bool {
-		_, _, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA))
+		_, _, ok := ask(w, question(svc+".service.consul.", dns.TypeA))
 		return ok
 	}
 	if ask("a") || ask("a") {
@@ -210,7 +210,7 @@ func TestWatchSetRestart(t *testing.T) {
 	}
 	runWatcher(t, w)
 	for _, svc := range []string{"web", "db", "pin"} {
-		if _, _, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA)); !ok {
+		if _, _, ok := ask(w, question(svc+".service.consul.", dns.TypeA)); !ok {
 			t.Errorf("%s: not answered from memory right after the first sync", svc)
 		}
 	}
@@ -250,7 +250,7 @@ func TestCatalogModeCapped(t *testing.T) {
 	if got := watchedKeys(w); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("watched %v, want the first two by name", got)
 	}
-	if _, _, ok := w.Lookup(question("c.service.consul.", dns.TypeA)); ok {
+	if _, _, ok := ask(w, question("c.service.consul.", dns.TypeA)); ok {
 		t.Error("c answered from memory past the cap")
 	}
 }
@@ -294,11 +294,11 @@ func TestDemandWithoutDatacenter(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.info.Store(&agentInfo{domain: "consul."})
-	if _, _, ok := w.Lookup(question("web.service.dc2.consul.", dns.TypeA)); ok {
+	if _, _, ok := ask(w, question("web.service.dc2.consul.", dns.TypeA)); ok {
 		t.Fatal("answered without a datacenter")
 	}
 	for range 2 {
-		if _, _, ok := w.Lookup(question("web.service.consul.", dns.TypeA)); ok {
+		if _, _, ok := ask(w, question("web.service.consul.", dns.TypeA)); ok {
 			t.Fatal("answered without a datacenter")
 		}
 	}

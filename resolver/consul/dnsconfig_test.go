@@ -76,11 +76,11 @@ func TestRecordsFollowTheAgentsDNSConfig(t *testing.T) {
 		w.store.set(tc.service, []instance{web1})
 		markWatched(w, tc.service)
 		name := tc.service + ".service.consul."
-		m, _, ok := w.Lookup(question(name, dns.TypeA))
+		m, _, ok := ask(w, question(name, dns.TypeA))
 		if !ok || len(m.Answer) != 1 || m.Answer[0].Header().Ttl != tc.want {
 			t.Errorf("AnswerTTL %v, %s A: %v %v; want one record with TTL %d", tc.answerTTL, tc.service, ok, m, tc.want)
 		}
-		m, _, ok = w.Lookup(question(name, dns.TypeAAAA)) // web1 has no IPv6 address: NODATA
+		m, _, ok = ask(w, question(name, dns.TypeAAAA)) // web1 has no IPv6 address: NODATA
 		if !ok || len(m.Ns) != 1 {
 			t.Fatalf("%s AAAA: %v %v; want NODATA with an SOA", tc.service, ok, m)
 		}

@@ -36,7 +36,7 @@ func TestGateResync(t *testing.T) {
 	f.startOutage(http.StatusServiceUnavailable)
 	waitState(t, w, "every watch failed, served stale", func(State) bool {
 		for _, svc := range services {
-			if _, stale, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA)); !ok || !stale {
+			if _, stale, ok := ask(w, question(svc+".service.consul.", dns.TypeA)); !ok || !stale {
 				return false
 			}
 		}
@@ -69,7 +69,7 @@ func TestGateResync(t *testing.T) {
 		if last := q[len(q)-2:]; last[0].index != 0 || last[1].index != 9 {
 			t.Errorf("%s after the outage: indexes %d, %d; want 0 (the resync), 9", svc, last[0].index, last[1].index)
 		}
-		m, stale, ok := w.Lookup(question(svc+".service.consul.", dns.TypeA))
+		m, stale, ok := ask(w, question(svc+".service.consul.", dns.TypeA))
 		if !ok || stale || len(m.Answer) != 1 || !strings.HasPrefix(m.Answer[0].(*dns.A).A.String(), "10.0.1.") {
 			t.Errorf("%s after the resync: ok=%v stale=%v %v, want the new record, fresh", svc, ok, stale, m)
 		}

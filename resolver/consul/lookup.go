@@ -338,12 +338,6 @@ func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok
 	return m, stale, WhyWatch, true
 }
 
-// Lookup is Answer without the why.
-func (w *Watcher) Lookup(q dns.Question) (m *dns.Msg, stale, ok bool) {
-	m, stale, _, ok = w.Answer(q)
-	return m, stale, ok
-}
-
 // belowDomain reports whether name lies below domain (canonical), in any
 // letter case, without allocating.
 func belowDomain(name, domain string) bool {

@@ -44,6 +44,13 @@ func TestParseServiceQuery(t *testing.T) {
 	}
 }
 
+// ask is Answer without the why: what the resolver asks, as the tests
+// read it.
+func ask(w *Watcher, q dns.Question) (m *dns.Msg, stale, ok bool) {
+	m, stale, _, ok = w.Answer(q)
+	return m, stale, ok
+}
+
 func question(name string, qtype uint16) dns.Question {
 	return dns.Question{Name: name, Qtype: qtype, Qclass: dns.ClassINET}
 }
@@ -67,7 +74,7 @@ func TestLookupStaleAndExpiry(t *testing.T) {
 	w.store.set("web", []instance{web1, web2})
 	markWatched(w, "web")
 
-	lookup := func() (*dns.Msg, bool, bool) { return w.Lookup(question("web.service.consul.", dns.TypeA)) }
+	lookup := func() (*dns.Msg, bool, bool) { return ask(w, question("web.service.consul.", dns.TypeA)) }
 	m, stale, ok := lookup()
 	if !ok || stale || !slices.Equal(answerSet(m), []string{"web.service.consul. 5 IN A 127.0.0.1",
 		"web.service.consul. 5 IN A 127.0.0.10"}) {
@@ -93,7 +100,7 @@ func TestLookupCoverage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := w.Lookup(question("web.service.consul.", dns.TypeA)); ok {
+	if _, _, ok := ask(w, question("web.service.consul.", dns.TypeA)); ok {
 		t.Error("answered before the agent was read")
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
@@ -113,7 +120,7 @@ func TestLookupCoverage(t *testing.T) {
 		{question("web.service.consul.", dns.TypeTXT), false},
 		{question("vm.node.consul.", dns.TypeA), false},
 	} {
-		m, _, ok := w.Lookup(tc.q)
+		m, _, ok := ask(w, tc.q)
 		if ok != tc.ok {
 			t.Errorf("%s %s: ok=%v, want %v", tc.q.Name, dns.TypeToString[tc.q.Qtype], ok, tc.ok)
 		}
@@ -143,11 +150,11 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	w := newTestWatcher(t, f, Config{MaxStale: time.Minute, Services: []string{WatchAll}}, clk, noJitter)
 	runWatcher(t, w)
 	f.waitQueries(t, "/v1/health/service/web", 3) // the change is in, the third query blocks
-	m, stale, ok := w.Lookup(question("web.service.consul.", dns.TypeA))
+	m, stale, ok := ask(w, question("web.service.consul.", dns.TypeA))
 	if !ok || stale || len(m.Answer) != 2 {
 		t.Fatalf("after the change: ok=%v stale=%v %v", ok, stale, m)
 	}
-	if _, _, ok := w.Lookup(question("db.service.consul.", dns.TypeA)); ok {
+	if _, _, ok := ask(w, question("db.service.consul.", dns.TypeA)); ok {
 		t.Error("db has no healthy instance, yet it is answered from the watch")
 	}
 	st := w.State()
@@ -172,11 +179,11 @@ func TestWatcherFollowsCatalog(t *testing.T) {
 	f.script(servicesPath, denied, denied, denied)
 	f.waitQueries(t, servicesPath, 5)
 	waitState(t, w, "web's loop refused", func(State) bool {
-		_, stale, _ := w.Lookup(question("web.service.consul.", dns.TypeA))
+		_, stale, _ := ask(w, question("web.service.consul.", dns.TypeA))
 		return stale
 	})
 	st = waitState(t, w, "the refusals counted", func(s State) bool { return errors.Is(s.LastErr, ErrACL) })
-	_, stale, ok = w.Lookup(question("web.service.consul.", dns.TypeA))
+	_, stale, ok = ask(w, question("web.service.consul.", dns.TypeA))
 	if !errors.Is(st.LastErr, ErrACL) || !stale {
 		t.Fatalf("after the refusals: ok=%v stale=%v state %+v", ok, stale, st)
 	}
@@ -197,7 +204,7 @@ func TestCovers(t *testing.T) {
 	}
 	w.info.Store(&agentInfo{domain: "consul."}) // datacenter not known yet
 	if !w.Covers([]byte("web.service.consul.")) {
-		t.Error("without a datacenter: Lookup is skipped, so no question can ask for a watch")
+		t.Error("without a datacenter: Answer is skipped, so no question can ask for a watch")
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
 	for name, want := range map[string]bool{

@@ -36,7 +36,7 @@ func (w *Watcher) startWatch(key, name string, pinned bool, asked time.Time, see
 	}()
 }
 
-// publish makes the current set what Lookup sees. Callers hold w.mu.
+// publish makes the current set what Answer sees. Callers hold w.mu.
 func (w *Watcher) publish() {
 	view := make(map[string]*serviceLoop, len(w.watches))
 	for k, sl := range w.watches {

@@ -135,7 +135,7 @@ type Watcher struct {
 	synced   chan struct{}
 	syncOnce sync.Once
 
-	// demand carries the services asked for but not watched from Lookup to
+	// demand carries the services asked for but not watched from Answer to
 	// the loop that starts watches, once past the doorkeeper; a full
 	// channel drops the signal (the next question sends it again).
 	demand chan string
@@ -147,7 +147,7 @@ type Watcher struct {
 	// probed carries the result of a first read to the demand loop.
 	probed chan probeResult
 
-	// view is a read-only copy of watches for Lookup, replaced (under mu)
+	// view is a read-only copy of watches for Answer and AppendAnswer, replaced (under mu)
 	// on every change: questions read it without a lock, and the set
 	// changes rarely (a start, an end).
 	view atomic.Pointer[map[string]*serviceLoop]

@@ -8,7 +8,7 @@ import (
 )
 
 // Which services are watched, in the demand mode: questions count in
-// Lookup (noteAsked), a name past the doorkeeper is read once (a probe) and
+// Answer (noteAsked), a name past the doorkeeper is read once (a probe) and
 // admitted by use (admit.go); watches end after IdleTimeout without a
 // question, EmptyGrace without an instance, or on the agent's 429, which
 // also shrinks the cap until it grows back. The catalog mode is in
