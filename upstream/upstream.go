@@ -47,6 +47,10 @@ var (
 	// ErrTimeout means the attempt's or the caller's deadline passed before
 	// an acceptable reply arrived.
 	ErrTimeout = errors.New("upstream timeout")
+	// ErrYielded: the resolution was ended early by its caller
+	// (WireCall.Yield) to give its slot to another; no verdict on the
+	// question.
+	ErrYielded = errors.New("resolution yielded its slot")
 	// ErrNetwork means a dial, write or read failed, e.g. an ICMP port
 	// unreachable surfacing as "connection refused".
 	ErrNetwork = errors.New("upstream network error")

@@ -80,6 +80,7 @@ type WireCall struct {
 	lastRcode *attempt
 	lastErr   error
 	timedOut  bool            // the deadline passed
+	yielded   bool            // ended early by Yield
 	tcpCtx    context.Context // the TCP retries', made with the first
 	tcpCancel context.CancelFunc
 	// timer is the call's one timer, set for due: the RTO of rtoOf (the
@@ -265,6 +266,27 @@ func (c *WireCall) Kick() {
 	c.event(c.kickLocked)
 }
 
+// Yield ends a running resolution before its deadline, its slot wanted
+// by another (the caller's in-flight cap): the attempts still waiting are
+// accounted as timeouts (health, metrics) and the receiver gets
+// ErrYielded, before Yield returns; so, as Kick, it must not be called
+// holding a lock the receiver takes. It reports whether the resolution
+// was running (a resolution that has ended, or is ending, is left alone).
+func (c *WireCall) Yield() bool {
+	if c.g == nil {
+		return false
+	}
+	ran := false
+	c.event(func() bool {
+		if c.state != callRunning {
+			return false
+		}
+		ran, c.yielded = true, true
+		return c.endLocked()
+	})
+	return ran
+}
+
 func (c *WireCall) kickLocked() (end bool) {
 	if c.state != callRunning || c.ctx.Err() == nil {
 		return false
@@ -281,7 +303,7 @@ func (c *WireCall) endLocked() bool {
 	c.timer.stop()
 	c.timer = nil
 	c.hedgeAt = time.Time{}
-	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
+	if c.hedgeWonLocked() {
 		c.g.hedgeEvent(HedgeWon)
 	}
 	if c.tcpCancel != nil {
@@ -325,18 +347,27 @@ func (c *WireCall) finish() {
 	c.deliver(c.outcome())
 }
 
+// hedgeWonLocked reports whether the answer is the hedge's reply
+// (hedge.go): HedgeWon's event, and WireReply.Hedge.
+func (c *WireCall) hedgeWonLocked() bool {
+	return c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1]
+}
+
 // outcome is what the receiver is given (the errors ReceiveWire names).
 func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
 		a := c.winner
-		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP,
+			Hedge: c.hedgeWonLocked()}, nil
 	case c.lastRcode != nil:
 		a := c.lastRcode
 		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err
 	case ctx.Err() != nil:
 		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+	case c.yielded:
+		return WireReply{}, fmt.Errorf("group %s: %w", g.name, ErrYielded)
 	case c.timedOut:
 		return WireReply{}, fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
 	case c.lastErr != nil:

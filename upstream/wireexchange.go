@@ -20,6 +20,9 @@ type WireReply struct {
 	// forwarder messages (issue 38).
 	Sent time.Time
 	TCP  bool
+	// Hedge: Raw is the reply to the hedge (hedge.go), sent when the first
+	// attempt was late, not to the first attempt.
+	Hedge bool
 }
 
 // Starter starts resolutions: a Group, or what stands in front of one
