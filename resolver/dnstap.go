@@ -54,6 +54,9 @@ type ForwarderExchange struct {
 	QueryTime    time.Time // when the attempt that was answered was sent
 	ResponseTime time.Time
 	Zone         string
+	// Hedge: the reply answered the hedge (upstream/hedge.go), a second
+	// server asked because the first attempt was late.
+	Hedge bool
 }
 
 // tapObserved hands the tap the exchange observe sees: on the fast path
@@ -112,10 +115,11 @@ func tapForwarder(t Tap, res *resolution, key cache.Key, wr upstream.WireReply) 
 		return
 	}
 	bp := queryBufs.Get().(*[]byte)
-	query := appendUpstreamQuery((*bp)[:0], key)
+	// The question as it went: with DO (and CD) when validated.
+	query := appendUpstreamQuery((*bp)[:0], res.s.upstreamKey(key, res.validate))
 	query[0], query[1] = wr.Raw[0], wr.Raw[1]
 	t.Forwarder(ForwarderExchange{Server: server, TCP: wr.TCP, Query: query, Response: wr.Raw,
-		QueryTime: wr.Sent, ResponseTime: time.Now(), Zone: res.zone.Name})
+		QueryTime: wr.Sent, ResponseTime: time.Now(), Zone: res.zone.Name, Hedge: wr.Hedge})
 	*bp = query[:0]
 	queryBufs.Put(bp)
 }

@@ -43,6 +43,9 @@ type flight struct {
 	// kicks it.
 	call        *upstream.WireCall
 	callStarted bool
+	// yielding, under flights.mu: the flight was chosen to give up its
+	// slot (jostle.go), not to be chosen again.
+	yielding bool
 	// started is when the resolution began, by the flights' clock (the
 	// one the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -66,6 +69,8 @@ type flights struct {
 	// rejected counts joins turned away because limit flights already ran:
 	// a sustained rise means the upstreams are too slow for the load.
 	rejected atomic.Uint64
+	// yields counts the resolutions that gave up their slot (jostle.go).
+	yields yieldStats
 
 	ctx     context.Context // cancelled by close: shutdown abandons resolutions
 	cancel  context.CancelFunc

@@ -330,6 +330,7 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 	if !hasStale && h.failedLately(key, zone, now) {
 		return nil, missFallback
 	}
+	h.makeRoom(s, key) // a full cap: the oldest resolution past yieldAge yields (jostle.go)
 	if mode == planLook {
 		if h.flights.rejectNew(key, s.MaxInflight) {
 			return nil, missFallback

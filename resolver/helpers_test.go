@@ -256,7 +256,7 @@ func holdSlot(tb testing.TB, h *Handler, key cache.Key) {
 // waitFlight waits for fl to end, as a ServeDNS client with no deadline
 // to speak of waits.
 func waitFlight(h *Handler, fl *flight) {
-	if w := h.flights.wait(fl, time.Now().Add(time.Hour)); w != nil {
+	if w := h.flights.wait(fl, h.flights.clock.Now().Add(time.Hour)); w != nil {
 		<-w.woken
 		release(w)
 	}

@@ -161,6 +161,10 @@ func (m *Metrics) Instrument(h *Handler, srv *Server) error {
 			Help: "Queries and prefetches that found the in-flight cap full.",
 		}, func() float64 { return float64(h.InflightRejections()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "towerd_inflight_yields_total",
+			Help: "Resolutions that ran longer than 200 ms (or query_timeout) and gave their slot to a new question when the in-flight cap was full.",
+		}, func() float64 { return float64(h.InflightYields()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "towerd_query_log_lines_dropped_total",
 			Help: "Query-log lines not written because the query log was at its rate limit (log_queries_rate lines a second).",
 		}, func() float64 { return float64(h.QueryLogDropped()) }),

@@ -33,12 +33,21 @@ type udpServer struct {
 	onPanic  func(v any, stack []byte)
 	onBadPkt func(err error)
 
-	// mu orders slow.Add against shutdown's slow.Wait: once closing is set
-	// no general-path query starts.
-	mu      sync.Mutex
-	closing atomic.Bool
-	slow    sync.WaitGroup // general-path queries being answered
-	workers *workers       // their goroutines
+	// closing: shutdown began, the reader stops at its next read (the
+	// datagrams still queued in the socket stay there, for the next
+	// process when systemd holds the socket). The reader answers the batch
+	// it already read, misses too (issue 32: dropping them lost queries at
+	// every restart), and shutdown waits for it (readerDone) before
+	// drained is set: then no general-path query starts. mu orders
+	// slow.Add against shutdown's slow.Wait for any caller besides the
+	// reader.
+	mu         sync.Mutex
+	closing    atomic.Bool
+	drained    atomic.Bool
+	serving    atomic.Bool    // serve was called
+	readerDone chan struct{}  // closed when serve returns
+	slow       sync.WaitGroup // general-path queries being answered
+	workers    *workers       // their goroutines
 
 	// fd is the socket's descriptor for sendMiss's raw sendto, -1 once
 	// shutdown closes the socket (fdMu orders the two: a descriptor
@@ -62,7 +71,8 @@ const ioBatch = 16
 const udpReadBuffer = 65535
 
 func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
-	u := &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers(), fd: -1}
+	u := &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers(), fd: -1,
+		readerDone: make(chan struct{})}
 	if rc, err := conn.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) { u.fd = int(fd) })
 	}
@@ -71,6 +81,8 @@ func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, o
 
 // serve reads until shutdown. started is called once the reader runs.
 func (u *udpServer) serve(started func()) error {
+	u.serving.Store(true)
+	defer close(u.readerDone)
 	if started != nil {
 		started()
 	}
@@ -120,9 +132,9 @@ func (u *udpServer) read() error {
 				}
 			}
 			u.mu.Lock()
-			if u.closing.Load() {
+			if u.drained.Load() {
 				u.mu.Unlock()
-				continue // draining: no new general-path work
+				continue // cannot happen: shutdown waits for this reader
 			}
 			u.slow.Add(1)
 			u.mu.Unlock()
@@ -217,7 +229,7 @@ func queryOPT(pkt []byte) (do, ok bool) {
 func (u *udpServer) beginMiss() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.closing.Load() {
+	if u.drained.Load() {
 		return false
 	}
 	u.slow.Add(1)
@@ -267,13 +279,24 @@ func (u *udpServer) badPacket(err error) {
 // shutdown stops the readers and waits, up to ctx, for general-path queries
 // being answered; then the socket is closed.
 func (u *udpServer) shutdown(ctx context.Context) error {
-	u.mu.Lock()
 	u.closing.Store(true)
-	u.mu.Unlock()
 	u.conn.SetReadDeadline(time.Unix(1, 0)) // wakes the blocked read
+	var err error
+	// The reader answers what it read (and flushes its replies) before
+	// the socket closes under it. One that starts only now reads nothing:
+	// the deadline has passed.
+	if u.serving.Load() {
+		select {
+		case <-u.readerDone:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	u.mu.Lock()
+	u.drained.Store(true)
+	u.mu.Unlock()
 	done := make(chan struct{})
 	go func() { u.slow.Wait(); close(done) }()
-	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -136,6 +136,10 @@ func (h *Handler) validated(ctx context.Context, s *settings, key cache.Key, raw
 			return nil, &BogusError{r}
 		}
 		m.AuthenticatedData = r.Verdict == dnssec.Secure
+		if r.Verdict == dnssec.Secure && r.TTL > 0 {
+			capTTL(m.Answer, r.TTL)
+			capTTL(m.Ns, r.TTL)
+		}
 	}
 	if !key.DO {
 		m.Answer = withoutDNSSEC(m.Answer, key.Type)
@@ -143,6 +147,16 @@ func (h *Handler) validated(ctx context.Context, s *settings, key cache.Key, raw
 	}
 	m.Compress = true
 	return m.Pack()
+}
+
+// capTTL lowers every TTL of rrs to at most ttl: a secure answer is not
+// kept as one past its signatures (RFC 4035 §5.3.3).
+func capTTL(rrs []dns.RR, ttl uint32) {
+	for _, rr := range rrs {
+		if h := rr.Header(); h.Ttl > ttl {
+			h.Ttl = ttl
+		}
+	}
 }
 
 // withoutDNSSEC drops the RRSIG, NSEC and NSEC3 records of a section,

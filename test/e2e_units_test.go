@@ -93,7 +93,7 @@ func TestUnitsSayWhatTheIssueAsks(t *testing.T) {
 		},
 		systemd.ServiceUnitName: {
 			"Type=notify", "ExecStart=" + systemd.DefaultBinaryPath + " serve -config /etc/towerd/towerd.toml",
-			"ExecReload=/bin/kill -HUP $MAINPID", "DynamicUser=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
+			"ExecReload=/bin/sh -c 'kill -HUP $$MAINPID'", "User=towerd", "Group=towerd", "RemoveIPC=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
 			"ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "NoNewPrivileges=yes",
 			"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "SystemCallFilter=@system-service",
 			"StateDirectory=towerd", "Restart=on-failure", "WatchdogSec=30s", "Requires=towerd.socket",

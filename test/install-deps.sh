@@ -23,6 +23,12 @@ command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dn
 # does the day test (TestSiteDay), which builds a LAN of namespaces with ip
 # netns, a bridge and veth pairs (iproute2 again).
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
+# The booted-systemd test (TestBootedSystemd) boots a Debian tree, made once
+# by debootstrap into /var/cache/towerd-test, with systemd-nspawn
+# (systemd-container). Never with its recommends: libnss-mymachines edits
+# this machine's nsswitch.conf (every package here comes without them).
+command -v systemd-nspawn >/dev/null 2>&1 || need="$need systemd-container"
+command -v debootstrap >/dev/null 2>&1 || need="$need debootstrap"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 # The drill's contention test runs it beside stress-ng's CPU hogs, both
 # pinned with taskset (util-linux) to one CPU.

@@ -76,8 +76,8 @@ func TestHedgeGoesToTheNextServerAtTheTailAndWins(t *testing.T) {
 		t.Fatalf("event %s at the tail, want sent", e)
 	}
 	r := <-done
-	if r.err != nil || r.wr.Server != fast.addr {
-		t.Fatalf("answer from %s, %v; want the hedge's, from %s", r.wr.Server, r.err, fast.addr)
+	if r.err != nil || r.wr.Server != fast.addr || !r.wr.Hedge {
+		t.Fatalf("answer from %s (hedge %v), %v; want the hedge's, from %s", r.wr.Server, r.wr.Hedge, r.err, fast.addr)
 	}
 	if e := nextEvent(t, events); e != HedgeWon {
 		t.Errorf("event %s, want won", e)
@@ -86,8 +86,8 @@ func TestHedgeGoesToTheNextServerAtTheTailAndWins(t *testing.T) {
 		t.Errorf("overtaken server's srtt %s, want above %s: it took at least until the hedge's answer", srtt, before)
 	}
 	releaseHeld(t, slow, "late.example.", 0)
-	if _, err := wireExchangeOn(t, g, clk, "next.example."); err != nil {
-		t.Errorf("next question after the late reply: %v", err)
+	if wr, err := wireExchangeOn(t, g, clk, "next.example."); err != nil || wr.Hedge {
+		t.Errorf("next question after the late reply: hedge %v, %v; want the first attempt's answer", wr.Hedge, err)
 	}
 	st := g.Servers()
 	if st[0].Superseded != 1 || st[0].Timeouts != 0 || st[0].Mismatches != 0 || !st[0].Up {

@@ -246,13 +246,14 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			continue
 		}
 		delete(c.pending, q.id)
+		cancelled := q.cancelled
 		c.busySince = time.Now()
 		c.setDeadlineLocked()
 		c.mu.Unlock()
 		// A reply to a query: the server is talking (silence.go); frames
 		// that match nothing are no sign of that.
 		c.t.heard()
-		if !q.cancelled {
+		if !cancelled {
 			q.owner.tlsReply(q, raw, nil)
 		}
 	}

@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// StartWire is the one resolution of a Group (ExchangeWire and Exchange
-// wait for it). It is no loop on a goroutine of its own but a call
+// StartWire is the one resolution of a Group (Wait waits for it). It is no loop on a goroutine of its own but a call
 // (WireCall) that events move on (issue 22: one end of a resolution),
 // each on the goroutine that brings it: the caller's, which sends the
 // first attempt before StartWire returns; the process's attempt reader
@@ -27,8 +26,10 @@ import (
 
 // WireReceiver gets a StartWire resolution's outcome, exactly once.
 type WireReceiver interface {
-	// ReceiveWire is called with what ExchangeWire would have returned,
-	// on whichever goroutine ended the resolution (the attempt reader's,
+	// ReceiveWire is called with the reply, or without an answer the
+	// last SERVFAIL or REFUSED reply with a *RcodeError, else an error
+	// wrapping ErrTimeout or ErrNetwork, or the context's error when the
+	// caller cancelled; on whichever goroutine ended the resolution (the attempt reader's,
 	// the call's timer's, a TCP retry's): it must not block, and wr.Raw is
 	// valid only until it returns (a copy is the receiver's to make).
 	ReceiveWire(wr WireReply, err error)
@@ -79,6 +80,7 @@ type WireCall struct {
 	lastRcode *attempt
 	lastErr   error
 	timedOut  bool            // the deadline passed
+	yielded   bool            // ended early by Yield
 	tcpCtx    context.Context // the TCP retries', made with the first
 	tcpCancel context.CancelFunc
 	// timer is the call's one timer, set for due: the RTO of rtoOf (the
@@ -264,6 +266,27 @@ func (c *WireCall) Kick() {
 	c.event(c.kickLocked)
 }
 
+// Yield ends a running resolution before its deadline, its slot wanted
+// by another (the caller's in-flight cap): the attempts still waiting are
+// accounted as timeouts (health, metrics) and the receiver gets
+// ErrYielded, before Yield returns; so, as Kick, it must not be called
+// holding a lock the receiver takes. It reports whether the resolution
+// was running (a resolution that has ended, or is ending, is left alone).
+func (c *WireCall) Yield() bool {
+	if c.g == nil {
+		return false
+	}
+	ran := false
+	c.event(func() bool {
+		if c.state != callRunning {
+			return false
+		}
+		ran, c.yielded = true, true
+		return c.endLocked()
+	})
+	return ran
+}
+
 func (c *WireCall) kickLocked() (end bool) {
 	if c.state != callRunning || c.ctx.Err() == nil {
 		return false
@@ -280,7 +303,7 @@ func (c *WireCall) endLocked() bool {
 	c.timer.stop()
 	c.timer = nil
 	c.hedgeAt = time.Time{}
-	if c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1] {
+	if c.hedgeWonLocked() {
 		c.g.hedgeEvent(HedgeWon)
 	}
 	if c.tcpCancel != nil {
@@ -324,18 +347,27 @@ func (c *WireCall) finish() {
 	c.deliver(c.outcome())
 }
 
-// outcome is what the receiver is given (Exchange's errors).
+// hedgeWonLocked reports whether the answer is the hedge's reply
+// (hedge.go): HedgeWon's event, and WireReply.Hedge.
+func (c *WireCall) hedgeWonLocked() bool {
+	return c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1]
+}
+
+// outcome is what the receiver is given (the errors ReceiveWire names).
 func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
 	case c.winner != nil:
 		a := c.winner
-		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, nil
+		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP,
+			Hedge: c.hedgeWonLocked()}, nil
 	case c.lastRcode != nil:
 		a := c.lastRcode
 		return WireReply{Raw: a.res.raw, Scrub: a.res.scrub, Server: a.server.plain.Address(), Sent: a.sent, TCP: a.viaTCP}, a.res.err
 	case ctx.Err() != nil:
 		return WireReply{}, fmt.Errorf("group %s: %w", g.name, classify(ctx, ctx.Err()))
+	case c.yielded:
+		return WireReply{}, fmt.Errorf("group %s: %w", g.name, ErrYielded)
 	case c.timedOut:
 		return WireReply{}, fmt.Errorf("group %s: %w: %w", g.name, ErrTimeout, context.DeadlineExceeded)
 	case c.lastErr != nil:

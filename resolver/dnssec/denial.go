@@ -68,6 +68,7 @@ func (w *work) proofRecords(m *dns.Msg) (nsecs []*dns.NSEC, nsec3s []*dns.NSEC3,
 			res = r
 			continue
 		}
+		w.verified(set.verifiedBy)
 		for _, rr := range set.rrs {
 			switch rr := rr.(type) {
 			case *dns.NSEC:

@@ -44,6 +44,10 @@ type Result struct {
 	Verdict Verdict
 	EDE     uint16
 	Reason  string
+	// TTL, for a secure answer, is the most its records may be kept: no
+	// longer than the signatures' original TTLs nor past their expiry
+	// (RFC 4035 §5.3.3); 0 = no cap.
+	TTL uint32
 }
 
 func secure() Result { return Result{Verdict: Secure} }

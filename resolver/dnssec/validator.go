@@ -179,6 +179,9 @@ func (v *Validator) Validate(ctx context.Context, qname string, qtype uint16, m 
 			continue // RFC 6672 §5.3.1: the DNAME's signature covers it
 		}
 		r := w.verifyRRset(set)
+		if set.verifiedBy != nil {
+			w.verified(set.verifiedBy)
+		}
 		if r.Verdict == Secure && set.wildcard != "" {
 			r = w.wildcardProof(set.name, set.wildcardLabels, m)
 		}
@@ -194,7 +197,7 @@ func (v *Validator) Validate(ctx context.Context, qname string, qtype uint16, m 
 			return worse(res, bogus(edeBogus, "CNAME chain too long"))
 		}
 		if find(answer, name, qtype) != nil || qtype == dns.TypeANY {
-			return res
+			return w.withTTL(res)
 		}
 		if c := find(answer, name, dns.TypeCNAME); c != nil {
 			name = dns.CanonicalName(c.rrs[0].(*dns.CNAME).Target)
@@ -206,7 +209,14 @@ func (v *Validator) Validate(ctx context.Context, qname string, qtype uint16, m 
 		}
 		break
 	}
-	return worse(res, w.denial(name, qtype, m.Rcode, m))
+	return w.withTTL(worse(res, w.denial(name, qtype, m.Rcode, m)))
+}
+
+func (w *work) withTTL(r Result) Result {
+	if r.Verdict == Secure {
+		r.TTL = w.ttl
+	}
+	return r
 }
 
 // work is one question's validation: its clock reading and budgets.
@@ -218,6 +228,19 @@ type work struct {
 	fetches       int
 	depth         int
 	hashes        int
+	// ttl is the least of the verified signatures' original TTLs and
+	// seconds to expiry (Result.TTL); 0 until one verified.
+	ttl uint32
+}
+
+// verified notes a signature that verified: its limits on the answer's
+// TTL.
+func (w *work) verified(sig *dns.RRSIG) {
+	left := int64(sig.Expiration) - w.now.Unix()
+	ttl := uint32(max(min(left, int64(sig.OrigTtl)), 1))
+	if w.ttl == 0 || ttl < w.ttl {
+		w.ttl = ttl
+	}
 }
 
 var errWorkLimit = errors.New("work limit reached")
@@ -253,6 +276,8 @@ type rrset struct {
 	// wildcardLabels labels below the root (RFC 4035 §5.3.4).
 	wildcard       string
 	wildcardLabels int
+	// verifiedBy is the signature that verified it.
+	verifiedBy *dns.RRSIG
 }
 
 // groupRRsets splits a section into RRsets, each with its RRSIGs.

@@ -283,3 +283,22 @@ func TestNSEC3OptOutDelegation(t *testing.T) {
 	expect(t, "www.strict.example.", v.Validate(context.Background(), "www.strict.example.", dns.TypeA,
 		reply(0, []dns.RR{rr(t, "www.strict.example. 300 IN A 192.0.2.11")}, nil)), Bogus, 0)
 }
+
+// TestSecureTTLIsCapped: a secure answer is kept no longer than its
+// signature's original TTL nor past its expiry (RFC 4035 §5.3.3).
+func TestSecureTTLIsCapped(t *testing.T) {
+	tr := newSignedTree(t)
+	v := tr.validator(t, Limits{})
+	ex := tr.example
+	a := rr(t, "www.example. 300 IN A 192.0.2.1")
+	for _, tc := range []struct {
+		until time.Time
+		want  uint32
+	}{{testNow.Add(time.Hour), 300}, {testNow.Add(100 * time.Second), 100}} {
+		sig := signWith(t, ex.zsk, ex.zskPriv, []dns.RR{a}, testNow.Add(-time.Hour), tc.until)
+		r := v.Validate(context.Background(), "www.example.", dns.TypeA, reply(0, []dns.RR{a, sig}, nil))
+		if r.Verdict != Secure || r.TTL != tc.want {
+			t.Errorf("signature until %v: %s TTL %d, want secure TTL %d", tc.until, r.Verdict, r.TTL, tc.want)
+		}
+	}
+}

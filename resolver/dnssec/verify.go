@@ -49,6 +49,7 @@ func (w *work) verifyRRset(set *rrset) Result {
 		}
 		r := w.verifySig(sig, set, z)
 		if r.Verdict == Secure {
+			set.verifiedBy = sig
 			if n := int(sig.Labels); n < dns.CountLabel(set.name) && !strings.HasPrefix(set.name, "*.") {
 				set.wildcard, set.wildcardLabels = ancestorWithLabels(set.name, n), n
 			}

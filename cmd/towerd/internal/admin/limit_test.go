@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // startLimited serves handler on 127.0.0.1:0 through a connLimiter of max
@@ -50,23 +52,17 @@ func keepAlive(t *testing.T, addr, path string) (net.Conn, *bufio.Reader) {
 // waitIdle waits until the limiter holds exactly n connections, all idle.
 func waitIdle(t *testing.T, lim *connLimiter, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	dnstest.Eventually(t, func() bool {
 		lim.mu.Lock()
+		defer lim.mu.Unlock()
 		idle := 0
 		for _, s := range lim.conns {
 			if !s.active && !s.closing {
 				idle++
 			}
 		}
-		held := lim.live()
-		lim.mu.Unlock()
-		if held == n && idle == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections held, %d idle; want %d idle", held, idle, n)
-		}
-	}
+		return lim.live() == n && idle == n
+	}, 10*time.Second, fmt.Sprintf("exactly %d connections held, all idle", n))
 }
 
 // At the cap, the connection idle longest makes room for a new one; when
@@ -116,16 +112,8 @@ func TestConnLimiterEvictsIdleThenRefuses(t *testing.T) {
 	// Two requests in progress hold both slots: the next is refused. The
 	// slots are emptied first: the server sees the clients' closes in its
 	// own time, and a connection still finishing its answer is busy.
-	for deadline := time.Now().Add(10 * time.Second); lim.count() > 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			lim.mu.Lock()
-			for c, s := range lim.conns {
-				t.Logf("held: %s active %v closing %v", c.RemoteAddr(), s.active, s.closing)
-			}
-			lim.mu.Unlock()
-			t.Fatalf("%d connections still held after the clients closed theirs", lim.count())
-		}
-	}
+	dnstest.Eventually(t, func() bool { return lim.count() == 0 }, 10*time.Second,
+		"every connection let go after the clients closed theirs")
 	for range 2 {
 		go func() {
 			resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/busy")

@@ -231,6 +231,11 @@ func (a *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ready")
+	// DNS is served, so ready; the Consul watch warms up behind it (until
+	// its first sync, Consul names go to Consul's DNS), and says so here.
+	if ws := a.tel.watchState(); ws != nil {
+		fmt.Fprintf(w, "consul watch: %s\n", ws.State)
+	}
 }
 
 func (a *Server) serveStats(w http.ResponseWriter, _ *http.Request) {

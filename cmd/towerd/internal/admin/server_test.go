@@ -180,8 +180,19 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 		t.Errorf("/readyz before the listeners serve: %d, want 503", code)
 	}
 	ta.SetReady(true)
-	if code, _ := ta.get(t, "/readyz"); code != 200 {
-		t.Errorf("/readyz once serving: %d, want 200", code)
+	if code, body := ta.get(t, "/readyz"); code != 200 || body != "ready\n" {
+		t.Errorf("/readyz once serving: %d %q, want 200 ready", code, body)
+	}
+	// Ready while the Consul watch still syncs (issue 32: READY=1 does not
+	// wait for it), and /readyz says where the watch is.
+	state := "syncing"
+	ta.tel.SetWatchStatus(func() *WatchStatus { return &WatchStatus{State: state} })
+	if code, body := ta.get(t, "/readyz"); code != 200 || body != "ready\nconsul watch: syncing\n" {
+		t.Errorf("/readyz with the watch syncing: %d %q", code, body)
+	}
+	state = "watching"
+	if _, body := ta.get(t, "/readyz"); body != "ready\nconsul watch: watching\n" {
+		t.Errorf("/readyz once the watch synced: %q", body)
 	}
 	code, body := ta.get(t, "/metrics")
 	if code != 200 || !strings.Contains(body, `towerd_build_info{goversion="`) || !strings.Contains(body, "go_goroutines") ||

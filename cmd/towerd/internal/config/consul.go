@@ -131,8 +131,8 @@ func (c ConsulConfig) checkFiles() error {
 // credentialsVar is the one variable consul.token_file may name: systemd
 // sets it to the service's private credentials directory
 // (/run/credentials/towerd.service) when the unit loads a credential
-// (LoadCredential=consul-token:/etc/towerd/consul-token). towerd runs as a
-// DynamicUser= and cannot read a root-only token file itself.
+// (LoadCredential=consul-token:/etc/towerd/consul-token). towerd runs as
+// user towerd and cannot read a root-only token file itself.
 const credentialsVar = "CREDENTIALS_DIRECTORY"
 
 // ExpandCredentials expands ${CREDENTIALS_DIRECTORY} (or

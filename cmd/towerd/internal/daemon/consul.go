@@ -16,10 +16,11 @@ import (
 	"github.com/towerd/towerd/resolver/consul"
 )
 
-// firstSyncWait bounds how long READY=1 waits for the watch's first sync.
-// Without an agent the sync never comes, and systemd would kill a service
-// that never reports ready; towerd answers fine without pushed records
-// (queries then go to Consul's DNS), so it reports ready anyway.
+// firstSyncWait is how long after towerd serves the log waits to say the
+// watch's first sync has not come. READY=1 does not wait for it (issue 32):
+// towerd answers fine without pushed records (queries then go to Consul's
+// DNS), and a node without an agent would otherwise start, and restart,
+// this much slower. /readyz and `towerd stats` show the watch's state.
 const firstSyncWait = 10 * time.Second
 
 // prepareConsul builds the watch when [consul] enables it; runConsul starts
@@ -53,19 +54,6 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 	}
 	d.consul = w
 	d.loadWatchSet(w, cfg)
-	d.addReadiness("the first Consul sync", func(ctx context.Context) error {
-		t := time.NewTimer(firstSyncWait)
-		defer t.Stop()
-		select {
-		case <-w.Synced():
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return errors.New("not done within " + firstSyncWait.String() +
-				"; Consul names are answered by Consul's DNS until it is")
-		}
-	})
 	d.reportConsul(w)
 	return nil
 }
@@ -86,6 +74,17 @@ func (d *Daemon) runConsul() {
 	go func() {
 		defer close(done)
 		w.Run(ctx)
+	}()
+	go func() {
+		t := time.NewTimer(firstSyncWait)
+		defer t.Stop()
+		select {
+		case <-w.Synced():
+		case <-ctx.Done():
+		case <-t.C:
+			d.log.Warn("consul watch: first sync not done within "+firstSyncWait.String()+
+				"; Consul names are answered by Consul's DNS until it is", "address", st.Address)
+		}
 	}()
 	d.stopConsulWatch = func() {
 		cancel()

@@ -131,8 +131,12 @@ func (w *Writer) Client(e resolver.ClientExchange) {
 
 // Forwarder implements resolver.Tap: FORWARDER_QUERY and
 // FORWARDER_RESPONSE (the response without the query's bytes, as Client's).
+// A hedge's exchange says source=hedge.
 func (w *Writer) Forwarder(e resolver.ForwarderExchange) {
 	extra := "source=upstream zone=" + e.Zone
+	if e.Hedge {
+		extra = "source=hedge zone=" + e.Zone
+	}
 	var q, r *message
 	if w.types[ForwarderQuery] {
 		q = &message{typ: ForwarderQuery, tcp: e.TCP, respAddr: e.Server, queryTime: e.QueryTime,

@@ -197,13 +197,16 @@ func TestWriterSendsAndFilters(t *testing.T) {
 	w.Start()
 	defer w.Close(time.Second)
 	w.Client(*exchange(1))
-	w.Forwarder(resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: "."})
+	w.Forwarder(resolver.ForwarderExchange{Server: netip.MustParseAddrPort("192.0.2.53:53"), Query: []byte("q"), Response: []byte("r"), Zone: ".", Hedge: true})
 	if got := typeOf(t, r.next(t)); got != ClientResponse {
 		t.Errorf("first frame %d, want CLIENT_RESPONSE only (client_query not configured)", got)
 	}
 	f := r.next(t)
 	if typeOf(t, f) != ForwarderQuery {
 		t.Fatalf("second frame %d, want FORWARDER_QUERY", typeOf(t, f))
+	}
+	if extra := string(fields(t, f)[fieldExtra][0].([]byte)); extra != "source=hedge zone=." {
+		t.Errorf("a hedge's forwarder query says %q, want source=hedge zone=.", extra)
 	}
 	m := fields(t, fields(t, f)[fieldMessage][0].([]byte))
 	if a := m[msgResponseAddress][0].([]byte); !bytes.Equal(a, []byte{192, 0, 2, 53}) || m[msgResponsePort][0].(uint64) != 53 {

@@ -137,8 +137,9 @@ func readStateDir(nr *nodefs.Root, dir string) stateDir {
 		return s
 	}
 	s.Info, s.Err = nr.Lstat(dir)
-	// A DynamicUser= service's StateDirectory= is a link systemd makes,
-	// /var/lib/towerd -> private/towerd: what counts is where it leads.
+	// A DynamicUser= service's StateDirectory= (an older towerd's unit, or
+	// a drop-in) is a link systemd makes, /var/lib/towerd -> private/towerd:
+	// what counts is where it leads.
 	for hops := 0; s.Err == nil && s.Info.Mode()&fs.ModeSymlink != 0; hops++ {
 		target, err := nr.Readlink(dir)
 		if err != nil || hops == 8 {

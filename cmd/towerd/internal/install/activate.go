@@ -24,6 +24,11 @@ type Activation struct {
 	// holds the socket and starts towerd on the first query, so an answer
 	// there is towerd's (systemd itself never answers DNS).
 	Probe string
+	// Implied: not asked for with --activate, but install runs on a node
+	// whose systemd runs. Then a dnsmasq holding port 53 is not an error:
+	// install writes the files and prints the next: lines, dnsmasq's stop
+	// first, as without a running systemd.
+	Implied bool
 }
 
 // DefaultActivateTimeout is how long --activate waits for towerd.
@@ -33,19 +38,29 @@ const DefaultActivateTimeout = 10 * time.Second
 // report.
 type activator struct {
 	systemctl string // found on PATH before anything changed
-	r         *Report
+	// sysusers is systemd-sysusers, found on PATH before anything changed,
+	// when this install wrote the sysusers.d file (no package, whose
+	// postinst ran it): towerd.service runs as user towerd, which must
+	// exist before the socket starts it.
+	sysusers string
+	r        *Report
 }
 
 // run runs systemctl with args and reports it: "ran" and the command
 // line, with its error and output when it failed.
 func (a *activator) run(args ...string) error {
+	return a.runProgram(a.systemctl, "systemctl", args...)
+}
+
+// runProgram runs the program at path, reported under name.
+func (a *activator) runProgram(path, name string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, a.systemctl, args...)
+	cmd := exec.CommandContext(ctx, path, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	line := "systemctl " + strings.Join(args, " ")
+	line := name + " " + strings.Join(args, " ")
 	if err != nil {
 		detail := err.Error()
 		if s := strings.TrimSpace(out.String()); s != "" {
@@ -64,6 +79,11 @@ func (a *activator) run(args ...string) error {
 // to the probe address until towerd answers or the time is up. The error
 // says which step failed; the caller rolls back.
 func (a *activator) activate(act Activation, resolvedDropIn bool) error {
+	if a.sysusers != "" {
+		if err := a.runProgram(a.sysusers, "systemd-sysusers", systemd.SysusersName); err != nil {
+			return err
+		}
+	}
 	if err := a.run("daemon-reload"); err != nil {
 		return err
 	}
@@ -176,7 +196,13 @@ func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
 		return nil, fmt.Errorf("--activate: dnsmasq holds port 53, which towerd.socket needs; stop it first (%s), then run install --activate again",
 			strings.Join(p.dnsmasq.StopCommands, "; "))
 	}
-	return &activator{systemctl: systemctl, r: in.r}, nil
+	act := &activator{systemctl: systemctl, r: in.r}
+	if !p.packaged {
+		if act.sysusers, err = exec.LookPath("systemd-sysusers"); err != nil {
+			return nil, fmt.Errorf("--activate: towerd.service runs as user towerd, which systemd-sysusers creates: %w", err)
+		}
+	}
+	return act, nil
 }
 
 // activate starts towerd (activator.activate) and, when it does not
@@ -185,9 +211,6 @@ func (in *installer) preflightActivate(p nodePlan) (*activator, error) {
 func (in *installer) activate(act *activator, opts Activation, p nodePlan) error {
 	err := act.activate(opts, in.m.file(ResolvedDropIn) != nil)
 	if err == nil {
-		if !p.packaged {
-			in.r.Next = append(in.r.Next, sysusersNext)
-		}
 		if in.m.file(NMDropIn) != nil {
 			in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
 		}

@@ -14,7 +14,8 @@ import (
 )
 
 // fakeSystemctl puts a systemctl first on PATH that logs each call's
-// arguments, one line each, and fails (exit 1, a message on stderr) the
+// arguments, one line each (and a systemd-sysusers that logs its own),
+// and fails (exit 1, a message on stderr) the
 // calls whose arguments are exactly fail. It returns the log's path.
 func fakeSystemctl(t *testing.T, fail string) string {
 	t.Helper()
@@ -23,6 +24,12 @@ func fakeSystemctl(t *testing.T, fail string) string {
 	script := "#!/bin/sh\necho \"$*\" >> \"$FAKE_SYSTEMCTL_LOG\"\n" +
 		"if [ \"$*\" = \"$FAKE_SYSTEMCTL_FAIL\" ]; then echo \"Job for $2 failed.\" >&2; exit 1; fi\nexit 0\n"
 	if err := os.WriteFile(filepath.Join(dir, "systemctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// systemd-sysusers too: the real one would create user towerd on the
+	// machine running the tests.
+	sysusers := "#!/bin/sh\necho \"systemd-sysusers $*\" >> \"$FAKE_SYSTEMCTL_LOG\"\nexit 0\n"
+	if err := os.WriteFile(filepath.Join(dir, "systemd-sysusers"), []byte(sysusers), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -93,7 +100,7 @@ func TestActivateRollsBackWhenSystemctlFails(t *testing.T) {
 		t.Fatalf("install --activate = %v, want the failed step and the rollback", err)
 	}
 	dnstest.DiffTrees(t, before, after)
-	want := append([]string{"daemon-reload", "restart systemd-resolved.service", "enable --now towerd.socket"}, rollbackCalls...)
+	want := append([]string{"systemd-sysusers towerd.conf", "daemon-reload", "restart systemd-resolved.service", "enable --now towerd.socket"}, rollbackCalls...)
 	if got := calls(t, log); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("systemctl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -120,7 +127,7 @@ func TestActivateRollsBackWhenTowerdNeverAnswers(t *testing.T) {
 		t.Fatalf("install --activate = %v, want towerd not answering", err)
 	}
 	dnstest.DiffTrees(t, before, after)
-	want := []string{"daemon-reload", "enable --now towerd.socket", "disable --now towerd.socket towerd.service", "daemon-reload"}
+	want := []string{"systemd-sysusers towerd.conf", "daemon-reload", "enable --now towerd.socket", "disable --now towerd.socket towerd.service", "daemon-reload"}
 	if got := calls(t, log); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("systemctl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -140,7 +147,8 @@ func TestActivateSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install --activate: %v", err)
 	}
-	want := []string{"daemon-reload", "restart systemd-resolved.service", "enable --now towerd.socket"}
+	// The user first: towerd.service runs as it (217/USER without it).
+	want := []string{"systemd-sysusers towerd.conf", "daemon-reload", "restart systemd-resolved.service", "enable --now towerd.socket"}
 	if got := calls(t, log); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("systemctl calls %q, want %q", got, want)
 	}

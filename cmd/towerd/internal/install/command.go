@@ -127,6 +127,14 @@ func command(args []string, stdout, stderr io.Writer, undo bool) int {
 		}
 		if *activate {
 			opts.Activate = &Activation{Timeout: *activateTimeout}
+		} else if *root == "/" && !*dryRun && systemdRunning() {
+			// resolv.conf is about to name 127.0.0.1: on a node whose systemd
+			// runs, leaving towerd to the next: lines would leave the node
+			// without DNS until they ran, and for good if towerd then failed
+			// to start (issue 32). So install starts it, and puts everything
+			// back when it does not answer, as --activate does.
+			fmt.Fprintln(stdout, "systemd runs this node: install starts towerd and puts the node back if it does not answer (as --activate)")
+			opts.Activate = &Activation{Timeout: *activateTimeout, Implied: true}
 		}
 		report, err = Install(opts)
 	}
@@ -172,4 +180,11 @@ func (o *optionalPath) IsBoolFlag() bool { return true }
 // items; Install normalizes each (upstream.NormalizeAddress trims it).
 func splitServers(s string) []string {
 	return slices.DeleteFunc(strings.Split(s, ","), func(item string) bool { return strings.TrimSpace(item) == "" })
+}
+
+// systemdRunning reports whether systemd is this machine's init, as
+// sd_booted(3) tells it.
+func systemdRunning() bool {
+	info, err := os.Stat("/run/systemd/system")
+	return err == nil && info.IsDir()
 }

@@ -287,3 +287,23 @@ func TestDhclientHookWinsInDebiansHookOrder(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestParseKeptDropsResolvedsSearchDot: systemd-resolved writes "search ."
+// for no search domains; towerd would warn about it at every start (issue
+// 32), so install keeps only real domains.
+func TestParseKeptDropsResolvedsSearchDot(t *testing.T) {
+	for in, want := range map[string][]string{
+		"nameserver 127.0.0.53\nsearch .\n":                       nil,
+		"search . corp.example\n":                                 {"search corp.example"},
+		"domain corp.example\nsearch .\noptions edns0 trust-ad\n": {"domain corp.example"},
+		"search a.example b.example\n":                            {"search a.example b.example"},
+	} {
+		k, err := parseKept([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(k.SearchLines, "|") != strings.Join(want, "|") {
+			t.Errorf("parseKept(%q).SearchLines = %q, want %q", in, k.SearchLines, want)
+		}
+	}
+}

@@ -160,6 +160,10 @@ func install(fsys fileSystem, opts InstallOptions) (*Report, error) {
 		}
 	}
 	var act *activator
+	if a := opts.Activate; a != nil && a.Implied && p.dnsmasq.ServesDNS && (p.dnsmasq.Enabled || nodeHas(in.fsys, dnsmasqPIDFile)) {
+		in.r.same("skipped", "starting towerd", "dnsmasq holds port 53: run the next: lines, dnsmasq's stop first (or stop it, then install again)")
+		opts.Activate = nil
+	}
 	if opts.Activate != nil && !opts.DryRun {
 		if act, err = in.preflightActivate(p); err != nil {
 			return in.r, err

@@ -14,6 +14,10 @@ import (
 // nextSteps are the commands the operator runs to start towerd, in order,
 // and the outage note when this run pointed resolv.conf at towerd.
 func (in *installer) nextSteps(opts InstallOptions, p nodePlan, resolved bool) {
+	if !p.packaged {
+		// First: towerd.service cannot start before its user exists.
+		in.r.Next = append(in.r.Next, sysusersNext)
+	}
 	in.r.Next = append(in.r.Next, "systemctl daemon-reload")
 	if resolved {
 		in.r.Next = append(in.r.Next, "systemctl restart systemd-resolved   # stub listener off")
@@ -22,9 +26,6 @@ func (in *installer) nextSteps(opts InstallOptions, p nodePlan, resolved bool) {
 		in.r.Next = append(in.r.Next, "systemctl reload NetworkManager   # rc-manager=unmanaged")
 	}
 	in.r.Next = append(in.r.Next, p.dnsmasq.StopCommands...)
-	if !p.packaged {
-		in.r.Next = append(in.r.Next, sysusersNext)
-	}
 	enable := "systemctl enable --now " + systemd.SocketUnitName
 	in.r.Next = append(in.r.Next, enable)
 	if opts.Docker && p.docker.Next != "" {

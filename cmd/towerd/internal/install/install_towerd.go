@@ -25,7 +25,7 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 				return err
 			}
 		}
-		return in.writeOwned(SysusersPath, []byte(systemd.Sysusers), 0o644, "the control socket's operators' group, towerd")
+		return in.writeOwned(SysusersPath, []byte(systemd.Sysusers), 0o644, "user and group towerd: the service's user, the control socket's operators")
 	}
 	detail := "towerd's Debian package: its program and its units in " + PackagedUnitDir + " are used as they are, nothing is copied"
 	root := opts.Root
@@ -57,7 +57,8 @@ func (in *installer) writeProgram(opts InstallOptions, p nodePlan, binary []byte
 // administrator's own, as /etc/systemd/system is for units.
 const SysusersPath = "/etc/sysusers.d/" + systemd.SysusersName
 
-// sysusersNext is install's next step that creates the group now rather
-// than at the next boot: towerd.socket gives the control socket to the
-// group once it exists, and keeps it root's until then.
-const sysusersNext = "systemd-sysusers " + systemd.SysusersName + "   # the control socket's group, towerd"
+// sysusersNext is install's next step that creates user and group towerd
+// now rather than at the next boot: towerd.service runs as the user (it
+// fails with 217/USER without it), and towerd.socket gives the control
+// socket to the group.
+const sysusersNext = "systemd-sysusers " + systemd.SysusersName + "   # user and group towerd, before towerd starts"

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/resolvconf"
@@ -57,6 +58,12 @@ func parseKept(data []byte) (keptResolvConf, error) {
 			line = line[:i]
 		}
 		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "search" {
+			// systemd-resolved writes "search ." for "no search domains":
+			// towerd would warn about the root as a search domain at every
+			// start and reload (issue 32), so "." is not carried over.
+			f = slices.DeleteFunc(f, func(w string) bool { return w == "." })
+		}
 		if len(f) >= 2 && (f[0] == "search" || (f[0] == "domain" && len(f) == 2)) {
 			k.SearchLines = append(k.SearchLines, strings.Join(f, " "))
 		}

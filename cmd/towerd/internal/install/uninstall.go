@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path"
@@ -109,6 +110,7 @@ func uninstall(fsys fileSystem, opts UninstallOptions) (*Report, error) {
 	if err := removeRecord(fsys, r, slices.Contains(m.Dirs, recordDir)); err != nil {
 		return r, err
 	}
+	sayWhatStays(fsys, r)
 	r.Next = append(r.Next, "systemctl daemon-reload")
 	if droppedIn {
 		r.Next = append(r.Next, "systemctl restart systemd-resolved   # stub listener back on")
@@ -242,5 +244,34 @@ func removeDirIfEmpty(fsys fileSystem, r *Report, dir string) {
 		r.same("skipped", dir+"/", "already gone")
 	default:
 		r.warn("could not remove %s: %v", dir, err)
+	}
+}
+
+// stateDirs are where towerd.service's StateDirectory= keeps the saved
+// cache and Consul watch set: /var/lib/towerd, and where a DynamicUser=
+// unit of an older towerd kept it.
+var stateDirs = []string{"/var/lib/towerd", "/var/lib/private/towerd"}
+
+// sayWhatStays reports what uninstall leaves on purpose: the saved cache
+// (systemd made it, not install; a reinstall starts warm with it), and on a
+// node without the package, user and group towerd, which Debian's own
+// packages leave too (a uid given back could be reused by a new account
+// that would then own towerd's leftover files). With the package, apt
+// purge removes the state and the package's sysusers.d file.
+func sayWhatStays(fsys fileSystem, r *Report) {
+	packaged := packagedUnits(fsys)
+	for _, dir := range stateDirs {
+		if info, err := fsys.Lstat(dir); err != nil || !info.IsDir() {
+			continue
+		}
+		how := "rm -r " + dir + " forgets it"
+		if packaged {
+			how = "apt purge towerd removes it"
+		}
+		r.same("kept", dir+"/", "towerd's saved cache and Consul watch set, for a reinstall to start warm: "+how)
+	}
+	passwd, _ := fsys.ReadFile("/etc/passwd")
+	if !packaged && (bytes.HasPrefix(passwd, []byte("towerd:")) || bytes.Contains(passwd, []byte("\ntowerd:"))) {
+		r.same("kept", "user and group towerd", "as Debian's packages keep their system users; userdel towerd removes both once nothing runs as towerd")
 	}
 }

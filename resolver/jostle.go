@@ -1,0 +1,80 @@
+package resolver
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/towerd/towerd/cache"
+)
+
+// The in-flight cap shared fairly (issue 35). Names nobody answers hold a
+// slot each until upstream.timeout (5 s): 200 such names a second behind
+// one silent authoritative server kept the cap (150) full, and half of the
+// other clients' first-time names were SERVFAIL at the cap. So, with the
+// cap full, a new question takes the slot of the oldest resolution that
+// has run longer than yieldAge: that resolution ends at once (its waiting
+// clients, if any, get stale or SERVFAIL, its attempts are accounted as
+// timeouts) and is not remembered as a failure (failures.go): nothing was
+// decided about its question.
+//
+// Against unbound's jostle-timeout (a full request list drops a query that
+// has waited longer than 200 ms, without answering it): towerd yields only
+// when the cap is full, only the oldest resolution, one per new question,
+// and answers the yielded one's clients instead of leaving them to retry.
+// The age is unbound's 200 ms, which is also upstream.min_attempt_timeout's
+// default: by then a resolution's first attempt has had its whole timeout,
+// and a server that answers at all has answered most questions (on a
+// node, the tail of a healthy upstream is tens of milliseconds), while the
+// client still waits (query_timeout, 1.8 s) for the question that took the
+// slot. A share per zone or per name would not help here: the silent
+// names and the clients' own are in the same zone, under random names.
+// Prefetches and names asked ahead take no slot this way: only a client's
+// own miss yields another.
+
+// yieldAge is how long a resolution runs before it may yield its slot to a
+// new question when the cap is full; never past the client's own wait.
+func (s *settings) yieldAge() time.Duration { return min(s.QueryTimeout, 200*time.Millisecond) }
+
+// yieldStats counts the slots given up.
+type yieldStats struct {
+	yielded atomic.Uint64
+}
+
+// yieldOldest ends the oldest running resolution that began before cutoff
+// (by the flights' clock), outside the lock, and reports whether one ended
+// and left its slot.
+func (f *flights) yieldOldest(cutoff time.Time) bool {
+	f.mu.Lock()
+	var oldest *flight
+	for _, fl := range f.running {
+		if !fl.callStarted || fl.yielding || !fl.started.Before(cutoff) {
+			continue
+		}
+		if oldest == nil || fl.started.Before(oldest.started) {
+			oldest = fl
+		}
+	}
+	if oldest != nil {
+		oldest.yielding = true
+	}
+	f.mu.Unlock()
+	if oldest == nil || !oldest.call.Yield() {
+		return false // none old enough, or it was ending anyway (a chase, a reply)
+	}
+	f.yields.yielded.Add(1)
+	return true
+}
+
+// makeRoom yields a slot for key's new resolution when the cap is full and
+// no resolution for key runs (which the question would join instead).
+func (h *Handler) makeRoom(s *settings, key cache.Key) {
+	f := h.flights
+	if !f.full(s.MaxInflight) || f.isRunning(key) {
+		return
+	}
+	f.yieldOldest(f.clock.Now().Add(-s.yieldAge()))
+}
+
+// InflightYields returns how many resolutions gave up their slot to a new
+// question at the cap (towerd_inflight_yields_total).
+func (h *Handler) InflightYields() uint64 { return h.flights.yields.yielded.Load() }

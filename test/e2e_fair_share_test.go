@@ -1,0 +1,106 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Issue 35 item 1, on the built binary: 200 questions a second for random
+// names an upstream never answers (each holds an in-flight slot until the
+// resolution gives up, 5 s), beside 10 first-time names a second that it
+// answers at once. With the cap (150) full of silent names, a new question
+// takes the slot of the oldest resolution past 200 ms (resolver/jostle.go):
+// at least 95 % of the fresh names are answered.
+func TestInflightCapSharedWithSilentNames(t *testing.T) {
+	t.Parallel()
+	up := newTestUpstream(t)
+	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
+		name := strings.ToLower(q.Question[0].Name)
+		if strings.HasSuffix(name, ".silent.test.") {
+			return nil // never answered
+		}
+		m := new(dns.Msg)
+		m.SetReply(q)
+		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.35")
+		m.Answer = []dns.RR{rr}
+		return m
+	})
+	d := startTowerd(t, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
+
+	// The flood: one socket, 200 random silent names a second, replies
+	// (SERVFAIL) read and dropped.
+	flood, err := net.Dial("udp", d.UDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			flood.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, err := flood.Read(buf); err != nil {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(5 * time.Millisecond) // the flood's rate, not a synchronisation
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			pkt, _ := query(fmt.Sprintf("r%d-%d.silent.test.", i, time.Now().UnixNano()%1e6), dns.TypeA, false).Pack()
+			_, _ = flood.Write(pkt)
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait(); flood.Close() })
+
+	// Once the cap is full of silent names (150 at 200 a second: 0.75 s),
+	// 10 fresh names a second for 3 s.
+	full := time.Now().Add(10 * time.Second)
+	for towerdMetric(t, d, "towerd_inflight_resolutions") < 150 {
+		if time.Now().After(full) {
+			t.Fatalf("the flood never filled the in-flight cap: %v running", towerdMetric(t, d, "towerd_inflight_resolutions"))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a gauge
+	}
+	const fresh = 30
+	answered := 0
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := range fresh {
+		<-tick.C
+		name := fmt.Sprintf("fresh%d-%d.example.", i, time.Now().UnixNano()%1e6)
+		r, err := exchange(d.UDP, "udp", query(name, dns.TypeA, false))
+		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1 {
+			answered++
+		} else if err == nil {
+			t.Logf("%s: %s", name, dns.RcodeToString[r.Rcode])
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	rejected := towerdMetric(t, d, "towerd_inflight_rejections_total")
+	yields := towerdMetric(t, d, "towerd_inflight_yields_total")
+	t.Logf("fresh names answered: %d of %d; at the cap: %v rejections, %v yields", answered, fresh, rejected, yields)
+	if answered*100 < fresh*95 {
+		t.Errorf("%d of %d fresh names answered beside 200 silent names a second, want at least 95 %%", answered, fresh)
+	}
+}
