@@ -115,7 +115,8 @@ func tapForwarder(t Tap, res *resolution, key cache.Key, wr upstream.WireReply) 
 		return
 	}
 	bp := queryBufs.Get().(*[]byte)
-	query := appendUpstreamQuery((*bp)[:0], key)
+	// The question as it went: with DO (and CD) when validated.
+	query := appendUpstreamQuery((*bp)[:0], res.s.upstreamKey(key, res.validate))
 	query[0], query[1] = wr.Raw[0], wr.Raw[1]
 	t.Forwarder(ForwarderExchange{Server: server, TCP: wr.TCP, Query: query, Response: wr.Raw,
 		QueryTime: wr.Sent, ResponseTime: time.Now(), Zone: res.zone.Name, Hedge: wr.Hedge})

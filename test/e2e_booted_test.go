@@ -302,6 +302,8 @@ func underLoad(t *testing.T, n *node, min int, action func()) time.Duration {
 func checkRestartReload(t *testing.T, n *node) {
 	t.Helper()
 	pid := strings.TrimSpace(n.must("systemctl show -p MainPID --value towerd"))
+	// The journal from here on: an earlier failed start is not this stop's.
+	cursor := strings.TrimSpace(strings.TrimPrefix(n.must("journalctl -u towerd -n 0 -q --show-cursor"), "-- cursor: "))
 	took := underLoad(t, n, 300, func() { n.must("systemctl restart towerd") })
 	t.Logf("systemctl restart towerd: %v (no Consul agent on this node)", took.Round(time.Millisecond))
 	// Not a timing assert: READY=1 waited 10 s for a Consul sync that never
@@ -318,7 +320,7 @@ func checkRestartReload(t *testing.T, n *node) {
 	}
 	// The stop before was clean: towerd said STOPPING=1 and exited 0
 	// (systemd logs a failure otherwise).
-	if j := n.must("journalctl -b --no-pager -u towerd -o cat | grep -cE 'Failed with result|status=[1-9]|timed out' || true"); strings.TrimSpace(j) != "0" {
+	if j := n.must("journalctl --no-pager -u towerd -o cat --after-cursor='" + cursor + "' | grep -cE 'Failed with result|status=[1-9]|timed out' || true"); strings.TrimSpace(j) != "0" {
 		t.Errorf("the stop was not clean:\n%s", n.must("journalctl -b --no-pager -u towerd -o cat | tail -20"))
 	}
 	underLoad(t, n, 300, func() { n.must("systemctl reload towerd") })
@@ -426,6 +428,7 @@ func bootedBinary(t *testing.T, tree, binary string) {
 		t.Fatal(err)
 	}
 	n.put("/root/towerd", data, 0o755)
+	checkInstallPutsBack(t, n)
 	out := towerdInstall(t, n, "/root/towerd")
 	if !strings.Contains(out, "ready") {
 		t.Errorf("install did not say towerd answers:\n%s", out)
@@ -463,4 +466,22 @@ func waitActive(t *testing.T, n *node) {
 	if strings.TrimSpace(out) != "active" {
 		t.Errorf("towerd.service is %s, not active:\n%s", strings.TrimSpace(out), n.must("journalctl -b --no-pager -o cat -u towerd | tail -20"))
 	}
+}
+
+// checkInstallPutsBack: when towerd cannot start (here a drop-in naming a
+// user that does not exist: 217/USER, as the units before issue 32 met),
+// install on this running systemd says so, exits 1 and puts the node back
+// as it was: glibc resolves through systemd-resolved again.
+func checkInstallPutsBack(t *testing.T, n *node) {
+	t.Helper()
+	n.must("mkdir -p /etc/systemd/system/towerd.service.d && printf '[Service]\\nUser=nosuchuser\\n' > /etc/systemd/system/towerd.service.d/zz-fail.conf")
+	before := nodeState(t, n)
+	out, code := n.run(3*time.Minute, nil, "/root/towerd", "install")
+	if code != 1 || !strings.Contains(out, "rolled back") {
+		t.Errorf("install with a towerd that cannot start: exit %d, want 1 and the rollback:\n%s", code, out)
+	}
+	n.must("getent ahostsv4 before.example.test | grep -q 192.0.2.1")
+	n.must("resolvectl query --cache=no before.example.test >/dev/null")
+	sameState(t, "after install rolled back", before, nodeState(t, n))
+	n.must("rm -r /etc/systemd/system/towerd.service.d && systemctl daemon-reload && systemctl reset-failed")
 }

@@ -19,7 +19,7 @@ import (
 // GroupOptions tunes a Group. The zero value of every field means its
 // documented default, so GroupOptions{} is a sensible configuration.
 type GroupOptions struct {
-	// MaxAttempts bounds the attempts of one Exchange across all servers,
+	// MaxAttempts bounds the attempts of one resolution across all servers,
 	// and so the packets one client query can cause; 0 means 3.
 	MaxAttempts int
 	// MinAttemptTimeout is the floor of the per-attempt timeout (the wait
@@ -238,8 +238,8 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 // Address returns the group's name.
 func (g *Group) Address() string { return g.name }
 
-// Close stops the probers and waits for them; it is idempotent. Exchange
-// still works afterwards, but servers that go down are no longer probed.
+// Close stops the probers and waits for them; it is idempotent. A
+// resolution still works afterwards, but servers that go down are no longer probed.
 func (g *Group) Close() error {
 	g.mu.Lock()
 	g.closed = true

@@ -12,7 +12,7 @@ import (
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// defaultResolutionTimeout bounds an Exchange whose context has no deadline;
+// defaultResolutionTimeout bounds a resolution whose context has no deadline;
 // it matches the default of upstream.timeout.
 const defaultResolutionTimeout = 5 * time.Second
 

@@ -1,12 +1,13 @@
 // Package upstream sends DNS queries to the servers towerd forwards to.
 //
-// One small interface, Upstream, sits in front of every transport. Plain is
+// One small interface, Upstream, sits in front of every transport (a
+// Group is not one: its one resolution is StartWire). Plain is
 // classic DNS over UDP with a TCP retry when the reply is truncated; Group
 // puts several of them behind one zone with per-server RTT-derived
 // retransmission, attempts that wait for each other, health tracking, and
 // the scrubber (scrubwire.go), which drops what a server says about names
 // it was not asked about. A Group's one resolution is StartWire
-// (wirecall.go), on bytes: ExchangeWire and Exchange wait for it.
+// (wirecall.go), on bytes; Wait waits for it.
 // NormalizeAddress turns a configured server into host:port.
 package upstream
 
@@ -38,7 +39,6 @@ type Upstream interface {
 
 var (
 	_ Upstream = (*Plain)(nil)
-	_ Upstream = (*Group)(nil)
 	_ Upstream = (*tlsTransport)(nil)
 )
 

@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// StartWire is the one resolution of a Group (ExchangeWire and Exchange
-// wait for it). It is no loop on a goroutine of its own but a call
+// StartWire is the one resolution of a Group (Wait waits for it). It is no loop on a goroutine of its own but a call
 // (WireCall) that events move on (issue 22: one end of a resolution),
 // each on the goroutine that brings it: the caller's, which sends the
 // first attempt before StartWire returns; the process's attempt reader
@@ -27,8 +26,10 @@ import (
 
 // WireReceiver gets a StartWire resolution's outcome, exactly once.
 type WireReceiver interface {
-	// ReceiveWire is called with what ExchangeWire would have returned,
-	// on whichever goroutine ended the resolution (the attempt reader's,
+	// ReceiveWire is called with the reply, or without an answer the
+	// last SERVFAIL or REFUSED reply with a *RcodeError, else an error
+	// wrapping ErrTimeout or ErrNetwork, or the context's error when the
+	// caller cancelled; on whichever goroutine ended the resolution (the attempt reader's,
 	// the call's timer's, a TCP retry's): it must not block, and wr.Raw is
 	// valid only until it returns (a copy is the receiver's to make).
 	ReceiveWire(wr WireReply, err error)
@@ -352,7 +353,7 @@ func (c *WireCall) hedgeWonLocked() bool {
 	return c.hedged && !c.explored && c.winner != nil && c.winner == c.attempts[1]
 }
 
-// outcome is what the receiver is given (Exchange's errors).
+// outcome is what the receiver is given (the errors ReceiveWire names).
 func (c *WireCall) outcome() (WireReply, error) {
 	g, ctx := c.g, c.ctx
 	switch {
