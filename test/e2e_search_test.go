@@ -60,8 +60,12 @@ func searchDay(t *testing.T, agent *consultest.Agent, ndots int, listen string) 
 	// scrapes), so "no wait once known" does not hang on the scheduler;
 	// make bench measures the default.
 	// The attempts' timeout floor at 2 s: a reply the loaded machine
-	// hands towerd late is not resent, which would count as a round.
-	cfg := writeConfig(t, "[search]\nhold = \"5s\"\nresolv_conf = \""+resolv+"\"\n[upstream]\nmin_attempt_timeout = \"2s\"\n[consul]\n"+pins("api-service"))
+	// hands towerd late is not resent, which would count as a round. No
+	// hedges either, for the same reason: a hedge goes out at the server's
+	// tail estimate, and a reply of this 100 ms upstream that the loaded
+	// machine hands towerd late would be hedged after another name's reply
+	// (hedging is issue 36's, tested in upstream and its own e2e test).
+	cfg := writeConfig(t, "[search]\nhold = \"5s\"\nresolv_conf = \""+resolv+"\"\n[upstream]\nmin_attempt_timeout = \"2s\"\nhedge_budget = 0\n[consul]\n"+pins("api-service"))
 	d := startConsulTowerd(t, agent, agent.DNSAddr, "-config", cfg, "-listen", listen+":53", "-upstream", up.Addr)
 	ns := newNamespace(t, false, resolv, nss)
 

@@ -147,9 +147,29 @@ func cgroupHierarchies() []string {
 	return hs
 }
 
+// killCgroups kills, by PID, every process in the container's cgroups:
+// all of them this test's (nspawn and what it started).
+func (n *node) killCgroups() {
+	for _, dir := range n.cgroups {
+		_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() || fi.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+}
+
 // removeCgroups removes the container's cgroups, deepest first (a cgroup
-// goes with rmdir once empty).
+// goes with rmdir once empty); a process left in them is killed first.
 func (n *node) removeCgroups() {
+	n.killCgroups()
 	for _, dir := range n.cgroups {
 		var dirs []string
 		_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
@@ -191,6 +211,8 @@ func newNode(t *testing.T, tree string) *node {
 		t.Fatal(err)
 	}
 	n.write(upper, "etc/systemd/resolved.conf.d/test-upstream.conf", "[Resolve]\nDNS="+upstreamAddr+"\n")
+	// debootstrap's minbase has no /etc/hosts; every installed node does.
+	n.write(upper, "etc/hosts", "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
 	t.Cleanup(func() {
 		if n.nspawn != nil {
 			n.poweroff()
@@ -311,7 +333,10 @@ func (n *node) poweroff() {
 	select {
 	case <-n.exited:
 	case <-time.After(60 * time.Second):
-		_ = n.nspawn.Process.Kill() // nspawn, by PID: its PID 1 dies with it
+		// Killing nspawn alone would leave its container running: every
+		// process in the container's own cgroups goes, by PID.
+		n.killCgroups()
+		_ = n.nspawn.Process.Kill()
 		<-n.exited
 		n.t.Errorf("the container did not power off within 60 s")
 	}

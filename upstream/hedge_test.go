@@ -348,13 +348,23 @@ func TestHedgeAsksTheFirstAgainWhenTheNextIsSlower(t *testing.T) {
 		t.Fatalf("event %s, want sent", e)
 	}
 	<-arrived
+	if n := slow.Total(); n != 0 {
+		t.Errorf("the slower server was asked %d times by the hedge, want 0", n)
+	}
+	// The hedge took no turn: at its RTO the next attempt goes to the
+	// next server, as it would have without the hedge.
+	third := slow.hold("q.example.", 1)
+	clk.Advance(100 * time.Millisecond)
+	select {
+	case <-third:
+	case <-time.After(waitTimeout):
+		t.Fatal("the attempt after the hedge's RTO did not go to the next server")
+	}
 	releaseHeld(t, fast, "q.example.", 1) // either one: both are its
 	if r := <-done; r.err != nil || r.wr.Server != fast.addr {
 		t.Fatalf("answer from %s, %v; want the first server's", r.wr.Server, r.err)
 	}
-	if n := slow.Total(); n != 0 {
-		t.Errorf("the slower server was asked %d times, want 0", n)
-	}
+	releaseHeld(t, slow, "q.example.", 0)
 	if n := fast.queries("q.example."); n != 2 {
 		t.Errorf("the first server was asked %d times, want 2: the query and its hedge", n)
 	}
