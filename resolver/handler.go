@@ -330,8 +330,12 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 	if !hasStale && h.failedLately(key, zone, now) {
 		return nil, missFallback
 	}
-	h.makeRoom(s, key) // a full cap: the oldest resolution past yieldAge yields (jostle.go)
 	if mode == planLook {
+		// A resolution that may yield its slot (jostle.go): ServeDNS
+		// yields it and starts this one.
+		if h.flights.full(s.MaxInflight) && h.flights.canYield(h.yieldCutoff(s)) {
+			return nil, missDecline
+		}
 		if h.flights.rejectNew(key, s.MaxInflight) {
 			return nil, missFallback
 		}
@@ -342,7 +346,11 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 			return fl, missWait
 		}
 	}
-	fl, started, ok := h.flights.join(key, s.MaxInflight, resolution{h: h, s: s, zone: zone, search: search}, true, mode == planStartAliased)
+	limit := s.MaxInflight
+	if h.makeRoom(s, key) {
+		limit++ // the slot the oldest resolution gave up is this question's (jostle.go)
+	}
+	fl, started, ok := h.flights.join(key, limit, resolution{h: h, s: s, zone: zone, search: search}, true, mode == planStartAliased)
 	if !ok {
 		h.log.Debug("in-flight cap reached", "max_inflight", s.MaxInflight, "name", key.Name)
 		return nil, missFallback

@@ -45,15 +45,7 @@ type yieldStats struct {
 // and left its slot.
 func (f *flights) yieldOldest(cutoff time.Time) bool {
 	f.mu.Lock()
-	var oldest *flight
-	for _, fl := range f.running {
-		if !fl.callStarted || fl.yielding || !fl.started.Before(cutoff) {
-			continue
-		}
-		if oldest == nil || fl.started.Before(oldest.started) {
-			oldest = fl
-		}
-	}
+	oldest := f.oldestYieldableLocked(cutoff)
 	if oldest != nil {
 		oldest.yielding = true
 	}
@@ -65,14 +57,42 @@ func (f *flights) yieldOldest(cutoff time.Time) bool {
 	return true
 }
 
+// oldestYieldableLocked is the oldest running resolution begun before
+// cutoff that may yield, nil when none; f.mu is held.
+func (f *flights) oldestYieldableLocked(cutoff time.Time) *flight {
+	var oldest *flight
+	for _, fl := range f.running {
+		if !fl.callStarted || fl.yielding || !fl.started.Before(cutoff) {
+			continue
+		}
+		if oldest == nil || fl.started.Before(oldest.started) {
+			oldest = fl
+		}
+	}
+	return oldest
+}
+
+// canYield reports whether a resolution begun before cutoff could yield
+// (the fast reject then leaves the question to ServeDNS, which yields it).
+func (f *flights) canYield(cutoff time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.oldestYieldableLocked(cutoff) != nil
+}
+
+// yieldCutoff is the start time before which a resolution may yield.
+func (h *Handler) yieldCutoff(s *settings) time.Time { return h.flights.clock.Now().Add(-s.yieldAge()) }
+
 // makeRoom yields a slot for key's new resolution when the cap is full and
-// no resolution for key runs (which the question would join instead).
-func (h *Handler) makeRoom(s *settings, key cache.Key) {
+// no resolution for key runs (which the question would join instead). It
+// reports whether one yielded: the slot is then this question's, even if
+// another took it meanwhile (the caller's join may pass the cap by one).
+func (h *Handler) makeRoom(s *settings, key cache.Key) bool {
 	f := h.flights
 	if !f.full(s.MaxInflight) || f.isRunning(key) {
-		return
+		return false
 	}
-	f.yieldOldest(f.clock.Now().Add(-s.yieldAge()))
+	return f.yieldOldest(h.yieldCutoff(s))
 }
 
 // InflightYields returns how many resolutions gave up their slot to a new

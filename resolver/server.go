@@ -149,6 +149,9 @@ func (s *Server) AddListener(l net.Listener) {
 	defer s.mu.Unlock()
 	if s.tcpBudget == nil {
 		s.tcpBudget = newTCPBudget(cmp.Or(s.TCPMaxConnections, DefaultTCPMaxConnections))
+		if qt, ok := s.Handler.(queryTimeouter); ok {
+			s.tcpBudget.usefulWindow = qt.QueryTimeout
+		}
 	}
 	t := newTCPServer(l, s.tcpBudget, recoverer{next: s.Handler, onPanic: s.OnPanic}, fast, limits, s.OnPanic, s.invalid)
 	s.servers = append(s.servers, t)

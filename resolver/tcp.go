@@ -94,11 +94,12 @@ const (
 	tcpClosedError               // a read or write failed, or the client left mid-query
 	tcpClosedClient              // the client closed it between queries
 	tcpClosedShutdown            // towerd stopped
+	tcpClosedUnanswered          // closed to admit a newer one after no useful answer for query_timeout (tcpstarve.go)
 	tcpClosedReasons
 )
 
 var tcpClosedLabels = [tcpClosedReasons]string{
-	"idle", "cap", "slow", "oversize", "stalled", "write_timeout", "error", "client", "shutdown",
+	"idle", "cap", "slow", "oversize", "stalled", "write_timeout", "error", "client", "shutdown", "unanswered",
 }
 
 // Kinds of accept errors: the kind label of towerd_tcp_accept_errors_total.

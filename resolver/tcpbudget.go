@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // tcpBudget is the one cap on TCP connections shared by all of a Server's
@@ -31,6 +32,10 @@ import (
 // 150 s, so 20 such connections stop its TCP.
 type tcpBudget struct {
 	limit int
+	// usefulWindow is how long a connection may go without a useful
+	// answer before it may be closed for a newer one (tcpstarve.go): the
+	// handler's query_timeout.
+	usefulWindow func() time.Duration
 
 	mu      sync.Mutex
 	open    int                   // connections counted against limit
@@ -56,6 +61,12 @@ type tcpConn struct {
 	reading   bool          // a query's first byte came; the rest has not
 	closeAs   int           // -1, or why towerd closed it (cap, slow, shutdown)
 	counted   bool          // counted in open
+	// useful counts the answers written that were not SERVFAIL (the
+	// pipe's, lock-free); usefulSeen and usefulAt are the budget's view of
+	// it (tcpstarve.go).
+	useful     atomic.Uint64
+	usefulSeen uint64
+	usefulAt   time.Time
 }
 
 func newTCPBudget(limit int) *tcpBudget {
@@ -77,18 +88,20 @@ func (b *tcpBudget) admit(owner *tcpServer, c net.Conn) *tcpConn {
 	}
 	if b.open >= b.limit {
 		oldest := b.waiting.Front()
-		if oldest == nil {
+		switch {
+		case oldest != nil:
+			victim, reason := oldest.Value.(*tcpConn), tcpClosedCap
+			if victim.reading {
+				reason = tcpClosedSlow
+			}
+			b.closeLocked(victim, reason)
+		case !b.closeUnansweredLocked(time.Now()):
 			b.closed[tcpClosedCap].Add(1) // counted before the client can see it
 			c.Close()
 			return nil
 		}
-		victim, reason := oldest.Value.(*tcpConn), tcpClosedCap
-		if victim.reading {
-			reason = tcpClosedSlow
-		}
-		b.closeLocked(victim, reason)
 	}
-	tc := &tcpConn{conn: c, owner: owner, closeAs: -1, counted: true}
+	tc := &tcpConn{conn: c, owner: owner, closeAs: -1, counted: true, usefulAt: time.Now()}
 	tc.waitingAt = b.waiting.PushBack(tc) // from now: a new connection has no query yet
 	b.conns[tc] = struct{}{}
 	b.open++

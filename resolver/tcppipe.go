@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // A TCP connection's queries are pipelined (issue 22; RFC 7766 §6.2.1.1:
@@ -89,6 +91,9 @@ func newTCPPipe(c net.Conn, timeout time.Duration, report func(any, []byte), bud
 // nothing is pending, else behind what is. A message past the pending
 // bound fails the connection.
 func (p *tcpPipe) write(msg []byte) {
+	if p.tc != nil && len(msg) > 3 && msg[3]&0x0f != dns.RcodeServerFailure {
+		p.tc.useful.Add(1) // an answer the client can use (tcpstarve.go)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {

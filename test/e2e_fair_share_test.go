@@ -104,3 +104,99 @@ func TestInflightCapSharedWithSilentNames(t *testing.T) {
 		t.Errorf("%d of %d fresh names answered beside 200 silent names a second, want at least 95 %%", answered, fresh)
 	}
 }
+
+// Issue 35 item 2: every TCP slot held by a connection that always owes
+// an answer — two questions for names the upstream never answers
+// pipelined, and one more as each SERVFAIL comes — and 60 new TCP clients: the connections
+// that have gone longest (at least query_timeout) without a useful answer
+// give up their slots (resolver/tcpstarve.go), and at least 90 % of the
+// new clients are answered.
+func TestTCPSlotsSharedWithUnansweredConnections(t *testing.T) {
+	t.Parallel()
+	up := newTestUpstream(t)
+	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
+		name := strings.ToLower(q.Question[0].Name)
+		if strings.HasSuffix(name, ".silent.test.") {
+			return nil
+		}
+		m := new(dns.Msg)
+		m.SetReply(q)
+		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.35")
+		m.Answer = []dns.RR{rr}
+		return m
+	})
+	// The in-flight cap out of the way (each hog holds a resolution for
+	// upstream.timeout, 5 s, and asks again every query_timeout, 1.8 s:
+	// about 710 at once): this test is about the TCP slots.
+	cfg := writeConfig(t, "[upstream]\nmax_inflight = 2000\n")
+	d := startTowerd(t, "-config", cfg, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
+	limit := int(towerdMetric(t, d, "towerd_tcp_connections_limit"))
+
+	// The hogs: one connection per slot, each always owing an answer.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	firstAnswer := make(chan struct{}, limit)
+	for i := range limit {
+		c, err := net.Dial("tcp", d.TCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			dc := &dns.Conn{Conn: c}
+			// Two questions pipelined, and one more for each answer: the
+			// connection always owes one, so it is never waiting.
+			if err := dc.WriteMsg(query(fmt.Sprintf("h%d-first.silent.test.", i), dns.TypeA, false)); err != nil {
+				return
+			}
+			for n := 0; ; n++ {
+				m := query(fmt.Sprintf("h%d-%d.silent.test.", i, n), dns.TypeA, false)
+				if err := dc.WriteMsg(m); err != nil {
+					return
+				}
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := dc.ReadMsg(); err != nil {
+					return // closed by towerd for a newer client
+				}
+				if n == 0 {
+					firstAnswer <- struct{}{}
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	// Every hog has had its first SERVFAIL (at query_timeout): each has
+	// gone query_timeout without a useful answer.
+	for range limit {
+		select {
+		case <-firstAnswer:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the hogs were not all answered SERVFAIL: %v connections", towerdMetric(t, d, "towerd_tcp_connections"))
+		}
+	}
+
+	const clients = 60
+	answered := 0
+	for i := range clients {
+		name := fmt.Sprintf("client%d.example.", i)
+		r, err := exchange(d.TCP, "tcp", query(name, dns.TypeA, false))
+		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1 {
+			answered++
+		} else if i < 5 {
+			t.Logf("%s: %v %v", name, r, err)
+		}
+	}
+	t.Logf("new TCP clients answered: %d of %d beside %d hogs; in flight %v, %v rejections, %v yields",
+		answered, clients, limit, towerdMetric(t, d, "towerd_inflight_resolutions"),
+		towerdMetric(t, d, "towerd_inflight_rejections_total"), towerdMetric(t, d, "towerd_inflight_yields_total"))
+	if answered*100 < clients*90 {
+		t.Errorf("%d of %d new TCP clients answered, want at least 90 %%", answered, clients)
+	}
+}
