@@ -138,9 +138,9 @@ the control socket of reload, flush, cache, lookup and log\-queries: mode 0660, 
 towerd also checks each caller's credentials
 .TP
 .I ` + roff(sysusersDir) + `/towerd.conf
-creates the group
+creates the system user and group
 .I towerd
-(\fBsystemd\-sysusers\fR); add an operator with
+(\fBsystemd\-sysusers\fR): towerd.service runs as the user, and the group's members may use the control socket; add an operator with
 .B usermod \-aG towerd
 .I NAME
 .SH SEE ALSO
