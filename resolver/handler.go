@@ -333,7 +333,7 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 	if mode == planLook {
 		// A resolution that may yield its slot (jostle.go): ServeDNS
 		// yields it and starts this one.
-		if h.flights.full(s.MaxInflight) && h.flights.canYield(h.yieldCutoff(s)) {
+		if h.flights.full(s.MaxInflight) && h.flights.canYield(h.yieldCutoff(s), key, s.MaxInflight) {
 			return nil, missDecline
 		}
 		if h.flights.rejectNew(key, s.MaxInflight) {

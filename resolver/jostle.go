@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,30 +41,66 @@ type yieldStats struct {
 	yielded atomic.Uint64
 }
 
-// yieldOldest ends the oldest running resolution that began before cutoff
-// (by the flights' clock), outside the lock, and reports whether one ended
-// and left its slot.
-func (f *flights) yieldOldest(cutoff time.Time) bool {
+// yieldOldest ends the resolution chosen to make room for key's
+// (victimLocked), outside the lock, and reports whether one ended and
+// left its slot.
+func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 	f.mu.Lock()
-	oldest := f.oldestYieldableLocked(cutoff)
+	oldest := f.victimLocked(cutoff, key, limit)
 	if oldest != nil {
 		oldest.yielding = true
 	}
 	f.mu.Unlock()
 	if oldest == nil || !oldest.call.Yield() {
-		return false // none old enough, or it was ending anyway (a chase, a reply)
+		return false // none may yield, or it was ending anyway (a chase, a reply)
 	}
 	f.yields.yielded.Add(1)
 	return true
 }
 
-// oldestYieldableLocked is the oldest running resolution begun before
-// cutoff that may yield, nil when none; f.mu is held.
-func (f *flights) oldestYieldableLocked(cutoff time.Time) *flight {
+// victimLocked is the running resolution that gives its slot to key's at
+// the cap, nil when none may; f.mu is held. Names under one parent
+// domain (a random-subdomain flood: r1.silent.test, r2.silent.test, …)
+// holding more than half the cap take slots only from each other, and
+// only past cutoff; a question of any other parent takes the oldest
+// resolution of that dominant parent, whatever its age, else the oldest
+// past cutoff. So a flood of random names that fail at once, asked again
+// as fast as they fail, recycles its own slots and cannot starve the
+// other names of the zone (issue 35).
+func (f *flights) victimLocked(cutoff time.Time, key cache.Key, limit int) *flight {
+	counts := map[string]int{}
+	dominant, most := "", 0
+	for _, fl := range f.running {
+		if !fl.callStarted || fl.yielding {
+			continue
+		}
+		p := parentDomain(fl.key.Name)
+		counts[p]++
+		if counts[p] > most {
+			dominant, most = p, counts[p]
+		}
+	}
+	own := parentDomain(key.Name)
+	flooding := most > limit/2
 	var oldest *flight
 	for _, fl := range f.running {
-		if !fl.callStarted || fl.yielding || !fl.started.Before(cutoff) {
+		if !fl.callStarted || fl.yielding {
 			continue
+		}
+		p := parentDomain(fl.key.Name)
+		switch {
+		case flooding && own == dominant:
+			if p != own || !fl.started.Before(cutoff) {
+				continue
+			}
+		case flooding:
+			if p != dominant {
+				continue
+			}
+		default:
+			if !fl.started.Before(cutoff) {
+				continue
+			}
 		}
 		if oldest == nil || fl.started.Before(oldest.started) {
 			oldest = fl
@@ -72,12 +109,20 @@ func (f *flights) oldestYieldableLocked(cutoff time.Time) *flight {
 	return oldest
 }
 
-// canYield reports whether a resolution begun before cutoff could yield
-// (the fast reject then leaves the question to ServeDNS, which yields it).
-func (f *flights) canYield(cutoff time.Time) bool {
+// parentDomain is name less its first label ("." for a top-level name).
+func parentDomain(name string) string {
+	if i := strings.IndexByte(name, '.'); i >= 0 && i+1 < len(name) {
+		return strings.ToLower(name[i+1:])
+	}
+	return "."
+}
+
+// canYield reports whether a resolution could yield to key's (the fast
+// reject then leaves the question to ServeDNS, which yields it).
+func (f *flights) canYield(cutoff time.Time, key cache.Key, limit int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.oldestYieldableLocked(cutoff) != nil
+	return f.victimLocked(cutoff, key, limit) != nil
 }
 
 // yieldCutoff is the start time before which a resolution may yield.
@@ -92,7 +137,7 @@ func (h *Handler) makeRoom(s *settings, key cache.Key) bool {
 	if !f.full(s.MaxInflight) || f.isRunning(key) {
 		return false
 	}
-	return f.yieldOldest(h.yieldCutoff(s))
+	return f.yieldOldest(h.yieldCutoff(s), key, s.MaxInflight)
 }
 
 // InflightYields returns how many resolutions gave up their slot to a new

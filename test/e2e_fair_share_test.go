@@ -125,11 +125,10 @@ func TestTCPSlotsSharedWithUnansweredConnections(t *testing.T) {
 		m.Answer = []dns.RR{rr}
 		return m
 	})
-	// The in-flight cap out of the way (each hog holds a resolution for
-	// upstream.timeout, 5 s, and asks again every query_timeout, 1.8 s:
-	// about 710 at once): this test is about the TCP slots.
-	cfg := writeConfig(t, "[upstream]\nmax_inflight = 2000\n")
-	d := startTowerd(t, "-config", cfg, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
+	// The in-flight cap (150) as it comes: the hogs' names, all under
+	// silent.test, fill it and take slots only from each other
+	// (resolver/jostle.go).
+	d := startTowerd(t, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
 	limit := int(towerdMetric(t, d, "towerd_tcp_connections_limit"))
 
 	// The hogs: one connection per slot, each always owing an answer.
