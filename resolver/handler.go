@@ -348,7 +348,13 @@ func (h *Handler) planMiss(s *settings, zone Zone, key cache.Key, hasStale bool,
 	}
 	limit := s.MaxInflight
 	if h.makeRoom(s, key) {
-		limit++ // the slot the oldest resolution gave up is this question's (jostle.go)
+		// The slot the oldest resolution gave up is this question's
+		// (jostle.go), though the yielded flight still counts until its
+		// end is settled, and other questions that made room at the same
+		// moment count too: each such join stands for a resolution whose
+		// call has ended, so the calls running stay within the cap, and
+		// the flights counted within twice it.
+		limit += s.MaxInflight
 	}
 	fl, started, ok := h.flights.join(key, limit, resolution{h: h, s: s, zone: zone, search: search}, true, mode == planStartAliased)
 	if !ok {

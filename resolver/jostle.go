@@ -68,10 +68,14 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 // as fast as they fail, recycles its own slots and cannot starve the
 // other names of the zone (issue 35).
 func (f *flights) victimLocked(cutoff time.Time, key cache.Key, limit int) *flight {
+	// The dominant parent is counted with the resolutions already
+	// yielding: they are the flood's still, and a flood recycling its
+	// slots fast has many of them ending at any moment (counting only the
+	// others let a flood of 256 TCP connections look like no flood).
 	counts := map[string]int{}
 	dominant, most := "", 0
 	for _, fl := range f.running {
-		if !fl.callStarted || fl.yielding {
+		if !fl.callStarted {
 			continue
 		}
 		p := parentDomain(fl.key.Name)
