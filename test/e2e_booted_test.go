@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -435,6 +436,7 @@ func bootedBinary(t *testing.T, tree, binary string) {
 	}
 	checkServing(t, n, up, 0)
 	checkRestartReload(t, n)
+	checkWatchdog(t, n)
 	checkControl(t, n, "towerd")
 	t.Logf("rebooted in %v", n.reboot().Round(time.Millisecond))
 	up = serveUpstream(t, n)
@@ -452,6 +454,46 @@ func bootedBinary(t *testing.T, tree, binary string) {
 	n.must("rm -r /var/lib/towerd") // as uninstall says, to forget the cache
 	n.must("getent ahostsv4 before.example.test | grep -q 192.0.2.1")
 	sameState(t, "after uninstall", before, nodeState(t, n))
+}
+
+// checkWatchdog sees WATCHDOG=1 arrive at PID 1. With a drop-in of
+// WatchdogSec=2s towerd must ping at least every 2 s (it pings at half the
+// period), or systemd kills it ("Watchdog timeout") and Restart= starts
+// another. Time passing is what is tested here, so the test lets 3 s pass
+// (no sleep stands in for a readiness signal): then the main PID is the
+// same, no restart is counted, and systemd's WatchdogTimestamp (the last
+// ping it received) has moved on past the start.
+func checkWatchdog(t *testing.T, n *node) {
+	t.Helper()
+	n.must(`mkdir -p /run/systemd/system/towerd.service.d &&
+		printf '[Service]\nWatchdogSec=2s\n' >/run/systemd/system/towerd.service.d/watchdog-test.conf &&
+		systemctl daemon-reload && systemctl restart towerd`)
+	defer n.must(`rm -r /run/systemd/system/towerd.service.d && systemctl daemon-reload && systemctl restart towerd`)
+	waitActive(t, n)
+	props := "-p MainPID -p NRestarts -p WatchdogUSec -p WatchdogTimestampMonotonic -p ExecMainStartTimestampMonotonic"
+	before := n.must("systemctl show " + props + " towerd.service")
+	n.must("sleep 3")
+	after := n.must("systemctl show " + props + " towerd.service")
+	prop := func(show, name string) string {
+		for _, line := range strings.Split(show, "\n") {
+			if v, ok := strings.CutPrefix(line, name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	if prop(after, "WatchdogUSec") != "2s" {
+		t.Fatalf("the watchdog drop-in did not apply:\n%s", after)
+	}
+	if prop(before, "MainPID") != prop(after, "MainPID") || prop(after, "NRestarts") != "0" {
+		t.Errorf("towerd was restarted under WatchdogSec=2s (no WATCHDOG=1 in time):\nbefore:\n%safter:\n%s%s",
+			before, after, n.must("journalctl -b --no-pager -o cat -u towerd | tail -10"))
+	}
+	start, _ := strconv.ParseInt(prop(after, "ExecMainStartTimestampMonotonic"), 10, 64)
+	ping, _ := strconv.ParseInt(prop(after, "WatchdogTimestampMonotonic"), 10, 64)
+	if ping-start < 1_000_000 {
+		t.Errorf("systemd saw no WATCHDOG=1 in the 3 s after the start (last ping %d µs after it):\n%s", ping-start, after)
+	}
 }
 
 // waitActive waits (at most 30 s) for towerd.service to leave "activating":
