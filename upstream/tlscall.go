@@ -50,18 +50,7 @@ func (c *WireCall) tlsReplyLocked(a *attempt, raw []byte, err error) (end bool) 
 			c.g.judge(a.server.plain, &m, raw, &c.scope, &r)
 		}
 	}
-	a.res = r
-	switch c.state {
-	case callRunning:
-		return c.settleLocked(a)
-	case callEnding:
-		a.lapsed = true
-		if c.tcp == 0 {
-			c.state = callDone
-			return true
-		}
-	}
-	return false
+	return c.landLocked(a, r)
 }
 
 // cancelTLSLocked gives up a's query as the resolution ends: true when

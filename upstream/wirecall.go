@@ -238,14 +238,19 @@ func (c *WireCall) tcpDone(r attemptResult) { c.event(func() bool { return c.tcp
 
 func (c *WireCall) tcpDoneLocked(r attemptResult) (end bool) {
 	c.tcp--
-	a := r.attempt
+	return c.landLocked(r.attempt, r)
+}
+
+// landLocked takes the result of an attempt that ran off the call's
+// goroutines (a TCP retry, a DNS over TLS query), whose count c.tcp was
+// just lowered: settled while the call runs; once it is ending, accounted
+// as outstanding, and the last one to return ends the call.
+func (c *WireCall) landLocked(a *attempt, r attemptResult) (end bool) {
 	a.res = r
 	switch c.state {
 	case callRunning:
 		return c.settleLocked(a)
 	case callEnding:
-		// The resolution ended while the retry ran: its result is
-		// accounted as outstanding; the last one ends the call.
 		a.lapsed = true
 		if c.tcp == 0 {
 			c.state = callDone
