@@ -108,8 +108,9 @@ func fastOption(code uint16, _ []byte) bool { return code == optionCookie || cod
 
 // recordsPacket is answerPacket for a name a RecordSource covers: the
 // source's answer written as bytes when it can write it
-// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
-// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (RecordAppender: every answer of the Consul watch, fresh or stale),
+// framed by the reply core like ServeDNS's a.records (a stale one with
+// EDE 3 and the one stale TTL), and cut like Consul's by ServeDNS only
 // (cutLikeConsul). Everything else it declines, dst unchanged, to
 // ServeDNS, which asks the source's Answer.
 func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
@@ -120,22 +121,26 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	sh := s.replyShape(&q.request)
 	reserve := 0
 	if sh.opt {
-		reserve = dnswire.OPTLen
+		reserve = dnswire.OPTLen + ednsEDELen // room for EDE 3, should the answer be stale
 	}
 	headerAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
 	dst = append(dst, q.question...)
-	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
-	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
 		return dst[:headerAt], false
 	}
-	var extra uint16
+	extra := counts[2]
 	if sh.opt {
-		extra = 1
-		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
+		extra++
+		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, stale))
 	}
-	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), answers, 0, extra)
+	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), counts[0], counts[1], extra)
+	if stale {
+		label = SourceStale
+	}
 	q.rule = why
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
 	return dst, true
 }
