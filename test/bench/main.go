@@ -50,7 +50,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "consul"}
 
 func main() {
 	var (
@@ -76,6 +76,7 @@ func main() {
 		consul    = flag.String("consul", "test/consulagent/bin/consul", "Consul agent binary for the search scenario's Consul rows (make consul-agent)")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
+		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -108,7 +109,7 @@ func main() {
 			towerd: *towerd, rounds: *rounds, duration: *duration, rates: rs, names: *names,
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
-			pickWindow: *pickWin, pickOutageLen: *pickOut,
+			pickWindow: *pickWin, pickOutageLen: *pickOut, consulRate: *consulQPS,
 		}
 		err = b.run()
 	}
@@ -137,6 +138,7 @@ type bench struct {
 	pickWindow   time.Duration
 	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
+	consulRate    int // scenario 14's offered rate, queries/s
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -238,6 +240,13 @@ func (b *bench) run() error {
 	fmt.Printf("towerd bench: %d round(s) of %s; scenarios %s; %s per load, rates %v, %d warm names, cache %d entries\n",
 		b.rounds, strings.Join(hitServers, " "), strings.Join(chosen, ","), b.duration, b.rates, b.names, b.cacheSize)
 	began := time.Now()
+	if b.want["consul"] {
+		// Scenario 14 keeps every server running through its rounds, so
+		// that its loads interleave (consul.go).
+		if err := b.consulScenario(); err != nil {
+			return fmt.Errorf("consul: %w", err)
+		}
+	}
 	for round := 1; round <= b.rounds; round++ {
 		for _, s := range hitServers {
 			if !b.hitPhase() {
