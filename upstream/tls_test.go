@@ -294,6 +294,21 @@ func TestFrameTLSQueryPads(t *testing.T) {
 		if opt == nil || len(opt.Option) != 2 || (edns && !opt.Do()) {
 			t.Fatalf("opt %v", opt)
 		}
+		// Byte for byte what miekg/dns packs for the same query and options.
+		want := m.Copy()
+		if !edns {
+			want.SetEdns0(tlsAdvertisedUDPSize, false)
+		}
+		pad := opt.Option[1].(*dns.EDNS0_PADDING).Padding
+		want.IsEdns0().Option = append(want.IsEdns0().Option, &dns.EDNS0_TCP_KEEPALIVE{Code: dns.EDNS0TCPKEEPALIVE},
+			&dns.EDNS0_PADDING{Padding: make([]byte, len(pad))})
+		wire, err := want.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(frame[2:]) != string(wire) {
+			t.Fatalf("framed\n% x\nmiekg/dns packs\n% x", frame[2:], wire)
+		}
 	}
 }
 

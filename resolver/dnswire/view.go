@@ -345,6 +345,20 @@ func (m *Msg) Question(dst []byte) []byte {
 	return name
 }
 
+// Respell writes name (uncompressed wire form) over raw's question
+// name, which must be the same name in other letter case, uncompressed in
+// place: every name compressed to point into the question then reads in
+// name's spelling (issue 23). It reports false, raw unchanged, for a raw
+// whose question is not name so written.
+func Respell(raw, name []byte) bool {
+	var m Msg
+	if m.ParseQuestion(raw) != nil || !m.QuestionIs(name) || m.QuestionCompressed() {
+		return false
+	}
+	copy(raw[m.QName:], name) // uncompressed and equal without case: the same length
+	return true
+}
+
 // QuestionCompressed reports whether the question's name holds a
 // compression pointer: its bytes in place are not the whole name.
 func (m *Msg) QuestionCompressed() bool {
@@ -385,6 +399,17 @@ func (m *Msg) SOAMinimum(i int) uint32 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(m.Raw[rr.End-4:])
+}
+
+// TypeCovered is the type covered by record i, an RRSIG (RFC 4034
+// section 3.1: the rdata's first two bytes); false when its rdata is too
+// short to hold one.
+func (m *Msg) TypeCovered(i int) (uint16, bool) {
+	rdata := m.RData(i)
+	if len(rdata) < 2 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint16(rdata), true
 }
 
 // RData is record i's rdata as it is in Raw (names in it may be
