@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // Defaults of the watch set's bounds.
@@ -107,6 +109,11 @@ type Config struct {
 	Timing Timing
 	// Log receives the watch's own log lines; nil = none.
 	Log *slog.Logger
+	// Clock is what the watch reads the time from and waits on (issue
+	// 33): the loops' spacing and backoff, the agent gate, idle and empty
+	// timers, MaxStale; nil = the wall clock. The loops sleep on its
+	// timers.
+	Clock clock.Clock
 	// IntN draws every answer's shuffle (Consul shuffles its answers, and
 	// so does the watch); nil = math/rand/v2's IntN. A test that holds the
 	// fast path's bytes to the general path's fixes it.
@@ -232,7 +239,7 @@ func New(cfg Config) (*Watcher, error) {
 		client:         clients.pooled,
 		probe:          clients.probe,
 		log:            cfg.Log,
-		clock:          realClock{},
+		clock:          timerClock{clock.Or(cfg.Clock)},
 		jitter:         randomJitter,
 		intN:           rand.IntN,
 		store:          newStore(),
