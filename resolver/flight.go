@@ -218,7 +218,7 @@ func (fl *flight) finish(o outcome) {
 	defer f.wg.Done()
 	fl.outcome = o
 	f.mu.Lock()
-	delete(f.running, fl.key)
+	f.leaveLocked(fl)
 	waiters := fl.waiters
 	fl.waiters, fl.ended = nil, true
 	for _, w := range waiters {
@@ -229,6 +229,17 @@ func (fl *flight) finish(o outcome) {
 	for _, w := range waiters {
 		w.wake(false)
 	}
+}
+
+// leaveLocked takes fl out of the running set; f.mu is held.
+func (f *flights) leaveLocked(fl *flight) {
+	delete(f.running, fl.key)
+}
+
+// callStartedLocked records that fl's upstream call runs (close kicks
+// it, and it may yield its slot: jostle.go); f.mu is held.
+func (f *flights) callStartedLocked(fl *flight) {
+	fl.callStarted = true
 }
 
 // panicOutcome tells flights.onPanic about v and fails the resolution.

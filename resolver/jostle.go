@@ -48,7 +48,7 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 	f.mu.Lock()
 	oldest := f.victimLocked(cutoff, key, limit)
 	if oldest != nil {
-		oldest.yielding = true
+		f.yieldingLocked(oldest)
 	}
 	f.mu.Unlock()
 	if oldest == nil || !oldest.call.Yield() {
@@ -56,6 +56,12 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 	}
 	f.yields.yielded.Add(1)
 	return true
+}
+
+// yieldingLocked marks fl chosen to give up its slot: it is not chosen
+// again. f.mu is held.
+func (f *flights) yieldingLocked(fl *flight) {
+	fl.yielding = true
 }
 
 // victimLocked is the running resolution that gives its slot to key's at
