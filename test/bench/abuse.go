@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,8 +179,9 @@ forward-zone:
 	name: "."
 	forward-addr: %[7]s@%[8]s
 remote-control:
-	control-enable: no
-`, host, p, b.dir, abuseSilentZone, silentHost, silentPort, directHost, directPort)
+	control-enable: yes
+	control-interface: "%[9]s"
+`, host, p, b.dir, abuseSilentZone, silentHost, silentPort, directHost, directPort, b.sharedControl(s, round))
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
@@ -193,6 +196,35 @@ remote-control:
 		return nil, fmt.Errorf("shared unbound did not answer: %w (log: %s)", err, tail(logf))
 	}
 	return pr, exited(pr, logf)
+}
+
+// sharedControl is the shared unbound's control socket, for its counts.
+func (b *bench) sharedControl(s string, round int) string {
+	return filepath.Join(b.dir, fmt.Sprintf("shared-unbound-%s-%d.ctl", s, round))
+}
+
+// sharedStats reads the shared unbound's counts: the queries it was
+// asked, and those it dropped because its request list was full.
+func (b *bench) sharedStats(s string, round int) (queries, dropped float64, err error) {
+	ctl, err := lookPath("unbound-control")
+	if err != nil {
+		return 0, 0, err
+	}
+	conf := filepath.Join(b.dir, fmt.Sprintf("shared-unbound-%s-%d.conf", s, round))
+	out, err := exec.Command(ctl, "-c", conf, "stats_noreset").Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("unbound-control stats: %w", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "total.num.queries":
+			queries, _ = strconv.ParseFloat(v, 64)
+		case "total.requestlist.exceeded":
+			dropped, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return queries, dropped, nil
 }
 
 // abuse runs the scenario's attacks on server s.
@@ -248,6 +280,16 @@ func (b *bench) abuseInflight(round int, s, key, label, upstream string) error {
 	}
 	r := b.res[s]
 	k := "abuse." + key
+	if key == "shared" {
+		queries, dropped, err := b.sharedStats(s, round)
+		if err != nil {
+			return err
+		}
+		r.add(k+".upq", queries/float64(max(fresh.sent+floodOut.sent, 1)))
+		r.add(k+".dropped", dropped)
+		fmt.Printf("  round %d %-8s abuse: the shared unbound was asked %.0f queries for %d, and dropped %.0f at its full request list\n",
+			round, s, queries, fresh.sent+floodOut.sent, dropped)
+	}
 	r.add(k+".sent", float64(fresh.sent))
 	r.add(k+".ok", float64(fresh.noerror))
 	r.add(k+".pct", 100*float64(fresh.noerror)/float64(max(fresh.sent, 1)))
@@ -411,6 +453,11 @@ func (b *bench) abuseRows() []row {
 			row{measure: "… another rcode (REFUSED at a cap)", key: k + ".other", format: "%.0f"},
 			row{measure: "… no reply within 5 s", key: k + ".lost", format: "%.0f"},
 			row{measure: "… flood questions answered (any rcode) within 5 s", key: k + ".flood", format: "%.1f %%"})
+		if set.key == "shared" {
+			rs = append(rs,
+				row{measure: "… the shared unbound's queries per client question", key: k + ".upq", format: "%.2f"},
+				row{measure: "… of them dropped at its full request list", key: k + ".dropped", format: "%.0f"})
+		}
 	}
 	return append(rs,
 		row{measure: fmt.Sprintf("TCP: of %d new clients, answered", abuseTCPClients), key: "abuse.tcp.ok", format: "%.0f"},
