@@ -20,7 +20,7 @@ RUN_CONTROL ?= bin/control.sock
 RUN_STATE_DIR ?=
 ARGS     ?=
 
-.PHONY: all build run test test-stress test-deps consul-agent fleet-scale vet fmt-check tree-check fuzz bench clean deb deb-check version
+.PHONY: all build run test test-stress test-deps consul-agent coredns fleet-scale vet fmt-check tree-check fuzz bench clean deb deb-check version
 
 all: build
 
@@ -73,6 +73,18 @@ consul-agent: $(CONSUL_AGENT)
 $(CONSUL_AGENT):
 	cd test/consulagent && $(GO) build -trimpath -o bin/consul .
 
+# CoreDNS v1.15.0 (Apache-2.0) with only the plugins the bench's dot
+# scenario configures (bind, errors, cache, forward), built from its Go
+# module by the separate module in test/corednsbuild: about a minute with
+# an empty Go build cache, then reused (rebuilt only when missing). Only
+# make bench uses it; make test does not build it.
+COREDNS := test/corednsbuild/bin/coredns
+
+coredns: $(COREDNS)
+
+$(COREDNS):
+	cd test/corednsbuild && $(GO) build -trimpath -o bin/coredns .
+
 # Each fuzz target for FUZZTIME (no -race: the fuzzer's own instrumentation
 # is enough, and it is several times faster). A crash is written to the
 # package's testdata/fuzz and fails the run. The budget is a count of
@@ -113,10 +125,11 @@ fmt-check:
 # towerd beside dnsmasq and unbound on loopback (about 20 minutes; results
 # and how to read them in docs/benchmarks.md). More: make bench BENCH_ARGS='-rounds 3'
 # or fewer: BENCH_ARGS='-scenarios latency,memory' (all ten by default;
-# scenario 10, search, needs root and takes the Consul agent of make test).
+# scenario 10, search, needs root and takes the Consul agent of make test;
+# scenario 12, dot, takes the CoreDNS of make coredns).
 BENCH_ARGS ?=
 
-bench: build consul-agent
+bench: build consul-agent coredns
 	@test/bench/install-peers.sh
 	$(GO) test -run='^$$' -bench=. -benchmem ./cache ./resolver ./resolver/dnssec ./upstream
 	$(GO) build -o bin/towerd-bench ./test/bench

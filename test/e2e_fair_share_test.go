@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // Issue 35 item 1, on the built binary: 200 questions a second for random
@@ -74,13 +76,8 @@ func TestInflightCapSharedWithSilentNames(t *testing.T) {
 
 	// Once the cap is full of silent names (150 at 200 a second: 0.75 s),
 	// 10 fresh names a second for 3 s.
-	full := time.Now().Add(10 * time.Second)
-	for towerdMetric(t, d, "towerd_inflight_resolutions") < 150 {
-		if time.Now().After(full) {
-			t.Fatalf("the flood never filled the in-flight cap: %v running", towerdMetric(t, d, "towerd_inflight_resolutions"))
-		}
-		time.Sleep(20 * time.Millisecond) // polling a gauge
-	}
+	dnstest.Eventually(t, func() bool { return towerdMetric(t, d, "towerd_inflight_resolutions") >= 150 },
+		10*time.Second, "the flood to fill the in-flight cap (150 running)")
 	const fresh = 30
 	answered := 0
 	tick := time.NewTicker(100 * time.Millisecond)

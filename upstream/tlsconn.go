@@ -11,6 +11,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // errBetweenFrames marks a read error before a frame's first byte.
@@ -85,7 +87,7 @@ func (c *tlsConn) enqueue(frame []byte, qend int, owner tlsOwner, a *attempt) (*
 	for c.pending[id] != nil {
 		id = randomID()
 	}
-	binary.BigEndian.PutUint16(frame[2:], id)
+	dnswire.SetID(frame[2:], id)
 	q := &tlsQuery{conn: c, owner: owner, a: a, id: id, match: matchOf(frame[2:], qend), frame: frame}
 	c.pending[id] = q
 	if len(c.pending) == 1 {
@@ -231,7 +233,8 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			}
 		}
 		c.mu.Lock()
-		q := c.pending[binary.BigEndian.Uint16(raw)]
+		h, _ := dnswire.ReadHeader(raw) // readFrame's frames hold a header
+		q := c.pending[h.ID]
 		if q == nil || !q.match.accepts(raw) {
 			if q != nil {
 				c.t.mismatches.Add(1)
@@ -315,7 +318,7 @@ func readFrame(br *bufio.Reader) ([]byte, error) {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint16(prefix[:])
-	if n < 12 {
+	if n < dnswire.HeaderLen {
 		return nil, fmt.Errorf("frame of %d bytes, shorter than a header", n)
 	}
 	msg := make([]byte, n)

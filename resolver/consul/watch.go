@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // Defaults of the watch set's bounds.
@@ -106,6 +108,11 @@ type Config struct {
 	Timing Timing
 	// Log receives the watch's own log lines; nil = none.
 	Log *slog.Logger
+	// Clock is what the watch reads the time from and waits on (issue
+	// 33): the loops' spacing and backoff, the agent gate, idle and empty
+	// timers, MaxStale; nil = the wall clock. The loops sleep on its
+	// timers.
+	Clock clock.Clock
 }
 
 // watchAll reports whether the configuration asks for the catalog mode.
@@ -224,7 +231,7 @@ func New(cfg Config) (*Watcher, error) {
 		client:         clients.pooled,
 		probe:          clients.probe,
 		log:            cfg.Log,
-		clock:          realClock{},
+		clock:          timerClock{clock.Or(cfg.Clock)},
 		jitter:         randomJitter,
 		store:          newStore(),
 		synced:         make(chan struct{}),

@@ -208,24 +208,3 @@ func (b *Builder) writtenIs(at int, name []byte) bool {
 		j += 1 + l
 	}
 }
-
-// AppendOPT appends an OPT record (RFC 6891): the root owner, udpSize, the
-// DO bit, and an Extended DNS Error option (RFC 8914) when ede is not 0.
-func AppendOPT(dst []byte, udpSize uint16, do bool, ede uint16) []byte {
-	var flags, rdlen byte
-	if do {
-		flags = 0x80
-	}
-	if ede != 0 {
-		rdlen = 6
-	}
-	dst = append(dst, 0, TypeOPT>>8, TypeOPT&0xFF, byte(udpSize>>8), byte(udpSize), 0, 0, flags, 0, 0, rdlen)
-	if ede != 0 {
-		const optionEDE = 15
-		dst = append(dst, 0, optionEDE, 0, 2, byte(ede>>8), byte(ede))
-	}
-	return dst
-}
-
-// OPTLen is the length of an OPT record AppendOPT writes without an EDE.
-const OPTLen = 11

@@ -1,10 +1,12 @@
 // Package dnswire is towerd's one reading and one writing of DNS messages
 // in wire form (issue 22): Msg, a strict view that parses a message once,
 // without allocating, into where its question and each record's owner,
-// type, class, TTL and rdata are; Builder, the one encoder, which writes
-// messages of records copied out of views and compresses their names as
-// miekg/dns does; and the names' rules (ReadName, EqualName, InZone,
-// AppendText). The fast path reads client queries with it, the upstream
+// type, class, TTL and rdata are; Builder, the one encoder of records,
+// which writes messages of records copied out of views and compresses
+// their names as miekg/dns does; Reply, the one close of every reply
+// written as bytes (its OPT record and header: answers and errors alike),
+// and AppendQuery; and the names' rules (ReadName, EqualName, InZone and
+// InZoneText, AppendText). The fast path reads client queries with it, the upstream
 // its replies and the scrubber its judgement, the cache its entries and
 // snapshots: no other code reads a name or walks records by hand.
 //
@@ -345,6 +347,20 @@ func (m *Msg) Question(dst []byte) []byte {
 	return name
 }
 
+// Respell writes name (uncompressed wire form) over raw's question
+// name, which must be the same name in other letter case, uncompressed in
+// place: every name compressed to point into the question then reads in
+// name's spelling (issue 23). It reports false, raw unchanged, for a raw
+// whose question is not name so written.
+func Respell(raw, name []byte) bool {
+	var m Msg
+	if m.ParseQuestion(raw) != nil || !m.QuestionIs(name) || m.QuestionCompressed() {
+		return false
+	}
+	copy(raw[m.QName:], name) // uncompressed and equal without case: the same length
+	return true
+}
+
 // QuestionCompressed reports whether the question's name holds a
 // compression pointer: its bytes in place are not the whole name.
 func (m *Msg) QuestionCompressed() bool {
@@ -385,6 +401,17 @@ func (m *Msg) SOAMinimum(i int) uint32 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(m.Raw[rr.End-4:])
+}
+
+// TypeCovered is the type covered by record i, an RRSIG (RFC 4034
+// section 3.1: the rdata's first two bytes); false when its rdata is too
+// short to hold one.
+func (m *Msg) TypeCovered(i int) (uint16, bool) {
+	rdata := m.RData(i)
+	if len(rdata) < 2 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint16(rdata), true
 }
 
 // RData is record i's rdata as it is in Raw (names in it may be

@@ -284,3 +284,28 @@ func TestBuilderGenerated(t *testing.T) {
 		}
 	}
 }
+
+// Respell writes the client's spelling over a packed question, and with
+// it over every name compressed into it, as miekg/dns would pack the
+// message asked in that spelling.
+func TestRespellMatchesMiekg(t *testing.T) {
+	pack := func(qname string) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion(qname, dns.TypeA)
+		m.Id, m.Compress = 1, true
+		m.Answer = []dns.RR{&dns.CNAME{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 5},
+			Target: "t." + qname}}
+		raw, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	raw, want := pack("www.example."), pack("WwW.ExAmple.")
+	if !Respell(raw, mustWire(t, "WwW.ExAmple.")) || !bytes.Equal(raw, want) {
+		t.Fatalf("respelled\n% x\nmiekg/dns packs\n% x", raw, want)
+	}
+	if Respell(raw, mustWire(t, "other.example.")) || !bytes.Equal(raw, want) {
+		t.Fatal("another name was written over the question")
+	}
+}

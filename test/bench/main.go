@@ -75,6 +75,7 @@ func main() {
 		jitWindow = flag.Duration("jitter-window", 30*time.Second, "length of the jitter scenario's probe")
 		searchN   = flag.Int("search-lookups", 100, "lookups per name of the search scenario after the first, one every 100 ms")
 		consul    = flag.String("consul", "test/consulagent/bin/consul", "Consul agent binary for the search scenario's Consul rows (make consul-agent)")
+		coredns   = flag.String("coredns", "test/corednsbuild/bin/coredns", "CoreDNS binary for the dot scenario's CoreDNS row (make coredns)")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
 		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
@@ -110,6 +111,7 @@ func main() {
 			towerd: *towerd, rounds: *rounds, duration: *duration, rates: rs, names: *names,
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
+			coredns:    *coredns,
 			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin,
 		}
 		err = b.run()
@@ -136,6 +138,7 @@ type bench struct {
 	jitterWindow time.Duration
 	searchCount  int    // lookups per name in scenario 10, after the first
 	consul       string // Consul agent binary; "" once it is found missing
+	coredns      string // CoreDNS binary (scenario 12); "" once it is found missing
 	pickWindow   time.Duration
 	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
