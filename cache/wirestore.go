@@ -14,17 +14,17 @@ import (
 // bytes, never unpacked into a dns.Msg.
 
 // PrepareAnswer makes the entry for k from raw, an upstream's reply to k's
-// question, as Set makes it from the reply unpacked: the answer of a
-// NOERROR or NXDOMAIN reply, the TTL clamps applied, whether it may be
+// question: the answer of a NOERROR or NXDOMAIN reply, the TTL clamps applied, whether it may be
 // stored or not (SetWire says). For anything else it gives the reason.
 // raw is only read.
 func (c *Cache) PrepareAnswer(k Key, raw []byte) (WireAnswer, string) {
 	return prepareAnswer(k, raw, c.policy.Load().bounds)
 }
 
-// SetWire stores a under k, as Set stores the reply a was prepared from:
-// NOERROR only (NXDOMAIN is never cached), not truncated, counted the same
-// way.
+// SetWire stores a under k if the store policy accepts it: NOERROR only
+// (NXDOMAIN is never cached), not truncated; it returns false and a short
+// reason on refusal, counted, and then leaves any existing entry for k
+// untouched: a failure never replaces a good entry.
 func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 	if reason := a.storable(); reason != "" {
 		c.stats.refused.Add(1)

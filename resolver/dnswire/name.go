@@ -159,15 +159,6 @@ func InZoneText[N ~string | ~[]byte](name N, zone string) bool {
 	return escapes%2 == 0
 }
 
-// LowerName appends name (uncompressed wire form) to dst with its ASCII
-// letters in lower case.
-func LowerName(dst, name []byte) []byte {
-	for _, c := range name {
-		dst = append(dst, lower(c))
-	}
-	return dst
-}
-
 // AppendText appends name (uncompressed wire form) to dst in presentation
 // form, fully qualified, escaped as miekg/dns escapes it (a special
 // character after a backslash, other bytes outside printable ASCII as

@@ -1,10 +1,12 @@
 // Package dnswire is towerd's one reading and one writing of DNS messages
 // in wire form (issue 22): Msg, a strict view that parses a message once,
 // without allocating, into where its question and each record's owner,
-// type, class, TTL and rdata are; Builder, the one encoder, which writes
-// messages of records copied out of views and compresses their names as
-// miekg/dns does; and the names' rules (ReadName, EqualName, InZone,
-// AppendText). The fast path reads client queries with it, the upstream
+// type, class, TTL and rdata are; Builder, the one encoder of records,
+// which writes messages of records copied out of views and compresses
+// their names as miekg/dns does; Reply, the one close of every reply
+// written as bytes (its OPT record and header: answers and errors alike),
+// and AppendQuery; and the names' rules (ReadName, EqualName, InZone and
+// InZoneText, AppendText). The fast path reads client queries with it, the upstream
 // its replies and the scrubber its judgement, the cache its entries and
 // snapshots: no other code reads a name or walks records by hand.
 //
