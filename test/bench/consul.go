@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Scenario 14, consul (issue 34): what the names towerd exists for cost,
+// Scenario 15, consul (issue 34): what the names towerd exists for cost,
 // beside any other cached name and beside the peers' cache hits. Every
 // server runs at once (towerd, dnsmasq, unbound on their addresses),
 // forwarding every zone, consul. included, to one synthetic upstream
@@ -38,7 +38,7 @@ const (
 	consulNames        = 1000
 )
 
-// consulSets are the name sets of scenario 14, in the order they load.
+// consulSets are the name sets of scenario 15, in the order they load.
 var consulSets = []struct{ key, label string }{
 	{"h", "cached name of another zone (h<N>.bench.example)"},
 	{"c", "cached Consul name (c<N>.service.consul, TTL 300)"},
@@ -47,7 +47,7 @@ var consulSets = []struct{ key, label string }{
 
 func consulKey(set string) string { return "consul." + set + ".us" }
 
-// consulRows are the table's rows of scenario 14.
+// consulRows are the table's rows of scenario 15.
 func (b *bench) consulRows() []row {
 	var rs []row
 	for _, s := range consulSets {
@@ -56,7 +56,7 @@ func (b *bench) consulRows() []row {
 	return rs
 }
 
-// consulScenario runs scenario 14: its upstream, the agent, every server,
+// consulScenario runs scenario 15: its upstream, the agent, every server,
 // then the rounds of interleaved loads.
 func (b *bench) consulScenario() error {
 	if _, err := os.Stat(b.consul); err != nil {
@@ -65,7 +65,7 @@ func (b *bench) consulScenario() error {
 	if err := b.startUpstream("consul-upstream", consulUpstreamAddr, consulTTL, b.faults); err != nil {
 		return err
 	}
-	if err := b.startConsulAgent(consulAgentHost, "consul14", 3); err != nil {
+	if err := b.startConsulAgent(consulAgentHost, "consul15", 3); err != nil {
 		return err
 	}
 	files := map[string]string{}
