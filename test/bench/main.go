@@ -20,6 +20,7 @@
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
 //	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
+//	abuse      14. names nobody answers fill the in-flight cap; TCP connections that always owe an answer (abuse.go; issue 35)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -50,7 +51,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse"}
 
 func main() {
 	var (
@@ -77,6 +78,7 @@ func main() {
 		coredns   = flag.String("coredns", "test/corednsbuild/bin/coredns", "CoreDNS binary for the dot scenario's CoreDNS row (make coredns)")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
+		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -110,7 +112,7 @@ func main() {
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 			coredns:    *coredns,
-			pickWindow: *pickWin, pickOutageLen: *pickOut,
+			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin,
 		}
 		err = b.run()
 	}
@@ -140,6 +142,8 @@ type bench struct {
 	pickWindow   time.Duration
 	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
+	// abuseWindow is how long scenario 14 asks its fresh names.
+	abuseWindow time.Duration
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -219,6 +223,13 @@ func (b *bench) run() error {
 			return err
 		}
 	}
+	if b.want["abuse"] {
+		a, err := startAbuseServers() // abuse.go
+		if err != nil {
+			return err
+		}
+		defer a.close()
+	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
 		return err
@@ -295,6 +306,14 @@ func (b *bench) run() error {
 		if b.want["pick"] && slices.Contains(b.servers, "towerd") {
 			if err := b.pickOutage(round); err != nil {
 				return fmt.Errorf("round %d, towerd, pick outage: %w", round, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["abuse"] {
+				break
+			}
+			if err := b.abuse(round, s); err != nil { // abuse.go
+				return fmt.Errorf("round %d, %s, abuse: %w", round, s, err)
 			}
 		}
 		for _, s := range b.servers {

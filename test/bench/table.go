@@ -119,6 +119,9 @@ func (b *bench) rows() []row {
 	if b.want["pick"] {
 		add("13 choosing a server", b.pickRows()...)
 	}
+	if b.want["abuse"] {
+		add("14 abuse", b.abuseRows()...)
+	}
 	return rs
 }
 
