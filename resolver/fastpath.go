@@ -119,7 +119,7 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	}
 	const rcode = dns.RcodeSuccess
 	sh := s.replyShape(&q.request)
-	reserve := sh.added(rcode, true) // room for EDE 3, should the answer be stale
+	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
 	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
 	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
