@@ -271,6 +271,20 @@ func Respell(raw, name []byte) bool {
 	return true
 }
 
+// QuestionSection is the question section as it is in Raw (name, type
+// and class; empty without a question): what a reply to it repeats.
+func (m *Msg) QuestionSection() []byte { return m.Raw[HeaderLen:m.QEnd] }
+
+// QuestionInPlace is the question's name as it is in Raw, when it is
+// there whole (no compression pointer, QuestionCompressed): a name to
+// compare or copy without decompressing it.
+func (m *Msg) QuestionInPlace() ([]byte, bool) {
+	if m.QDCount != 1 || m.QuestionCompressed() {
+		return nil, false
+	}
+	return m.Raw[m.QName : m.QEnd-4], true
+}
+
 // QuestionCompressed reports whether the question's name holds a
 // compression pointer: its bytes in place are not the whole name.
 func (m *Msg) QuestionCompressed() bool {
