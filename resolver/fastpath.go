@@ -92,13 +92,13 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
+	name, _ := m.QuestionInPlace() // parse declined a compressed one
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
 	q.nameLen = len(dnswire.AppendText(q.name[:0], name, true))
 	q.qtype, q.qclass = m.QType, m.QClass
-	q.question = p[dnswire.HeaderLen:m.QEnd]
+	q.question = m.QuestionSection()
 	return true
 }
 
