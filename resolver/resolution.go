@@ -82,7 +82,7 @@ func (fl *flight) start() {
 	queryBufs.Put(bp)
 	f := fl.f
 	f.mu.Lock()
-	fl.callStarted = true
+	f.callStartedLocked(fl)
 	closing := f.ctx.Err() != nil // close may have looked before it started
 	f.mu.Unlock()
 	if closing {
