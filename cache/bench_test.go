@@ -30,7 +30,7 @@ func benchCache(b *testing.B, n int) (*Cache, []Key) {
 			A:   net.IPv4(192, 0, 2, byte(i)),
 		}}
 		keys[i] = NewKey(name, dns.TypeA, dns.ClassINET, false, false)
-		if ok, reason := c.Set(keys[i], m); !ok {
+		if ok, reason := setMsg(c, keys[i], m); !ok {
 			b.Fatalf("Set %s: %s", name, reason)
 		}
 	}

@@ -70,7 +70,7 @@ func TestEntryLargerThanTheBound(t *testing.T) {
 	k := keyTXT("big.example.")
 	mustSet(t, c, k, txtReply(t, "big.example.", 1<<10))
 	before := c.Bytes()
-	if ok, reason := c.Set(k, txtReply(t, "big.example.", 20<<10)); ok || reason != reasonOverMaxBytes {
+	if ok, reason := setMsg(c, k, txtReply(t, "big.example.", 20<<10)); ok || reason != reasonOverMaxBytes {
 		t.Fatalf("Set of a 20 KiB answer under a 16 KiB bound = %v, %q", ok, reason)
 	}
 	if c.Len() != 2 || c.Bytes() != before {

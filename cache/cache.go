@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"github.com/miekg/dns"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns, so callers can
@@ -175,25 +174,8 @@ func (c *Cache) Get(k Key) (Result, bool) {
 	return it.result(a, now), true
 }
 
-// Set stores m under k if the store policy accepts it (positive answers and
-// NODATA; never NXDOMAIN, other error rcodes or truncated replies). It
-// returns false and a short reason such as "truncated" or "rcode NXDOMAIN"
-// on refusal, and then leaves any existing entry for k untouched: a failure
-// never replaces a good entry. m is copied; the caller keeps ownership.
-func (c *Cache) Set(k Key, m *dns.Msg) (stored bool, reason string) {
-	a, reason := prepareMsg(k, m, c.policy.Load().bounds)
-	if reason == "" {
-		reason = a.storable()
-	}
-	if reason != "" {
-		c.stats.refused.Add(1)
-		return false, reason
-	}
-	return c.store(k, a.prepared)
-}
-
-// store adds the entry prepared as p under k and counts it: the one way in
-// of Set and SetWire. An entry larger than MaxBytes is refused.
+// store adds the entry prepared as p under k and counts it: SetWire's
+// way in. An entry larger than MaxBytes is refused.
 func (c *Cache) store(k Key, p prepared) (stored bool, reason string) {
 	it := newItem(p, c.clock())
 	c.mu.Lock()
@@ -265,7 +247,7 @@ func (c *Cache) Flush() int {
 // failure's: a server that came back after the refresh was sent ends the
 // recheck (Upstream.RecoveredSince), though the refresh's own packets,
 // sent while it was away, failed after it came back (issue 33). It does
-// not bump recency. A later Set for k starts a new entry with no failure
+// not bump recency. A later SetWire for k starts a new entry with no failure
 // recorded.
 func (c *Cache) MarkRefreshFailed(k Key, asked time.Time) {
 	c.mu.Lock()

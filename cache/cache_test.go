@@ -35,9 +35,24 @@ func aReply(t testing.TB, name string, ttl int, ip string) *dns.Msg {
 	return m
 }
 
+// setMsg stores m under k as the resolver stores an upstream's reply
+// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
+// SetWire.
+func setMsg(c *Cache, k Key, m *dns.Msg) (stored bool, reason string) {
+	raw, err := m.Pack()
+	if err != nil {
+		return false, "pack failed"
+	}
+	a, reason := c.PrepareAnswer(k, raw)
+	if reason != "" {
+		return false, reason
+	}
+	return c.SetWire(k, &a)
+}
+
 func mustSet(t testing.TB, c *Cache, k Key, m *dns.Msg) {
 	t.Helper()
-	if ok, reason := c.Set(k, m); !ok {
+	if ok, reason := setMsg(c, k, m); !ok {
 		t.Fatalf("Set(%v) refused: %q", k, reason)
 	}
 }
@@ -120,14 +135,14 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 	truncated.Truncated = true
 
 	for _, tt := range []struct {
-		name   string
-		msg    *dns.Msg
-		reason string
+		name    string
+		msg     *dns.Msg
+		reason  string
+		refused uint64 // SetWire's refusals; PrepareAnswer's count nothing
 	}{
-		{"nxdomain", nxdomain, "rcode NXDOMAIN"},
-		{"servfail", servfail, "rcode SERVFAIL"},
-		{"truncated", truncated, "truncated"},
-		{"nil", nil, "nil message"},
+		{"nxdomain", nxdomain, "rcode NXDOMAIN", 1},
+		{"servfail", servfail, "rcode SERVFAIL", 0},
+		{"truncated", truncated, "truncated", 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, clock := newTestCache(t, Config{Capacity: 10})
@@ -135,7 +150,7 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 			mustSet(t, c, k, aReply(t, "www.example.com.", 300, "192.0.2.1"))
 			clock.Advance(10 * time.Second)
 
-			stored, reason := c.Set(k, tt.msg)
+			stored, reason := setMsg(c, k, tt.msg)
 			if stored || reason != tt.reason {
 				t.Fatalf("Set = %v, %q; want false, %q", stored, reason, tt.reason)
 			}
@@ -147,8 +162,8 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 			if !a.A.Equal(net.IPv4(192, 0, 2, 1)) || a.Hdr.Ttl != 290 {
 				t.Errorf("entry changed to %v, want 192.0.2.1 with TTL 290", a)
 			}
-			if s := c.Stats(); s.Stored != 1 || s.Refused != 1 {
-				t.Errorf("Stats = %+v, want Stored 1 Refused 1", s)
+			if s := c.Stats(); s.Stored != 1 || s.Refused != tt.refused {
+				t.Errorf("Stats = %+v, want Stored 1 Refused %d", s, tt.refused)
 			}
 		})
 	}
@@ -157,7 +172,7 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 func TestNXDOMAINIsNeverStored(t *testing.T) {
 	c, _ := newTestCache(t, Config{Capacity: 10, MaxStaleAge: 24 * time.Hour})
 	k := keyA("new.example.com.")
-	if stored, _ := c.Set(k, reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 3600)}})); stored {
+	if stored, _ := setMsg(c, k, reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 3600)}})); stored {
 		t.Fatal("NXDOMAIN stored")
 	}
 	if _, ok := c.Get(k); ok || c.Len() != 0 {
@@ -285,7 +300,9 @@ func TestStatsCounts(t *testing.T) {
 	c.Get(k) // hit
 	clock.Advance(11 * time.Second)
 	c.Get(k) // stale hit
-	c.Set(k, reply(t, dns.RcodeRefused, sections{}))
+	tc := aReply(t, "www.example.com.", 10, "192.0.2.9")
+	tc.Truncated = true
+	setMsg(c, k, tc) // refused: a fragment
 	want := Stats{Hits: 2, Misses: 1, StaleHits: 1, Stored: 1, Refused: 1}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)

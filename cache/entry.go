@@ -10,8 +10,8 @@ import (
 )
 
 // The entry builder (issue 22): every entry, whether its reply came as an
-// upstream's bytes (PrepareAnswer, the resolver's settle), as a dns.Msg (Set,
-// which packs it first) or from a snapshot (Load), is made here, from a
+// upstream's bytes (PrepareAnswer, the resolver's settle) or from a
+// snapshot (Load), is made here, from a
 // dnswire view of the bytes, by dnswire's one encoder. So an entry is the
 // same bytes whichever way its reply came, by construction.
 //

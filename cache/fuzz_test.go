@@ -64,7 +64,7 @@ func FuzzCacheSet(f *testing.F) {
 			k = NewKey(q.Name, q.Qtype, q.Qclass, false, m.CheckingDisabled)
 		}
 		c, clock := newTestCache(t, fuzzConfig)
-		stored, _ := c.Set(k, m)
+		stored, _ := setMsg(c, k, m)
 		r, ok := c.Get(k)
 		if ok != stored {
 			t.Fatalf("Set stored %v but Get found %v", stored, ok)
@@ -115,7 +115,7 @@ func FuzzCacheLoad(f *testing.F) {
 		if err := m.Unpack(wire); err != nil {
 			f.Fatal(err)
 		}
-		src.Set(NewKey(m.Question[0].Name, uint16(i+1), dns.ClassINET, i%2 == 0, false), m)
+		setMsg(src, NewKey(m.Question[0].Name, uint16(i+1), dns.ClassINET, i%2 == 0, false), m)
 	}
 	var buf bytes.Buffer
 	if _, err := src.Dump(&buf); err != nil {

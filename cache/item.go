@@ -87,7 +87,7 @@ func (o Origin) String() string {
 }
 
 // item is one stored reply. Everything but refreshFailedAt is fixed when the
-// item is made, and a new Set makes a new item, so a reader holding the
+// item is made, and a new SetWire makes a new item, so a reader holding the
 // pointer needs no lock. As in CoreDNS plugin/cache, the item keeps the TTL
 // it was stored with and the time of storing and works out what is left from
 // the clock at each read, instead of rewriting TTLs in place. There is one

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Key identifies one cache entry.
@@ -164,17 +166,12 @@ func (c *Cache) keysWhere(match func(name string) bool) []Key {
 	return keys
 }
 
-// inZone returns whether canonical name is zone (canonical) or below it.
-func inZone(name, zone string) bool {
-	return zone == "." || name == zone || strings.HasSuffix(name, "."+zone)
-}
-
 // RemoveZone removes every entry stored under zone or a name below it
 // (unbound-control's flush_zone; "." is the whole cache) and returns how
 // many it removed.
 func (c *Cache) RemoveZone(zone string) int {
 	zone = canonicalName(zone)
-	return c.removeKeys(c.keysWhere(func(n string) bool { return inZone(n, zone) }))
+	return c.removeKeys(c.keysWhere(func(n string) bool { return dnswire.InZoneText(n, zone) }))
 }
 
 // removeKeys removes the entries of keys still cached and returns how many
@@ -195,5 +192,5 @@ func (c *Cache) removeKeys(keys []Key) int {
 // whole cache), ordered by name and type: `towerd cache list`.
 func (c *Cache) InspectZone(zone string) []Info {
 	zone = canonicalName(zone)
-	return c.inspectKeys(c.keysWhere(func(n string) bool { return inZone(n, zone) }))
+	return c.inspectKeys(c.keysWhere(func(n string) bool { return dnswire.InZoneText(n, zone) }))
 }

@@ -180,7 +180,7 @@ func TestConcurrentUse(t *testing.T) {
 				k := keys[(w+i)%len(keys)]
 				switch i % 5 {
 				case 0:
-					c.Set(k, replies[(w+i)%len(keys)])
+					setMsg(c, k, replies[(w+i)%len(keys)])
 				case 1, 2:
 					gets[w]++
 					if r, ok := c.Get(k); ok {

@@ -21,7 +21,9 @@ func TestCollector(t *testing.T) {
 	c.Get(keyA("nothing.example.")) // miss
 	clock.Advance(2 * time.Minute)  // a expired, b fresh
 	c.Get(keyA("a.example."))       // expired: a miss, and an expired lookup
-	c.Set(keyA("nx.example."), nil) // refused
+	tc := aReply(t, "tc.example.", 60, "192.0.2.9")
+	tc.Truncated = true
+	setMsg(c, keyA("tc.example."), tc) // refused: a fragment
 	// a was used last, so c pushes b out.
 	mustSet(t, c, keyA("c.example."), aReply(t, "c.example.", 60, "192.0.2.3"))
 

@@ -3,7 +3,6 @@ package cache
 import (
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -39,11 +38,9 @@ func (k Kind) String() string {
 // Refusal reasons that are not an rcode. They are short and stable because
 // the resolver puts them in debug output and may count them.
 const (
-	reasonNilMessage = "nil message"
-	reasonTruncated  = "truncated"
-	reasonPackFailed = "pack failed"
-	reasonTooLarge   = "too large"
-	reasonMalformed  = "malformed"
+	reasonTruncated = "truncated"
+	reasonTooLarge  = "too large"
+	reasonMalformed = "malformed"
 	// reasonOverMaxBytes: the entry alone costs more than Config.MaxBytes.
 	reasonOverMaxBytes = "larger than the cache's byte bound"
 )
@@ -100,31 +97,6 @@ func rrTTL(seconds uint32) time.Duration {
 	return time.Duration(seconds) * time.Second
 }
 
-// prepareMsg is prepareAnswer for a reply as a dns.Msg (Set): it
-// packs m, without its OPT and TSIG records (what the entry drops anyway;
-// packing them would also write m's extended rcode into its OPT), and
-// makes the entry from the bytes, as from an upstream's. m is not
-// modified.
-func prepareMsg(k Key, m *dns.Msg, bounds ttlBounds) (WireAnswer, string) {
-	if m == nil {
-		return WireAnswer{}, reasonNilMessage
-	}
-	if m.Truncated {
-		return WireAnswer{}, reasonTruncated
-	}
-	if m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError {
-		return WireAnswer{}, "rcode " + dnswire.RcodeName(m.Rcode)
-	}
-	cp := *m
-	cp.Extra = withoutTransportRRs(m.Extra)
-	cp.Compress = false // the entry builder compresses
-	raw, err := cp.Pack()
-	if err != nil {
-		return WireAnswer{}, reasonPackFailed
-	}
-	return prepareAnswer(k, raw, bounds)
-}
-
 // storable says why a prepared answer is not stored, or "": only NOERROR
 // is (NXDOMAIN is answered, never cached), and never a TC reply, which is
 // a fragment of the real answer: cached, the fragment would be served as
@@ -137,25 +109,4 @@ func (a *WireAnswer) storable() string {
 		return "rcode " + dnswire.RcodeName(a.rcode)
 	}
 	return ""
-}
-
-// withoutTransportRRs returns s without the records that belong to one
-// exchange rather than to the data: OPT (RFC 6891 §6.1.1) and TSIG (RFC
-// 8945). s is not modified.
-func withoutTransportRRs(s []dns.RR) []dns.RR {
-	if !slices.ContainsFunc(s, isTransportRR) {
-		return s
-	}
-	var kept []dns.RR
-	for _, rr := range s {
-		if !isTransportRR(rr) {
-			kept = append(kept, rr)
-		}
-	}
-	return kept
-}
-
-func isTransportRR(rr dns.RR) bool {
-	t := rr.Header().Rrtype
-	return t == dns.TypeOPT || t == dns.TypeTSIG
 }

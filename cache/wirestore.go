@@ -14,17 +14,17 @@ import (
 // bytes, never unpacked into a dns.Msg.
 
 // PrepareAnswer makes the entry for k from raw, an upstream's reply to k's
-// question, as Set makes it from the reply unpacked: the answer of a
-// NOERROR or NXDOMAIN reply, the TTL clamps applied, whether it may be
+// question: the answer of a NOERROR or NXDOMAIN reply, the TTL clamps applied, whether it may be
 // stored or not (SetWire says). For anything else it gives the reason.
 // raw is only read.
 func (c *Cache) PrepareAnswer(k Key, raw []byte) (WireAnswer, string) {
 	return prepareAnswer(k, raw, c.policy.Load().bounds)
 }
 
-// SetWire stores a under k, as Set stores the reply a was prepared from:
-// NOERROR only (NXDOMAIN is never cached), not truncated, counted the same
-// way.
+// SetWire stores a under k if the store policy accepts it: NOERROR only
+// (NXDOMAIN is never cached), not truncated; it returns false and a short
+// reason on refusal, counted, and then leaves any existing entry for k
+// untouched: a failure never replaces a good entry.
 func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 	if reason := a.storable(); reason != "" {
 		c.stats.refused.Add(1)
@@ -71,7 +71,7 @@ func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, Wir
 	base := len(dst) - int(p.answerAt)
 	dst = append(dst, records...)
 	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
-		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], ttl)
+		dnswire.SetTTL(dst, base+int(binary.BigEndian.Uint16(offsets)), ttl) // the entry's own offset table
 	}
 	hdr, _ := dnswire.ReadHeader(wire) // an entry is a whole message
 	return dst, WireHit{

@@ -68,7 +68,7 @@ func wireStoreSeeds(tb testing.TB) [][]byte {
 // checkPrepareWire fails when PrepareWire makes of raw an entry that does
 // not hold what miekg/dns reads in raw: every record but OPT and TSIG, the
 // rcode, the kind, the TTL of RFC 2308 and RFC 2181 (wantTTL, written from
-// the dns.Msg), and Set's entry for raw unpacked, byte for byte. Since
+// the dns.Msg), and the entry of raw unpacked and packed again by miekg/dns, byte for byte. Since
 // issue 22 both come from the one entry builder: the last check holds by
 // construction and guards the packing in between.
 func checkPrepareWire(t *testing.T, raw []byte, bounds ttlBounds) bool {
@@ -116,21 +116,21 @@ func checkPrepareWire(t *testing.T, raw []byte, bounds ttlBounds) bool {
 		if got.storable() != reasonTruncated {
 			t.Fatalf("a truncated reply may be stored: %q", got.storable())
 		}
-		return true // Set refuses it before packing
+		return true // SetWire refuses it
 	}
 	if !miekgRoundTrips(m, raw) {
 		return true // miekg/dns packs some record otherwise than it came (an empty DNSKEY as 4 bytes)
 	}
-	m.Rcode = dns.RcodeSuccess // Set stores NOERROR only; compare the rest
-	set, reason := prepareMsg(k, m, bounds)
+	m.Rcode = dns.RcodeSuccess // SetWire stores NOERROR only; compare the rest
+	set, reason := prepareReply(k, m, bounds)
 	if reason != "" {
-		t.Fatalf("accepted from bytes, refused by Set: %s", reason)
+		t.Fatalf("accepted from bytes, refused repacked: %s", reason)
 	}
 	if rcode != dns.RcodeSuccess {
 		set.data[3] = set.data[3]&^0xF | byte(rcode)
 	}
 	if !bytes.Equal(got.data, set.data) || got.answerAt != set.answerAt {
-		t.Fatalf("wire entry differs from Set's:\n got %x\nwant %x", got.data, set.data)
+		t.Fatalf("wire entry differs from the repacked reply's:\n got %x\nwant %x", got.data, set.data)
 	}
 	return true
 }
@@ -213,7 +213,7 @@ func wantTTL(m *dns.Msg) time.Duration {
 	return ttl
 }
 
-func TestPrepareWireMatchesSet(t *testing.T) {
+func TestPrepareWireMatchesRepacked(t *testing.T) {
 	for _, bounds := range []ttlBounds{{}, {min: 45 * time.Second, max: time.Hour}} {
 		for i, raw := range wireStoreSeeds(t) {
 			if !checkPrepareWire(t, raw, bounds) {
@@ -259,11 +259,11 @@ func TestSetWire(t *testing.T) {
 		if !stored {
 			continue
 		}
-		// The entry is the one Set stores for the reply unpacked, byte for
+		// The entry is the one stored for the reply unpacked and repacked, byte for
 		// byte, and a hit shows it as the first answer showed it.
 		ref, _ := newTestCache(t, Config{Capacity: 10})
-		if ok, reason := ref.Set(k, m); !ok {
-			t.Fatalf("%s: Set refused: %s", q.Name, reason)
+		if ok, reason := setMsg(ref, k, m); !ok {
+			t.Fatalf("%s: repacked reply refused: %s", q.Name, reason)
 		}
 		c.mu.Lock()
 		gotItem, _ := c.lru.Peek(k)
@@ -272,14 +272,14 @@ func TestSetWire(t *testing.T) {
 		wantItem, _ := ref.lru.Peek(k)
 		ref.mu.Unlock()
 		if !bytes.Equal(gotItem.data, wantItem.data) || gotItem.ttl != wantItem.ttl || gotItem.kind != wantItem.kind {
-			t.Errorf("%s: stored %x (%v %v), Set stores %x (%v %v)", q.Name, gotItem.data, gotItem.ttl, gotItem.kind,
+			t.Errorf("%s: stored %x (%v %v), repacked stores %x (%v %v)", q.Name, gotItem.data, gotItem.ttl, gotItem.kind,
 				wantItem.data, wantItem.ttl, wantItem.kind)
 		}
 		if a.TTL() == 0 {
 			continue // stored expired: no fresh hit to compare
 		}
 		got, ok := c.Get(k)
-		prepared, _ := prepareMsg(k, m, ttlBounds{})
+		prepared, _ := prepareReply(k, m, ttlBounds{})
 		want := prepared.Message()
 		gotBytes, err1 := got.Msg.Pack()
 		wantBytes, err2 := want.Pack()
@@ -293,7 +293,7 @@ func TestSetWire(t *testing.T) {
 }
 
 // FuzzPrepareWire: whatever an upstream sends, an entry made from its bytes
-// is the entry Set makes of it unpacked, byte for byte.
+// is the entry made of it unpacked and repacked, byte for byte.
 func FuzzPrepareWire(f *testing.F) {
 	for _, raw := range wireStoreSeeds(f) {
 		f.Add(raw, false)
@@ -309,7 +309,7 @@ func FuzzPrepareWire(f *testing.F) {
 
 // Generated replies of the accepted shapes, with names that share suffixes
 // in every way miekg's compression could use (letter case included): each
-// must be accepted and give Set's entry.
+// must be accepted and give the repacked reply's entry.
 func TestPrepareWireGenerated(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 17))
 	labels := []string{"a", "b", "example", "Example", "com", "COM", "ns1", "hostmaster", "x-y", "_srv"}

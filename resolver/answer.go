@@ -38,11 +38,19 @@ func (s *settings) answer(w dns.ResponseWriter, req *dns.Msg, r *request) answer
 	return a
 }
 
-// rcode writes an empty reply with the given rcode.
+// rcode writes an empty reply with the given rcode (dnswire's encoder).
 func (a answer) rcode(rcode int) {
-	out := new(dns.Msg)
-	out.SetRcode(a.req, rcode)
-	a.write(out, false, false)
+	bp := replyBufs.Get().(*[]byte)
+	defer replyBufs.Put(bp)
+	out, ok := a.sh.appendEmptyReply((*bp)[:0], a.req, rcode)
+	if !ok {
+		return // a question miekg/dns could not pack either
+	}
+	*bp = out[:0]
+	if a.s.Tap != nil {
+		a.tapWritten(a.s.Tap, out)
+	}
+	_, _ = a.w.Write(out) // the client is gone; nothing to do about it
 }
 
 // msg writes body (a cached entry or an upstream reply) as the answer to the
@@ -98,7 +106,9 @@ func (a answer) body(body *dns.Msg, stale bool, staleTTL func(own uint32) uint32
 func (a answer) write(out *dns.Msg, ad, stale bool) {
 	a.sh.apply(out, ad, stale)
 	if a.s.Tap != nil {
-		a.tapWritten(a.s.Tap, out)
+		if reply, err := out.Pack(); err == nil {
+			a.tapWritten(a.s.Tap, reply)
+		}
 	}
 	_ = a.w.WriteMsg(out) // the client is gone; nothing to do about it
 }

@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/miekg/dns"
-
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/upstream"
 )
@@ -72,18 +70,15 @@ func tapObserved(t Tap, r *request, zone, source string, start, now time.Time) {
 		Response: r.reply, QueryTime: start, ResponseTime: now, Source: source, Zone: zone})
 }
 
-// tapWritten is answer.write's half of tapObserved: req and out packed
-// (only with a Tap: the writer packs out once more).
-func (a answer) tapWritten(t Tap, out *dns.Msg) {
+// tapWritten is the general path's half of tapObserved: req packed, and
+// reply, the bytes written (answer.write packs its dns.Msg for it, only
+// with a Tap).
+func (a answer) tapWritten(t Tap, reply []byte) {
 	r := a.r
 	if r == nil || r.tapSource == "" {
 		return // not observed: no answer a client counts (Trace's own)
 	}
 	query, err := a.req.Pack()
-	if err != nil {
-		return
-	}
-	reply, err := out.Pack()
 	if err != nil {
 		return
 	}

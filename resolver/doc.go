@@ -15,8 +15,10 @@
 //     one whose entry expired when its stale answer is due at once
 //     (stalePacket: the records with the stale answer TTL, EDE 3), the
 //     refresh it starts a flight like a prefetch.
-//  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss while
-//     the in-flight cap is full and nothing stale exists: SERVFAIL at once.
+//  2. Fast reject (fastpath.go rejectPacket): the same readers, a miss with
+//     no cache entry while the in-flight cap is full or the question
+//     failed lately (failures.go), as the miss decision says: SERVFAIL at
+//     once.
 //  3. UDP general (udp.go servePacket → ServeDNS): everything routes 1,
 //     2 and 6 decline on such a socket, on a goroutine of its own (a
 //     reused one: workers.go).
@@ -61,8 +63,13 @@
 //     with the client's DO, EDE 3 on stale and 22 on SERVFAIL, the size
 //     limit: min(client's size, MaxUDPSize) over UDP, 512 without EDNS,
 //     64 KiB over TCP, the fast path's included): replyShape, written as
-//     bytes by the fast path (hits, stale answers, SERVFAIL) and on a
-//     dns.Msg by replyShape.apply. A stale answer's TTL is
+//     bytes by dnswire's one reply encoder (dnswire.Reply: the OPT record
+//     with extended rcode and EDE, then the header) for the fast path's
+//     replies (replyShape.closeReply: hits, stale answers, SERVFAIL) and
+//     every error reply of the general path (replyShape.appendEmptyReply:
+//     REFUSED, FORMERR, BADVERS, SERVFAIL, the panic's; servePacket's
+//     FORMERR and NOTIMP), and on a dns.Msg by replyShape.apply for
+//     answers with records. A stale answer's TTL is
 //     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
 //   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
@@ -76,10 +83,12 @@
 //     — the rule that answered, or why the watch passed the name on — goes
 //     into the observation, Query.Rule and Query.Passed). The fast path
 //     writes a covered name's answer as bytes when the source that covers
-//     it can (RecordAppender, recordsPacket: the Consul watch's A and
-//     AAAA of <svc>.service.<domain>, encoded once per record set) and
-//     declines every other name RecordSource.Covers, the union of a
-//     Chain's.
+//     it can (RecordAppender, recordsPacket: every answer the Consul
+//     watch holds, its forms, A, AAAA, SRV and NODATA, fresh or stale,
+//     encoded when the watch delivers the record set) and declines every
+//     other name RecordSource.Covers, the union of a Chain's: for the
+//     watch, the names it holds and the service names whose questions ask
+//     for a watch; the rest of the Consul domain is the cache's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry, the fast path's stale answer its
@@ -115,13 +124,15 @@
 //     scrubber, told the zones configured below: a chain that enters one
 //     is chased there, chase.go, never believed), and one
 //     settle (Handler.settle): the entry made by the cache's one entry
-//     builder from the reply's bytes (cache.PrepareAnswer, which Set and
-//     the snapshot loader use too), stored, removed or failed by rcode.
+//     builder from the reply's bytes (cache.PrepareAnswer, which the
+//     snapshot loader uses too), stored, removed or failed by rcode.
 //   - First answer: every waiter gets the reply as the prepared entry
 //     shows it, a hit's TTLs and records right after storing; route 6
 //     writes its bytes, ServeDNS unpacks them (WireAnswer.Message).
 //   - DNS bytes: read and written by resolver/dnswire only (the view
-//     Msg, the encoder Builder, the names' rules, AppendOPT).
+//     Msg, the encoders Builder, Reply and AppendQuery, the names' rules,
+//     AppendOPT); whether a name is inside a zone: dnswire.InZone on wire
+//     names, dnswire.InZoneText on text (the router, the search list).
 //   - Observation: Handler.observe, once per answer, before it is written.
 //
 // The contracts the resolver relies on are named interfaces with

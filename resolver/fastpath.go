@@ -92,13 +92,13 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
+	name, _ := m.QuestionInPlace() // parse declined a compressed one
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
 	q.nameLen = len(dnswire.AppendText(q.name[:0], name, true))
 	q.qtype, q.qclass = m.QType, m.QClass
-	q.question = p[dnswire.HeaderLen:m.QEnd]
+	q.question = m.QuestionSection()
 	return true
 }
 
@@ -108,8 +108,9 @@ func fastOption(code uint16, _ []byte) bool { return code == optionCookie || cod
 
 // recordsPacket is answerPacket for a name a RecordSource covers: the
 // source's answer written as bytes when it can write it
-// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
-// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (RecordAppender: every answer of the Consul watch, fresh or stale),
+// framed by the reply core like ServeDNS's a.records (a stale one with
+// EDE 3 and the one stale TTL), and cut like Consul's by ServeDNS only
 // (cutLikeConsul). Everything else it declines, dst unchanged, to
 // ServeDNS, which asks the source's Answer.
 func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
@@ -118,24 +119,18 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	}
 	const rcode = dns.RcodeSuccess
 	sh := s.replyShape(&q.request)
-	reserve := 0
-	if sh.opt {
-		reserve = dnswire.OPTLen
-	}
-	headerAt := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
-	dst = append(dst, q.question...)
-	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
-	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+	reserve := sh.added(rcode, true) // room for EDE 3, should the answer be stale
+	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
+	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
 		return dst[:headerAt], false
 	}
-	var extra uint16
-	if sh.opt {
-		extra = 1
-		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
+	dst = sh.closeReply(dst, headerAt, q.id, cache.WireHit{Rcode: rcode, Answer: counts[0], Ns: counts[1], Extra: counts[2]}, stale)
+	if stale {
+		label = SourceStale
 	}
-	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), answers, 0, extra)
 	q.rule = why
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
 	return dst, true
 }
@@ -146,12 +141,6 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 // other answer under the Consul domain is the fast path's (issue 34).
 func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
 	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
-}
-
-// putHeader writes a reply's header into hdr[:12] (dnswire's encoder):
-// one question, and the records of each section.
-func putHeader(hdr []byte, id, flags, answer, ns, extra uint16) {
-	dnswire.Header{ID: id, Flags: flags, QDCount: 1, ANCount: answer, NSCount: ns, ARCount: extra}.Put(hdr)
 }
 
 // answerPacket answers the query in pkt from a client at from, if it is a
@@ -192,9 +181,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if sh.opt {
 		reserve = dnswire.OPTLen
 	}
-	headerAt := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // the header, written last
-	dst = append(dst, q.question...)
+	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
 	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
@@ -202,13 +189,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)-headerAt) {
 		return dst[:headerAt], false
 	}
-
-	extra := hit.Extra
-	if sh.opt {
-		extra++
-		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0) // a fresh hit carries no EDE
-	}
-	putHeader(dst[headerAt:], q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
+	dst = sh.closeReply(dst, headerAt, q.id, hit, false)
 
 	prefetch := false
 	if s.wantsPrefetch(hit.TTL, hit.Remaining) {
@@ -232,7 +213,7 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 	s *settings, sh replyShape, zone Zone, start time.Time) ([]byte, bool) {
 	reserve := 0
 	if sh.opt {
-		reserve = dnswire.OPTLen + ednsEDELen // a stale answer carries EDE 3
+		reserve = dnswire.OPTLen + dnswire.EDELen // a stale answer carries EDE 3
 	}
 	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve, s.staleTTLSeconds())
 	switch {
@@ -250,10 +231,6 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 	}
 	return dst[:headerAt], false
 }
-
-// ednsEDELen is the length of the Extended DNS Error option AppendOPT
-// writes (RFC 8914 §2: code, length, info-code, no extra text).
-const ednsEDELen = 6
 
 // stalePacket is the fast path's stale answer (RFC 8767), made by
 // ServeDNS's rules: the miss decision (planMiss: the failure recheck, the
@@ -278,12 +255,7 @@ func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []by
 		q.joined = fl
 		return dst[:headerAt], false
 	}
-	extra := st.Extra
-	if sh.opt {
-		extra++
-		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(st.Rcode, true))
-	}
-	putHeader(dst[headerAt:], q.id, sh.header(st.Rcode, st.AuthenticatedData), st.Answer, st.Ns, extra)
+	dst = sh.closeReply(dst, headerAt, q.id, st.WireHit, true)
 	h.cache.CountStaleHit() // ServeDNS's lookup would have counted it
 	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, SourceStale, st.Rcode, start, false)
@@ -321,12 +293,7 @@ func (h *Handler) rejectPacket(dst []byte, headerAt int, q *plainQuery, name []b
 // resolution failed or whose query_timeout ran out.
 func (h *Handler) servfailPacket(dst []byte, headerAt int, q *plainQuery, s *settings, sh replyShape, zone string, start time.Time) []byte {
 	const rcode = dns.RcodeServerFailure
-	var extra uint16
-	if sh.opt {
-		extra = 1
-		dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, sh.ede(rcode, false))
-	}
-	putHeader(dst[headerAt:], q.id, sh.header(rcode, false), 0, 0, extra)
+	dst = sh.closeReply(dst, headerAt, q.id, cache.WireHit{Rcode: rcode}, false)
 	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone, SourceUpstream, rcode, start, false)
 	return dst

@@ -46,6 +46,10 @@ type flight struct {
 	// yielding, under flights.mu: the flight was chosen to give up its
 	// slot (jostle.go), not to be chosen again.
 	yielding bool
+	// share and jostleAt, under flights.mu, are its places in the
+	// jostle's index (jostleindex.go) while its call runs.
+	share    *parentShare
+	jostleAt [2]int
 	// started is when the resolution began, by the flights' clock (the
 	// one the client timers run on): a client joining it late waits only for
 	// what is left of the client response timer (Handler.ServeDNS).
@@ -71,6 +75,9 @@ type flights struct {
 	rejected atomic.Uint64
 	// yields counts the resolutions that gave up their slot (jostle.go).
 	yields yieldStats
+	// jostle indexes the running resolutions for choosing the one that
+	// yields (jostleindex.go); under mu.
+	jostle jostleIndex
 
 	ctx     context.Context // cancelled by close: shutdown abandons resolutions
 	cancel  context.CancelFunc
@@ -218,7 +225,7 @@ func (fl *flight) finish(o outcome) {
 	defer f.wg.Done()
 	fl.outcome = o
 	f.mu.Lock()
-	delete(f.running, fl.key)
+	f.leaveLocked(fl)
 	waiters := fl.waiters
 	fl.waiters, fl.ended = nil, true
 	for _, w := range waiters {
@@ -228,6 +235,21 @@ func (fl *flight) finish(o outcome) {
 	f.inflight.Add(-1)
 	for _, w := range waiters {
 		w.wake(false)
+	}
+}
+
+// leaveLocked takes fl out of the running set; f.mu is held.
+func (f *flights) leaveLocked(fl *flight) {
+	delete(f.running, fl.key)
+	f.jostle.removeLocked(fl)
+}
+
+// callStartedLocked records that fl's upstream call runs (close kicks
+// it, and it may yield its slot: jostle.go); f.mu is held.
+func (f *flights) callStartedLocked(fl *flight) {
+	fl.callStarted = true
+	if !fl.ended { // a reply may have ended it before StartWire returned
+		f.jostle.addLocked(fl)
 	}
 }
 

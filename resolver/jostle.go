@@ -48,7 +48,7 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 	f.mu.Lock()
 	oldest := f.victimLocked(cutoff, key, limit)
 	if oldest != nil {
-		oldest.yielding = true
+		f.yieldingLocked(oldest)
 	}
 	f.mu.Unlock()
 	if oldest == nil || !oldest.call.Yield() {
@@ -56,6 +56,13 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 	}
 	f.yields.yielded.Add(1)
 	return true
+}
+
+// yieldingLocked marks fl chosen to give up its slot: it is not chosen
+// again. f.mu is held.
+func (f *flights) yieldingLocked(fl *flight) {
+	fl.yielding = true
+	f.jostle.yieldingLocked(fl)
 }
 
 // victimLocked is the running resolution that gives its slot to key's at
@@ -66,51 +73,26 @@ func (f *flights) yieldOldest(cutoff time.Time, key cache.Key, limit int) bool {
 // resolution of that dominant parent, whatever its age, else the oldest
 // past cutoff. So a flood of random names that fail at once, asked again
 // as fast as they fail, recycles its own slots and cannot starve the
-// other names of the zone (issue 35).
+// other names of the zone (issue 35). The counts and the oldest are the
+// index's (jostleindex.go): a question at the cap costs a few heap steps,
+// not a walk over every running resolution.
 func (f *flights) victimLocked(cutoff time.Time, key cache.Key, limit int) *flight {
 	// The dominant parent is counted with the resolutions already
 	// yielding: they are the flood's still, and a flood recycling its
 	// slots fast has many of them ending at any moment (counting only the
 	// others let a flood of 256 TCP connections look like no flood).
-	counts := map[string]int{}
-	dominant, most := "", 0
-	for _, fl := range f.running {
-		if !fl.callStarted {
-			continue
-		}
-		p := parentDomain(fl.key.Name)
-		counts[p]++
-		if counts[p] > most {
-			dominant, most = p, counts[p]
-		}
-	}
 	own := parentDomain(key.Name)
-	flooding := most > limit/2
-	var oldest *flight
-	for _, fl := range f.running {
-		if !fl.callStarted || fl.yielding {
-			continue
-		}
-		p := parentDomain(fl.key.Name)
-		switch {
-		case flooding && own == dominant:
-			if p != own || !fl.started.Before(cutoff) {
-				continue
-			}
-		case flooding:
-			if p != dominant {
-				continue
-			}
-		default:
-			if !fl.started.Before(cutoff) {
-				continue
-			}
-		}
-		if oldest == nil || fl.started.Before(oldest.started) {
-			oldest = fl
-		}
+	dominant := f.jostle.dominant(own)
+	switch {
+	case dominant == nil:
+		return nil
+	case dominant.count <= limit/2:
+		return f.jostle.oldest.firstBefore(cutoff)
+	case dominant.name == own:
+		return dominant.oldest.firstBefore(cutoff)
+	default:
+		return dominant.oldest.first()
 	}
-	return oldest
 }
 
 // parentDomain is name less its first label ("." for a top-level name).

@@ -106,21 +106,6 @@ func msgFlags(m *dns.Msg) uint16 {
 	return f
 }
 
-// setMsgFlags is msgFlags the other way: m's header from a flags word
-// (dns.Msg.setHdr is not exported).
-func setMsgFlags(m *dns.Msg, f uint16) {
-	m.Response = f&dnswire.FlagQR != 0
-	m.Opcode = dnswire.Opcode(f)
-	m.Authoritative = f&dnswire.FlagAA != 0
-	m.Truncated = f&dnswire.FlagTC != 0
-	m.RecursionDesired = f&dnswire.FlagRD != 0
-	m.RecursionAvailable = f&dnswire.FlagRA != 0
-	m.Zero = f&dnswire.FlagZ != 0
-	m.AuthenticatedData = f&dnswire.FlagAD != 0
-	m.CheckingDisabled = f&dnswire.FlagCD != 0
-	m.Rcode = int(f & 0xF)
-}
-
 // cd is the request's Checking Disabled bit, part of the cache key.
 func (r *request) cd() bool { return r.flags&dnswire.FlagCD != 0 }
 
@@ -188,7 +173,7 @@ func admit(s *settings, r *request) (rcode int, ok bool) {
 // writes it: header flags, towerd's OPT record with the client's DO bit and
 // an Extended DNS Error, and the most bytes the reply may take.
 type replyShape struct {
-	flags uint16 // QR, RA, the request's RD and CD; rcode and AD come with the answer
+	flags uint16 // QR, RA, the request's opcode, RD and CD; rcode and AD come with the answer
 	adOK  bool   // RFC 6840 §5.8: AD only for clients that asked with DO or AD
 	opt   bool   // the client spoke EDNS: the reply carries towerd's OPT
 	do    bool
@@ -204,7 +189,7 @@ type replyShape struct {
 // TCP carries up to a message's maximum.
 func (s *settings) replyShape(r *request) replyShape {
 	sh := replyShape{
-		flags: uint16(dnswire.FlagQR|dnswire.FlagRA) | r.flags&(dnswire.FlagRD|dnswire.FlagCD),
+		flags: uint16(dnswire.FlagQR|dnswire.FlagRA) | r.flags&(opcodeBits|dnswire.FlagRD|dnswire.FlagCD),
 		adOK:  r.do || r.flags&dnswire.FlagAD != 0,
 		opt:   r.edns,
 		do:    r.do,
@@ -219,17 +204,59 @@ func (s *settings) replyShape(r *request) replyShape {
 	return sh
 }
 
+// opcodeBits are the opcode's in a header's flags word: a reply has its
+// request's (RFC 1035 section 4.1.1), as miekg/dns's SetReply copies it.
+const opcodeBits = 0xF << 11
+
+// reply is how the one encoder (dnswire.Reply) closes an answer to the
+// request's one question with rcode, the source's AD bit ad: the reply
+// core's flags, OPT and Extended DNS Error.
+func (sh replyShape) reply(id uint16, rcode int, ad, stale bool) dnswire.Reply {
+	return dnswire.Reply{ID: id, Flags: sh.header(rcode, ad), Rcode: rcode, Questions: 1,
+		EDNS: sh.opt, UDPSize: advertisedUDPSize, DO: sh.do, EDE: sh.ede(rcode, stale)}
+}
+
+// closeReply ends the reply to q whose header room is at dst[headerAt:],
+// followed by the question and hit's records: the fast path's answers and
+// the wire miss's, fresh or stale (stale: hit's TTLs are stale ones).
+func (sh replyShape) closeReply(dst []byte, headerAt int, id uint16, hit cache.WireHit, stale bool) []byte {
+	r := sh.reply(id, hit.Rcode, hit.AuthenticatedData, stale)
+	r.Answer, r.Authority, r.Additional = hit.Answer, hit.Ns, hit.Extra
+	return r.Close(dst, headerAt)
+}
+
+// appendEmptyReply appends the reply with rcode and no records to req,
+// framed by sh, to dst: towerd's own error answers on the general path
+// (REFUSED, FORMERR, BADVERS, SERVFAIL; the panic's). Like miekg/dns's
+// SetReply, it carries req's first question, if any; ok is false when
+// that question's name cannot be written (then no reply could be).
+func (sh replyShape) appendEmptyReply(dst []byte, req *dns.Msg, rcode int) ([]byte, bool) {
+	r := sh.reply(req.Id, rcode, false, false)
+	var question []byte
+	if len(req.Question) > 0 {
+		q := req.Question[0]
+		var name [dnswire.MaxNameLen]byte
+		n, ok := dnswire.AppendWireName(name[:0], q.Name)
+		if !ok {
+			return dst, false
+		}
+		question = dnswire.AppendQuestion(make([]byte, 0, len(n)+4), n, q.Qtype, q.Qclass)
+	} else {
+		r.Questions = 0
+	}
+	return dnswire.AppendEmptyReply(dst, question, r), true
+}
+
 // added is how many bytes the reply core adds to an answer with rcode:
 // its OPT record, with an EDE option when it carries one.
 func (sh replyShape) added(rcode int, stale bool) int {
 	if !sh.opt {
 		return 0
 	}
-	const optRR, edeOption = 11, 6 // RFC 6891 section 6.1.2; RFC 8914 section 2
 	if sh.ede(rcode, stale) != 0 {
-		return optRR + edeOption
+		return dnswire.OPTLen + dnswire.EDELen
 	}
-	return optRR
+	return dnswire.OPTLen
 }
 
 // header is the reply's flags word for an answer with rcode (its low four
@@ -288,16 +315,18 @@ func (sh replyShape) apply(out *dns.Msg, ad, stale bool) {
 }
 
 // panicReply is the SERVFAIL for req, come on w, whose handler panicked:
-// framed by the reply core as every SERVFAIL of towerd's (issue 34: it
+// written by the one encoder as every SERVFAIL of towerd's (issue 34: it
 // had no OPT and no EDE), with the default UDP size, as the handler's
-// settings are not at hand (an empty reply fits any).
-func panicReply(req *dns.Msg, w dns.ResponseWriter) *dns.Msg {
+// settings are not at hand (an empty reply fits any); nil when req's
+// question cannot be written.
+func panicReply(req *dns.Msg, w dns.ResponseWriter) []byte {
 	var r request
 	r.fromMsg(req, w)
 	s := settings{Config: Config{MaxUDPSize: DefaultMaxUDPSize}}
-	out := new(dns.Msg)
-	out.SetRcode(req, dns.RcodeServerFailure)
-	s.replyShape(&r).apply(out, false, false)
+	out, ok := s.replyShape(&r).appendEmptyReply(nil, req, dns.RcodeServerFailure)
+	if !ok {
+		return nil
+	}
 	return out
 }
 
@@ -336,18 +365,4 @@ func allowedAddr(allow []netip.Prefix, ip netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// allowed is allowedAddr for a connection's address.
-func allowed(allow []netip.Prefix, remote net.Addr) bool {
-	var ip netip.Addr
-	switch a := remote.(type) {
-	case *net.UDPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		return false
-	}
-	return allowedAddr(allow, ip)
 }

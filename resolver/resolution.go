@@ -82,7 +82,7 @@ func (fl *flight) start() {
 	queryBufs.Put(bp)
 	f := fl.f
 	f.mu.Lock()
-	fl.callStarted = true
+	f.callStartedLocked(fl)
 	closing := f.ctx.Err() != nil // close may have looked before it started
 	f.mu.Unlock()
 	if closing {
@@ -227,10 +227,9 @@ func appendUpstreamQuery(dst []byte, key cache.Key) []byte {
 	if key.CD {
 		flags |= dnswire.FlagCD
 	}
-	dst = dnswire.Header{Flags: flags, QDCount: 1, ARCount: 1}.Append(dst)
-	dst, _ = dnswire.AppendWireName(dst, key.Name) // a key's name is one (cache.NewKey)
-	dst = append(dst, byte(key.Type>>8), byte(key.Type), byte(key.Class>>8), byte(key.Class))
-	return dnswire.AppendOPT(dst, advertisedUDPSize, key.DO, 0)
+	var name [dnswire.MaxNameLen]byte
+	n, _ := dnswire.AppendWireName(name[:0], key.Name) // a key's name is one (cache.NewKey)
+	return dnswire.AppendQuery(dst, 0, flags, n, key.Type, key.Class, true, advertisedUDPSize, key.DO)
 }
 
 // ask resolves key through zone and waits for the reply: a chase's later

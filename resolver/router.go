@@ -57,7 +57,7 @@ func newRouter(zones []Zone) (*router, error) {
 	})
 	for i := range sorted {
 		for _, z := range sorted {
-			if z.Name != sorted[i].Name && dns.IsSubDomain(sorted[i].Name, z.Name) {
+			if z.Name != sorted[i].Name && dnswire.InZoneText(z.Name, sorted[i].Name) {
 				wire, ok := dnswire.AppendWireName(nil, z.Name)
 				if !ok {
 					return nil, fmt.Errorf("zone %q is not a domain name", z.Name)
@@ -73,7 +73,7 @@ func newRouter(zones []Zone) (*router, error) {
 func (r *router) route(qname string) Zone {
 	name := strings.ToLower(dns.Fqdn(qname))
 	for _, z := range r.zones {
-		if z.Name == "." || dns.IsSubDomain(z.Name, name) {
+		if dnswire.InZoneText(name, z.Name) {
 			return z
 		}
 	}
@@ -82,15 +82,10 @@ func (r *router) route(qname string) Zone {
 }
 
 // routeCanonical is route for a name already canonical (lower case, fully
-// qualified) and free of escapes, as the fast path reads it: a suffix
-// comparison on a label boundary, without allocating.
+// qualified), as the fast path reads it, without allocating.
 func (r *router) routeCanonical(name []byte) Zone {
 	for _, z := range r.zones {
-		if z.Name == "." {
-			return z
-		}
-		n := len(name) - len(z.Name)
-		if n >= 0 && string(name[n:]) == z.Name && (n == 0 || name[n-1] == '.') {
+		if dnswire.InZoneText(name, z.Name) {
 			return z
 		}
 	}

@@ -137,7 +137,7 @@ func (m *searchModel) isTry(name string) bool {
 			return true // tried as it is first; the expansions follow
 		}
 		for i, sfx := range l.suffixes {
-			if len(name) > len(sfx) && strings.HasSuffix(name, sfx) {
+			if strictlyBelow(name, sfx) {
 				base := name[:len(name)-len(sfx)]
 				if strings.Count(base, ".") < l.ndots || i < len(l.suffixes)-1 {
 					return true
@@ -182,7 +182,7 @@ func (m *searchModel) walks(name string) []searchWalk {
 			}
 		}
 		for i, sfx := range l.suffixes {
-			if len(name) <= len(sfx) || !strings.HasSuffix(name, sfx) {
+			if !strictlyBelow(name, sfx) {
 				continue
 			}
 			base := name[:len(name)-len(sfx)]
@@ -211,4 +211,11 @@ func joinName(base, sfx string) (string, bool) {
 		return "", false
 	}
 	return c, true
+}
+
+// strictlyBelow reports whether name is below the search domain whose
+// suffix (a dot and the domain) is sfx, with a label of its own before it:
+// a try of that domain (dnswire.InZoneText, the one zone rule).
+func strictlyBelow(name, sfx string) bool {
+	return len(name) > len(sfx) && dnswire.InZoneText(name, sfx[1:])
 }

@@ -258,7 +258,9 @@ func (rh recoverer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			if rh.onPanic != nil {
 				rh.onPanic(v, debug.Stack())
 			}
-			_ = w.WriteMsg(panicReply(r, w))
+			if out := panicReply(r, w); out != nil {
+				_, _ = w.Write(out) // the client is gone; nothing to do about it
+			}
 		}
 	}()
 	rh.next.ServeDNS(w, r)

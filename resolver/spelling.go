@@ -39,10 +39,9 @@ func spelled(body *dns.Msg, question []dns.Question) *dns.Msg {
 		return body
 	}
 	name, ok := dnswire.AppendWireName(nil, asked)
-	if !ok || len(wire) < dnswire.HeaderLen+len(name) {
+	if !ok || !dnswire.Respell(wire, name) {
 		return body
 	}
-	copy(wire[dnswire.HeaderLen:], name) // the same length: the same name in another case
 	out := new(dns.Msg)
 	if out.Unpack(wire) != nil {
 		return body

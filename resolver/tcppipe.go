@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // A TCP connection's queries are pipelined (issue 22; RFC 7766 §6.2.1.1:
@@ -91,7 +93,7 @@ func newTCPPipe(c net.Conn, timeout time.Duration, report func(any, []byte), bud
 // nothing is pending, else behind what is. A message past the pending
 // bound fails the connection.
 func (p *tcpPipe) write(msg []byte) {
-	if p.tc != nil && len(msg) > 3 && msg[3]&0x0f != dns.RcodeServerFailure {
+	if h, ok := dnswire.ReadHeader(msg); p.tc != nil && ok && h.Rcode() != dns.RcodeServerFailure {
 		p.tc.useful.Add(1) // an answer the client can use (tcpstarve.go)
 	}
 	p.mu.Lock()

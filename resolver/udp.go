@@ -192,23 +192,19 @@ func servePacket(h dns.Handler, pkt []byte, w dns.ResponseWriter, onBad func(err
 		onBad(err)
 		action = dns.MsgReject
 	}
-	req := new(dns.Msg)
-	setMsgFlags(req, dh.Flags)
-	req.Id = dh.ID
-	opcode := req.Opcode
-	req.SetRcodeFormatError(req)
-	req.Zero = false
+	// The reply miekg/dns's server makes of the header alone: the
+	// request's flags with QR set and Z cleared, no question; with an OPT
+	// when the request had one (RFC 6891 §7: a responder that sees an OPT
+	// in the request puts one in its reply, FORMERR and NOTIMP included;
+	// issue 34: a FORMERR to an EDNS query with no question carried none).
+	rcode := dns.RcodeFormatError
 	if action == dns.MsgRejectNotImplemented {
-		req.Opcode = opcode
-		req.Rcode = dns.RcodeNotImplemented
+		rcode = dns.RcodeNotImplemented
 	}
-	if do, ok := queryOPT(pkt); ok {
-		// RFC 6891 §7: a responder that sees an OPT in the request puts
-		// one in its reply, FORMERR and NOTIMP included (issue 34: a
-		// FORMERR to an EDNS query with no question carried none).
-		req.SetEdns0(advertisedUDPSize, do)
-	}
-	_ = w.WriteMsg(req)
+	do, edns := queryOPT(pkt)
+	var buf [dnswire.HeaderLen + dnswire.OPTLen]byte
+	_, _ = w.Write(dnswire.AppendEmptyReply(buf[:0], nil, dnswire.Reply{ID: dh.ID, Flags: (dh.Flags | dnswire.FlagQR) &^ dnswire.FlagZ,
+		Rcode: rcode, EDNS: edns, UDPSize: advertisedUDPSize, DO: do}))
 }
 
 // queryOPT reports whether the query in pkt carries an OPT record the

@@ -142,8 +142,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 	sh := s.replyShape(&q.request)
 	bp := replyBufs.Get().(*[]byte)
 	defer replyBufs.Put(bp)
-	dst := append((*bp)[:0], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	dst = append(dst, q.question...)
+	dst, _ := dnswire.StartReply((*bp)[:0], q.question)
 	switch {
 	case timedOut || fl.err != nil || (fl.msg == nil && !fl.wireOK):
 		if !timedOut {
@@ -163,12 +162,7 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 			h.answerWireGeneral(fl, w)
 			return
 		}
-		extra := hit.Extra
-		if sh.opt {
-			extra++
-			dst = dnswire.AppendOPT(dst, advertisedUDPSize, sh.do, 0)
-		}
-		putHeader(dst, q.id, sh.header(hit.Rcode, hit.AuthenticatedData), hit.Answer, hit.Ns, extra)
+		dst = sh.closeReply(dst, 0, q.id, hit, false)
 		q.upstream = fl.server
 		q.reply = dst
 		h.observe(s, &q.request, w.zone, fl.answerSource(), hit.Rcode, w.start, false)

@@ -202,19 +202,19 @@ func follow(t *testing.T, d *towerd, name string, qtype uint16, what string, wan
 	t.Helper()
 	start := time.Now()
 	var last *dns.Msg
-	for {
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s: last reply:\n%v", what, last)
+		}
+	}()
+	dnstest.Eventually(t, func() bool {
 		m, err := ask(d.UDP, name, qtype)
 		if err == nil {
 			last = m
-			if want(m) {
-				took := time.Since(start)
-				t.Logf("%s: followed in %v", what, took.Round(time.Millisecond))
-				return took
-			}
 		}
-		if time.Since(start) > followTimeout {
-			t.Fatalf("%s: towerd did not follow within %v; last reply:\n%v", what, followTimeout, last)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return err == nil && want(m)
+	}, followTimeout, what+": towerd following the catalog")
+	took := time.Since(start)
+	t.Logf("%s: followed in %v", what, took.Round(time.Millisecond))
+	return took
 }

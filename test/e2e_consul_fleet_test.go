@@ -81,16 +81,12 @@ func TestConsulFleetScale(t *testing.T) {
 	// into a subscription at the server: wait for all ten (bounded), then
 	// check there are no more.
 	var streams, blocking float64
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	dnstest.Eventually(t, func() bool {
 		after := cluster.Server.Metrics(t)
 		streams = consultest.Sum(after, "consul_grpc_server_streams") - consultest.Sum(serverBefore, "consul_grpc_server_streams")
 		blocking = consultest.Sum(after, "consul_rpc_queries_blocking") - consultest.Sum(serverBefore, "consul_rpc_queries_blocking")
-		if streams >= fleetAsked || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return streams >= fleetAsked
+	}, 15*time.Second, fmt.Sprintf("the server's gRPC streams to grow by %d, one per asked service", fleetAsked))
 	t.Logf("first sync of %d asked services out of %d: server streams %+.0f, blocking queries %+.0f, "+
 		"agent A RPCs %+.0f (its DNS answers and the watches' first reads)", fleetAsked, fleetCatalog, streams, blocking,
 		consultest.Sum(agentA.Metrics(t), "consul_client_rpc")-rpcFirst)
@@ -167,10 +163,7 @@ func TestConsulFleetScale(t *testing.T) {
 	serverStreams := func() float64 {
 		return consultest.Sum(cluster.Server.Metrics(t), "consul_grpc_server_streams") - streamsBefore
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for serverStreams() < 1 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // polling interval of a bounded wait
-	}
+	dnstest.Eventually(t, func() bool { return serverStreams() >= 1 }, 10*time.Second, "the server's stream for B's watch")
 	waitMetric(t, b, `towerd_consul_watch_evictions_total{reason="idle"}`, 1, 15*time.Second)
 	if v := towerdMetric(t, b, "towerd_consul_watch_watched_services"); v != 0 {
 		t.Errorf("after idle_timeout: %v services watched, want 0", v)
@@ -228,21 +221,16 @@ func TestConsulFleetScale(t *testing.T) {
 	// The watches start one after another: wait until all 150 run, then
 	// until each holds its connection; no sample may ever pass the bound.
 	waitMetric(t, all, "towerd_consul_watch_watched_services", 150, 15*time.Second)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	// Every sample is checked against the bound on the way (cond runs on
+	// the test's goroutine, so it may fail the test).
+	dnstest.Eventually(t, func() bool {
 		n = connsTo(t, all, agentB.HTTPAddr)
 		if n > 152 {
 			t.Fatalf(`services = ["*"], max_watches 150: %d connections to the agent, more than 152`, n)
 		}
-		if n >= 150 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return n >= 150
+	}, 15*time.Second, `services = ["*"], max_watches 150: 150 to 152 connections to the agent`)
 	t.Logf(`services = ["*"] on %d services, max_watches 150: %d connections to the agent`, fleetCatalog, n)
-	if n < 150 {
-		t.Errorf(`services = ["*"], max_watches 150: %d connections to the agent, want 150 to 152`, n)
-	}
 	for series, want := range map[string]float64{"towerd_consul_watch_catalog_capped": 1,
 		"towerd_consul_watch_watched_services": 150, "towerd_consul_watch_agent_429s_total": 0} {
 		if v := towerdMetric(t, all, series); v != want {

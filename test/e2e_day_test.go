@@ -225,27 +225,26 @@ func TestSiteDay(t *testing.T) {
 	t.Cleanup(func() { stopWatching(); <-watched })
 
 	// Warm: both checks passing, every name answered both ways.
-	warm := time.Now().Add(60 * time.Second)
-	for {
+	var passing, okNames map[string]bool
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: checks %v, names answered %v", passing, okNames)
+		}
+	}()
+	dnstest.Eventually(t, func() bool {
 		checksMu.Lock()
-		passing := map[string]bool{}
+		passing = map[string]bool{}
 		for _, c := range checks {
 			passing[c.check] = c.status == api.HealthPassing
 		}
 		checksMu.Unlock()
-		okNames := map[string]bool{}
+		okNames = map[string]bool{}
 		for _, l := range append(parseLookups(gwTowerd), parseLookups(gwDirect)...) {
 			okNames[l.name] = okNames[l.name] || l.ok
 		}
-		if passing["app"] && passing["app-direct"] && len(okNames) == 3 && okNames["db.corp.test"] &&
-			okNames["api.corp.test"] && okNames["web.service.consul"] {
-			break
-		}
-		if time.Now().After(warm) {
-			t.Fatalf("not warm within 60 s: checks %v, names answered %v", passing, okNames)
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval of a bounded wait
-	}
+		return passing["app"] && passing["app-direct"] && len(okNames) == 3 && okNames["db.corp.test"] &&
+			okNames["api.corp.test"] && okNames["web.service.consul"]
+	}, 60*time.Second, "warm: both checks passing, every name answered both ways")
 
 	faultsAt := time.Now()
 	proxy.send(t, "faults 100ms 50ms 0.005")

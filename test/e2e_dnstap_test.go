@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // dnstap (issue 38), read by the reference tools: fstrm_capture (Debian's
@@ -47,20 +49,19 @@ func startCapture(t *testing.T, sock, file string) *fstrmCapture {
 	t.Helper()
 	_ = os.Remove(sock) // a killed capture leaves its socket file behind
 	c := startCaptureOn(t, file, "-u", sock)
-	deadline := time.Now().Add(readyTimeout)
-	for {
+	// A file's appearance: no event to wait on.
+	dnstest.Eventually(t, func() bool {
 		if _, err := os.Stat(sock); err == nil {
-			return c
+			return true
 		}
 		select {
 		case <-c.exited:
 			t.Fatalf("fstrm_capture exited: %s", c.stderr)
-		case <-time.After(10 * time.Millisecond): // polling a file's appearance: no event to wait on
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fstrm_capture did not bind %s", sock)
-		}
-	}
+		return false
+	}, readyTimeout, "fstrm_capture to bind "+sock)
+	return c
 }
 
 // startCaptureOn starts fstrm_capture reading where where says (-u PATH,
@@ -313,26 +314,28 @@ dnstap:
 	}
 	t.Cleanup(stop)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	deadline := time.Now().Add(readyTimeout)
 	probes := 0
-	for {
+	defer func() {
+		if t.Failed() {
+			t.Logf("unbound's stderr:\n%s", stderr)
+		}
+	}()
+	// A foreign program's readiness: no callback to wait on.
+	dnstest.Eventually(t, func() bool {
 		c := &dns.Client{Timeout: 200 * time.Millisecond}
 		m := new(dns.Msg)
 		m.SetQuestion("localhost.", dns.TypeA) // unbound answers it itself: no message to count upstream
 		if _, _, err := c.Exchange(m, addr); err == nil {
 			probes++
-			break
+			return true
 		}
 		select {
 		case <-exited:
 			t.Fatalf("unbound exited:\n%s", stderr)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unbound did not answer on %s:\n%s", addr, stderr)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a foreign program's readiness: no callback to wait on
-	}
+		return false
+	}, readyTimeout, "unbound to answer on "+addr)
 	return addr, probes, stop
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
@@ -133,25 +134,22 @@ func TestBlackholedUpstream(t *testing.T) {
 
 	// Upstream work started in the window ends within upstream.timeout;
 	// wait for it, then compare.
-	deadline := time.Now().Add(settleDeadline)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	var g, rss, inflight float64
+	defer func() {
+		if t.Failed() {
+			t.Logf("last sample: goroutines %v (before %v), in flight %v", g, goroutinesBefore, inflight)
+		}
+	}()
+	dnstest.Eventually(t, func() bool {
 		_, after := scrape(t, s.d.Admin)
-		g, rss := sample(after, "go_goroutines", nil), sample(after, "process_resident_memory_bytes", nil)
-		if g <= goroutinesBefore+goroutineSlack && sample(after, "towerd_inflight_resolutions", nil) == 0 {
-			t.Logf("goroutines %v before, %v after; RSS %.1f MiB before, %.1f MiB after",
-				goroutinesBefore, g, rssBefore/(1<<20), rss/(1<<20))
-			if rss > rssBefore+rssGrowthBound {
-				t.Errorf("RSS grew from %.1f MiB to %.1f MiB, bound +%d MiB", rssBefore/(1<<20), rss/(1<<20), rssGrowthBound>>20)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines %v (before %v), in flight %v, %v after the window",
-				g, goroutinesBefore, sample(after, "towerd_inflight_resolutions", nil), settleDeadline)
-		}
-		<-tick.C
+		g, rss = sample(after, "go_goroutines", nil), sample(after, "process_resident_memory_bytes", nil)
+		inflight = sample(after, "towerd_inflight_resolutions", nil)
+		return g <= goroutinesBefore+goroutineSlack && inflight == 0
+	}, settleDeadline, "the window's upstream work to end (goroutines back, nothing in flight)")
+	t.Logf("goroutines %v before, %v after; RSS %.1f MiB before, %.1f MiB after",
+		goroutinesBefore, g, rssBefore/(1<<20), rss/(1<<20))
+	if rss > rssBefore+rssGrowthBound {
+		t.Errorf("RSS grew from %.1f MiB to %.1f MiB, bound +%d MiB", rssBefore/(1<<20), rss/(1<<20), rssGrowthBound>>20)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
@@ -196,17 +197,11 @@ func TestSilentUpstreamNoticedInSeconds(t *testing.T) {
 		}
 	}
 	// Poll the gauge (bounded) until the server is marked down.
-	var down time.Duration
-	for {
-		if v, _ := readMetric(t, d, series); v == 0 {
-			down = time.Since(silence)
-			break
-		}
-		if time.Since(silence) > 15*time.Second {
-			t.Fatalf("%s still 1 %v into the silence", series, time.Since(silence))
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a bounded wait
-	}
+	dnstest.Eventually(t, func() bool {
+		v, _ := readMetric(t, d, series)
+		return v == 0
+	}, 15*time.Second, series+" = 0 after the silence began")
+	down := time.Since(silence)
 	// Two more seconds of clients after the mark.
 	time.Sleep(2 * time.Second) // the window observed, not a synchronisation
 	close(stop)

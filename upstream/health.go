@@ -34,8 +34,11 @@ type server struct {
 	srtt     time.Duration // smoothed RTT, RFC 6298 section 2
 	rttvar   time.Duration // RTT variation, RFC 6298 section 2
 	sampled  bool          // srtt and rttvar hold at least one sample
-	tail     time.Duration // tracked tail quantile of the RTTs (latency.go)
-	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
+	tail     time.Duration // tail quantile of the latest replies' RTTs (latency.go)
+	tailRing [tailWindow]time.Duration
+	tailNext int // where tailRing's next RTT goes
+	tailHeld int // RTTs in tailRing
+	backoff  int // RTO doublings since the last sample (RFC 6298 section 5.5)
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
 	watching bool   // a silence watcher owns this server (silence.go); at most one

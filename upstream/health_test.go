@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -44,32 +45,67 @@ func exchangeFor(g *Group, d time.Duration) error {
 	return err
 }
 
+// exchangeOnClock runs one resolution of g, whose clock is clk, with a
+// deadline d from clk's now, steps clk to that deadline a millisecond at
+// a time (each timer fires at its own time, as an RTO must to count), and
+// returns the resolution's error: against a silent server it has run to
+// its deadline.
+func exchangeOnClock(t *testing.T, g *Group, clk *dnstest.Clock, d time.Duration) error {
+	t.Helper()
+	recv := startOnClock(t, g, clk, testQuery(), d)
+	for step := time.Millisecond; d > 0; d -= step {
+		clk.Advance(min(step, d))
+	}
+	_, err := awaitReply(t, recv)
+	return err
+}
+
 func TestGroupSkipsDownServer(t *testing.T) {
 	first, second := startRaw(t, blackHole), startRaw(t, answering(t, dns.RcodeSuccess))
-	onChange, nextEvent := healthEvents(t)
+	events := make(chan healthEvent, 16)
+	// The fake clock (issue 33): only the black-holed server's RTO runs
+	// out, when the test steps the clock to it; the answering server's
+	// never does, however slow its reply on a loaded machine.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
-		MaxAttempts:   2,
-		FailThreshold: 2,
-		// Also the answering server's budget: generous, so only the
-		// black-holed one ever times out on a loaded machine.
+		Clock:                 clk,
+		MaxAttempts:           2,
+		FailThreshold:         2,
 		InitialAttemptTimeout: 300 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		ProbeInterval:         time.Hour, // keep probes out of the counts; Close stops the prober
-		OnHealthChange:        onChange,
+		OnHealthChange:        func(server string, up bool) { events <- healthEvent{server, up} },
 	}, first, second)
 
 	for range 2 {
-		if err := exchangeFor(g, waitTimeout); err != nil {
+		// The first server is asked first; at its RTO, the second.
+		rto := g.Servers()[0].AttemptTimeout
+		recv := startOnClock(t, g, clk, testQuery(), waitTimeout)
+		clk.Advance(rto)
+		if _, err := awaitReply(t, recv); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ev := nextEvent(); ev != (healthEvent{first.addr, false}) {
+	// The silence watcher marks the first server down by MaxSilence (5 s)
+	// after its first unanswered packet: step the clock until it does.
+	var ev healthEvent
+	dnstest.Eventually(t, func() bool {
+		select {
+		case ev = <-events:
+			return true
+		default:
+			clk.Advance(10 * time.Millisecond)
+			return false
+		}
+	}, waitTimeout, "a health change")
+	if ev != (healthEvent{first.addr, false}) {
 		t.Fatalf("health change %+v, want %s down", ev, first.addr)
 	}
 	if st := g.Servers()[0]; st.Up || st.Timeouts != 2 {
 		t.Errorf("first server up=%v timeouts=%d, want down after 2 timeouts", st.Up, st.Timeouts)
 	}
-	if err := exchangeFor(g, waitTimeout); err != nil {
+	// The clock stands still: the second server's answer ends it.
+	if _, err := awaitReply(t, startOnClock(t, g, clk, testQuery(), waitTimeout)); err != nil {
 		t.Fatal(err)
 	}
 	if a, b := first.count(t), second.count(t); a != 2 || b != 3 {
@@ -210,7 +246,11 @@ func TestGroupAttemptTimeoutFollowsRTT(t *testing.T) {
 // so a server that got slower than its old RTO still gets a chance to answer.
 func TestGroupAttemptTimeoutBacksOff(t *testing.T) {
 	srv := startRaw(t, blackHole)
+	// The fake clock (issue 33): a deadline is the caller's or past the
+	// RTO exactly as the test says, however late a timer runs.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
+		Clock:                 clk,
 		MaxAttempts:           1,
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
@@ -230,13 +270,13 @@ func TestGroupAttemptTimeoutBacksOff(t *testing.T) {
 	}
 	// The resolution runs to its deadline; 300ms is past every RTO here.
 	for i, want := range []time.Duration{40, 80, 160} {
-		_ = exchangeFor(g, 300*time.Millisecond)
+		_ = exchangeOnClock(t, g, clk, 300*time.Millisecond)
 		check("own timeout", want*time.Millisecond, uint64(i+1))
 	}
 	// A timeout caused by the caller's short deadline is not the server's.
-	_ = exchangeFor(g, time.Millisecond)
+	_ = exchangeOnClock(t, g, clk, time.Millisecond)
 	check("caller's deadline", 160*time.Millisecond, 4)
-	_ = exchangeFor(g, 300*time.Millisecond)
+	_ = exchangeOnClock(t, g, clk, 300*time.Millisecond)
 	check("clamped", 200*time.Millisecond, 5)
 }
 
@@ -322,7 +362,9 @@ func TestGroupAllDownSignal(t *testing.T) {
 		return nil
 	})
 	second := startRaw(t, blackHole)
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
+		Clock:                 clk,
 		MaxAttempts:           1,
 		FailThreshold:         1,
 		MinSilence:            time.Millisecond,
@@ -335,20 +377,30 @@ func TestGroupAllDownSignal(t *testing.T) {
 	if isClosed(signal) {
 		t.Fatal("signal closed with every server up")
 	}
-	_ = exchangeFor(g, 200*time.Millisecond) // the first server times out and goes down
+	// The silence watcher marks a server down on its own goroutine: wait
+	// for that, never assume it ran by the time the resolution ended.
+	waitDown := func(i int) {
+		t.Helper()
+		dnstest.Eventually(t, func() bool { return !g.Servers()[i].Up }, waitTimeout, fmt.Sprintf("server %d marked down", i))
+	}
+	_ = exchangeOnClock(t, g, clk, 200*time.Millisecond) // the first server times out and goes down
+	waitDown(0)
 	if isClosed(signal) || g.AllDown() {
 		t.Fatal("signal closed with the second server still up")
 	}
-	_ = exchangeFor(g, 200*time.Millisecond) // and now the second
-	if !g.AllDown() {
-		t.Fatalf("servers %+v, want both down", g.Servers())
+	_ = exchangeOnClock(t, g, clk, 200*time.Millisecond) // and now the second
+	select {
+	case <-signal:
+	case <-time.After(waitTimeout): // a bound against hanging, not a speed
+		t.Fatalf("signal still open after the second server's silence: servers %+v", g.Servers())
 	}
-	if !isClosed(signal) || !isClosed(g.AllDownSignal()) {
-		t.Fatal("signal still open with every server down")
+	if !g.AllDown() || !isClosed(g.AllDownSignal()) {
+		t.Fatalf("servers %+v, want both down and the signal closed", g.Servers())
 	}
 
 	firstAnswers.Store(true)
-	if err := exchangeFor(g, waitTimeout); err != nil { // all down: every server is tried
+	// The clock stands still: only the first server's answer ends it.
+	if _, err := awaitReply(t, startOnClock(t, g, clk, testQuery(), time.Second)); err != nil { // all down: every server is tried
 		t.Fatalf("all-down group did not reach its answering server: %v", err)
 	}
 	if g.AllDown() || isClosed(g.AllDownSignal()) {

@@ -140,7 +140,8 @@ func (m *Metrics) ChainObserver(zone string) func(server string) {
 // they replace may still finish attempts started before a reload, for up to
 // grace (the upstream timeout): those are counted, rejected replies
 // included, and only then are the series of servers no longer configured
-// removed, so /metrics ends up showing what runs.
+// removed, so /metrics ends up showing what runs. grace runs on the old
+// groups' clock (GroupOptions.Clock), the one their attempts run on.
 func (m *Metrics) SetGroups(groups []*Group, grace time.Duration) {
 	m.mu.Lock()
 	old := m.groups
@@ -154,7 +155,7 @@ func (m *Metrics) SetGroups(groups []*Group, grace time.Duration) {
 		m.retire(old)
 		return
 	}
-	time.AfterFunc(grace, func() { m.retire(old) })
+	old[0].opts.Clock.AfterFunc(grace, func() { m.retire(old) })
 }
 
 // retire stops following old groups once they can no longer be asked.

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // zoneGroup is a group named zone over the raw servers, reporting to m; it
@@ -134,7 +136,9 @@ func TestMetricsAcrossGroupReplacement(t *testing.T) {
 	})
 	dropped := startRaw(t, answering(t, dns.RcodeSuccess))
 
-	old := zoneGroup(t, m, ".", GroupOptions{}, spoofing, dropped)
+	// The grace period on the fake clock (issue 33).
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	old := zoneGroup(t, m, ".", GroupOptions{Clock: clk}, spoofing, dropped)
 	// The listed order only breaks ties (latency.go): the dropped server is
 	// measured slow, so the spoofing one is asked every time.
 	old.servers[1].addSample(time.Second)
@@ -153,7 +157,7 @@ func TestMetricsAcrossGroupReplacement(t *testing.T) {
 
 	// The reload keeps the spoofing server and drops the other one. An
 	// attempt the old group makes during the grace period still counts.
-	reloaded := zoneGroup(t, m, ".", GroupOptions{}, spoofing)
+	reloaded := zoneGroup(t, m, ".", GroupOptions{Clock: clk}, spoofing)
 	m.SetGroups([]*Group{reloaded}, time.Hour)
 	if err := exchangeOnce(t, old); err != nil {
 		t.Fatal(err)
@@ -161,7 +165,34 @@ func TestMetricsAcrossGroupReplacement(t *testing.T) {
 	if got := mismatches(); got != 2 {
 		t.Errorf("old group during the grace period: mismatches = %v, want 2", got)
 	}
-	m.retire([]*Group{old}) // what the grace timer does
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	// seriesOf names the metrics with a series for addr.
+	seriesOf := func(addr string) []string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, mf := range mfs {
+			for _, metric := range mf.GetMetric() {
+				for _, lp := range metric.GetLabel() {
+					if lp.GetValue() == addr {
+						names = append(names, mf.GetName())
+					}
+				}
+			}
+		}
+		return names
+	}
+	// An attempt to the dropped server, as the old group may still make
+	// one during the grace period: its series stays until the period ends.
+	m.Observer(".")(dropped.addr, time.Millisecond, "")
+	clk.Advance(time.Hour - 1)
+	if len(seriesOf(dropped.addr)) == 0 {
+		t.Errorf("%s lost its series before the grace period ended", dropped.addr)
+	}
+	clk.Advance(1) // the grace timer retires the old group
 	if err := exchangeOnce(t, reloaded); err != nil {
 		t.Fatal(err)
 	}
@@ -171,20 +202,8 @@ func TestMetricsAcrossGroupReplacement(t *testing.T) {
 	if got := testutil.ToFloat64(m.requests.WithLabelValues(".", spoofing.addr)); got != 3 {
 		t.Errorf("requests to the kept server = %v, want 3 across the reload", got)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, metric := range mf.GetMetric() {
-			for _, lp := range metric.GetLabel() {
-				if lp.GetValue() == dropped.addr {
-					t.Errorf("%s still has a series for %s, which the reload removed", mf.GetName(), dropped.addr)
-				}
-			}
-		}
+	if names := seriesOf(dropped.addr); len(names) != 0 {
+		t.Errorf("%v still have a series for %s, which the reload removed", names, dropped.addr)
 	}
 }
 

@@ -324,7 +324,8 @@ func attemptOf(attempts []*attempt, sock *udpSock) *attempt {
 // name never counts. A server that stays silent while another answers is
 // suspect too: a dead first server would otherwise hold every query for
 // its RTO forever.
-func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, answered bool) {
+func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult, winner *attempt) {
+	answered := winner != nil
 	now := g.opts.Clock.Now()
 	callerCancelled := errors.Is(ctx.Err(), context.Canceled)
 	replied := map[*server]bool{}
@@ -369,7 +370,7 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			a.server.addSample(r.rtt)
 		}
 		ranRTO := now.Sub(a.sent) >= a.rto
-		if answered && !r.replied() {
+		if answered && !r.replied() && !overtakenByItsOwn(a, winner) {
 			// A sibling's answer overtook it: its server takes at least
 			// this long (latency.go).
 			a.server.addLowerBound(r.rtt)
@@ -403,6 +404,16 @@ func (g *Group) account(ctx context.Context, ended, outstanding []attemptResult,
 			g.suspect(s, sent)
 		}
 	}
+}
+
+// overtakenByItsOwn reports whether a, still waiting, was overtaken by
+// the answer to a later attempt to the same server (a hedge or a
+// retransmission from a new port): the server answered the later packet
+// first, so a's packet (or its reply) was most likely lost, and its wait
+// says nothing of the server's latency. Counted as one, each lost packet
+// of a lossy server would push its srtt and RTO up by a whole RTO's wait.
+func overtakenByItsOwn(a, winner *attempt) bool {
+	return winner.server == a.server && winner.sent.After(a.sent)
 }
 
 // armLocked sets the call's timer for the RTO of rtoOf or the deadline,

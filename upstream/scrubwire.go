@@ -3,6 +3,8 @@ package upstream
 import (
 	"fmt"
 
+	"github.com/miekg/dns"
+
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -143,15 +145,15 @@ func scrubReply(m *dnswire.Msg, scope *Scope, keep *keepSet) ScrubResult {
 		rr := m.RR(i)
 		name := m.Owner(i, owner[:0])
 		switch rr.Type {
-		case typeRRSIG:
-		case typeSOA:
+		case dns.TypeRRSIG:
+		case dns.TypeSOA:
 			// The SOA may sit above the zone (a zone configured below the
 			// server's apex): it only gives the negative answer its TTL
 			// (RFC 2308) and says nothing about other names.
 			*keep.at(i) = negative && chain.enclosed(name)
-		case typeNS:
+		case dns.TypeNS:
 			*keep.at(i) = chase == nil && scope.holds(name) && chain.enclosed(name)
-		case typeNSEC, typeNSEC3:
+		case dns.TypeNSEC, dns.TypeNSEC3:
 			*keep.at(i) = chase == nil && scope.holds(name)
 		}
 	}
@@ -170,9 +172,9 @@ func scrubReply(m *dnswire.Msg, scope *Scope, keep *keepSet) ScrubResult {
 		switch rr.Type {
 		case dnswire.TypeOPT:
 			*keep.at(i) = true
-		case typeTXT:
+		case dns.TypeTXT:
 			*keep.at(i) = scope.holds(m.Owner(i, owner[:0]))
-		case typeA, typeAAAA:
+		case dns.TypeA, dns.TypeAAAA:
 			name := m.Owner(i, owner[:0])
 			*keep.at(i) = scope.holds(name) && (chain.has(name) || pointedTo(m, keep, name, to))
 		}
@@ -218,9 +220,9 @@ func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames,
 				continue
 			}
 			switch {
-			case rr.Type == m.QType || m.QType == typeANY:
+			case rr.Type == m.QType || m.QType == dns.TypeANY:
 				*keep.at(i), hasData = true, true
-			case rr.Type == typeCNAME && cname < 0:
+			case rr.Type == dns.TypeCNAME && cname < 0:
 				cname = i
 			}
 		}
@@ -272,7 +274,7 @@ func scrubAnswer(m *dnswire.Msg, scope *Scope, keep *keepSet, chain *chainNames,
 func keepEnd(m *dnswire.Msg, keep *keepSet, name []byte, from, to int) bool {
 	kept := false
 	for i := from; i < to; i++ {
-		if t := m.RR(i).Type; t != typeCNAME && t != typeDNAME && t != typeRRSIG && m.OwnerIs(i, name) {
+		if t := m.RR(i).Type; t != dns.TypeCNAME && t != dns.TypeDNAME && t != dns.TypeRRSIG && m.OwnerIs(i, name) {
 			*keep.at(i), kept = true, true
 		}
 	}
@@ -287,7 +289,7 @@ func findDNAME(m *dnswire.Msg, scope *Scope, name, dst []byte) (int, []byte) {
 	from, to := m.Range(dnswire.Answer)
 	var owner, target [dnswire.MaxNameLen]byte
 	for i := from; i < to; i++ {
-		if m.RR(i).Type != typeDNAME {
+		if m.RR(i).Type != dns.TypeDNAME {
 			continue
 		}
 		o := m.Owner(i, owner[:0])
@@ -313,7 +315,7 @@ func pointedTo(m *dnswire.Msg, keep *keepSet, name []byte, end int) bool {
 	var target [dnswire.MaxNameLen]byte
 	for i := range end {
 		switch m.RR(i).Type {
-		case typeNS, typeMX, typeSRV:
+		case dns.TypeNS, dns.TypeMX, dns.TypeSRV:
 			if !*keep.at(i) {
 				continue
 			}
@@ -341,14 +343,13 @@ func targetOf(m *dnswire.Msg, i int, dst []byte) []byte {
 func keepSignatures(m *dnswire.Msg, keep *keepSet, from, to int) {
 	for i := from; i < to; i++ {
 		rr := m.RR(i)
-		if rr.Type != typeRRSIG || *keep.at(i) {
+		if rr.Type != dns.TypeRRSIG || *keep.at(i) {
 			continue
 		}
-		rdata := m.RData(i)
-		if len(rdata) < 2 {
+		covered, ok := m.TypeCovered(i)
+		if !ok {
 			continue
 		}
-		covered := uint16(rdata[0])<<8 | uint16(rdata[1])
 		for j := from; j < to; j++ {
 			if j != i && *keep.at(j) && m.RR(j).Type == covered && m.SameOwner(i, j) {
 				*keep.at(i) = true
@@ -357,23 +358,6 @@ func keepSignatures(m *dnswire.Msg, keep *keepSet, from, to int) {
 		}
 	}
 }
-
-// Record types the scrubber reads.
-const (
-	typeA     = 1
-	typeNS    = 2
-	typeCNAME = 5
-	typeSOA   = 6
-	typeMX    = 15
-	typeAAAA  = 28
-	typeSRV   = 33
-	typeDNAME = 39
-	typeTXT   = 16
-	typeRRSIG = 46
-	typeNSEC  = 47
-	typeNSEC3 = 50
-	typeANY   = 255
-)
 
 // scrubbed is m without the records keep drops, written again by dnswire's
 // encoder: a new message of its own.

@@ -161,6 +161,11 @@ func TestTLSNeverInClear(t *testing.T) {
 // streams replies to nothing without end, one that goes silent: each
 // resolution ends by its deadline, the connection is given up, and the
 // silent one is marked down like any silent server.
+//
+// The group runs on the fake clock (issue 33): the resolution's deadline,
+// its RTO and the silence rule are the clock's, so "ends by its deadline"
+// is shown by advancing the clock to it, not by a wall-clock bound. The
+// sockets' own timeouts (the handshake's) stay the kernel's.
 func TestTLSAttacks(t *testing.T) {
 	ca := dnstest.NewCA(t)
 	cert, _, _ := ca.Leaf(t, "dns.test")
@@ -176,33 +181,46 @@ func TestTLSAttacks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := dnstest.NewDoTServer(t, cert, tc.mode)
-			g, fails := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{MinSilence: 100 * time.Millisecond, MaxSilence: time.Second})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			start := time.Now()
-			if reply, err := askA(ctx, g, "a.example."); err == nil {
-				t.Fatalf("answered %v", reply)
-			}
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("resolution took %s past its 1s deadline", d)
+			clk := dnstest.NewClock(time.Unix(1700000000, 0))
+			g, fails := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{MinSilence: 100 * time.Millisecond, MaxSilence: time.Second, Clock: clk})
+			recv := make(recvChan, 1)
+			var c WireCall
+			g.StartWire(&c, WireQuery{Ctx: context.Background(), Packed: packedQuery(t, "a.example.", dns.TypeA),
+				Deadline: clk.Now().Add(time.Second)}, recv)
+			// At the deadline every timer of the resolution has fired on
+			// this goroutine: it has ended, whatever the server does.
+			clk.Advance(time.Second)
+			select {
+			case got := <-recv:
+				if got.err == nil {
+					t.Fatalf("answered %x", got.wr.Raw)
+				}
+				if tc.mode == dnstest.DoTSilent && !errors.Is(got.err, ErrTimeout) {
+					t.Errorf("error %v, want ErrTimeout", got.err)
+				}
+			case <-time.After(waitTimeout): // a bound against hanging, not a speed
+				t.Fatal("resolution still running at its deadline on the clock")
 			}
 			if tc.reason != "" {
 				if r := <-fails; r != tc.reason {
 					t.Errorf("reason %q, want %q", r, tc.reason)
 				}
 			}
+			// The clock stands at the silence's upper bound from the
+			// unanswered attempt: the watcher marks the server down
+			// without waiting.
 			select {
 			case <-g.AllDownSignal():
-			case <-time.After(10 * time.Second):
+			case <-time.After(waitTimeout):
 				t.Error("server not marked down")
 			}
 			if tc.mode == dnstest.DoTEndless {
 				// Cut off after tlsMaxBogusFrames, not read forever.
-				waitFor(t, func() bool {
+				dnstest.Eventually(t, func() bool {
 					g.servers[0].tls.mu.Lock()
 					defer g.servers[0].tls.mu.Unlock()
 					return g.servers[0].tls.conn == nil
-				})
+				}, waitTimeout, "the endless stream's connection given up")
 			}
 		})
 	}
@@ -316,17 +334,6 @@ func TestTLSResendsWhenTheConnectionCloses(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestParseServer(t *testing.T) {
 	for in, want := range map[string]string{
 		"192.0.2.1":                     "192.0.2.1:53",
@@ -366,6 +373,21 @@ func TestFrameTLSQueryPads(t *testing.T) {
 		opt := got.IsEdns0()
 		if opt == nil || len(opt.Option) != 2 || (edns && !opt.Do()) {
 			t.Fatalf("opt %v", opt)
+		}
+		// Byte for byte what miekg/dns packs for the same query and options.
+		want := m.Copy()
+		if !edns {
+			want.SetEdns0(tlsAdvertisedUDPSize, false)
+		}
+		pad := opt.Option[1].(*dns.EDNS0_PADDING).Padding
+		want.IsEdns0().Option = append(want.IsEdns0().Option, &dns.EDNS0_TCP_KEEPALIVE{Code: dns.EDNS0TCPKEEPALIVE},
+			&dns.EDNS0_PADDING{Padding: make([]byte, len(pad))})
+		wire, err := want.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(frame[2:]) != string(wire) {
+			t.Fatalf("framed\n% x\nmiekg/dns packs\n% x", frame[2:], wire)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // errBetweenFrames marks a read error before a frame's first byte.
@@ -140,7 +142,7 @@ func (c *tlsConn) enqueue(q *tlsQuery) error {
 	for c.pending[id] != nil {
 		id = randomID()
 	}
-	binary.BigEndian.PutUint16(q.frame[2:], id)
+	dnswire.SetID(q.frame[2:], id)
 	q.id, q.match.id = id, id
 	c.pending[id] = q
 	if len(c.pending) == 1 {
@@ -301,7 +303,8 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			}
 		}
 		c.mu.Lock()
-		q := c.pending[binary.BigEndian.Uint16(raw)]
+		h, _ := dnswire.ReadHeader(raw) // readFrame's frames hold a header
+		q := c.pending[h.ID]
 		if q == nil || !q.match.accepts(raw) {
 			if q != nil {
 				c.t.mismatches.Add(1)
@@ -397,7 +400,7 @@ func readFrame(br *bufio.Reader) ([]byte, error) {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint16(prefix[:])
-	if n < 12 {
+	if n < dnswire.HeaderLen {
 		return nil, fmt.Errorf("frame of %d bytes, shorter than a header", n)
 	}
 	msg := make([]byte, n)

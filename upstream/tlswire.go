@@ -31,33 +31,31 @@ const (
 // the OPT record the resolver's queries end with (issue 22's
 // appendUpstreamQuery), or in one added to a query with no other records
 // (a probe). A query of any other shape, which towerd does not send, is
-// framed as it is.
+// framed as it is. The query is read with dnswire's view and written
+// again by its encoder: header, question, and the OPT record with the
+// options it had and the two added.
 func frameTLSQuery(query []byte, qend int) []byte {
-	counts := query[6:12]
-	an, ns, ar := binary.BigEndian.Uint16(counts), binary.BigEndian.Uint16(counts[2:]), binary.BigEndian.Uint16(counts[4:])
-	out := make([]byte, 2, 2+len(query)+dnswire.OPTLen+8+queryPadBlock)
-	out = append(out, query...)
-	msg := func() []byte { return out[2:] }
-	switch {
-	case an == 0 && ns == 0 && ar == 1 && len(query) >= qend+dnswire.OPTLen &&
-		query[qend] == 0 && binary.BigEndian.Uint16(query[qend+1:]) == dnswire.TypeOPT &&
-		qend+dnswire.OPTLen+int(binary.BigEndian.Uint16(query[qend+9:])) == len(query):
-	case an == 0 && ns == 0 && ar == 0 && len(query) == qend:
-		out = dnswire.AppendOPT(out, tlsAdvertisedUDPSize, false, 0)
-		binary.BigEndian.PutUint16(msg()[10:], 1)
-	default:
-		binary.BigEndian.PutUint16(out, uint16(len(query)))
-		return out
+	var m dnswire.Msg
+	if m.Parse(query) != nil || m.QEnd != qend || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
+		m.Counts[dnswire.Additional] > 1 || m.Counts[dnswire.Additional] == 1 && (m.OPT != 0 || int(m.RR(0).End) != len(query)) {
+		out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(query)), uint16(len(query)))
+		return append(out, query...)
 	}
-	out = append(out, 0, ednsOptionKeepalive, 0, 0)
-	unpadded := len(msg()) + 4 // with the padding option's own header
+	udpSize, do, options := uint16(tlsAdvertisedUDPSize), false, []byte(nil)
+	if m.OPT == 0 {
+		udpSize, do, options = m.UDPSize(), m.DO(), m.RData(0)
+	}
+	const optionHeader = 4 // code and length (RFC 6891 section 6.1.2)
+	unpadded := qend + dnswire.OPTLen + len(options) + 2*optionHeader
 	pad := (queryPadBlock - unpadded%queryPadBlock) % queryPadBlock
-	out = append(out, 0, ednsOptionPadding, byte(pad>>8), byte(pad))
-	out = append(out, make([]byte, pad)...)
-	rdlen := len(msg()) - (qend + dnswire.OPTLen)
-	binary.BigEndian.PutUint16(msg()[qend+9:], uint16(rdlen))
-	binary.BigEndian.PutUint16(out, uint16(len(msg())))
-	return out
+	out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+unpadded+pad), uint16(unpadded+pad))
+	hdr, _ := dnswire.ReadHeader(query) // it parsed
+	hdr.ARCount = 1
+	out = hdr.Append(out)
+	out = append(out, m.QuestionSection()...)
+	options = dnswire.AppendOption(append([]byte(nil), options...), ednsOptionKeepalive, nil)
+	options = dnswire.AppendOption(options, ednsOptionPadding, make([]byte, pad))
+	return dnswire.AppendOPTOptions(out, udpSize, do, options)
 }
 
 // replyKeepalive is the idle timeout a reply's edns-tcp-keepalive option

@@ -348,7 +348,7 @@ func (c *WireCall) finish() {
 			ended = append(ended, a.res)
 		}
 	}
-	c.g.account(c.ctx, ended, outstanding, c.winner != nil)
+	c.g.account(c.ctx, ended, outstanding, c.winner)
 	c.deliver(c.outcome())
 }
 

@@ -74,11 +74,15 @@ type sleepClock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// realClock is the wall clock, sleeping on its timers.
-type realClock struct{ clock.Real }
+// timerClock is a clock.Clock (Config.Clock) whose Sleep waits on its
+// timers: the wall clock's in production; a daemon test's fake clock, on
+// which the loops then wait until the test advances it (a clock whose
+// Sleep moves it on, as test/dnstest's does, would let one loop's wait
+// move the time every other part of that daemon reads).
+type timerClock struct{ clock.Clock }
 
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	return clock.Sleep(ctx, clock.Real{}, d)
+func (c timerClock) Sleep(ctx context.Context, d time.Duration) error {
+	return clock.Sleep(ctx, c.Clock, d)
 }
 
 // loop is one blocking-query loop in the manner of consul-template's

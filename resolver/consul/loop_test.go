@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/towerd/towerd/resolver/clock"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 const servicesPath = "/v1/catalog/services"
@@ -179,7 +182,7 @@ func TestLoopStopsOnContext(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeAPI(t)
 			f.script(servicesPath, tc.replies...)
-			w := newTestWatcher(t, f, Config{Timing: tc.timing}, realClock{}, randomJitter)
+			w := newTestWatcher(t, f, Config{Timing: tc.timing}, timerClock{clock.Real{}}, randomJitter)
 			ll := startListLoop(t, w)
 			f.waitQueries(t, servicesPath, 1)
 			ll.cancel()
@@ -192,5 +195,45 @@ func TestLoopStopsOnContext(t *testing.T) {
 				t.Fatal("loop still running 10s after its context ended, in a wait of an hour")
 			}
 		})
+	}
+}
+
+// Config.Clock is the watch's clock (issue 33): it reads the time from it,
+// and its loops' waits are the clock's timers, so a daemon on a test's
+// clock has its Consul loops wait until the test steps that clock; they do
+// not move it themselves.
+func TestConfigClockRunsTheWaits(t *testing.T) {
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	w, err := New(Config{Address: "127.0.0.1:1", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.clock.Now().Equal(clk.Now()) {
+		t.Fatalf("the watch reads %v, its clock %v", w.clock.Now(), clk.Now())
+	}
+	slept := make(chan error, 1)
+	go func() { slept <- w.clock.Sleep(context.Background(), time.Second) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitTimers(ctx, 1); err != nil {
+		t.Fatalf("the wait armed no timer of the clock: %v", err)
+	}
+	clk.Advance(time.Second - 1)
+	select {
+	case <-slept:
+		t.Fatal("the wait ended before its time on the clock")
+	default:
+	}
+	if !clk.Now().Equal(time.Unix(1700000000, 0).Add(time.Second - 1)) {
+		t.Fatalf("the wait moved the clock to %v", clk.Now())
+	}
+	clk.Advance(1)
+	select {
+	case err := <-slept:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done(): // a bound against hanging, not a speed
+		t.Fatal("the wait did not end when the clock reached its time")
 	}
 }

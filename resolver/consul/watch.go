@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // Defaults of the watch set's bounds.
@@ -106,6 +109,15 @@ type Config struct {
 	Timing Timing
 	// Log receives the watch's own log lines; nil = none.
 	Log *slog.Logger
+	// Clock is what the watch reads the time from and waits on (issue
+	// 33): the loops' spacing and backoff, the agent gate, idle and empty
+	// timers, MaxStale; nil = the wall clock. The loops sleep on its
+	// timers.
+	Clock clock.Clock
+	// IntN draws every answer's shuffle (Consul shuffles its answers, and
+	// so does the watch); nil = math/rand/v2's IntN. A test that holds the
+	// fast path's bytes to the general path's fixes it.
+	IntN func(n int) int
 }
 
 // watchAll reports whether the configuration asks for the catalog mode.
@@ -121,8 +133,11 @@ type Watcher struct {
 	log     *slog.Logger
 	clock   sleepClock
 	jitter  func(time.Duration) time.Duration
-	store   *store
-	info    atomic.Pointer[agentInfo]
+	// intN draws the shuffles of every answer (Answer's and the bytes'
+	// alike, shuffle): rand.IntN; tests draw the same for both.
+	intN  func(n int) int
+	store *store
+	info  atomic.Pointer[agentInfo]
 	// fallbackDomain is the domain TrimsUDP knows before the agent is
 	// read: the configured one, else consul.
 	fallbackDomain string
@@ -224,8 +239,9 @@ func New(cfg Config) (*Watcher, error) {
 		client:         clients.pooled,
 		probe:          clients.probe,
 		log:            cfg.Log,
-		clock:          realClock{},
+		clock:          timerClock{clock.Or(cfg.Clock)},
 		jitter:         randomJitter,
+		intN:           rand.IntN,
 		store:          newStore(),
 		synced:         make(chan struct{}),
 		demand:         make(chan string, 64),
@@ -239,6 +255,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IntN != nil {
+		w.intN = cfg.IntN
 	}
 	w.state.Address = w.address
 	w.state.MaxWatches = cfg.MaxWatches

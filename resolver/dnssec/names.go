@@ -5,12 +5,14 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // Name helpers on fully qualified names in miekg/dns's presentation form.
 
 // under reports whether name is zone or below it (case-insensitive).
-func under(name, zone string) bool { return dns.IsSubDomain(zone, name) }
+func under(name, zone string) bool { return dnswire.InZoneText(name, zone) }
 
 // parent is name without its first label; "." has none.
 func parent(name string) (string, bool) {

@@ -153,9 +153,6 @@ func (v *Validator) anchorFor(name string) string {
 	}
 }
 
-// CachedZones is how many zones' keys or proofs the cache holds.
-func (v *Validator) CachedZones() int { return v.zones.Len() }
-
 // Validate judges m, the reply to qname and qtype, fetching the keys it
 // lacks within the question's work limits.
 func (v *Validator) Validate(ctx context.Context, qname string, qtype uint16, m *dns.Msg) Result {

@@ -224,7 +224,7 @@ func TestKeyCacheIsBounded(t *testing.T) {
 		r := v.Validate(context.Background(), "www."+z.name, dns.TypeA, reply(0, z.sign(t, rr(t, "www."+z.name+" 300 IN A 192.0.2.1")), nil))
 		expect(t, z.name, r, Secure, 0)
 	}
-	if n := v.CachedZones(); n > 4 {
+	if n := v.zones.Len(); n > 4 {
 		t.Errorf("%d zones cached, want at most 4", n)
 	}
 }

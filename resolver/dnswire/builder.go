@@ -102,13 +102,21 @@ func (b *Builder) Question(name []byte, qtype, qclass uint16) {
 // again: compressed against this message where miekg/dns compresses them,
 // whole otherwise.
 func (b *Builder) Record(s Section, m *Msg, i int) int {
+	var name [MaxNameLen]byte
+	return b.RecordAs(s, m, i, m.Owner(i, name[:0]))
+}
+
+// RecordAs is Record with owner (uncompressed wire form) as the record's
+// owner name: the Consul watch's answers, packed once, are owned by each
+// question's name (issue 34).
+func (b *Builder) RecordAs(s Section, m *Msg, i int, owner []byte) int {
 	if int(s) < b.section {
 		b.err = errOrder
 	}
 	b.section = int(s)
 	rr := m.RR(i)
 	var name [MaxNameLen]byte
-	b.name(m.Owner(i, name[:0]), true)
+	b.name(owner, true)
 	ttlAt := b.size() + 4
 	b.put(m.Raw[rr.TTLAt-4 : rr.TTLAt+4]) // type, class, TTL
 	rdlenAt := b.size()
@@ -208,24 +216,3 @@ func (b *Builder) writtenIs(at int, name []byte) bool {
 		j += 1 + l
 	}
 }
-
-// AppendOPT appends an OPT record (RFC 6891): the root owner, udpSize, the
-// DO bit, and an Extended DNS Error option (RFC 8914) when ede is not 0.
-func AppendOPT(dst []byte, udpSize uint16, do bool, ede uint16) []byte {
-	var flags, rdlen byte
-	if do {
-		flags = 0x80
-	}
-	if ede != 0 {
-		rdlen = 6
-	}
-	dst = append(dst, 0, TypeOPT>>8, TypeOPT&0xFF, byte(udpSize>>8), byte(udpSize), 0, 0, flags, 0, 0, rdlen)
-	if ede != 0 {
-		const optionEDE = 15
-		dst = append(dst, 0, optionEDE, 0, 2, byte(ede>>8), byte(ede))
-	}
-	return dst
-}
-
-// OPTLen is the length of an OPT record AppendOPT writes without an EDE.
-const OPTLen = 11

@@ -127,13 +127,36 @@ func InZone(name, zone []byte) bool {
 	return false
 }
 
-// LowerName appends name (uncompressed wire form) to dst with its ASCII
-// letters in lower case.
-func LowerName(dst, name []byte) []byte {
-	for _, c := range name {
-		dst = append(dst, lower(c))
+// InZoneText is InZone for names in presentation form, fully qualified
+// (as miekg/dns and the configuration write them): name is zone or below
+// it, ASCII letters compared without case, labels ended by a dot that no
+// backslash escapes. The one "is this name inside that zone" of every
+// name held as text (routing, the cache's flush, the validator, the
+// search list); names read off the wire use InZone. It does not allocate.
+func InZoneText[N ~string | ~[]byte](name N, zone string) bool {
+	if zone == "." {
+		return true
 	}
-	return dst
+	n := len(name) - len(zone)
+	if n < 0 {
+		return false
+	}
+	for i := range len(zone) {
+		if c := name[n+i]; c != zone[i] && lower(c) != lower(zone[i]) {
+			return false
+		}
+	}
+	if n == 0 {
+		return true
+	}
+	if name[n-1] != '.' {
+		return false
+	}
+	escapes := 0 // an odd run of backslashes before the dot escapes it
+	for i := n - 2; i >= 0 && name[i] == '\\'; i-- {
+		escapes++
+	}
+	return escapes%2 == 0
 }
 
 // AppendText appends name (uncompressed wire form) to dst in presentation

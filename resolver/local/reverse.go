@@ -2,6 +2,8 @@ package local
 
 import (
 	"net/netip"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // The addresses whose reverse names bogus_priv answers locally: dnsmasq's
@@ -55,9 +57,9 @@ const (
 // towerd. It does not allocate: the fast path calls it through Covers.
 func reverseAddr(name []byte) (netip.Addr, bool) {
 	switch {
-	case hasSuffix(name, "."+inAddrArpa):
+	case len(name) > len(inAddrArpa) && dnswire.InZoneText(name, inAddrArpa):
 		return reverseV4(name[:len(name)-len(inAddrArpa)])
-	case hasSuffix(name, "."+ip6Arpa):
+	case len(name) > len(ip6Arpa) && dnswire.InZoneText(name, ip6Arpa):
 		return reverseV6(name[:len(name)-len(ip6Arpa)])
 	}
 	return netip.Addr{}, false
@@ -141,8 +143,4 @@ func itoa(b byte) string {
 		return string([]byte{'0' + b/10, '0' + b%10})
 	}
 	return string([]byte{'0' + b/100, '0' + b/10%10, '0' + b%10})
-}
-
-func hasSuffix(name []byte, suffix string) bool {
-	return len(name) >= len(suffix) && string(name[len(name)-len(suffix):]) == suffix
 }

@@ -20,6 +20,8 @@
 //	search     10. glibc lookups with a search list, ndots:1 and 5 (search.go; issue 28; needs root)
 //	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
+//	abuse      14. names nobody answers fill the in-flight cap; TCP connections that always owe an answer (abuse.go; issue 35)
+//	consul     15. cached names of another zone, cached Consul names, a watched name; CPU per answer beside dnsmasq and unbound (consul.go; issue 34)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -50,7 +52,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "consul"}
 
 func main() {
 	var (
@@ -77,6 +79,8 @@ func main() {
 		coredns   = flag.String("coredns", "test/corednsbuild/bin/coredns", "CoreDNS binary for the dot scenario's CoreDNS row (make coredns)")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
+		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
+		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -110,7 +114,7 @@ func main() {
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 			coredns:    *coredns,
-			pickWindow: *pickWin, pickOutageLen: *pickOut,
+			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
 		}
 		err = b.run()
 	}
@@ -140,6 +144,10 @@ type bench struct {
 	pickWindow   time.Duration
 	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
+	// abuseWindow is how long scenario 14 asks its fresh names.
+	abuseWindow time.Duration
+	// consulRate is scenario 15's offered rate, queries/s.
+	consulRate int
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -219,6 +227,13 @@ func (b *bench) run() error {
 			return err
 		}
 	}
+	if b.want["abuse"] {
+		a, err := startAbuseServers() // abuse.go
+		if err != nil {
+			return err
+		}
+		defer a.close()
+	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
 		return err
@@ -241,6 +256,13 @@ func (b *bench) run() error {
 	fmt.Printf("towerd bench: %d round(s) of %s; scenarios %s; %s per load, rates %v, %d warm names, cache %d entries\n",
 		b.rounds, strings.Join(hitServers, " "), strings.Join(chosen, ","), b.duration, b.rates, b.names, b.cacheSize)
 	began := time.Now()
+	if b.want["consul"] {
+		// Scenario 15 keeps every server running through its rounds, so
+		// that its loads interleave (consul.go).
+		if err := b.consulScenario(); err != nil {
+			return fmt.Errorf("consul: %w", err)
+		}
+	}
 	for round := 1; round <= b.rounds; round++ {
 		for _, s := range hitServers {
 			if !b.hitPhase() {
@@ -295,6 +317,14 @@ func (b *bench) run() error {
 		if b.want["pick"] && slices.Contains(b.servers, "towerd") {
 			if err := b.pickOutage(round); err != nil {
 				return fmt.Errorf("round %d, towerd, pick outage: %w", round, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["abuse"] {
+				break
+			}
+			if err := b.abuse(round, s); err != nil { // abuse.go
+				return fmt.Errorf("round %d, %s, abuse: %w", round, s, err)
 			}
 		}
 		for _, s := range b.servers {

@@ -35,6 +35,7 @@ type probeResult struct {
 	sent     int
 	answered int // replies within the timeout, any rcode
 	noerror  int // of which NOERROR with an answer
+	servfail int // of which SERVFAIL
 	stale    int // of which marked stale with EDE 3 (RFC 8914 §4.4)
 	// ttl0 counts answers whose first record carries TTL 0: past its
 	// lifetime but not marked stale (dnsmasq's use-stale-cache answers so
@@ -135,6 +136,9 @@ func (p probe) run() (probeResult, error) {
 							if m.Answer[0].Header().Ttl == 0 {
 								res.ttl0++
 							}
+						}
+						if m.Rcode == dns.RcodeServerFailure {
+							res.servfail++
 						}
 						if isStale(m) {
 							res.stale++

@@ -48,6 +48,7 @@ func (d *Daemon) prepareConsul(cfg config.Config) error {
 		AnswerTTL:   answerTTL(c.AnswerTTL),
 		MaxStale:    staleAge(cfg),
 		Log:         d.log,
+		Clock:       d.opts.Clock,
 	})
 	if err != nil {
 		return &config.Error{Key: "consul", Msg: err.Error()}
@@ -76,12 +77,12 @@ func (d *Daemon) runConsul() {
 		w.Run(ctx)
 	}()
 	go func() {
-		t := time.NewTimer(firstSyncWait)
+		t, fired := d.opts.Clock.NewTimer(firstSyncWait)
 		defer t.Stop()
 		select {
 		case <-w.Synced():
 		case <-ctx.Done():
-		case <-t.C:
+		case <-fired:
 			d.log.Warn("consul watch: first sync not done within "+firstSyncWait.String()+
 				"; Consul names are answered by Consul's DNS until it is", "address", st.Address)
 		}

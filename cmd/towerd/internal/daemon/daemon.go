@@ -65,9 +65,12 @@ type Options struct {
 	// zone has no configured servers (resolvwatch.go); the zero value is
 	// what `towerd serve` uses.
 	ResolvConfWatch resolvconf.WatchOptions
-	// Clock is what the cache, the handler's timers, the upstream groups
-	// and the cache saver run on (issue 33); nil is the wall clock, what
-	// `towerd serve` uses. An in-process towerd under test may step it.
+	// Clock is what the cache, the handler's timers, the upstream groups,
+	// the cache saver, the Consul watch, the local-data and resolv.conf
+	// polls and the delayed close of replaced groups run on (issue 33);
+	// nil is the wall clock, what `towerd serve` uses. An in-process
+	// towerd under test may step it. systemd's watchdog pings stay on the
+	// wall clock (systemd.go).
 	Clock clock.Clock
 }
 

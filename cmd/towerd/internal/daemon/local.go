@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
@@ -63,13 +62,13 @@ func (d *Daemon) runLocal() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(local.DefaultPollInterval)
+		tick, ticks := d.opts.Clock.NewTicker(local.DefaultPollInterval)
 		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-ticks:
 				if src := d.local.Load(); src != nil {
 					src.Poll()
 				}

@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/resolver/local"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The daemon answers from [local] before its upstreams, with the rules on
@@ -101,4 +104,58 @@ func TestLocalDataFollowsReload(t *testing.T) {
 	if d.local.Load() != d.localNext {
 		t.Error("the polled source is not the one the handler answers from")
 	}
+}
+
+// The hosts files are polled on the daemon's clock (Options.Clock, issue
+// 33): an edit is not seen while the clock stands still, and is once the
+// test steps it past the poll interval.
+func TestLocalDataPolledOnTheDaemonClock(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("192.168.1.10 nas.lan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultConfig()
+	cfg.Listen = []string{"127.0.0.1:0"}
+	cfg.Admin.Listen = ""
+	cfg.Consul.Enabled = false
+	cfg.StateDir = ""
+	cfg.Local.HostsFiles = []string{hosts}
+	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	d, err := New(Options{Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler), Clock: clk,
+		Load: func() (config.Config, error) { return cfg, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	<-d.Ready()
+	t.Cleanup(func() { d.Shutdown(); <-done })
+	udp := strings.TrimPrefix(d.Addrs()[0], "udp/")
+	nas := func() string {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion("nas.lan.", dns.TypeA)
+		r, err := dns.Exchange(m, udp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Answer) != 1 {
+			return dns.RcodeToString[r.Rcode]
+		}
+		return r.Answer[0].(*dns.A).A.String()
+	}
+	// A new size, so the poll sees a change whatever the file system's
+	// timestamp granularity.
+	if err := os.WriteFile(hosts, []byte("192.168.1.111 nas.lan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := nas(); got != "192.168.1.10" {
+		t.Fatalf("before the clock moved: nas.lan. = %s, want the file as read at start", got)
+	}
+	// The poller may arm its ticker after any step: each try steps again.
+	dnstest.Eventually(t, func() bool {
+		clk.Advance(local.DefaultPollInterval)
+		return nas() == "192.168.1.111"
+	}, 10*time.Second, "the edited hosts file read at a poll on the daemon's clock")
 }

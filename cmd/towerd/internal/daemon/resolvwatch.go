@@ -94,6 +94,9 @@ func (d *Daemon) startFollow(cfg config.Config) {
 		}
 	}
 	opts := d.opts.ResolvConfWatch
+	if opts.Clock == nil {
+		opts.Clock = d.opts.Clock // the poll on the daemon's one clock
+	}
 	opts.Refused = func(error) { wake(nil) } // followResolvConf logs why
 	for _, p := range paths {
 		f.watchers = append(f.watchers, resolvconf.StartWatch(ctx, p, opts, wake))
@@ -276,7 +279,7 @@ func (d *Daemon) setRootServers(servers []string) error {
 	if old != nil {
 		// As in applyReload: resolutions that picked the old group finish
 		// within the upstream timeout.
-		time.AfterFunc(d.cfg.Upstream.Timeout.Duration, func() { old.Close() })
+		d.opts.Clock.AfterFunc(d.cfg.Upstream.Timeout.Duration, func() { old.Close() })
 	}
 	for i, z := range d.zones {
 		if z.Name == "." {

@@ -279,7 +279,7 @@ func (d *Daemon) applyReload(cfg config.Config, groups []*upstream.Group) {
 	d.applyDnstap(cfg) // dnstap.go: the handler writes to its writer already
 	// Resolutions started before the swap may still use the old groups;
 	// close them once those are surely done.
-	time.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
+	d.opts.Clock.AfterFunc(cfg.Upstream.Timeout.Duration, func() { closeGroups(old) })
 	if !slices.Equal(cfg.Listen, d.started.Listen) || cfg.Cache.Size != d.started.Cache.Size || cfg.TCP != d.started.TCP {
 		d.log.Warn("listen addresses, cache.size and [tcp] change only on restart")
 	}

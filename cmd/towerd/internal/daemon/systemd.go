@@ -143,6 +143,8 @@ func (d *Daemon) sdServing(addrs []string) {
 		return // not under systemd: nothing to tell
 	}
 	go func() {
+		// The wall clock's, not Options.Clock: systemd's watchdog counts
+		// real time, and a test's stepped clock must not starve it.
 		ticker := time.NewTicker(period)
 		defer ticker.Stop()
 		for {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // fields decodes one protobuf message into its fields by number: varints
@@ -265,13 +266,14 @@ func TestWriterStalledReaderDropsNeverWaits(t *testing.T) {
 	if stats.Dropped() == 0 {
 		t.Fatal("nothing dropped with a reader that reads nothing")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logged.String(), "dnstap: messages dropped") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no drop report; log:\n%s", logged.String())
+	defer func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logged.String())
 		}
-		time.Sleep(10 * time.Millisecond) // the writer's log: no event to wait on
-	}
+	}()
+	// The writer's log: no event to wait on.
+	dnstest.Eventually(t, func() bool { return strings.Contains(logged.String(), "dnstap: messages dropped") },
+		5*time.Second, "the writer's drop report")
 }
 
 // The writer connects again when the reader comes back: after the first

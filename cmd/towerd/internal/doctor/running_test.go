@@ -73,17 +73,16 @@ func TestRunningTowerd(t *testing.T) {
 
 	// Ask for consul. names until towerd marks its server down.
 	c := &dns.Client{Timeout: 3 * time.Second}
-	deadline := time.Now().Add(30 * time.Second)
 	var r Report
-	for i := 0; ; i++ {
+	i := 0
+	dnstest.Eventually(t, func() bool {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn("n"+strings.Repeat("x", i%7)+".service.consul"), dns.TypeA)
+		i++
 		_, _, _ = c.Exchange(m, dnsAddr)
 		r = diagnose(t, root, Options{AdminAddr: cfg.Admin.Listen})
-		if len(r.Findings) > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(r.Findings) > 0
+	}, 30*time.Second, "a finding once towerd marks the consul zone's server down")
 	expectFindings(t, r, "towerd-zone-unreachable:problem")
 	if f := finding(t, r, "towerd-zone-unreachable"); !strings.Contains(strings.Join(items(f), " "), "zone consul.") {
 		t.Errorf("items %q do not name zone consul.", items(f))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/towerd/towerd/cmd/towerd/internal/install"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // What one getaddrinfo costs the upstream with the node's search list and
@@ -97,13 +98,13 @@ func (n *Node) answeredOnNode(name string) bool {
 		return true
 	}
 	for _, d := range cfg.Local.Domains {
-		if dns.IsSubDomain(dns.CanonicalName(d), fqdn) {
+		if dnswire.InZoneText(fqdn, dns.CanonicalName(d)) {
 			return true
 		}
 	}
 	best, servers := "", n.Towerd.RootZone.Servers
 	for _, z := range cfg.MergedZones() {
-		if z.Name != "." && dns.IsSubDomain(z.Name, fqdn) && len(z.Name) > len(best) {
+		if z.Name != "." && dnswire.InZoneText(fqdn, z.Name) && len(z.Name) > len(best) {
 			best, servers = z.Name, z.Servers
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/towerd/towerd/resolver/boundedfile"
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // DefaultPollInterval is how often a watched file is re-read when no
@@ -34,6 +35,9 @@ type WatchOptions struct {
 	// once for each reason in a row: the last bytes seen stay in force,
 	// and the caller gets to say why.
 	Refused func(error)
+	// Clock runs the poll (issue 33): a test steps it to make the poll
+	// happen, without inotify and without waiting. Nil = the wall clock.
+	Clock clock.Clock
 }
 
 // Watcher follows one resolv.conf-style file: DHCP clients and resolved
@@ -113,14 +117,14 @@ func (w *Watcher) Initial() []byte { return w.initial }
 func (w *Watcher) Done() <-chan struct{} { return w.done }
 
 func (w *Watcher) run(ctx context.Context, events <-chan struct{}) {
-	tick := time.NewTicker(w.opts.PollInterval)
+	tick, ticks := clock.Or(w.opts.Clock).NewTicker(w.opts.PollInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-events:
-		case <-tick.C:
+		case <-ticks:
 		}
 		w.arm()
 		data, err := w.read()

@@ -1,0 +1,117 @@
+package upstream
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/towerd/towerd/test/dnstest"
+)
+
+// The lossy day (issue 36) on the fake clock: one server whose replies
+// take 100 ± 50 ms, and lost packets. Each lost packet is hedged at the
+// replies' 98th percentile, to the same server from a new port, and
+// answered a round trip later; what the lost packet waited is no
+// measure of the server (it answered the later packet first), so the
+// estimates stay the replies': the next loss is hedged as early, and the
+// RTO does not grow. Counted as a lower bound, each loss raised srtt by
+// a sixteenth of an RTO and rttvar by a third, and the tail rose to the
+// RTO, where no hedge goes out.
+func TestLostPacketsAreHedgedAtTheRepliesTail(t *testing.T) {
+	srv := startHeld(t)
+	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
+		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: 2 * time.Second, OnHedge: onHedge, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	g.budget.tokens = hedgeBurst
+	s := g.servers[0]
+	sample(s, rand.New(rand.NewPCG(5, 6)), 500, 100*time.Millisecond, 50*time.Millisecond)
+	before := g.Servers()[0]
+	if before.Tail < 140*time.Millisecond || before.Tail > 150*time.Millisecond {
+		t.Fatalf("tail %s of U(50 ms, 150 ms), want its p98, within [140 ms, 150 ms]", before.Tail)
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("lost%d.example.", i)
+		arrived := srv.hold(name, 2)
+		first := srv.Arrived(name, 1)
+		tail := g.Servers()[0].Tail
+		done := startExchange(t, g, name)
+		<-first // parked before the hedge is sent: the hedge is the second
+		waitTimers(t, clk, 1)
+		clk.Advance(tail - time.Nanosecond)
+		select {
+		case e := <-events:
+			t.Fatalf("loss %d: hedge event %s before the tail", i, e)
+		default:
+		}
+		clk.Advance(time.Nanosecond)
+		if e := nextEvent(t, events); e != HedgeSent {
+			t.Fatalf("loss %d: event %s at the tail %s, want sent", i, e, tail)
+		}
+		<-arrived // the lost query (parked for good) and the hedge
+		clk.Advance(100 * time.Millisecond)
+		releaseHeld(t, srv, name, 1)
+		if r := <-done; r.err != nil || !r.wr.Hedge {
+			t.Fatalf("loss %d: hedge %v, %v; want the hedge's answer", i, r.wr.Hedge, r.err)
+		}
+		if e := nextEvent(t, events); e != HedgeWon {
+			t.Fatalf("loss %d: event %s, want won", i, e)
+		}
+		releaseHeld(t, srv, name, 0) // its socket is closed: dropped
+	}
+	after := g.Servers()[0]
+	if after.Tail < 140*time.Millisecond || after.Tail > 150*time.Millisecond {
+		t.Errorf("tail %s after the losses, was %s: want it to stay the replies' p98", after.Tail, before.Tail)
+	}
+	// The hedges' replies (100 ms each) move srtt towards 100 ms; a lost
+	// packet's wait would push it up.
+	if after.SRTT > max(before.SRTT, 100*time.Millisecond)+time.Millisecond {
+		t.Errorf("srtt %s after the losses, was %s: a lost packet raised it", after.SRTT, before.SRTT)
+	}
+	if after.AttemptTimeout > before.AttemptTimeout+10*time.Millisecond {
+		t.Errorf("RTO %s after the losses, was %s: a lost packet moved it", after.AttemptTimeout, before.AttemptTimeout)
+	}
+	if h := g.Hedges(); h != (HedgeCounts{Sent: 8, Won: 8}) {
+		t.Errorf("hedges %+v, want 8 sent, 8 won", h)
+	}
+}
+
+// The tail is the 98th percentile of the latest tailWindow replies: two
+// stalled replies in the window do not move it, a third does, and the
+// stall is forgotten once tailWindow replies came after it. What an
+// overtaken attempt waited is no reply and leaves it alone.
+func TestTailWindowForgetsAStall(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := &server{}
+	sample(s, rng, 300, 100*time.Millisecond, 50*time.Millisecond)
+	raw := func() time.Duration { s.mu.Lock(); defer s.mu.Unlock(); return s.tail }
+	base := raw()
+	if base < 140*time.Millisecond || base > 150*time.Millisecond {
+		t.Fatalf("tail %s of U(50 ms, 150 ms), want within [140 ms, 150 ms]", base)
+	}
+	for range 10 {
+		s.addLowerBound(time.Second)
+	}
+	if got := raw(); got != base {
+		t.Errorf("tail %s after lower bounds, was %s: only replies move it", got, base)
+	}
+	s.addSample(time.Second)
+	s.addSample(time.Second)
+	if got := raw(); got > 150*time.Millisecond {
+		t.Errorf("tail %s after two stalled replies, want still the others' (at most 150 ms)", got)
+	}
+	s.addSample(time.Second)
+	if got := raw(); got != time.Second {
+		t.Errorf("tail %s after three stalled replies in %d, want 1s", got, tailWindow)
+	}
+	sample(s, rng, tailWindow, 100*time.Millisecond, 50*time.Millisecond)
+	if got := raw(); got < 140*time.Millisecond || got > 150*time.Millisecond {
+		t.Errorf("tail %s %d replies after the stall, want back within [140 ms, 150 ms]", got, tailWindow)
+	}
+}
