@@ -71,7 +71,7 @@ func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, Wir
 	base := len(dst) - int(p.answerAt)
 	dst = append(dst, records...)
 	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
-		binary.BigEndian.PutUint32(dst[base+int(binary.BigEndian.Uint16(offsets)):], ttl)
+		dnswire.SetTTL(dst, base+int(binary.BigEndian.Uint16(offsets)), ttl) // the entry's own offset table
 	}
 	hdr, _ := dnswire.ReadHeader(wire) // an entry is a whole message
 	return dst, WireHit{

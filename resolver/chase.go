@@ -2,12 +2,11 @@ package resolver
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
-
-	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/dnswire"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -39,13 +38,13 @@ var _ brokenChainCounter = (*upstream.Group)(nil)
 // zones, joining the answers (issue 11, unbound's scrubber: what one
 // zone's servers say about another zone's names is never believed; a zone
 // configured below another is one of those, upstream.WireQuery.Below).
-// Any failing step fails the whole query. It returns the joined answer,
-// packed, for the one settle.
+// Any failing step fails the whole query. The replies are read with
+// dnswire's view and joined by its encoder (joinChase), and the joined
+// chain is judged by the scrubber's own chain rules (upstream.ScrubCheck:
+// a loop, or more than upstream.MaxChainLinks links, breaks it; issue
+// 34: the chase had a second copy of them). It returns the joined answer
+// for the one settle.
 func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.Key, raw []byte, server, target string) ([]byte, error) {
-	reply := new(dns.Msg)
-	if err := reply.Unpack(raw); err != nil {
-		return nil, fmt.Errorf("chasing from zone %s: %w", zone.Name, err)
-	}
 	// broken counts the chain as broken by the server whose reply made it
 	// so (upstream.Group.CountBrokenChain: towerd_upstream_errors_total
 	// {reason="chain"}, as a chain broken within one reply is).
@@ -55,91 +54,110 @@ func (h *Handler) chase(ctx context.Context, s *settings, zone Zone, key cache.K
 		}
 		return nil, err
 	}
-	seen := map[string]bool{strings.ToLower(key.Name): true}
-	chainNamesOf(reply, seen)
+	joined := raw
 	for step := 2; target != ""; step++ {
 		if step > maxChaseSteps {
 			return broken(zone, server, fmt.Errorf("%w: more than %d steps at %s", errChase, maxChaseSteps, target))
 		}
-		if seen[target] {
-			return broken(zone, server, fmt.Errorf("%w: loop at %s", errChase, target))
-		}
-		seen[target] = true
 		next := s.router.route(target)
 		wr, err := h.ask(ctx, next, cache.Key{Name: target, Type: key.Type, Class: key.Class, DO: key.DO, CD: key.CD})
 		if err != nil {
 			return nil, fmt.Errorf("chasing %s in zone %s: %w", target, next.Name, err)
 		}
-		part := new(dns.Msg)
-		if err := part.Unpack(wr.Raw); err != nil {
+		zone, server = next, wr.Server
+		if joined, err = joinChase(joined, wr.Raw); err != nil {
 			return nil, fmt.Errorf("chasing %s in zone %s: %w", target, next.Name, err)
 		}
-		// A name of this part's chain seen before is a loop across the
-		// zones, whatever the step's own reply looked like.
-		zone, server = next, wr.Server
-		for name := range chainNamesOf(part, map[string]bool{}) {
-			if name != target && seen[name] {
-				return broken(zone, server, fmt.Errorf("%w: loop at %s", errChase, name))
-			}
-			seen[name] = true
+		// The chain joined so far, from the question, by the scrubber's
+		// rules with every name believed: a name seen before is a loop
+		// across the zones, found before the next zone is asked.
+		verdict, err := upstream.ScrubCheck(joined, chainScope)
+		if err != nil {
+			return nil, fmt.Errorf("chasing %s in zone %s: %w", target, next.Name, err)
 		}
-		reply = joinChase(reply, part)
-		if links := chainLinks(reply); links > upstream.MaxChainLinks {
-			return broken(zone, server, fmt.Errorf("%w: more than %d links", errChase, upstream.MaxChainLinks))
+		if verdict.Broken != nil {
+			return broken(zone, server, fmt.Errorf("%w: %w", errChase, verdict.Broken))
 		}
 		target = wr.Scrub.ChaseName
 	}
-	return reply.Pack()
+	return joined, nil
 }
 
-// chainNamesOf adds to names the lower-cased owners of m's CNAME and DNAME
-// records (the chain's names in a scrubbed reply) and returns names.
-func chainNamesOf(m *dns.Msg, names map[string]bool) map[string]bool {
-	for _, rr := range m.Answer {
-		if t := rr.Header().Rrtype; t == dns.TypeCNAME || t == dns.TypeDNAME {
-			names[strings.ToLower(rr.Header().Name)] = true
-		}
-	}
-	return names
-}
+// chainScope believes every name: the joined chain is judged for its
+// shape only, each part having been scrubbed for its own zone.
+var chainScope = upstream.Scope{Zone: []byte{0}}
 
-// chainLinks counts the links of a joined answer's chain: its CNAMEs (a
-// DNAME comes with the CNAME it synthesizes).
-func chainLinks(m *dns.Msg) int {
-	n := 0
-	for _, rr := range m.Answer {
-		if rr.Header().Rrtype == dns.TypeCNAME {
-			n++
-		}
-	}
-	return n
-}
+// errChaseJoin is a step's reply the chase cannot join: one that does not
+// parse, or an rcode only an OPT record (which the joined answer drops)
+// could carry.
+var errChaseJoin = errors.New("reply cannot be joined")
 
 // joinChase is the answer to the original question: first's chain up to
-// the record that leaves its zone, then what the target's zone answered.
-// The rcode, AD and authority are the target zone's (the first server's
-// word on the target was not believed; AD only when both parts had it),
-// the additional records both, without OPT (the answer gets towerd's own).
-// Every TTL becomes the smallest of all parts when the joined reply is
-// settled (the cache's entry builder).
-func joinChase(first, next *dns.Msg) *dns.Msg {
-	out := first.Copy()
-	out.Answer = append(out.Answer, next.Answer...)
-	out.Rcode = next.Rcode
-	out.AuthenticatedData = first.AuthenticatedData && next.AuthenticatedData
-	out.Ns = append([]dns.RR(nil), next.Ns...)
-	out.Extra = withoutOPT(out.Extra)
-	for _, rr := range next.Extra {
-		if rr.Header().Rrtype != dns.TypeOPT && !containsRR(out.Extra, rr) {
-			out.Extra = append(out.Extra, rr)
+// the record that leaves its zone, then what the target's zone answered,
+// written by dnswire's encoder from the two views. The rcode, AD and
+// authority are the target zone's (the first server's word on the target
+// was not believed; AD only when both parts had it), the additional
+// records both, each once (dnswire.SameRecord), without OPT (the answer
+// gets towerd's own). Every TTL becomes the smallest of all parts when the
+// joined reply is settled (the cache's entry builder).
+func joinChase(first, next []byte) ([]byte, error) {
+	var a, b dnswire.Msg
+	if a.Parse(first) != nil || b.Parse(next) != nil || a.QDCount != 1 {
+		return nil, errChaseJoin
+	}
+	rcode := b.Rcode()
+	if rcode > 0xF {
+		return nil, errChaseJoin
+	}
+	flags := a.Flags&^(0xF|dnswire.FlagAD) | uint16(rcode)
+	if a.Flags&b.Flags&dnswire.FlagAD != 0 {
+		flags |= dnswire.FlagAD
+	}
+	var w dnswire.Builder
+	w.Start(a.ID, flags)
+	var q [dnswire.MaxNameLen]byte
+	w.Question(a.Question(q[:0]), a.QType, a.QClass)
+	for _, part := range []*dnswire.Msg{&a, &b} {
+		from, to := part.Range(dnswire.Answer)
+		for i := from; i < to; i++ {
+			w.Record(dnswire.Answer, part, i)
 		}
 	}
-	return out
+	from, to := b.Range(dnswire.Authority)
+	for i := from; i < to; i++ {
+		w.Record(dnswire.Authority, &b, i)
+	}
+	// The additional records: first's, then next's not already there.
+	addFrom, addTo := a.Range(dnswire.Additional)
+	for i := addFrom; i < addTo; i++ {
+		if a.RR(i).Type != dnswire.TypeOPT {
+			w.Record(dnswire.Additional, &a, i)
+		}
+	}
+	from, to = b.Range(dnswire.Additional)
+	for j := from; j < to; j++ {
+		if b.RR(j).Type == dnswire.TypeOPT || joinedHas(&a, addFrom, addTo, &b, from, j) {
+			continue
+		}
+		w.Record(dnswire.Additional, &b, j)
+	}
+	if _, err := w.Finish(); err != nil {
+		return nil, err
+	}
+	return w.AppendTo(nil), nil
 }
 
-func containsRR(rrs []dns.RR, rr dns.RR) bool {
-	for _, have := range rrs {
-		if dns.IsDuplicate(have, rr) {
+// joinedHas reports whether next's additional record j is one joinChase
+// wrote already: among first's additional records (aFrom to aTo-1) or
+// next's before it (from bFrom).
+func joinedHas(first *dnswire.Msg, aFrom, aTo int, next *dnswire.Msg, bFrom, j int) bool {
+	for i := aFrom; i < aTo; i++ {
+		if first.RR(i).Type != dnswire.TypeOPT && dnswire.SameRecord(first, i, next, j) {
+			return true
+		}
+	}
+	for i := bFrom; i < j; i++ {
+		if next.RR(i).Type != dnswire.TypeOPT && dnswire.SameRecord(next, i, next, j) {
 			return true
 		}
 	}

@@ -167,3 +167,46 @@ func TestChaseFromRootIntoConfiguredZone(t *testing.T) {
 		t.Fatalf("got %s %v, want NOERROR %v", dns.RcodeToString[r.Rcode], rrStrings(r.Answer), want)
 	}
 }
+
+// joinChase writes, from the two replies' views, the joined answer the
+// chase settles: first's header, question and answer, then next's answer;
+// next's rcode and authority; AD only when both had it; the additional
+// records of both once each, without OPT.
+func TestJoinChase(t *testing.T) {
+	first := new(dns.Msg)
+	first.SetQuestion("WWW.corp.example.", dns.TypeA)
+	first.Id, first.Response, first.RecursionAvailable, first.AuthenticatedData = 77, true, true, true
+	first.Answer = mustRRs(t, "WWW.corp.example. 300 IN CNAME web.service.consul.")
+	first.Extra = mustRRs(t, "ns.corp.example. 60 IN A 192.0.2.53", "shared.example. 60 IN TXT \"x\"")
+	first.SetEdns0(1232, true)
+	next := new(dns.Msg)
+	next.SetQuestion("web.service.consul.", dns.TypeA)
+	next.Response, next.Rcode = true, dns.RcodeNameError
+	next.Answer = mustRRs(t, "web.service.consul. 20 IN CNAME gone.service.consul.")
+	next.Ns = mustRRs(t, "consul. 3600 IN SOA ns.consul. hostmaster.consul. 1 3600 600 86400 15")
+	next.Extra = mustRRs(t, "SHARED.example. 5 IN TXT \"x\"", "other.example. 60 IN TXT \"y\"", "other.example. 9 IN TXT \"y\"")
+	next.SetEdns0(4096, false)
+	a, _ := first.Pack()
+	next.Compress = true
+	b, _ := next.Pack()
+	raw, err := joinChase(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := new(dns.Msg)
+	if err := got.Unpack(raw); err != nil {
+		t.Fatal(err)
+	}
+	want := first.Copy()
+	want.Rcode, want.AuthenticatedData = dns.RcodeNameError, false
+	want.Answer = append(want.Answer, next.Answer...)
+	want.Ns = next.Ns
+	want.Extra = append(mustRRs(t, "ns.corp.example. 60 IN A 192.0.2.53", "shared.example. 60 IN TXT \"x\""),
+		mustRRs(t, "other.example. 60 IN TXT \"y\"")...)
+	if got.String() != want.String() {
+		t.Fatalf("joined\n%v\nwant\n%v", got, want)
+	}
+	if _, err := joinChase(a, b[:len(b)-3]); err == nil {
+		t.Error("a reply cut short was joined")
+	}
+}

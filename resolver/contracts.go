@@ -38,17 +38,20 @@ type RecordSource interface {
 	Covers(name []byte) bool
 }
 
-// RecordAppender is a RecordSource that also writes some of its answers
-// as bytes, for the fast path (issue 34: the Consul watch's A and AAAA
-// answers). AppendAnswer appends to dst, behind the header and the
+// RecordAppender is a RecordSource that also writes its answers as
+// bytes, for the fast path (issue 34: every answer of the Consul watch).
+// AppendAnswer appends to dst, which ends with the header and the
 // question of name (canonical, only read during the call; class IN), the
-// answer section Answer would give, when it fits in limit bytes of dst and
-// the source may answer it so: no authority or additional records, NOERROR,
-// not stale, every owner a pointer to the question. It reports the records
-// written and Answer's why; ok false, dst unchanged, leaves the question
-// to Answer. It must not allocate.
+// records Answer would give, when they fit in limit bytes of dst and the
+// source may answer so: NOERROR, every name compressed as the general
+// path packs Answer's records for the question as the client spelled it.
+// counts are the records of the answer, authority and additional
+// sections; stale is Answer's stale, every TTL then at most staleTTL (the
+// general path's answer.records). It reports Answer's why; ok false, dst
+// unchanged, leaves the question to Answer. It must not allocate.
 type RecordAppender interface {
-	AppendAnswer(dst, name []byte, qtype uint16, limit int) (out []byte, answers uint16, why string, ok bool)
+	AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
+		out []byte, counts [3]uint16, stale bool, why string, ok bool)
 }
 
 // Upstream is what a zone forwards to: the one contract between the

@@ -83,10 +83,12 @@
 //     — the rule that answered, or why the watch passed the name on — goes
 //     into the observation, Query.Rule and Query.Passed). The fast path
 //     writes a covered name's answer as bytes when the source that covers
-//     it can (RecordAppender, recordsPacket: the Consul watch's A and
-//     AAAA of <svc>.service.<domain>, encoded once per record set) and
-//     declines every other name RecordSource.Covers, the union of a
-//     Chain's.
+//     it can (RecordAppender, recordsPacket: every answer the Consul
+//     watch holds, its forms, A, AAAA, SRV and NODATA, fresh or stale,
+//     encoded when the watch delivers the record set) and declines every
+//     other name RecordSource.Covers, the union of a Chain's: for the
+//     watch, the names it holds and the service names whose questions ask
+//     for a watch; the rest of the Consul domain is the cache's.
 //   - Miss decision (failure recheck, join or start a resolution, cap full →
 //     stale or SERVFAIL): Handler.planMiss; the fast reject is its answer
 //     for a question with no cache entry, the fast path's stale answer its

@@ -208,10 +208,10 @@ func (packedRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
 	return m, false, "packed", true
 }
 
-func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int) ([]byte, uint16, string, bool) {
+func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _ uint32) ([]byte, [3]uint16, bool, string, bool) {
 	m, _, why, ok := p.Answer(dns.Question{Name: string(name), Qtype: qtype, Qclass: dns.ClassINET})
 	if !ok {
-		return dst, 0, "", false
+		return dst, [3]uint16{}, false, "", false
 	}
 	m.Compress = true
 	raw, err := m.Pack()
@@ -220,9 +220,9 @@ func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int) (
 	}
 	records := raw[12+len(name)+1+4:]
 	if len(dst)+len(records) > limit {
-		return dst, 0, "", false
+		return dst, [3]uint16{}, false, "", false
 	}
-	return append(dst, records...), uint16(len(m.Answer)), why, true
+	return append(dst, records...), [3]uint16{uint16(len(m.Answer))}, false, why, true
 }
 
 var _ RecordAppender = packedRecords{}

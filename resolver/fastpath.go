@@ -92,13 +92,13 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
+	name, _ := m.QuestionInPlace() // parse declined a compressed one
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
 	q.nameLen = len(dnswire.AppendText(q.name[:0], name, true))
 	q.qtype, q.qclass = m.QType, m.QClass
-	q.question = p[dnswire.HeaderLen:m.QEnd]
+	q.question = m.QuestionSection()
 	return true
 }
 
@@ -108,8 +108,9 @@ func fastOption(code uint16, _ []byte) bool { return code == optionCookie || cod
 
 // recordsPacket is answerPacket for a name a RecordSource covers: the
 // source's answer written as bytes when it can write it
-// (RecordAppender: the Consul watch's A and AAAA), framed by the reply
-// core like ServeDNS's a.records, and cut like Consul's by ServeDNS only
+// (RecordAppender: every answer of the Consul watch, fresh or stale),
+// framed by the reply core like ServeDNS's a.records (a stale one with
+// EDE 3 and the one stale TTL), and cut like Consul's by ServeDNS only
 // (cutLikeConsul). Everything else it declines, dst unchanged, to
 // ServeDNS, which asks the source's Answer.
 func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
@@ -118,17 +119,18 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	}
 	const rcode = dns.RcodeSuccess
 	sh := s.replyShape(&q.request)
-	reserve := 0
-	if sh.opt {
-		reserve = dnswire.OPTLen
-	}
+	reserve := sh.added(rcode, true) // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, answers, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve)
-	if !ok || q.cutLikeConsul(sh, rcode, false, answers, len(dst)-headerAt) {
+	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
 		return dst[:headerAt], false
 	}
-	dst = sh.closeReply(dst, headerAt, q.id, cache.WireHit{Rcode: rcode, Answer: answers}, false)
+	dst = sh.closeReply(dst, headerAt, q.id, cache.WireHit{Rcode: rcode, Answer: counts[0], Ns: counts[1], Extra: counts[2]}, stale)
+	if stale {
+		label = SourceStale
+	}
 	q.rule = why
+	q.reply = dst[headerAt:]
 	h.observe(s, &q.request, zone.Name, label, rcode, start, false)
 	return dst, true
 }

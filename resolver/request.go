@@ -366,17 +366,3 @@ func allowedAddr(allow []netip.Prefix, ip netip.Addr) bool {
 	}
 	return false
 }
-
-// allowed is allowedAddr for a connection's address.
-func allowed(allow []netip.Prefix, remote net.Addr) bool {
-	var ip netip.Addr
-	switch a := remote.(type) {
-	case *net.UDPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		return false
-	}
-	return allowedAddr(allow, ip)
-}

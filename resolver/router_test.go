@@ -90,8 +90,13 @@ func TestAllowed(t *testing.T) {
 		{&net.UDPAddr{IP: net.ParseIP("192.0.2.1")}, false},
 		{&net.TCPAddr{IP: net.ParseIP("2001:db8::1")}, false},
 	} {
-		if got := allowed(allow, tc.addr); got != tc.want {
-			t.Errorf("allowed(%v) = %v, want %v", tc.addr, got, tc.want)
+		// As ServeDNS reads a client: its address off the writer
+		// (request.fromMsg), then admission's allow-list check.
+		_, tcp := tc.addr.(*net.TCPAddr)
+		var r request
+		r.fromMsg(new(dns.Msg), &memWriter{tcp: tcp, remote: tc.addr})
+		if got := allowedAddr(allow, r.client); got != tc.want {
+			t.Errorf("allowedAddr(%v) = %v, want %v", tc.addr, got, tc.want)
 		}
 	}
 }

@@ -67,24 +67,22 @@ func lookupRecords(rs RecordSource, q dns.Question) (m *dns.Msg, stale bool, lab
 // (RecordAppender): in a Chain, of the first source that covers name,
 // whose Answer would be asked first of those that might answer. label is
 // lookupRecords's.
-func appendRecords(rs RecordSource, dst, name []byte, qtype uint16, limit int) (out []byte, answers uint16, label, why string, ok bool) {
+func appendRecords(rs RecordSource, dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
+	out []byte, counts [3]uint16, stale bool, label, why string, ok bool) {
 	switch rs := rs.(type) {
-	case nil:
-		return dst, 0, "", "", false
 	case Chain:
 		for _, src := range rs {
 			if src.Covers(name) {
 				if ra, can := src.RecordSource.(RecordAppender); can {
-					out, answers, why, ok = ra.AppendAnswer(dst, name, qtype, limit)
-					return out, answers, src.Label, why, ok
+					out, counts, stale, why, ok = ra.AppendAnswer(dst, name, qtype, limit, staleTTL)
+					return out, counts, stale, src.Label, why, ok
 				}
-				return dst, 0, "", "", false
+				break
 			}
 		}
-		return dst, 0, "", "", false
 	case RecordAppender:
-		out, answers, why, ok = rs.AppendAnswer(dst, name, qtype, limit)
-		return out, answers, SourceRecords, why, ok
+		out, counts, stale, why, ok = rs.AppendAnswer(dst, name, qtype, limit, staleTTL)
+		return out, counts, stale, SourceRecords, why, ok
 	}
-	return dst, 0, "", "", false
+	return dst, counts, false, "", "", false
 }

@@ -2,6 +2,8 @@ package test
 
 import (
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -107,6 +109,16 @@ type blackhole struct {
 	packets atomic.Int64
 	probes  atomic.Int64
 	done    chan struct{}
+
+	mu     sync.Mutex
+	byName map[string]int // queries by lower-cased name, probes excluded
+}
+
+// asked is how many queries for name (any case, any type) reached the hole.
+func (b *blackhole) asked(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byName[strings.ToLower(dns.Fqdn(name))]
 }
 
 // newBlackhole binds addr (typically the port of an upstream just stopped).
@@ -116,7 +128,7 @@ func newBlackhole(t *testing.T, addr string) *blackhole {
 	if err != nil {
 		t.Fatalf("binding black hole on %s: %v", addr, err)
 	}
-	b := &blackhole{done: make(chan struct{})}
+	b := &blackhole{done: make(chan struct{}), byName: map[string]int{}}
 	go func() {
 		defer close(b.done)
 		buf := make([]byte, 65535)
@@ -129,6 +141,11 @@ func newBlackhole(t *testing.T, addr string) *blackhole {
 			if q.Unpack(buf[:n]) == nil && len(q.Question) == 1 && q.Question[0].Name == "." && q.Question[0].Qtype == dns.TypeNS {
 				b.probes.Add(1)
 				continue
+			}
+			if len(q.Question) == 1 {
+				b.mu.Lock()
+				b.byName[strings.ToLower(q.Question[0].Name)]++
+				b.mu.Unlock()
 			}
 			b.packets.Add(1)
 		}

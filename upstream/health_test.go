@@ -62,30 +62,50 @@ func exchangeOnClock(t *testing.T, g *Group, clk *dnstest.Clock, d time.Duration
 
 func TestGroupSkipsDownServer(t *testing.T) {
 	first, second := startRaw(t, blackHole), startRaw(t, answering(t, dns.RcodeSuccess))
-	onChange, nextEvent := healthEvents(t)
+	events := make(chan healthEvent, 16)
+	// The fake clock (issue 33): only the black-holed server's RTO runs
+	// out, when the test steps the clock to it; the answering server's
+	// never does, however slow its reply on a loaded machine.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
-		MaxAttempts:   2,
-		FailThreshold: 2,
-		// Also the answering server's budget: generous, so only the
-		// black-holed one ever times out on a loaded machine.
+		Clock:                 clk,
+		MaxAttempts:           2,
+		FailThreshold:         2,
 		InitialAttemptTimeout: 300 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
 		ProbeInterval:         time.Hour, // keep probes out of the counts; Close stops the prober
-		OnHealthChange:        onChange,
+		OnHealthChange:        func(server string, up bool) { events <- healthEvent{server, up} },
 	}, first, second)
 
 	for range 2 {
-		if err := exchangeFor(g, waitTimeout); err != nil {
+		// The first server is asked first; at its RTO, the second.
+		rto := g.Servers()[0].AttemptTimeout
+		recv := startOnClock(t, g, clk, testQuery(), waitTimeout)
+		clk.Advance(rto)
+		if _, err := awaitReply(t, recv); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ev := nextEvent(); ev != (healthEvent{first.addr, false}) {
+	// The silence watcher marks the first server down by MaxSilence (5 s)
+	// after its first unanswered packet: step the clock until it does.
+	var ev healthEvent
+	dnstest.Eventually(t, func() bool {
+		select {
+		case ev = <-events:
+			return true
+		default:
+			clk.Advance(10 * time.Millisecond)
+			return false
+		}
+	}, waitTimeout, "a health change")
+	if ev != (healthEvent{first.addr, false}) {
 		t.Fatalf("health change %+v, want %s down", ev, first.addr)
 	}
 	if st := g.Servers()[0]; st.Up || st.Timeouts != 2 {
 		t.Errorf("first server up=%v timeouts=%d, want down after 2 timeouts", st.Up, st.Timeouts)
 	}
-	if err := exchangeFor(g, waitTimeout); err != nil {
+	// The clock stands still: the second server's answer ends it.
+	if _, err := awaitReply(t, startOnClock(t, g, clk, testQuery(), waitTimeout)); err != nil {
 		t.Fatal(err)
 	}
 	if a, b := first.count(t), second.count(t); a != 2 || b != 3 {

@@ -39,10 +39,14 @@ func TestLostPacketsAreHedgedAtTheRepliesTail(t *testing.T) {
 	for i := range 8 {
 		name := fmt.Sprintf("lost%d.example.", i)
 		arrived := srv.hold(name, 2)
-		first := srv.Arrived(name, 1)
 		tail := g.Servers()[0].Tail
 		done := startExchange(t, g, name)
-		<-first // parked before the hedge is sent: the hedge is the second
+		// Parked before the hedge is sent: the hedge is the second.
+		dnstest.Eventually(t, func() bool {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return len(srv.held[name]) == 1
+		}, waitTimeout, "the first query parked")
 		waitTimers(t, clk, 1)
 		clk.Advance(tail - time.Nanosecond)
 		select {

@@ -132,7 +132,13 @@ func TestUnansweredNamesMarkNoServerDown(t *testing.T) {
 		return answering(t, dns.RcodeSuccess)(q, from)
 	})
 	var changes atomic.Int32
+	// The fake clock (issue 33): the watcher's RTOs run out only as the
+	// test steps the clock, and it steps only once the probe's reply was
+	// heard. On the wall clock, a probe reply slower than three 20-40 ms
+	// RTOs on a loaded machine marked the server down.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
+		Clock:             clk,
 		MaxAttempts:       2,
 		MinAttemptTimeout: 20 * time.Millisecond,
 		MaxAttemptTimeout: 40 * time.Millisecond,
@@ -140,16 +146,43 @@ func TestUnansweredNamesMarkNoServerDown(t *testing.T) {
 		ProbeInterval:     time.Hour,
 		OnHealthChange:    func(string, bool) { changes.Add(1) },
 	}, srv)
+	s := g.servers[0]
+	// watchersDone steps the clock until no silence watcher runs: each
+	// has heard the probe's reply and ends at its next RTO, or marked the
+	// server down.
+	watchersDone := func() {
+		t.Helper()
+		dnstest.Eventually(t, func() bool {
+			s.mu.Lock()
+			watching := s.watching
+			s.mu.Unlock()
+			if watching {
+				clk.Advance(10 * time.Millisecond)
+			}
+			return !watching
+		}, waitTimeout, "the silence watcher to end")
+	}
 	for _, kind := range []string{"dropped", "malformed", "servfail"} {
 		for i := range 10 {
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			_, _ = g.Exchange(ctx, question(fmt.Sprintf("%s%d.example.", kind, i)))
-			cancel()
+			start := clk.Now()
+			recv := startOnClock(t, g, clk, question(fmt.Sprintf("%s%d.example.", kind, i)), 100*time.Millisecond)
+			if kind != "servfail" {
+				// Nothing answers a dropped name, and a reply that does not
+				// parse leaves its attempt waiting (a forgery may precede
+				// the genuine reply): the first RTO, then, and suspicion
+				// unless the server was heard since the send; the watcher's
+				// probe, its reply heard before the clock moves on to the
+				// deadline.
+				clk.Advance(g.Servers()[0].AttemptTimeout)
+				dnstest.Eventually(t, func() bool { return s.heardSince(start) }, waitTimeout, "the probe's reply")
+				for clk.Now().Before(start.Add(100 * time.Millisecond)) {
+					clk.Advance(time.Millisecond)
+				}
+			}
+			_, _ = awaitReply(t, recv)
+			watchersDone()
 		}
 	}
-	// Every watcher the dropped names started has heard the probe's reply
-	// and ended, or marked the server down.
-	waitWatchersDone(t, g)
 	if n := changes.Load(); n != 0 || g.AllDown() {
 		t.Errorf("%d health changes, all down %v; want none: the server answers the probe", n, g.AllDown())
 	}
@@ -188,21 +221,4 @@ func TestServFailFromSoleServerAskedOnce(t *testing.T) {
 	if st := g.Servers()[0]; !st.Up || st.ServFails != 5 {
 		t.Errorf("server up=%v servfails=%d, want up with 5", st.Up, st.ServFails)
 	}
-}
-
-// waitWatchersDone waits until no server of g has a silence watcher
-// running.
-func waitWatchersDone(t *testing.T, g *Group) {
-	t.Helper()
-	dnstest.Eventually(t, func() bool {
-		for _, s := range g.servers {
-			s.mu.Lock()
-			watching := s.watching
-			s.mu.Unlock()
-			if watching {
-				return false
-			}
-		}
-		return true
-	}, waitTimeout, "every silence watcher to end")
 }

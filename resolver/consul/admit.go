@@ -118,6 +118,16 @@ func (c *candidates) hits(key string, now time.Time) (hits int64, keptOut bool) 
 	return e.hits, now.Before(e.emptyUntil)
 }
 
+// keptOutNow reports whether key is kept out at now, counting nothing
+// and moving nothing: Covers asks it of every question for a name not
+// watched (key may alias a packet; it is only looked up).
+func (c *candidates) keptOutNow(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.table.Peek(key)
+	return ok && now.Before(e.emptyUntil)
+}
+
 // take removes key (it is watched now) and returns its count.
 func (c *candidates) take(key string) int64 {
 	c.mu.Lock()

@@ -73,7 +73,7 @@ func TestRecordsFollowTheAgentsDNSConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.info.Store(info)
-		w.store.set(tc.service, []instance{web1})
+		w.store.set(tc.service, []instance{web1}, nil)
 		markWatched(w, tc.service)
 		name := tc.service + ".service.consul."
 		m, _, ok := ask(w, question(name, dns.TypeA))

@@ -1,11 +1,12 @@
 package consul
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
@@ -17,9 +18,28 @@ type service struct {
 	// lostAt is when the watch last lost contact with the agent while
 	// holding these instances; zero while in contact.
 	lostAt time.Time
-	// enc are the instances' answers as bytes, for the fast path
-	// (wireanswer.go): made once, at the first question for them.
-	enc encodings
+	// wire is what the instances answer, as bytes (wireset.go): encoded
+	// when the watch delivers them, again only if the agent's settings
+	// changed since.
+	wire atomic.Pointer[wireSet]
+}
+
+// holds reports whether the service's records answer a question with tag
+// (empty: any), as Answer would: some instance has the tag.
+func (svc *service) holds(tag []byte) bool {
+	if ws := svc.wire.Load(); ws != nil {
+		_, ok := ws.tags[unsafe.String(unsafe.SliceData(tag), len(tag))]
+		return ok
+	}
+	if len(tag) == 0 {
+		return true
+	}
+	for _, in := range svc.instances {
+		if slices.Contains(in.Tags, string(tag)) {
+			return true
+		}
+	}
+	return false
 }
 
 // store maps lower-case service names to what the watch knows of them. It is
@@ -31,16 +51,19 @@ type store struct {
 
 func newStore() *store { return &store{services: map[string]*service{}} }
 
-// set replaces the service's instances; none removes it, so its queries go
+// set replaces the service's instances, with ws their answers as bytes
+// (nil: encoded at the first question); none removes it, so its queries go
 // to Consul's DNS.
-func (s *store) set(name string, instances []instance) {
+func (s *store) set(name string, instances []instance, ws *wireSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(instances) == 0 {
 		delete(s.services, name)
 		return
 	}
-	s.services[name] = &service{instances: instances}
+	svc := &service{instances: instances}
+	svc.wire.Store(ws)
+	s.services[name] = svc
 }
 
 func (s *store) remove(name string) {
@@ -50,7 +73,8 @@ func (s *store) remove(name string) {
 }
 
 // contact marks the service's records as confirmed by the agent (lost=false)
-// or as no longer confirmed since at, unless they were already.
+// or as no longer confirmed since at, unless they were already. The
+// records, and their bytes, stay.
 func (s *store) contact(name string, lost bool, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,9 +82,13 @@ func (s *store) contact(name string, lost bool, at time.Time) {
 	switch {
 	case svc == nil:
 	case !lost && !svc.lostAt.IsZero():
-		s.services[name] = &service{instances: svc.instances}
+		next := &service{instances: svc.instances}
+		next.wire.Store(svc.wire.Load())
+		s.services[name] = next
 	case lost && svc.lostAt.IsZero():
-		s.services[name] = &service{instances: svc.instances, lostAt: at}
+		next := &service{instances: svc.instances, lostAt: at}
+		next.wire.Store(svc.wire.Load())
+		s.services[name] = next
 	}
 }
 
@@ -90,99 +118,136 @@ type serviceQuery struct {
 // parseServiceQuery mirrors the "service" branch of Consul's dispatch:
 // [tag.]name.service[.dc[.dc]].domain and RFC 2782's _name._tag.service...,
 // and for SRV also _name._tag.domain without "service". ok is false for every
-// other form (nodes, prepared queries, peers, ...).
+// other form (nodes, prepared queries, peers, ...). The reading is
+// readServiceName's, on the name in lower case.
 func parseServiceQuery(name string, qtype uint16, domain string) (serviceQuery, bool) {
-	lower := strings.ToLower(name)
-	if !strings.HasSuffix(lower, "."+domain) {
+	sn, ok := readServiceName([]byte(strings.ToLower(name)), domain, qtype == dns.TypeSRV)
+	if !ok {
 		return serviceQuery{}, false
 	}
-	labels := dns.SplitDomainName(strings.TrimSuffix(lower, domain))
-	var parts, suffixes []string
-	found := false
-	for i := len(labels) - 1; i >= 0 && !found; i-- {
-		switch labels[i] {
-		case "service":
-			parts, suffixes, found = labels[:i], labels[i+1:], true
-		case "connect", "virtual", "ingress", "node", "query", "addr":
-			return serviceQuery{}, false
-		default:
-			if qtype == dns.TypeSRV && strings.HasPrefix(labels[i], "_") {
-				parts, suffixes, found = labels[:i+1], labels[i+1:], true
-			}
-		}
-	}
-	if !found || len(parts) == 0 {
-		return serviceQuery{}, false
-	}
-	var q serviceQuery
-	switch {
-	case len(suffixes) == 0:
-	case len(suffixes) == 1:
-		q.dc = suffixes[0]
-	case len(suffixes) == 2 && suffixes[1] == "dc":
-		q.dc = suffixes[0]
-	default:
-		return serviceQuery{}, false // peers, or what Consul calls invalid
-	}
-	n := len(parts)
-	if n == 2 && strings.HasPrefix(parts[0], "_") && strings.HasPrefix(parts[1], "_") {
-		q.service, q.tag = parts[0][1:], parts[1][1:]
-		if q.tag == "tcp" {
-			q.tag = "" // _name._tcp is RFC 2782's way of saying "any"
-		}
-		return q, true
-	}
-	q.service = parts[n-1]
-	q.tag = strings.Join(parts[:n-1], ".")
-	return q, true
+	return serviceQuery{service: string(sn.service), tag: string(sn.tag), dc: string(sn.dc)}, true
 }
 
-// Covers reports whether Answer may answer for name (canonical: lower case,
-// fully qualified), or must see its question: whether it has a service
-// name's form under the Consul domain (issue 34: a node, a prepared query
-// or any other name Answer passes on whatever its type is left to the
-// cache, and so to the fast path). It over-approximates Answer's own
-// reading (parseServiceQuery) and never under-: a question Answer would
-// answer, or count towards a watch, is always covered. Before the agent
-// has been asked (the domain is not known yet) Answer answers nothing,
-// and Covers says so. It does not allocate.
+// serviceName is a question's name as Consul's DNS dispatch reads a service
+// lookup: each field aliases the name's bytes (text form, no final dot).
+type serviceName struct {
+	service []byte
+	tag     []byte // nil or empty: any tag
+	dc      []byte // the datacenter label; empty: none
+}
+
+// maxLabels bounds the labels of a name (255 wire bytes: 127 labels).
+const maxLabels = 128
+
+// readServiceName reads name (canonical: lower case, fully qualified)
+// below domain as Consul's dispatch reads a service lookup (agent/dns.go,
+// v1.14): scanning from the domain, a "service" label with the service
+// (and a tag before it) ahead and at most a datacenter (".dc" allowed)
+// behind; with srv, RFC 2782's _name._tag form with or without "service".
+// A node, a prepared query and the other kinds are no service name. The
+// one reading of a service name: Answer's (parseServiceQuery), Covers's
+// and AppendAnswer's. It does not allocate.
+func readServiceName(name []byte, domain string, srv bool) (serviceName, bool) {
+	if len(name) <= len(domain) || !inDomain(name, domain) {
+		return serviceName{}, false
+	}
+	labels := name[:len(name)-len(domain)] // each label followed by its dot
+	var starts [maxLabels]int
+	n := 0
+	for i := 0; i < len(labels) && n < len(starts); {
+		starts[n] = i
+		n++
+		for i < len(labels) && labels[i] != '.' {
+			i++
+		}
+		i++
+	}
+	label := func(k int) []byte {
+		end := len(labels) - 1
+		if k+1 < n {
+			end = starts[k+1] - 1
+		}
+		return labels[starts[k]:end]
+	}
+	found, at, keep := false, 0, 0 // parts are labels [0, keep), suffixes (at, n)
+	for i := n - 1; i >= 0 && !found; i-- {
+		switch l := string(label(i)); {
+		case l == "service":
+			found, at, keep = true, i, i
+		case l == "connect", l == "virtual", l == "ingress", l == "node", l == "query", l == "addr":
+			return serviceName{}, false
+		case srv && len(l) > 0 && l[0] == '_':
+			found, at, keep = true, i, i+1
+		}
+	}
+	if !found || keep == 0 {
+		return serviceName{}, false
+	}
+	var sn serviceName
+	switch suffixes := n - at - 1; {
+	case suffixes == 0:
+	case suffixes == 1:
+		sn.dc = label(at + 1)
+	case suffixes == 2 && string(label(at+2)) == "dc":
+		sn.dc = label(at + 1)
+	default:
+		return serviceName{}, false // peers, or what Consul calls invalid
+	}
+	if first, second := label(0), label(1%keep); keep == 2 && len(first) > 0 && first[0] == '_' &&
+		len(second) > 0 && second[0] == '_' {
+		sn.service, sn.tag = first[1:], second[1:]
+		if string(sn.tag) == "tcp" {
+			sn.tag = nil // _name._tcp is RFC 2782's way of saying "any"
+		}
+		return sn, true
+	}
+	sn.service = label(keep - 1)
+	if keep > 1 {
+		sn.tag = labels[:starts[keep-1]-1] // the labels before, dots and all
+	}
+	return sn, true
+}
+
+// Covers reports whether Answer may answer for name (canonical: lower
+// case, fully qualified), or must see its question (issue 34): a name the
+// watch holds (a service form of a watched service with records for it:
+// the service's own name, a tag some instance has, the local datacenter's
+// form; NODATA included), and a service name not watched whose questions
+// ask for a watch (not while a first read found no instance: kept out,
+// admit.go; never in the catalog mode, which watches what the catalog
+// lists). Everything else under the domain - nodes, prepared queries,
+// other datacenters, tags no instance has, services with no instance or
+// lost too long ago, names a service kept out - is left to the cache, and
+// so to the fast path. Before the agent has been asked (the domain is not
+// known yet) Answer answers nothing, and Covers says so. It does not
+// allocate.
 func (w *Watcher) Covers(name []byte) bool {
 	info := w.info.Load()
 	if info == nil {
 		return false
 	}
-	// With the datacenter still unknown Answer answers nothing, but a
-	// question must still reach it: it is what asks for a watch, and the
-	// watch's first reply names the datacenter. The domain itself is no
-	// service name: only the names below it.
-	return len(name) > len(info.domain) && inDomain(name, info.domain) &&
-		serviceForm(name[:len(name)-len(info.domain)])
-}
-
-// serviceForm reports whether labels (a name's labels before the Consul
-// domain, each ending in a dot) may be a service question as
-// parseServiceQuery reads one, for any type: scanning from the domain, a
-// "service" label with one before it, or a label starting with '_' (RFC
-// 2782's form, SRV only, whose type Covers does not know), before any of
-// the labels that make a name another kind's (node, query...).
-func serviceForm(labels []byte) bool {
-	end := len(labels) - 1 // the dot after the last label
-	for end > 0 {
-		start := end - 1
-		for start >= 0 && labels[start] != '.' {
-			start--
-		}
-		switch label := string(labels[start+1 : end]); {
-		case label == "service":
-			return start > 0
-		case label == "connect", label == "virtual", label == "ingress", label == "node", label == "query", label == "addr":
-			return false
-		case len(label) > 0 && label[0] == '_':
-			return true
-		}
-		end = start
+	sn, ok := readServiceName(name, info.domain, true)
+	if !ok {
+		return false
 	}
-	return false
+	// An alias of name's bytes: only looked up, never kept.
+	key := unsafe.String(unsafe.SliceData(sn.service), len(sn.service))
+	if info.datacenter == "" {
+		// Answer answers nothing yet, but its questions must reach it:
+		// they ask for a watch, whose first reply names the datacenter.
+		return len(sn.dc) == 0
+	}
+	if len(sn.dc) > 0 && string(sn.dc) != info.datacenter {
+		return false // another datacenter's: Consul's DNS
+	}
+	if len(key) == 0 || w.watchedLoop(key) == nil {
+		return len(key) > 0 && !w.cfg.watchAll() && !w.cands.keptOutNow(key, w.clock.Now())
+	}
+	svc := w.store.get(key)
+	if svc == nil || !svc.lostAt.IsZero() && w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {
+		return false // no instance, or lost too long ago: Answer passes it on
+	}
+	return svc.holds(sn.tag)
 }
 
 // Why the watch answered a question or left it to Consul's DNS: Answer's
@@ -310,7 +375,7 @@ func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok
 	}
 	// Consul shuffles every answer so that clients taking the first address
 	// spread over the instances; so does towerd.
-	rand.Shuffle(len(instances), func(i, j int) { instances[i], instances[j] = instances[j], instances[i] })
+	w.shuffle(len(instances), func(i, j int) { instances[i], instances[j] = instances[j], instances[i] })
 
 	// The records of the question in lower case, as the agent's DNS gives
 	// them to towerd's own (lower-case) forwarded question: the resolver

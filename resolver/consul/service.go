@@ -221,7 +221,8 @@ func (w *Watcher) deliverService(sl *serviceLoop, key string, instances []instan
 	case sl.emptySince.IsZero():
 		sl.emptySince = w.clock.Now()
 	}
-	w.store.set(key, instances)
+	// Encoded now, when the set changes, not at a question (issue 34).
+	w.store.set(key, instances, w.encodeService(w.info.Load(), key, instances))
 	if w.pending != nil {
 		delete(w.pending, key)
 		w.checkSynced()

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -113,6 +114,10 @@ type Config struct {
 	// timers, MaxStale; nil = the wall clock. The loops sleep on its
 	// timers.
 	Clock clock.Clock
+	// IntN draws every answer's shuffle (Consul shuffles its answers, and
+	// so does the watch); nil = math/rand/v2's IntN. A test that holds the
+	// fast path's bytes to the general path's fixes it.
+	IntN func(n int) int
 }
 
 // watchAll reports whether the configuration asks for the catalog mode.
@@ -128,8 +133,11 @@ type Watcher struct {
 	log     *slog.Logger
 	clock   sleepClock
 	jitter  func(time.Duration) time.Duration
-	store   *store
-	info    atomic.Pointer[agentInfo]
+	// intN draws the shuffles of every answer (Answer's and the bytes'
+	// alike, shuffle): rand.IntN; tests draw the same for both.
+	intN  func(n int) int
+	store *store
+	info  atomic.Pointer[agentInfo]
 	// fallbackDomain is the domain TrimsUDP knows before the agent is
 	// read: the configured one, else consul.
 	fallbackDomain string
@@ -233,6 +241,7 @@ func New(cfg Config) (*Watcher, error) {
 		log:            cfg.Log,
 		clock:          timerClock{clock.Or(cfg.Clock)},
 		jitter:         randomJitter,
+		intN:           rand.IntN,
 		store:          newStore(),
 		synced:         make(chan struct{}),
 		demand:         make(chan string, 64),
@@ -246,6 +255,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IntN != nil {
+		w.intN = cfg.IntN
 	}
 	w.state.Address = w.address
 	w.state.MaxWatches = cfg.MaxWatches

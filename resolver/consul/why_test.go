@@ -21,8 +21,8 @@ func TestAnswerSaysWhy(t *testing.T) {
 		t.Errorf("before the agent was read: ok %v why %q, want neither (the domain is not known)", ok, why)
 	}
 	w.info.Store(&agentInfo{datacenter: "dc1", domain: "consul."})
-	w.store.set("web", []instance{web1, web2})
-	w.store.set("old", []instance{web1})
+	w.store.set("web", []instance{web1, web2}, nil)
+	w.store.set("old", []instance{web1}, nil)
 	markWatched(w, "web", "empty", "old")
 	w.store.contact("old", true, clk.Now().Add(-time.Minute))
 	for _, tc := range []struct {

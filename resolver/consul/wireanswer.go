@@ -1,156 +1,228 @@
 package consul
 
 import (
-	"math/rand/v2"
-	"sync/atomic"
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
-// The watched answer on the resolver's fast path (issue 34): the question
-// most nodes ask of the watch, <svc>.service.<domain> A or AAAA in the
-// local datacenter, is answered from bytes encoded once per record set
-// (the first question after the set changed encodes them; a new set is a
-// new *service, the agent's settings a new *agentInfo), shuffled in place
-// and cut to dns_config.a_record_limit per question, as Answer shuffles
-// and cuts its records: no dns.Msg, no allocation. Every other question
-// (tags, datacenter forms, SRV, NODATA with its SOA, records lost with the
-// agent) is Answer's.
+// The watched answer on the resolver's fast path (issue 34): every
+// question the watch answers - the service's name, its tags, the local
+// datacenter's form, A, AAAA and SRV, NODATA, and stale while the agent
+// is lost - is answered from the bytes encoded when the record set
+// changed (wireset.go): A and AAAA records shuffled in place and cut to
+// dns_config.a_record_limit, as Answer shuffles and cuts; SRV answers and
+// NODATA written again per question by dnswire's encoder from the packed
+// records, in the shuffled order (their compression depends on the order
+// and on the question). No dns.Msg, no allocation.
 
-// encoded is a service's answer records for one address type, packed
-// behind a question of the canonical name, each record's owner a pointer
-// to the question: every record is recordLen bytes, so a shuffle swaps
-// whole records.
-type encoded struct {
-	info      *agentInfo // the settings they were built under
-	records   []byte
-	recordLen int
-	count     int // 0: no fast answer (NODATA, or records of another shape)
-}
+// maxWireGroups bounds the SRV records a question's answer is written
+// with here; more (over TCP) are Answer's.
+const maxWireGroups = 128
 
-// encodings are a service's encoded answers, by encodingSlot.
-type encodings [2]atomic.Pointer[encoded]
-
-func encodingSlot(qtype uint16) (int, bool) {
-	switch qtype {
-	case dns.TypeA:
-		return 0, true
-	case dns.TypeAAAA:
-		return 1, true
-	}
-	return 0, false
-}
+// maxStaleRecords bounds the records whose TTL a stale answer written
+// again sets; more are Answer's.
+const maxStaleRecords = 256
 
 // AppendAnswer implements the resolver's RecordAppender: it appends to
-// dst, behind a header and the question of name (canonical: lower case,
-// fully qualified; only read during the call), the answer records Answer
-// would give for name and qtype (class IN), when the question is
-// <svc>.service.<domain> A or AAAA of a watched service answered fresh,
-// and they fit in limit bytes of dst. It reports how many it wrote and
-// Answer's why; ok false, dst unchanged, leaves the question to Answer.
-// A question it answers counts towards the service's use, as Answer's.
-func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int) (out []byte, answers uint16, why string, ok bool) {
-	slot, ok := encodingSlot(qtype)
+// dst, which ends with a header and the question of name (canonical:
+// lower case, fully qualified; only read during the call), the records
+// Answer would give for name and qtype (class IN), when the watch holds
+// them and they fit in limit bytes of dst. counts are the records of each
+// section written; stale reports records lost with the agent (each TTL
+// then at most staleTTL, as the resolver writes Answer's stale records).
+// ok false, dst unchanged, leaves the question to Answer. A question it
+// answers counts towards the service's use, as Answer's.
+func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
+	out []byte, counts [3]uint16, stale bool, why string, ok bool) {
+	slot, ok := wireSlot(qtype)
 	info := w.info.Load()
 	if !ok || info == nil || info.datacenter == "" {
-		return dst, 0, "", false
+		return dst, counts, false, "", false
 	}
-	svcName, ok := plainServiceName(name, info.domain)
-	if !ok {
-		return dst, 0, "", false
+	sn, ok := readServiceName(name, info.domain, qtype == dns.TypeSRV)
+	if !ok || len(sn.dc) > 0 && string(sn.dc) != info.datacenter {
+		return dst, counts, false, "", false
 	}
-	// An alias of name's bytes: only looked up, never kept.
-	key := unsafe.String(&svcName[0], len(svcName))
+	// Aliases of name's bytes: only looked up, never kept.
+	key := unsafe.String(unsafe.SliceData(sn.service), len(sn.service))
 	sl := w.watchedLoop(key)
 	if sl == nil {
-		return dst, 0, "", false // Answer asks for the watch
+		return dst, counts, false, "", false // Answer asks for the watch
 	}
 	svc := w.store.get(key)
-	if svc == nil || !svc.lostAt.IsZero() {
-		return dst, 0, "", false // no instance, or stale: Answer's
+	if svc == nil {
+		return dst, counts, false, "", false
 	}
-	enc := svc.enc[slot].Load()
-	if enc == nil || enc.info != info {
-		enc = w.encode(info, string(name), svc, qtype)
-		svc.enc[slot].Store(enc)
+	if !svc.lostAt.IsZero() {
+		if w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {
+			return dst, counts, false, "", false // Answer passes it on
+		}
+		stale = true
 	}
-	if enc.count == 0 || len(dst)+len(enc.records) > limit {
-		return dst, 0, "", false
+	ws := svc.wire.Load()
+	if ws == nil || ws.info != info {
+		// Delivered before the agent's settings were known, or under
+		// others: encoded once more, here.
+		ws = w.encodeService(info, string(key), svc.instances)
+		svc.wire.Store(ws)
 	}
-	start := len(dst)
-	dst = append(dst, enc.records...)
-	shuffleRecords(dst[start:], enc.recordLen, enc.count)
-	n := enc.count
-	if info.aRecordLimit > 0 && n > info.aRecordLimit {
-		n = info.aRecordLimit
-		dst = dst[:start+n*enc.recordLen]
+	if ws == nil {
+		return dst, counts, false, "", false
+	}
+	forms := ws.tags[unsafe.String(unsafe.SliceData(sn.tag), len(sn.tag))]
+	if forms == nil || forms[slot] == nil {
+		return dst, counts, false, "", false
+	}
+	a := forms[slot]
+	ttl := ^uint32(0)
+	if stale {
+		ttl = staleTTL
+	}
+	if a.recordLen > 0 {
+		out, counts, ok = w.appendFixed(dst, a, info.aRecordLimit, limit, ttl)
+	} else {
+		out, counts, ok = w.appendWritten(dst, name, a, qtype, limit, ttl)
+	}
+	if !ok {
+		return dst, [3]uint16{}, false, "", false
 	}
 	w.countAsked(sl) // only here: a question left to Answer is counted there
-	return dst, uint16(n), WhyWatch, true
+	return out, counts, stale, WhyWatch, true
 }
 
-// plainServiceName is the service label of name when name is
-// <svc>.service.<domain> (canonical) and nothing else.
-func plainServiceName(name []byte, domain string) ([]byte, bool) {
-	const service = ".service."
-	n := len(name) - len(domain) - len(service)
-	if n <= 0 || !inDomain(name, domain) || string(name[n:n+len(service)]) != service {
-		return nil, false
+// appendFixed writes a's A or AAAA records, shuffled, cut to
+// a_record_limit (0: no limit), each TTL at most ttl.
+func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, aRecordLimit, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
+	n := a.answers
+	if aRecordLimit > 0 && n > aRecordLimit {
+		n = aRecordLimit
 	}
-	label := name[:n]
-	for _, c := range label {
-		if c == '.' {
-			return nil, false // a tag, or more
+	if len(dst)+n*a.recordLen > limit {
+		return dst, [3]uint16{}, false
+	}
+	start := len(dst)
+	dst = append(dst, a.msg[a.recordsAt:]...)
+	w.shuffleRecords(dst[start:], a.recordLen, a.answers)
+	dst = dst[:start+n*a.recordLen]
+	for i := range n {
+		capTTL(dst[start+i*a.recordLen+6:], ttl) // after the owner's pointer, type and class
+	}
+	return dst, [3]uint16{uint16(n)}, true
+}
+
+// appendWritten writes a (SRV, NODATA) behind dst's question with the one
+// encoder: the question in lower case, as the general path packs it
+// before spelling it for the client (resolver/spelling.go), then each
+// answer and its additional records in the shuffled order; the client's
+// question is put back over it, so that every name compressed into it
+// reads as asked.
+func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
+	qname := len(name) + 1 // the name's wire length: plain labels
+	qAt := len(dst) - qname - 4
+	headerAt := qAt - dnswire.HeaderLen
+	if headerAt < 0 || a.answers > maxWireGroups || ttl != ^uint32(0) && a.view.Len() > maxStaleRecords {
+		return dst, [3]uint16{}, false
+	}
+	var asked [dnswire.MaxNameLen + 4]byte
+	copy(asked[:], dst[qAt:len(dst)])
+	var lower [dnswire.MaxNameLen]byte
+	for i, c := range asked[:qname] {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	var order [maxWireGroups]uint8
+	for i := range a.answers {
+		order[i] = uint8(i)
+	}
+	w.shuffle(a.answers, func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	var b dnswire.Builder
+	var ttlAt [maxStaleRecords]uint16
+	written := 0
+	record := func(s dnswire.Section, i int) {
+		var at int
+		if s == dnswire.Answer {
+			at = b.RecordAs(s, &a.view, i, lower[:qname]) // owned by the question, as Answer's
+		} else {
+			at = b.Record(s, &a.view, i)
+		}
+		if written < len(ttlAt) {
+			ttlAt[written] = uint16(at)
+		}
+		written++
+	}
+	b.Start(0, 0)
+	b.Question(lower[:qname], qtype, dns.ClassINET)
+	for _, g := range order[:a.answers] {
+		record(dnswire.Answer, int(g))
+	}
+	soaAt := 0
+	if a.nodata {
+		record(dnswire.Authority, 0)
+		soaAt = int(ttlAt[0])
+	}
+	for _, g := range order[:a.answers] {
+		for i := a.extraFrom[g]; i < a.extraFrom[g+1]; i++ {
+			record(dnswire.Additional, i)
 		}
 	}
-	return label, true
+	size, err := b.Finish()
+	if err != nil || headerAt+size > limit {
+		return dst, [3]uint16{}, false
+	}
+	dst = b.AppendTo(dst[:headerAt])
+	copy(dst[qAt:], asked[:qname+4])
+	msg := dst[headerAt:]
+	if a.nodata {
+		// The serial is the time of the question, as Consul's soa().
+		end := soaAt + 6 + int(binary.BigEndian.Uint16(msg[soaAt+4:]))
+		binary.BigEndian.PutUint32(msg[end-20:], uint32(w.clock.Now().Unix()))
+	}
+	if ttl != ^uint32(0) {
+		for _, at := range ttlAt[:written] {
+			capTTL(msg[at:], ttl)
+		}
+	}
+	extra := written - a.answers
+	ns := 0
+	if a.nodata {
+		ns, extra = 1, extra-1
+	}
+	return dst, [3]uint16{uint16(a.answers), uint16(ns), uint16(extra)}, true
 }
 
-// encode packs svc's answer to name and qtype, as Answer builds it before
-// its shuffle and a_record_limit cut; a count of 0 when the fast path
-// cannot give it.
-func (w *Watcher) encode(info *agentInfo, name string, svc *service, qtype uint16) *encoded {
-	enc := &encoded{info: info}
-	l := lookup{name: name, qtype: qtype, datacenter: info.datacenter, domain: info.domain}
-	svcName, _ := plainServiceName([]byte(name), info.domain)
-	b := builder{ttl: w.answerTTL(info, string(svcName)), nodeMetaTXT: info.nodeMetaTXT}
-	answer, _, ok := b.records(l, svc.instances)
-	if !ok || len(answer) == 0 {
-		return enc
+// capTTL sets the TTL field at b[:4] to ttl when that is less.
+func capTTL(b []byte, ttl uint32) {
+	if binary.BigEndian.Uint32(b) > ttl {
+		binary.BigEndian.PutUint32(b, ttl)
 	}
-	m := new(dns.Msg)
-	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
-	m.Answer = answer
-	m.Compress = true
-	raw, err := m.Pack()
-	if err != nil {
-		return enc
+}
+
+// shuffle is a Fisher-Yates shuffle of n items drawn with w.intN: every
+// shuffle of a watched answer, Answer's instances and the bytes' records
+// alike, so that one draw gives both paths the same order.
+func (w *Watcher) shuffle(n int, swap func(i, j int)) {
+	for i := n - 1; i > 0; i-- {
+		if j := w.intN(i + 1); j != i {
+			swap(i, j)
+		}
 	}
-	records := raw[12+len(name)+1+4:] // header, the name's wire form, type and class
-	recordLen := 2 + 10 + 4           // the owner's pointer, type..rdlength, an IPv4 address
-	if qtype == dns.TypeAAAA {
-		recordLen = 2 + 10 + 16
-	}
-	if len(records) != len(answer)*recordLen {
-		return enc // not one shape (an owner not compressed): Answer's
-	}
-	enc.records, enc.recordLen, enc.count = records, recordLen, len(answer)
-	return enc
 }
 
 // shuffleRecords shuffles the count records of b, each size bytes, in
-// place (Fisher-Yates), as Answer shuffles the instances.
-func shuffleRecords(b []byte, size, count int) {
+// place.
+func (w *Watcher) shuffleRecords(b []byte, size, count int) {
 	var tmp [2 + 10 + 16]byte
-	for i := count - 1; i > 0; i-- {
-		j := rand.IntN(i + 1)
-		if i == j {
-			continue
-		}
+	w.shuffle(count, func(i, j int) {
 		ri, rj := b[i*size:(i+1)*size], b[j*size:(j+1)*size]
 		copy(tmp[:size], ri)
 		copy(ri, rj)
 		copy(rj, tmp[:size])
-	}
+	})
 }

@@ -1,16 +1,21 @@
 package consul
 
 import (
+	"bytes"
 	"fmt"
-	"slices"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // wireWatcher is a watcher of n instances of "web" at distinct IPv4
-// addresses, and of "v6" with IPv6 ones, both watched, in dc1.
+// addresses (tags "v1" on all, "primary" on the first, node meta on
+// every other node), and of "v6" with IPv6 ones, both watched, in dc1.
 func wireWatcher(t testing.TB, n int, info *agentInfo) *Watcher {
 	t.Helper()
 	w, err := New(Config{Address: "127.0.0.1:1", MaxStale: 30 * time.Second, AnswerTTL: 5 * time.Second})
@@ -21,21 +26,27 @@ func wireWatcher(t testing.TB, n int, info *agentInfo) *Watcher {
 	w.info.Store(info)
 	var web, v6 []instance
 	for i := range n {
-		web = append(web, instance{ServiceID: fmt.Sprint("web", i), Node: fmt.Sprint("vm", i),
-			NodeAddr: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 80, Weight: 1})
+		in := instance{ServiceID: fmt.Sprint("web", i), Node: fmt.Sprint("VM", i),
+			NodeAddr: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 80 + i, Weight: 1, Tags: []string{"v1"}}
+		if i == 0 {
+			in.Tags = append(in.Tags, "primary")
+		}
+		if i%2 == 1 {
+			in.MetaTXT = []string{"rack=r1", "zone=z9"}
+		}
+		web = append(web, in)
 		v6 = append(v6, instance{ServiceID: fmt.Sprint("v6", i), Node: fmt.Sprint("vm", i),
 			NodeAddr: fmt.Sprintf("2001:db8::%x", i+1), Port: 80, Weight: 1})
 	}
-	web = append(web, web[0]) // the same address twice: one record
-	w.store.set("web", web)
-	w.store.set("v6", v6)
+	w.store.set("web", web, nil)
+	w.store.set("v6", v6, nil)
 	markWatched(w, "web", "v6")
 	return w
 }
 
-// appendedSet is the answer records AppendAnswer wrote for name, as
-// presentation strings sorted, and how many it said it wrote.
-func appendedSet(t *testing.T, w *Watcher, name string, qtype uint16) ([]string, bool) {
+// wireQuery is a packed query for name and qtype, as the fast path hands
+// it to AppendAnswer: header and question, nothing after.
+func wireQuery(t testing.TB, name string, qtype uint16) []byte {
 	t.Helper()
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
@@ -43,109 +54,251 @@ func appendedSet(t *testing.T, w *Watcher, name string, qtype uint16) ([]string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, n, why, ok := w.AppendAnswer(pkt, []byte(name), qtype, 65535)
+	return pkt
+}
+
+// appended is what AppendAnswer wrote for name, as a message (its header's
+// counts set from what it said), and whether it answered.
+func appended(t *testing.T, w *Watcher, name string, qtype uint16, staleTTL uint32) ([]byte, bool, bool) {
+	t.Helper()
+	pkt := wireQuery(t, name, qtype)
+	out, counts, stale, why, ok := w.AppendAnswer(pkt, []byte(strings.ToLower(name)), qtype, 65535, staleTTL)
 	if !ok {
 		if len(out) != len(pkt) {
 			t.Errorf("%s: declined but wrote %d bytes", name, len(out)-len(pkt))
 		}
-		return nil, false
+		return nil, false, false
 	}
 	if why != WhyWatch {
 		t.Errorf("%s: why %q, want %q", name, why, WhyWatch)
 	}
-	out[7] = byte(n) // ANCOUNT
-	r := new(dns.Msg)
-	if err := r.Unpack(out); err != nil {
-		t.Fatalf("%s: the appended answer does not parse: %v", name, err)
-	}
-	return answerSet(r), true
+	dnswire.Header{QDCount: 1, ANCount: counts[0], NSCount: counts[1], ARCount: counts[2]}.Put(out)
+	return out, stale, true
 }
 
-// The fast path's watched answer is Answer's records, as a set (both
-// shuffle), for A and AAAA of the plain service name; every other form is
-// left to Answer.
-func TestAppendAnswerIsAnswers(t *testing.T) {
-	w := wireWatcher(t, 5, &agentInfo{datacenter: "dc1", domain: "consul."})
+// generalBytes is the general path's packing of Answer's message for the
+// question as the client spelled it (resolver/spelling.go's spelled, then
+// the reply's pack), every TTL at most staleTTL when stale: what the fast
+// path's bytes must equal.
+func generalBytes(t *testing.T, w *Watcher, name string, qtype uint16, staleTTL uint32) ([]byte, bool, bool) {
+	t.Helper()
+	m, stale, _, ok := w.Answer(question(name, qtype))
+	if !ok {
+		return nil, false, false
+	}
+	m.Compress = true
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, _ := dnswire.AppendWireName(nil, name)
+	copy(raw[dnswire.HeaderLen:], asked)
+	spelled := new(dns.Msg)
+	if err := spelled.Unpack(raw); err != nil {
+		t.Fatal(err)
+	}
+	if stale {
+		for _, rrs := range [][]dns.RR{spelled.Answer, spelled.Ns, spelled.Extra} {
+			for _, rr := range rrs {
+				rr.Header().Ttl = min(rr.Header().Ttl, staleTTL)
+			}
+		}
+	}
+	spelled.Id, spelled.Compress = 0, true
+	out, err := spelled.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, stale, true
+}
+
+// wireForms are the question forms the watch holds, with the letter cases
+// clients send.
+var wireForms = []struct {
+	name  string
+	qtype uint16
+}{
+	{"web.service.consul.", dns.TypeA},
+	{"Web.Service.Consul.", dns.TypeA},
+	{"web.service.consul.", dns.TypeSRV},
+	{"WEB.service.CONSUL.", dns.TypeSRV},
+	{"web.service.consul.", dns.TypeAAAA}, // NODATA, with the SOA
+	{"Web.Service.Consul.", dns.TypeAAAA},
+	{"v6.service.consul.", dns.TypeAAAA},
+	{"v6.service.consul.", dns.TypeSRV},
+	{"v6.service.consul.", dns.TypeA}, // NODATA
+	{"v1.web.service.consul.", dns.TypeA},
+	{"V1.Web.Service.Consul.", dns.TypeSRV},
+	{"primary.web.service.consul.", dns.TypeSRV},
+	{"primary.web.service.consul.", dns.TypeAAAA},
+	{"_web._v1.service.consul.", dns.TypeSRV},
+	{"_web._tcp.service.consul.", dns.TypeSRV},
+	{"_Web._Primary.consul.", dns.TypeSRV},
+	{"web.service.dc1.consul.", dns.TypeA},
+	{"Web.Service.DC1.Consul.", dns.TypeSRV},
+	{"web.service.dc1.dc.consul.", dns.TypeSRV},
+	{"web.service.dc1.consul.", dns.TypeAAAA},
+}
+
+// Every answer the watch holds is written by AppendAnswer as the general
+// path packs Answer's message, byte for byte, letter case included: every
+// form, A, AAAA, SRV (with node meta TXT) and NODATA, fresh and stale,
+// with one draw of the shuffle for both.
+func TestAppendAnswerBytesAreGeneralPaths(t *testing.T) {
+	for _, n := range []int{1, 3, 7} {
+		for _, info := range []*agentInfo{
+			{datacenter: "dc1", domain: "consul.", nodeMetaTXT: true, soa: soaTimers{refresh: 3600, retry: 600, expire: 86400}},
+			{datacenter: "dc1", domain: "consul.", aRecordLimit: 2},
+		} {
+			w := wireWatcher(t, n, info)
+			for _, stale := range []bool{false, true} {
+				if stale {
+					w.store.contact("web", true, w.clock.Now())
+					w.store.contact("v6", true, w.clock.Now())
+				}
+				for _, f := range wireForms {
+					w.intN = rand.New(rand.NewPCG(1, 2)).IntN
+					want, wantStale, wantOK := generalBytes(t, w, f.name, f.qtype, 3)
+					w.intN = rand.New(rand.NewPCG(1, 2)).IntN
+					got, gotStale, gotOK := appended(t, w, f.name, f.qtype, 3)
+					what := fmt.Sprintf("%d instances, limit %d, stale %v: %s %s", n, info.aRecordLimit, stale, f.name, dns.TypeToString[f.qtype])
+					if !wantOK || !gotOK || gotStale != stale || wantStale != stale {
+						t.Errorf("%s: Answer %v (stale %v), AppendAnswer %v (stale %v)", what, wantOK, wantStale, gotOK, gotStale)
+						continue
+					}
+					if !bytes.Equal(got, want) {
+						g, w := new(dns.Msg), new(dns.Msg)
+						t.Errorf("%s: bytes differ\nfast    %x\ngeneral %x\n%v %v\n%v %v", what, got, want, g.Unpack(got), g, w.Unpack(want), w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// What the watch does not hold is Answer's, or the cache's: AppendAnswer
+// declines it and writes nothing.
+func TestAppendAnswerDeclines(t *testing.T) {
+	w := wireWatcher(t, 3, &agentInfo{datacenter: "dc1", domain: "consul."})
 	for _, tc := range []struct {
 		name  string
 		qtype uint16
-		fast  bool
 	}{
-		{"web.service.consul.", dns.TypeA, true},
-		{"v6.service.consul.", dns.TypeAAAA, true},
-		{"web.service.consul.", dns.TypeAAAA, false}, // NODATA: its SOA carries the time
-		{"web.service.consul.", dns.TypeSRV, false},
-		{"web.service.dc1.consul.", dns.TypeA, false},
-		{"v1.web.service.consul.", dns.TypeA, false},
-		{"db.service.consul.", dns.TypeA, false}, // not watched
-		{"vm0.node.consul.", dns.TypeA, false},
-		{"web.service.example.", dns.TypeA, false},
+		{"web.service.consul.", dns.TypeTXT},
+		{"nope.web.service.consul.", dns.TypeA}, // no instance has the tag
+		{"web.service.dc2.consul.", dns.TypeA},  // another datacenter
+		{"db.service.consul.", dns.TypeA},       // not watched
+		{"vm0.node.consul.", dns.TypeA},
+		{"web.service.example.", dns.TypeA},
+		{"_web._v1.consul.", dns.TypeA}, // RFC 2782's form is SRV's only
 	} {
-		got, ok := appendedSet(t, w, tc.name, tc.qtype)
-		if ok != tc.fast {
-			t.Errorf("%s %s: appended %v, want %v", tc.name, dns.TypeToString[tc.qtype], ok, tc.fast)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		m, _, _, answered := w.Answer(question(tc.name, tc.qtype))
-		if !answered || !slices.Equal(got, answerSet(m)) {
-			t.Errorf("%s %s: appended %v, Answer %v", tc.name, dns.TypeToString[tc.qtype], got, m)
+		if _, _, ok := appended(t, w, tc.name, tc.qtype, 30); ok {
+			t.Errorf("%s %s: answered by AppendAnswer", tc.name, dns.TypeToString[tc.qtype])
 		}
 	}
-	// Shuffled: over many questions the first record is not always the same.
-	firsts := map[string]bool{}
-	for range 200 {
-		out, _, _, _ := w.AppendAnswer(nil, []byte("web.service.consul."), dns.TypeA, 65535)
-		firsts[string(out[12:16])] = true
-	}
-	if len(firsts) < 2 {
-		t.Error("the appended answer is never shuffled")
+	// Lost with the agent longer ago than the maximum stale age.
+	w.store.contact("web", true, w.clock.Now())
+	w.clock.(interface{ Advance(time.Duration) }).Advance(time.Minute)
+	if _, _, ok := appended(t, w, "web.service.consul.", dns.TypeA, 30); ok {
+		t.Error("records lost past MaxStale answered by AppendAnswer")
 	}
 }
 
-// a_record_limit cuts the shuffled answer, as Answer's; records lost with
-// the agent (stale) and a new record set are Answer's again, then encoded
-// anew.
-func TestAppendAnswerLimitStaleAndChange(t *testing.T) {
-	w := wireWatcher(t, 5, &agentInfo{datacenter: "dc1", domain: "consul.", aRecordLimit: 2})
-	got, ok := appendedSet(t, w, "web.service.consul.", dns.TypeA)
-	if !ok || len(got) != 2 {
-		t.Fatalf("a_record_limit 2: %v %v, want 2 records", ok, got)
+// Covers is true for the names the watch holds and for names that must
+// reach Answer to ask for a watch, false for the rest of the domain.
+func TestCoversWhatTheWatchHolds(t *testing.T) {
+	w := wireWatcher(t, 3, &agentInfo{datacenter: "dc1", domain: "consul."})
+	w.cands.keepOut("gone", w.clock.Now(), time.Hour)
+	for name, want := range map[string]bool{
+		"web.service.consul.":           true,
+		"v1.web.service.consul.":        true,
+		"primary.web.service.consul.":   true,
+		"nope.web.service.consul.":      false, // no instance has the tag
+		"_web._v1.service.consul.":      true,
+		"_web._v1.consul.":              true,
+		"web.service.dc1.consul.":       true,
+		"web.service.dc2.consul.":       false,
+		"db.service.consul.":            true,  // not watched: its questions ask for a watch
+		"gone.service.consul.":          false, // kept out: a first read found no instance
+		"vm0.node.consul.":              false,
+		"webq.query.consul.":            false,
+		"consul.":                       false,
+		"web.service.consul.example.":   false,
+		"a.b.web.service.dc1.consul.":   false, // tag "a.b": none has it
+		"web.service.dc1.dc.consul.":    true,
+		"web.service.dc1.x.consul.":     false,
+		"0a000001.addr.dc1.consul.":     false,
+		"web.connect.consul.":           false,
+		"service.consul.":               false,
+		"web.virtual.consul.":           false,
+		"v6.service.consul.":            true,
+		"x.v6.service.consul.":          false,
+		"db.service.dc1.consul.":        true,
+		"db.service.dc2.consul.":        false,
+		"_db._tcp.service.consul.":      true,
+		"big.web.service.dc1.consul.x.": false,
+	} {
+		if got := w.Covers([]byte(name)); got != want {
+			t.Errorf("Covers(%s) = %v, want %v", name, got, want)
+		}
 	}
 	w.store.contact("web", true, w.clock.Now())
-	if _, ok := appendedSet(t, w, "web.service.consul.", dns.TypeA); ok {
-		t.Error("records lost with the agent answered by AppendAnswer (Answer marks them stale)")
-	}
-	w.store.set("web", []instance{{ServiceID: "x", Node: "n", NodeAddr: "192.0.2.9", Port: 80, Weight: 1}})
-	got, ok = appendedSet(t, w, "web.service.consul.", dns.TypeA)
-	if !ok || !slices.Equal(got, []string{"web.service.consul. 5 IN A 192.0.2.9"}) {
-		t.Errorf("after the set changed: %v %v, want the new record", ok, got)
+	w.clock.(interface{ Advance(time.Duration) }).Advance(time.Minute)
+	if w.Covers([]byte("web.service.consul.")) {
+		t.Error("Covers a service lost past MaxStale")
 	}
 }
 
-// A watched answer costs no allocation (issue 34).
-func TestAppendAnswerAllocates(t *testing.T) {
+// The answer is encoded when the watch delivers the records, not at a
+// question; a new set is a new encoding.
+func TestWatchedAnswerEncodedOnDelivery(t *testing.T) {
 	w := wireWatcher(t, 3, &agentInfo{datacenter: "dc1", domain: "consul."})
-	name := []byte("web.service.consul.")
-	dst := make([]byte, 0, 512)
-	w.AppendAnswer(dst, name, dns.TypeA, 512) // encodes the set
-	if n := testing.AllocsPerRun(1000, func() {
-		if _, _, _, ok := w.AppendAnswer(dst, name, dns.TypeA, 512); !ok {
-			t.Fatal("declined")
+	sl := &serviceLoop{name: "db", cancel: func() {}}
+	w.mu.Lock()
+	w.watches["db"] = sl
+	w.publish()
+	w.deliverService(sl, "db", []instance{{ServiceID: "x", Node: "n", NodeAddr: "192.0.2.9", Port: 80, Weight: 1}})
+	w.mu.Unlock()
+	if svc := w.store.get("db"); svc == nil || svc.wire.Load() == nil {
+		t.Fatal("delivered records not encoded")
+	}
+	got, _, ok := appended(t, w, "db.service.consul.", dns.TypeA, 30)
+	m := new(dns.Msg)
+	if !ok || m.Unpack(got) != nil || len(m.Answer) != 1 || m.Answer[0].String() != "db.service.consul.\t5\tIN\tA\t192.0.2.9" {
+		t.Errorf("after delivery: %v %v", ok, m)
+	}
+}
+
+// A watched answer costs no allocation (issue 34): A, SRV with its
+// additional records, a tag's, NODATA, stale.
+func TestAppendAnswerAllocates(t *testing.T) {
+	w := wireWatcher(t, 3, &agentInfo{datacenter: "dc1", domain: "consul.", nodeMetaTXT: true})
+	dst := make([]byte, 0, 2048)
+	for _, f := range wireForms {
+		pkt := wireQuery(t, f.name, f.qtype)
+		name := []byte(strings.ToLower(f.name))
+		dst = append(dst[:0], pkt...)
+		if n := testing.AllocsPerRun(200, func() {
+			if _, _, _, _, ok := w.AppendAnswer(dst, name, f.qtype, 2048, 30); !ok {
+				t.Fatalf("%s declined", f.name)
+			}
+		}); n != 0 {
+			t.Errorf("%s %s: %v allocations per watched answer, want 0", f.name, dns.TypeToString[f.qtype], n)
 		}
-	}); n != 0 {
-		t.Errorf("%v allocations per watched answer, want 0", n)
 	}
 }
 
 func BenchmarkAppendAnswer(b *testing.B) {
-	w := wireWatcher(b, 3, &agentInfo{datacenter: "dc1", domain: "consul."})
-	name := []byte("web.service.consul.")
-	dst := make([]byte, 0, 512)
-	b.ReportAllocs()
-	for b.Loop() {
-		w.AppendAnswer(dst, name, dns.TypeA, 512)
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeSRV} {
+		b.Run(dns.TypeToString[qtype], func(b *testing.B) {
+			w := wireWatcher(b, 3, &agentInfo{datacenter: "dc1", domain: "consul."})
+			pkt := wireQuery(b, "web.service.consul.", qtype)
+			name := []byte("web.service.consul.")
+			dst := make([]byte, 0, 2048)
+			b.ReportAllocs()
+			for b.Loop() {
+				w.AppendAnswer(append(dst[:0], pkt...), name, qtype, 2048, 30)
+			}
+		})
 	}
 }

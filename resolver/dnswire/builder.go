@@ -102,13 +102,21 @@ func (b *Builder) Question(name []byte, qtype, qclass uint16) {
 // again: compressed against this message where miekg/dns compresses them,
 // whole otherwise.
 func (b *Builder) Record(s Section, m *Msg, i int) int {
+	var name [MaxNameLen]byte
+	return b.RecordAs(s, m, i, m.Owner(i, name[:0]))
+}
+
+// RecordAs is Record with owner (uncompressed wire form) as the record's
+// owner name: the Consul watch's answers, packed once, are owned by each
+// question's name (issue 34).
+func (b *Builder) RecordAs(s Section, m *Msg, i int, owner []byte) int {
 	if int(s) < b.section {
 		b.err = errOrder
 	}
 	b.section = int(s)
 	rr := m.RR(i)
 	var name [MaxNameLen]byte
-	b.name(m.Owner(i, name[:0]), true)
+	b.name(owner, true)
 	ttlAt := b.size() + 4
 	b.put(m.Raw[rr.TTLAt-4 : rr.TTLAt+4]) // type, class, TTL
 	rdlenAt := b.size()

@@ -61,3 +61,8 @@ func Truncated(msg []byte) bool {
 	h, ok := ReadHeader(msg)
 	return ok && h.Flags&FlagTC != 0
 }
+
+// SetTTL writes ttl into the TTL field at at in msg (RR.TTLAt, or where
+// Builder.Record reported it): the cache's hits and stale answers show
+// their counted-down TTLs so.
+func SetTTL(msg []byte, at int, ttl uint32) { binary.BigEndian.PutUint32(msg[at:], ttl) }

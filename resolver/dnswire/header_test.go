@@ -35,3 +35,22 @@ func TestHeaderRoundTrip(t *testing.T) {
 		t.Error("a message shorter than a header read as one")
 	}
 }
+
+// SetTTL writes the TTL miekg/dns reads.
+func TestSetTTL(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("x.example.", dns.TypeA)
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{192, 0, 2, 1}}}
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v Msg
+	if err := v.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	SetTTL(raw, int(v.RR(0).TTLAt), 86400)
+	if err := m.Unpack(raw); err != nil || m.Answer[0].Header().Ttl != 86400 {
+		t.Fatalf("TTL %d (%v), want 86400", m.Answer[0].Header().Ttl, err)
+	}
+}

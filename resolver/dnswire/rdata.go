@@ -184,3 +184,46 @@ func lengthIs(rdlen, want int) error {
 	}
 	return ErrMalformed
 }
+
+// SameRecord reports whether record i of a and record j of b are the same
+// record as miekg/dns's IsDuplicate judges it: the same owner, type and
+// class (letters of names compared without case), and the same rdata,
+// its names compared uncompressed and without case, its other bytes
+// exactly; the TTL is not compared.
+func SameRecord(a *Msg, i int, b *Msg, j int) bool {
+	ra, rb := a.RR(i), b.RR(j)
+	if ra.Type != rb.Type || ra.Class != rb.Class || !a.sameOwnerAs(i, b, j) {
+		return false
+	}
+	var bufA, bufB [512]byte
+	return string(a.canonicalRData(i, bufA[:0])) == string(b.canonicalRData(j, bufB[:0]))
+}
+
+// sameOwnerAs reports whether record i of m and record j of o have the
+// same owner, letters compared without case.
+func (m *Msg) sameOwnerAs(i int, o *Msg, j int) bool {
+	var name [MaxNameLen]byte
+	return m.OwnerIs(i, o.Owner(j, name[:0]))
+}
+
+// canonicalRData appends record i's rdata to dst with every name in it
+// uncompressed and in lower case, for SameRecord.
+func (m *Msg) canonicalRData(i int, dst []byte) []byte {
+	rr := m.RR(i)
+	var names rdataNames
+	if !names.find(m.Raw, rr) {
+		return append(dst, m.RData(i)...)
+	}
+	msg := m.Raw[:rr.End]
+	from := int(rr.Data)
+	var name [MaxNameLen]byte
+	for _, at := range names.at[:names.n] {
+		dst = append(dst, msg[from:at]...)
+		n, next, _ := ReadName(msg, at, name[:0])
+		for _, c := range n {
+			dst = append(dst, lower(c))
+		}
+		from = next
+	}
+	return append(dst, msg[from:]...)
+}

@@ -309,3 +309,75 @@ func TestRespellMatchesMiekg(t *testing.T) {
 		t.Fatal("another name was written over the question")
 	}
 }
+
+// SameRecord says what miekg/dns's IsDuplicate says, whatever the
+// compression and the letter case of the names in owner and rdata.
+func TestSameRecordMatchesIsDuplicate(t *testing.T) {
+	rrs := []string{
+		"a.example. 60 IN A 192.0.2.1", "A.Example. 300 IN A 192.0.2.1", "a.example. 60 IN A 192.0.2.2",
+		"a.example. 60 IN CNAME t.example.", "a.example. 60 IN CNAME T.EXAMPLE.", "a.example. 60 IN CNAME u.example.",
+		"a.example. 60 IN TXT \"Hello\"", "a.example. 60 IN TXT \"hello\"", "a.example. 60 CH TXT \"Hello\"",
+		"a.example. 60 IN MX 10 mail.example.", "a.example. 60 IN MX 10 MAIL.example.", "a.example. 60 IN MX 20 mail.example.",
+		"b.example. 60 IN SRV 1 2 3 t.example.", "B.example. 60 IN SRV 1 2 3 t.Example.",
+	}
+	parsed := make([]dns.RR, len(rrs))
+	for i, s := range rrs {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed[i] = rr
+	}
+	pack := func(compress bool, rrs ...dns.RR) *Msg {
+		m := new(dns.Msg)
+		m.SetQuestion("example.", dns.TypeANY)
+		m.Compress = compress
+		m.Answer = rrs
+		raw, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Msg
+		if err := v.Parse(raw); err != nil {
+			t.Fatal(err)
+		}
+		return &v
+	}
+	a, b := pack(true, parsed...), pack(false, parsed...)
+	for i := range parsed {
+		for j := range parsed {
+			want := dns.IsDuplicate(parsed[i], parsed[j])
+			if got := SameRecord(a, i, b, j); got != want {
+				t.Errorf("SameRecord(%q, %q) = %v, IsDuplicate %v", rrs[i], rrs[j], got, want)
+			}
+		}
+	}
+}
+
+// The question's section and its name in place are the bytes miekg/dns
+// packed them to; a compressed question name is not in place.
+func TestQuestionInPlace(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("Www.Example.", dns.TypeAAAA)
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v Msg
+	if err := v.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	name, ok := v.QuestionInPlace()
+	if !ok || string(name) != string(mustWire(t, "Www.Example.")) ||
+		string(v.QuestionSection()) != string(raw[HeaderLen:]) {
+		t.Fatalf("in place %q %v, section % x", name, ok, v.QuestionSection())
+	}
+	// A question whose name is a pointer to "x." after it.
+	compressed := append(append([]byte(nil), raw[:HeaderLen]...), 0xC0, HeaderLen+6, 0, 1, 0, 1, 1, 'x', 0)
+	if err := v.ParseQuestion(compressed); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.QuestionInPlace(); ok || !v.QuestionIs(mustWire(t, "X.")) {
+		t.Error("a compressed question name read as in place")
+	}
+}

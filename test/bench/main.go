@@ -21,6 +21,7 @@
 //	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
 //	abuse      14. names nobody answers fill the in-flight cap; TCP connections that always owe an answer (abuse.go; issue 35)
+//	consul     15. cached names of another zone, cached Consul names, a watched name; CPU per answer beside dnsmasq and unbound (consul.go; issue 34)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -51,7 +52,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "consul"}
 
 func main() {
 	var (
@@ -79,6 +80,7 @@ func main() {
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
 		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
+		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -112,7 +114,7 @@ func main() {
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 			coredns:    *coredns,
-			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin,
+			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
 		}
 		err = b.run()
 	}
@@ -144,6 +146,8 @@ type bench struct {
 	pickOutageLen time.Duration
 	// abuseWindow is how long scenario 14 asks its fresh names.
 	abuseWindow time.Duration
+	// consulRate is scenario 15's offered rate, queries/s.
+	consulRate int
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder
@@ -252,6 +256,13 @@ func (b *bench) run() error {
 	fmt.Printf("towerd bench: %d round(s) of %s; scenarios %s; %s per load, rates %v, %d warm names, cache %d entries\n",
 		b.rounds, strings.Join(hitServers, " "), strings.Join(chosen, ","), b.duration, b.rates, b.names, b.cacheSize)
 	began := time.Now()
+	if b.want["consul"] {
+		// Scenario 15 keeps every server running through its rounds, so
+		// that its loads interleave (consul.go).
+		if err := b.consulScenario(); err != nil {
+			return fmt.Errorf("consul: %w", err)
+		}
+	}
 	for round := 1; round <= b.rounds; round++ {
 		for _, s := range hitServers {
 			if !b.hitPhase() {

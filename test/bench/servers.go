@@ -41,6 +41,9 @@ type serverSetup struct {
 	// consulDNS, when set, is the Consul agent's DNS address, where every
 	// server forwards consul. (towerd's watch asks its HTTP API beside).
 	consulDNS string
+	// consulHTTP, when set, is the agent's HTTP API towerd's watch asks;
+	// else the agent at consulDNS's address, port 8500.
+	consulHTTP string
 	// searchResolvConf, when set, is the resolv.conf whose search list
 	// towerd reads for its search-list rules (scenario 10).
 	searchResolvConf string
@@ -138,7 +141,11 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			"-admin", "", "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
 		if set.consulDNS != "" {
 			// The watch on the agent's HTTP API (its default port) and its DNS.
-			args = append(args, "-consul-http", consulHost+":8500", "-consul-dns", set.consulDNS)
+			api := consulHost + ":8500"
+			if set.consulHTTP != "" {
+				api = set.consulHTTP
+			}
+			args = append(args, "-consul-http", api, "-consul-dns", set.consulDNS)
 		}
 		return b.towerd, args, nil
 	case "dnsmasq":

@@ -110,6 +110,9 @@ func (b *bench) rows() []row {
 			row{measure: "CPU µs per answer", key: "storm.us", format: "%.2f"},
 			row{measure: fmt.Sprintf("upstream queries per %d identical asks", stormClients), key: "storm.up", format: "%.3f"})
 	}
+	if b.want["consul"] {
+		add("15 Consul names @"+fmt.Sprint(b.consulRate/1000)+"k/s", b.consulRows()...)
+	}
 	if b.want["search"] {
 		add("10 search list (glibc)", b.searchRows()...)
 	}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 const (
@@ -50,8 +52,10 @@ type Sink struct {
 	reported   uint64        // dropped as of the last report; the writer's
 	lastReport time.Time     // the writer's
 	report     func(dropped uint64)
-	now        func() time.Time
-	every      time.Duration // DropReportInterval; tests shorten it
+	// clock times the report interval and Close's wait (issue 33):
+	// clock.Real; tests step a fake.
+	clock clock.Clock
+	every time.Duration // DropReportInterval
 
 	droppedDesc *prometheus.Desc
 }
@@ -65,7 +69,7 @@ func New(out io.Writer) *Sink {
 		pending: make([]byte, 0, 4096),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
-		now:     time.Now,
+		clock:   clock.Real{},
 		every:   DropReportInterval,
 		droppedDesc: prometheus.NewDesc("towerd_log_lines_dropped_total",
 			"Log lines (query lines included) dropped because stderr, the journal or whatever reads towerd's log did not take them fast enough.", nil, nil),
@@ -107,13 +111,13 @@ func (s *Sink) run() {
 	spare := make([]byte, 0, 4096)
 	// Armed while dropped lines wait for their report, so that it comes
 	// even when nothing is logged after them.
-	reportTimer := time.NewTimer(s.every)
+	reportTimer, reportDue := s.clock.NewTimer(s.every)
 	reportTimer.Stop()
 	defer reportTimer.Stop()
 	for {
 		select {
 		case <-s.wake:
-		case <-reportTimer.C:
+		case <-reportDue:
 		}
 		s.mu.Lock()
 		lines, closed := s.pending, s.closed
@@ -144,7 +148,7 @@ func (s *Sink) reportDrops() time.Duration {
 	if n == s.reported || s.report == nil {
 		return 0
 	}
-	now := s.now()
+	now := s.clock.Now()
 	if wait := s.every - now.Sub(s.lastReport); !s.lastReport.IsZero() && wait > 0 {
 		return wait
 	}
@@ -170,11 +174,11 @@ func (s *Sink) Close(timeout time.Duration) {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(timeout)
+	t, expired := s.clock.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-s.done:
-	case <-t.C:
+	case <-expired:
 	}
 }
 

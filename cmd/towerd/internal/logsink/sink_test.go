@@ -2,6 +2,7 @@ package logsink
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // gatedWriter blocks every Write until open is closed, as a pipe whose
@@ -99,16 +102,30 @@ func TestCloseDoesNotWaitForAStoppedReader(t *testing.T) {
 	defer r.Close()
 	defer w.Close()
 	s := New(w)
+	// Close's wait on the fake clock (issue 33): it returns when the clock
+	// reaches its timeout, not a nanosecond before, however the machine runs.
+	clk := dnstest.NewClock(time.Unix(1e9, 0))
+	s.clock = clk
 	s.Start(nil)
 	line := strings.Repeat("x", 1000) + "\n"
 	for range 1000 { // 1 MB: more than the pipe holds
 		io.WriteString(s, line)
 	}
-	start := time.Now()
-	within(t, "Close", func() { s.Close(200 * time.Millisecond) })
-	if took := time.Since(start); took < 200*time.Millisecond {
-		t.Errorf("Close returned after %v: the writer cannot have finished", took)
+	closed := make(chan struct{})
+	go func() { defer close(closed); s.Close(200 * time.Millisecond) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitTimers(ctx, 1); err != nil {
+		t.Fatalf("Close armed no timer: %v", err)
 	}
+	clk.Advance(200*time.Millisecond - 1)
+	select {
+	case <-closed:
+		t.Fatal("Close returned before its timeout: the writer cannot have finished")
+	default:
+	}
+	clk.Advance(1)
+	within(t, "Close at its timeout", func() { <-closed })
 	io.WriteString(s, line) // after Close: dropped, not blocked
 }
 
@@ -118,9 +135,8 @@ func TestCloseDoesNotWaitForAStoppedReader(t *testing.T) {
 func TestDropsReportedOncePerInterval(t *testing.T) {
 	out := newGatedWriter()
 	s := New(out)
-	var mu sync.Mutex
-	now := time.Unix(1e9, 0)
-	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clk := dnstest.NewClock(time.Unix(1e9, 0))
+	s.clock = clk
 	reports := make(chan uint64, 10)
 	s.Start(func(n uint64) { reports <- n })
 	fill := func() {
@@ -154,10 +170,14 @@ func TestDropsReportedOncePerInterval(t *testing.T) {
 		t.Fatalf("a second report (%d) within the interval", n)
 	default:
 	}
-	mu.Lock()
-	now = now.Add(DropReportInterval)
-	mu.Unlock()
-	io.WriteString(s, "after the interval\n")
+	// The writer armed its report timer for the interval's end: the
+	// report comes then though nothing more is logged.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitTimers(ctx, 1); err != nil {
+		t.Fatalf("no report timer armed: %v", err)
+	}
+	clk.Advance(DropReportInterval)
 	select {
 	case n := <-reports:
 		if n == 0 {

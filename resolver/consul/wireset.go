@@ -1,0 +1,155 @@
+package consul
+
+import (
+	"net"
+	"slices"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
+)
+
+// A watched service's answers as bytes (issue 34), encoded when the watch
+// delivers its instances (deliverService), not per question: for the
+// service's own name and for each tag an instance carries (the forms
+// <tag>.<svc>.service.<domain>, RFC 2782's _svc._tag, and the local
+// datacenter's <svc>.service.<dc>.<domain> read the same records), the A,
+// AAAA and SRV answers, NODATA with its SOA included, exactly as Answer
+// builds them before its shuffle. AppendAnswer (wireanswer.go) writes
+// them behind a query's question.
+
+// wireTypes are the types the watch answers, by slot.
+var wireTypes = [3]uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV}
+
+func wireSlot(qtype uint16) (int, bool) {
+	i := slices.Index(wireTypes[:], qtype)
+	return i, i >= 0
+}
+
+// wireSet is a service's answers under the agent's settings info.
+type wireSet struct {
+	info *agentInfo
+	// tags holds, for "" (any tag) and each tag some instance has, the
+	// answers by slot; a nil answer is Answer's to give (instances with
+	// host names, which Consul answers with a CNAME). A tag missing is
+	// one the watch does not hold: Answer passes it on.
+	tags map[string]*[3]*wireAnswer
+}
+
+// wireAnswer is one answer, packed once behind a question of the
+// service's name (Compress) and read through view.
+type wireAnswer struct {
+	msg  []byte
+	view dnswire.Msg
+	// answers is how many answer records; A and AAAA ones are recordLen
+	// bytes each from recordsAt, every owner a pointer to the question, so
+	// that a shuffle swaps whole records and nothing else moves. Other
+	// answers (recordLen 0) are written again per question with the one
+	// encoder, each group in the shuffled order (wireanswer.go).
+	answers   int
+	recordLen int
+	recordsAt int
+	// extraFrom[i] is the view's index of answer i's first additional
+	// record (an SRV's target address, then its node's meta TXT); the
+	// last entry ends the section.
+	extraFrom []int
+	// nodata: no answer record, the SOA in the authority section, whose
+	// serial is the time of the question, as Consul's.
+	nodata bool
+}
+
+// encodeService encodes key's answers from instances under info; nil when
+// the watch cannot name records yet (no datacenter).
+func (w *Watcher) encodeService(info *agentInfo, key string, instances []instance) *wireSet {
+	if info == nil || info.datacenter == "" || len(instances) == 0 {
+		return nil
+	}
+	ws := &wireSet{info: info, tags: map[string]*[3]*wireAnswer{}}
+	ws.tags[""] = w.encodeForms(info, key, "", instances)
+	for _, in := range instances {
+		for _, tag := range in.Tags {
+			if _, done := ws.tags[tag]; done || tag == "" {
+				continue
+			}
+			var tagged []instance
+			for _, other := range instances {
+				if slices.Contains(other.Tags, tag) {
+					tagged = append(tagged, other)
+				}
+			}
+			ws.tags[tag] = w.encodeForms(info, key, tag, tagged)
+		}
+	}
+	return ws
+}
+
+// encodeForms encodes the A, AAAA and SRV answers of instances: all nil
+// when an address is a host name (Answer's).
+func (w *Watcher) encodeForms(info *agentInfo, key, tag string, instances []instance) *[3]*wireAnswer {
+	var forms [3]*wireAnswer
+	for _, in := range instances {
+		for _, addr := range []string{in.NodeAddr, in.NodeV4, in.NodeV6, in.SvcAddr, in.SvcV4, in.SvcV6} {
+			if addr != "" && net.ParseIP(addr) == nil {
+				return &forms
+			}
+		}
+	}
+	name := key + ".service." + info.domain
+	if tag != "" {
+		name = tag + "." + name
+	}
+	b := builder{ttl: w.answerTTL(info, key), nodeMetaTXT: info.nodeMetaTXT}
+	for slot, qtype := range wireTypes {
+		l := lookup{name: name, qtype: qtype, datacenter: info.datacenter, domain: info.domain}
+		answer, extra, ok := b.records(l, instances)
+		if ok {
+			forms[slot] = encodeAnswer(info, name, qtype, answer, extra)
+		}
+	}
+	return &forms
+}
+
+// encodeAnswer packs one answer; nil if it cannot be read back as the
+// groups AppendAnswer shuffles.
+func encodeAnswer(info *agentInfo, name string, qtype uint16, answer, extra []dns.RR) *wireAnswer {
+	m := new(dns.Msg)
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
+	m.Answer, m.Extra, m.Compress = answer, extra, true
+	a := &wireAnswer{answers: len(answer), nodata: len(answer) == 0}
+	if a.nodata {
+		m.Ns = []dns.RR{soa(info.domain, 0, info.soa)}
+	}
+	var err error
+	if a.msg, err = m.Pack(); err != nil || a.view.Parse(a.msg) != nil {
+		return nil
+	}
+	a.recordsAt = a.view.QEnd
+	if qtype != dns.TypeSRV && len(answer) > 0 && len(extra) == 0 {
+		a.recordLen = 2 + 10 + net.IPv4len // the owner's pointer, type..rdlength, the address
+		if qtype == dns.TypeAAAA {
+			a.recordLen = 2 + 10 + net.IPv6len
+		}
+		if len(a.msg)-a.recordsAt != len(answer)*a.recordLen {
+			return nil // not one shape
+		}
+		return a
+	}
+	// Each answer's additional records: an address, then TXT records.
+	first := a.view.Counts[dnswire.Answer] + a.view.Counts[dnswire.Authority]
+	for i := first; i < a.view.Len(); i++ {
+		if a.view.RR(i).Type != dns.TypeTXT {
+			a.extraFrom = append(a.extraFrom, i)
+		}
+	}
+	if len(extra) > 0 && (len(a.extraFrom) != len(answer) || a.extraFrom[0] != first) {
+		return nil
+	}
+	if len(extra) == 0 {
+		a.extraFrom = make([]int, len(answer))
+		for i := range a.extraFrom {
+			a.extraFrom[i] = first
+		}
+	}
+	a.extraFrom = append(a.extraFrom, a.view.Len())
+	return a
+}
