@@ -77,8 +77,12 @@ func (q *plainQuery) parse(p []byte) bool {
 	}
 	m := &q.view
 	if m.Parse(p) != nil || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
-		m.Counts[dnswire.Additional] > 1 || m.QuestionCompressed() {
+		m.Counts[dnswire.Additional] > 1 {
 		return false // a second OPT (FORMERR) or other records: the general path's
+	}
+	name, inPlace := m.QuestionInPlace()
+	if !inPlace {
+		return false // compressed
 	}
 	end := m.QEnd
 	if m.Counts[dnswire.Additional] == 1 {
@@ -92,13 +96,12 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name := p[m.QName : m.QEnd-4] // uncompressed: the name in place
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
 	q.nameLen = len(dnswire.AppendText(q.name[:0], name, true))
 	q.qtype, q.qclass = m.QType, m.QClass
-	q.question = p[dnswire.HeaderLen:m.QEnd]
+	q.question = m.QuestionSection()
 	return true
 }
 

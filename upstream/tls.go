@@ -104,6 +104,7 @@ type tlsTransport struct {
 	resumptions atomic.Uint64 // of which resumed a session (no full handshake)
 	queries     atomic.Uint64 // queries written
 	reused      atomic.Uint64 // queries that found the connection open
+	resent      atomic.Uint64 // queries sent again after their connection closed
 	failures    [5]atomic.Uint64
 }
 
@@ -134,12 +135,23 @@ func (t *tlsTransport) Address() string { return t.display }
 // failure now (the last connection failed and its backoff runs, the
 // connection is full, the transport closed).
 func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) (*tlsQuery, error) {
-	frame := frameTLSQuery(query, qend)
+	q := newTLSQuery(t, frameTLSQuery(query, qend), qend, owner, a)
+	if err := t.sendQuery(q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// sendQuery queues q on the connection, opening one if none is open: a
+// query's first sending, or a next one after its connection closed.
+func (t *tlsTransport) sendQuery(q *tlsQuery) error {
+	// Read before q is pending: then its connection's close may send it on.
+	resend := q.resends > 0
 	for range 2 { // a second time when the connection closed meanwhile
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			return nil, fmt.Errorf("tls to %s: %w: transport closed", t.display, ErrNetwork)
+			return fmt.Errorf("tls to %s: %w: transport closed", t.display, ErrNetwork)
 		}
 		c := t.conn
 		reused := c != nil
@@ -147,13 +159,13 @@ func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) 
 			if now := t.clock.Now(); now.Before(t.retryAt) {
 				err, wait := t.lastErr, t.retryAt.Sub(now)
 				t.mu.Unlock()
-				return nil, fmt.Errorf("tls to %s: %w: %w (next connection in %s)",
+				return fmt.Errorf("tls to %s: %w: %w (next connection in %s)",
 					t.display, ErrNetwork, err, wait.Round(time.Millisecond))
 			}
 			c = t.dialLocked()
 		}
 		t.mu.Unlock()
-		q, err := c.enqueue(frame, qend, owner, a)
+		err := c.enqueue(q)
 		if errors.Is(err, errConnClosed) {
 			t.dropped(c) // it may not have told the transport yet
 			continue
@@ -163,10 +175,13 @@ func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) 
 			if reused {
 				t.reused.Add(1)
 			}
+			if resend {
+				t.resent.Add(1)
+			}
 		}
-		return q, err
+		return err
 	}
-	return nil, fmt.Errorf("tls to %s: %w: connection closed", t.display, ErrNetwork)
+	return fmt.Errorf("tls to %s: %w: connection closed", t.display, ErrNetwork)
 }
 
 // dialLocked starts a connection: its handshake runs on a goroutine,
@@ -309,13 +324,14 @@ type TLSStatus struct {
 	Resumptions uint64 // of which resumed a TLS session
 	Queries     uint64 // queries written, probes included
 	Reused      uint64 // of which found the connection already open
+	Resent      uint64 // of which were sent again after their connection closed
 	// Failures counts connections that failed, by TLSFailureReasons.
 	Failures map[string]uint64
 }
 
 func (t *tlsTransport) status() *TLSStatus {
 	st := &TLSStatus{Handshakes: t.handshakes.Load(), Resumptions: t.resumptions.Load(),
-		Queries: t.queries.Load(), Reused: t.reused.Load(), Failures: map[string]uint64{}}
+		Queries: t.queries.Load(), Reused: t.reused.Load(), Resent: t.resent.Load(), Failures: map[string]uint64{}}
 	for i, r := range TLSFailureReasons {
 		st.Failures[r] = t.failures[i].Load()
 	}

@@ -254,6 +254,86 @@ func TestTLSCloseAfterEachAnswer(t *testing.T) {
 	}
 }
 
+// TestTLSResendsWhenTheConnectionCloses: queries in flight on a
+// connection the server closes (after each answer, or with a reset) are
+// sent again on the next connection at once, not lost to the read
+// timeout or a second attempt of their resolution; a server that resets
+// every connection gets each query once more, on one more connection,
+// and no loop.
+func TestTLSResendsWhenTheConnectionCloses(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	const n = 20
+	for _, tc := range []struct {
+		name string
+		mode dnstest.DoTMode
+		// Of the n queries asked at once: how many are answered, and
+		// the TLS handshakes and queries read the server should see.
+		answered, handshakes, read int
+		resent                     uint64
+	}{
+		// Each connection answers one query: n connections, every query
+		// read once by the server.
+		{"close after each answer", dnstest.DoTCloseAfterAnswer, n, n, n, 0},
+		// All n read on the first connection, reset, all sent again.
+		{"reset with queries in flight", dnstest.DoTResetFirst, n, 2, 2 * n, n},
+		// The second connection answers nothing either: no third.
+		{"reset every connection", dnstest.DoTResetAll, 0, 2, 2 * n, n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := dnstest.NewDoTServer(t, cert, tc.mode)
+			srv.SetResetAfter(n)
+			// One attempt per resolution: an answer here is the
+			// connection's doing, not a second attempt's.
+			g, _ := tlsGroup(t, srv.Addr, "dns.test", ca, GroupOptions{MaxAttempts: 1})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					reply, err := askA(ctx, g, fmt.Sprintf("r%d.example.", i))
+					if err == nil && len(reply.Answer) != 1 {
+						err = fmt.Errorf("reply %v", reply)
+					}
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			answered := 0
+			for err := range errs {
+				switch {
+				case err == nil:
+					answered++
+				case !errors.Is(err, ErrNetwork):
+					t.Errorf("failed with %v, want a network error", err)
+				}
+			}
+			st := g.Servers()[0].TLS
+			handshakes, read := srv.Handshakes(), srv.Queries()
+			if answered < n && handshakes == tc.handshakes+1 && read == tc.read+1 {
+				// The silence rule's probe of the failing server, on a
+				// connection of its own.
+				handshakes, read = tc.handshakes, tc.read
+			}
+			if answered != tc.answered || handshakes != tc.handshakes || read != tc.read {
+				t.Errorf("%d of %d answered, %d handshakes, %d queries read; want %d, %d, %d",
+					answered, n, handshakes, read, tc.answered, tc.handshakes, tc.read)
+			}
+			if tc.resent != 0 && st.Resent != tc.resent {
+				t.Errorf("%d queries sent again, want %d", st.Resent, tc.resent)
+			}
+			// (Where queries fail, the silence rule's probe may be one more.)
+			if tc.answered == n && st.Queries-st.Resent != n {
+				t.Errorf("%d queries sent, %d of them again: want %d first ones", st.Queries, st.Resent, n)
+			}
+		})
+	}
+}
+
 func TestParseServer(t *testing.T) {
 	for in, want := range map[string]string{
 		"192.0.2.1":                     "192.0.2.1:53",

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/towerd/towerd/resolver/dnswire"
@@ -28,28 +29,64 @@ type tlsOwner interface {
 	tlsReply(q *tlsQuery, raw []byte, err error)
 }
 
-// tlsQuery is one query in flight on a connection.
+// A query's state: waiting until its owner gave up (cancelled) or is
+// told its reply or failure (told), whichever comes first; it moves
+// once, so the owner is told at most once, whichever connection the
+// query is on by then.
+const (
+	tlsWaiting uint32 = iota
+	tlsCancelled
+	tlsTold
+)
+
+// tlsQuery is one query in flight, on one connection at a time: a
+// connection that closes with it waiting hands it to the next one
+// (tlsConn.close).
 type tlsQuery struct {
-	conn  *tlsConn
+	t     *tlsTransport
 	owner tlsOwner
 	a     *attempt // the call's attempt; nil for a probe
-	id    uint16
-	match replyMatch // over frame
-	frame []byte
-	// cancelled: the owner gave up (cancel); the ID stays taken until its
-	// reply comes or cancelledAt is a read timeout ago, so a late reply
-	// is recognised, not counted as bogus.
-	cancelled   bool
-	cancelledAt time.Time
+	frame []byte   // the framed query; its ID is the connection's
+	match replyMatch
+	state atomic.Uint32
+	// cancelledAt (the transport clock's UnixNano) is when the owner
+	// gave up: the ID stays taken until its reply comes or this is a
+	// read timeout ago, so a late reply is recognised, not counted as
+	// bogus.
+	cancelledAt atomic.Int64
+	// resends counts the connections it was sent on after the first;
+	// written only by the connection it is on, as that one closes.
+	resends int
+	id      uint16 // under the connection's lock
+}
+
+func newTLSQuery(t *tlsTransport, frame []byte, qend int, owner tlsOwner, a *attempt) *tlsQuery {
+	return &tlsQuery{t: t, owner: owner, a: a, frame: frame, match: matchOf(frame[2:], qend)}
+}
+
+// tell hands q's reply or failure to its owner, unless it gave up or
+// was told already.
+func (q *tlsQuery) tell(raw []byte, err error) {
+	if q.state.CompareAndSwap(tlsWaiting, tlsTold) {
+		q.owner.tlsReply(q, raw, err)
+	}
+}
+
+// cancel gives up q: true when its owner will not be told, false when
+// its reply or failure is being handed over (the owner will be told).
+func (q *tlsQuery) cancel() bool {
+	q.cancelledAt.Store(q.t.clock.Now().UnixNano())
+	return q.state.CompareAndSwap(tlsWaiting, tlsCancelled)
 }
 
 // tlsConn is one TLS connection to a server: a goroutine that connects,
-// shakes hands and then writes the queued frames (run), and one that
-// reads replies and hands each to its query's owner (read).
+// shakes hands, writes what was queued meanwhile and then reads replies,
+// handing each to its query's owner (run, read). After the handshake a
+// query is written by the goroutine that sends it (enqueue), with no
+// hand-off to a writer goroutine: at a few hundred misses a second each
+// hand-off woke a sleeping thread, and cost more CPU than the TLS record.
 type tlsConn struct {
-	t    *tlsTransport
-	out  chan []byte   // frames to write; never more than the queries in flight
-	done chan struct{} // closed by close
+	t *tlsTransport
 
 	mu      sync.Mutex
 	pending map[uint16]*tlsQuery
@@ -60,35 +97,53 @@ type tlsConn struct {
 	// or last brought a reply: the read timeout runs from it.
 	busySince time.Time
 	bogus     int
+	replies   int // replies to a query
 	closed    bool
 	lastErr   error
+
+	// Writing, under wmu (taken after mu, never before): frames queued
+	// are appended to wbuf, and whoever finds no write under way writes
+	// them, and then what was queued during that write, in one TLS record
+	// each time: queries that come during a write go out together.
+	// writing is true from the start, when run holds the writer's turn
+	// until the handshake is done.
+	wmu     sync.Mutex
+	wbuf    []byte
+	spare   []byte
+	writing bool
+	// writeBy is the write deadline set last: moved on only once it is
+	// less than half a read timeout away, not per write (each move is a
+	// runtime timer's).
+	writeBy time.Time
 }
 
 func newTLSConn(t *tlsTransport) *tlsConn {
-	return &tlsConn{t: t, out: make(chan []byte, tlsMaxInFlight), done: make(chan struct{}),
-		pending: map[uint16]*tlsQuery{}, idle: tlsIdleTimeout}
+	return &tlsConn{t: t, pending: map[uint16]*tlsQuery{}, idle: tlsIdleTimeout, writing: true}
 }
 
-// enqueue gives frame (a framed query whose question ends at qend-2+2)
-// a free ID and queues it.
-func (c *tlsConn) enqueue(frame []byte, qend int, owner tlsOwner, a *attempt) (*tlsQuery, error) {
+// enqueue gives q a free ID and queues it, writing it at once when the
+// connection is up and no write is under way. A write that fails closes
+// the connection on a goroutine of its own: enqueue's caller may hold
+// the lock q's owner takes when told (WireCall.mu).
+func (c *tlsConn) enqueue(q *tlsQuery) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
-		return nil, errConnClosed
+		c.mu.Unlock()
+		return errConnClosed
 	}
 	if len(c.pending) >= tlsMaxInFlight {
 		c.sweepLocked()
 		if len(c.pending) >= tlsMaxInFlight {
-			return nil, fmt.Errorf("tls to %s: %w", c.t.display, errTLSBusy)
+			c.mu.Unlock()
+			return fmt.Errorf("tls to %s: %w", c.t.display, errTLSBusy)
 		}
 	}
 	id := randomID()
 	for c.pending[id] != nil {
 		id = randomID()
 	}
-	dnswire.SetID(frame[2:], id)
-	q := &tlsQuery{conn: c, owner: owner, a: a, id: id, match: matchOf(frame[2:], qend), frame: frame}
+	dnswire.SetID(q.frame[2:], id)
+	q.id, q.match.id = id, id
 	c.pending[id] = q
 	if len(c.pending) == 1 {
 		// From idle to waiting: the read timeout runs from now.
@@ -97,38 +152,71 @@ func (c *tlsConn) enqueue(frame []byte, qend int, owner tlsOwner, a *attempt) (*
 			_ = c.tc.SetReadDeadline(c.busySince.Add(tlsReadTimeout))
 		}
 	}
-	c.out <- frame // room: out holds no more frames than pending has queries
-	return q, nil
+	tc := c.tc
+	// The frame is copied under mu: once q is pending, a close may hand
+	// it to the next connection, which writes its own ID into it.
+	c.wmu.Lock()
+	c.wbuf = append(c.wbuf, q.frame...)
+	c.mu.Unlock()
+	if c.writing {
+		c.wmu.Unlock()
+		return nil
+	}
+	c.writing = true
+	err := c.flushLocked(tc)
+	c.wmu.Unlock()
+	if err != nil {
+		go c.close(err)
+	}
+	return nil
+}
+
+// flushLocked writes wbuf until nothing more is queued, then gives up the
+// writer's turn; c.wmu is held, and let go during each write. Writes
+// do not block in practice: what is queued is at most tlsMaxInFlight
+// queries, and the socket's send buffer holds them (run); the write
+// deadline bounds one that does.
+func (c *tlsConn) flushLocked(tc *tls.Conn) error {
+	for len(c.wbuf) > 0 {
+		buf := c.wbuf
+		c.wbuf = c.spare[:0]
+		if now := time.Now(); c.writeBy.Sub(now) < tlsReadTimeout/2 {
+			c.writeBy = now.Add(tlsReadTimeout)
+			_ = tc.SetWriteDeadline(c.writeBy)
+		}
+		c.wmu.Unlock()
+		_, err := tc.Write(buf)
+		c.wmu.Lock()
+		c.spare = buf[:0]
+		if err != nil {
+			c.writing = false
+			return fmt.Errorf("writing to %s: %w: %w", c.t.display, ErrNetwork, err)
+		}
+	}
+	c.writing = false
+	return nil
 }
 
 // sweepLocked frees the IDs of queries cancelled a read timeout ago: a
 // server that answers some queries and drops others cannot fill the
 // connection with the ones it dropped.
 func (c *tlsConn) sweepLocked() {
-	cutoff := c.t.clock.Now().Add(-tlsReadTimeout)
+	cutoff := c.t.clock.Now().Add(-tlsReadTimeout).UnixNano()
 	for id, q := range c.pending {
-		if q.cancelled && q.cancelledAt.Before(cutoff) {
+		if q.state.Load() == tlsCancelled && q.cancelledAt.Load() < cutoff {
 			delete(c.pending, id)
 		}
 	}
 }
 
-// cancel gives up q: true when its owner will not be told, false when
-// its reply or failure is being handed over already (the owner will be
-// told).
-func (q *tlsQuery) cancel() bool {
-	c := q.conn
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pending[q.id] != q || q.cancelled {
-		return false
-	}
-	q.cancelled, q.cancelledAt = true, c.t.clock.Now()
-	return true
-}
+// tlsSendBuffer is the socket send buffer asked for: room for
+// tlsMaxInFlight queries of the longest name, padded, each in a TLS
+// record of its own, so a write of queued queries does not wait for the
+// server to read.
+const tlsSendBuffer = tlsMaxInFlight * 512
 
-// run connects, shakes hands within tlsHandshakeTimeout, starts the
-// reader, and writes queued frames until the connection closes. No
+// run connects, shakes hands within tlsHandshakeTimeout, writes what was
+// queued meanwhile and reads replies until the connection closes. No
 // frame is written before the handshake verified the server.
 func (c *tlsConn) run() {
 	t := c.t
@@ -136,6 +224,9 @@ func (c *tlsConn) run() {
 	raw, err := t.dialer.DialContext(ctx, "tcp", t.spec.Addr)
 	var tc *tls.Conn
 	if err == nil {
+		if tcp, ok := raw.(*net.TCPConn); ok {
+			_ = tcp.SetWriteBuffer(tlsSendBuffer)
+		}
 		c.mu.Lock()
 		c.raw = raw
 		closed := c.closed
@@ -145,7 +236,7 @@ func (c *tlsConn) run() {
 			cancel()
 			return
 		}
-		tc = tls.Client(raw, t.config)
+		tc = tls.Client(streamOf(raw), t.config)
 		err = tc.HandshakeContext(ctx)
 	}
 	cancel()
@@ -164,35 +255,14 @@ func (c *tlsConn) run() {
 	c.tc = tc
 	c.setDeadlineLocked()
 	c.mu.Unlock()
-	go c.read(tc)
-	c.write(tc)
-}
-
-// write writes queued frames, as many as are queued in one TLS record.
-func (c *tlsConn) write(tc *tls.Conn) {
-	buf := make([]byte, 0, 4096)
-	for {
-		select {
-		case <-c.done:
-			return
-		case frame := <-c.out:
-			buf = append(buf[:0], frame...)
-		more:
-			for len(buf) < 16384 {
-				select {
-				case frame := <-c.out:
-					buf = append(buf, frame...)
-				default:
-					break more
-				}
-			}
-		}
-		_ = tc.SetWriteDeadline(time.Now().Add(tlsReadTimeout))
-		if _, err := tc.Write(buf); err != nil {
-			c.close(fmt.Errorf("writing to %s: %w: %w", c.t.display, ErrNetwork, err))
-			return
-		}
+	c.wmu.Lock()
+	err = c.flushLocked(tc)
+	c.wmu.Unlock()
+	if err != nil {
+		c.close(err)
+		return
 	}
+	c.read(tc)
 }
 
 // read hands each reply to its query's owner, until the connection
@@ -249,16 +319,14 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			continue
 		}
 		delete(c.pending, q.id)
-		cancelled := q.cancelled
+		c.replies++
 		c.busySince = time.Now()
 		c.setDeadlineLocked()
 		c.mu.Unlock()
 		// A reply to a query: the server is talking (silence.go); frames
 		// that match nothing are no sign of that.
 		c.t.heard()
-		if !cancelled {
-			q.owner.tlsReply(q, raw, nil)
-		}
+		q.tell(raw, nil)
 	}
 }
 
@@ -272,8 +340,16 @@ func (c *tlsConn) setDeadlineLocked() {
 	_ = c.tc.SetReadDeadline(time.Now().Add(d))
 }
 
-// close ends the connection with err (nil: an idle close): every query
-// still waiting fails with it, and the transport forgets the connection.
+// close ends the connection with err (nil: an idle close), and the
+// transport forgets it. The queries still waiting are sent again on the
+// next connection when this one was up (RFC 7766 section 6.2.1: a server
+// may close a connection whenever it likes, and a query it did not answer
+// is not lost to its read timeout): again and again while each connection
+// answers something, as from a server that closes after each answer, but
+// once only after one that answered nothing, so a server that resets
+// every connection costs one more connection, not a loop. Every further
+// connection is paid for by an answer or by a query's one free resend.
+// The others fail with err, and the resolution's next attempt decides.
 func (c *tlsConn) close(err error) {
 	c.mu.Lock()
 	if c.closed {
@@ -282,14 +358,14 @@ func (c *tlsConn) close(err error) {
 	}
 	c.closed = true
 	c.lastErr = err
-	close(c.done)
-	var told []*tlsQuery
+	var waiting []*tlsQuery
 	for _, q := range c.pending {
-		if !q.cancelled {
-			told = append(told, q)
+		if q.state.Load() == tlsWaiting {
+			waiting = append(waiting, q)
 		}
 	}
 	clear(c.pending)
+	up, answered := c.tc != nil, c.replies > 0
 	if c.tc != nil {
 		_ = c.tc.Close()
 	} else if c.raw != nil {
@@ -300,8 +376,14 @@ func (c *tlsConn) close(err error) {
 	if err == nil {
 		err = fmt.Errorf("tls to %s: %w: connection closed", c.t.display, ErrNetwork)
 	}
-	for _, q := range told {
-		q.owner.tlsReply(q, nil, err)
+	for _, q := range waiting {
+		if up && (answered || q.resends == 0) {
+			q.resends++
+			if c.t.sendQuery(q) == nil {
+				continue
+			}
+		}
+		q.tell(nil, err)
 	}
 }
 

@@ -52,7 +52,7 @@ func frameTLSQuery(query []byte, qend int) []byte {
 	hdr, _ := dnswire.ReadHeader(query) // it parsed
 	hdr.ARCount = 1
 	out = hdr.Append(out)
-	out = append(out, query[dnswire.HeaderLen:qend]...)
+	out = append(out, m.QuestionSection()...)
 	options = dnswire.AppendOption(append([]byte(nil), options...), ednsOptionKeepalive, nil)
 	options = dnswire.AppendOption(options, ednsOptionPadding, make([]byte, pad))
 	return dnswire.AppendOPTOptions(out, udpSize, do, options)

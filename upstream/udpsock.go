@@ -97,7 +97,8 @@ type replyMatch struct {
 func matchOf(packed []byte, qend int) replyMatch {
 	var m dnswire.Msg
 	_ = m.ParseQuestion(packed[:qend]) // packed is our own query: it parses
-	return replyMatch{id: m.ID, qname: packed[dnswire.HeaderLen : qend-4], qtype: m.QType, qclass: m.QClass}
+	qname, _ := m.QuestionInPlace()    // and its name is whole (AppendQuery)
+	return replyMatch{id: m.ID, qname: qname, qtype: m.QType, qclass: m.QClass}
 }
 
 // accepts reports whether b can be the reply to the query: a response with

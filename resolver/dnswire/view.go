@@ -1,22 +1,3 @@
-// Package dnswire is towerd's one reading and one writing of DNS messages
-// in wire form (issue 22): Msg, a strict view that parses a message once,
-// without allocating, into where its question and each record's owner,
-// type, class, TTL and rdata are; Builder, the one encoder of records,
-// which writes messages of records copied out of views and compresses
-// their names as miekg/dns does; Reply, the one close of every reply
-// written as bytes (its OPT record and header: answers and errors alike),
-// and AppendQuery; and the names' rules (ReadName, EqualName, InZone and
-// InZoneText, AppendText). The fast path reads client queries with it, the upstream
-// its replies and the scrubber its judgement, the cache its entries and
-// snapshots: no other code reads a name or walks records by hand.
-//
-// It reads what miekg/dns reads (FuzzParse holds the two together), so
-// that what a route judges on the wire is what the dns.Msg path would
-// have judged. It imports only miekg/dns. It sits under resolver/, beside
-// the other leaves the resolver's neighbours share (dnslisten, consul,
-// local): the top level is fixed, and a leaf that imports nothing of
-// towerd keeps cache and upstream knowing nothing of each other or of the
-// resolver's code.
 package dnswire
 
 import (
@@ -24,78 +5,7 @@ import (
 	"errors"
 )
 
-// HeaderLen is the length of a message's header (RFC 1035 section 4.1.1).
-const HeaderLen = 12
-
-// Header flag bits (RFC 1035 section 4.1.1; RFC 4035 section 3.2 for AD
-// and CD).
-const (
-	FlagQR uint16 = 1 << 15
-	FlagAA uint16 = 1 << 10
-	FlagTC uint16 = 1 << 9
-	FlagRD uint16 = 1 << 8
-	FlagRA uint16 = 1 << 7
-	FlagZ  uint16 = 1 << 6
-	FlagAD uint16 = 1 << 5
-	FlagCD uint16 = 1 << 4
-)
-
-// Opcode is the opcode field of a header's flags word.
-func Opcode(flags uint16) int { return int(flags>>11) & 0xF }
-
-// Record types and classes the view reads the rdata of.
-const (
-	typeA      = 1
-	typeNS     = 2
-	typeMD     = 3
-	typeMF     = 4
-	typeCNAME  = 5
-	typeSOA    = 6
-	typeMB     = 7
-	typeMG     = 8
-	typeMR     = 9
-	typePTR    = 12
-	typeMINFO  = 14
-	typeMX     = 15
-	typeTXT    = 16
-	typeRP     = 17
-	typeAFSDB  = 18
-	typeRT     = 21
-	typeNSAPTR = 23
-	typeSIG    = 24
-	typePX     = 26
-	typeAAAA   = 28
-	typeNXT    = 30
-	typeSRV    = 33
-	typeNAPTR  = 35
-	typeKX     = 36
-	typeDNAME  = 39
-	// TypeOPT is the EDNS pseudo-record (RFC 6891).
-	TypeOPT      = 41
-	typeIPSECKEY = 45
-	typeRRSIG    = 46
-	typeNSEC     = 47
-	typeHIP      = 55
-	typeTALINK   = 58
-	typeSVCB     = 64
-	typeHTTPS    = 65
-	typeLP       = 107
-	typeTKEY     = 249
-	// TypeTSIG is the transaction signature (RFC 8945).
-	TypeTSIG     = 250
-	typeAMTRELAY = 260
-	classINET    = 1
-)
-
-// Section is one of a message's record sections.
-type Section uint8
-
-// The record sections, in message order.
-const (
-	Answer Section = iota
-	Authority
-	Additional
-)
+// The view (Msg): a message parsed once, in place.
 
 // RR is one record of a parsed message, as offsets into Msg.Raw: where its
 // owner name starts, its type and class, where its TTL field and its rdata
@@ -359,6 +269,20 @@ func Respell(raw, name []byte) bool {
 	}
 	copy(raw[m.QName:], name) // uncompressed and equal without case: the same length
 	return true
+}
+
+// QuestionSection is the question section as it is in Raw (name, type
+// and class; empty without a question): what a reply to it repeats.
+func (m *Msg) QuestionSection() []byte { return m.Raw[HeaderLen:m.QEnd] }
+
+// QuestionInPlace is the question's name as it is in Raw, when it is
+// there whole (no compression pointer, QuestionCompressed): a name to
+// compare or copy without decompressing it.
+func (m *Msg) QuestionInPlace() ([]byte, bool) {
+	if m.QDCount != 1 || m.QuestionCompressed() {
+		return nil, false
+	}
+	return m.Raw[m.QName : m.QEnd-4], true
 }
 
 // QuestionCompressed reports whether the question's name holds a

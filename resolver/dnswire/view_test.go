@@ -353,3 +353,31 @@ func TestSameRecordMatchesIsDuplicate(t *testing.T) {
 		}
 	}
 }
+
+// The question's section and its name in place are the bytes miekg/dns
+// packed them to; a compressed question name is not in place.
+func TestQuestionInPlace(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("Www.Example.", dns.TypeAAAA)
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v Msg
+	if err := v.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	name, ok := v.QuestionInPlace()
+	if !ok || string(name) != string(mustWire(t, "Www.Example.")) ||
+		string(v.QuestionSection()) != string(raw[HeaderLen:]) {
+		t.Fatalf("in place %q %v, section % x", name, ok, v.QuestionSection())
+	}
+	// A question whose name is a pointer to "x." after it.
+	compressed := append(append([]byte(nil), raw[:HeaderLen]...), 0xC0, HeaderLen+6, 0, 1, 0, 1, 1, 'x', 0)
+	if err := v.ParseQuestion(compressed); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.QuestionInPlace(); ok || !v.QuestionIs(mustWire(t, "X.")) {
+		t.Error("a compressed question name read as in place")
+	}
+}

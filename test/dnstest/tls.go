@@ -122,6 +122,12 @@ const (
 	DoTEndless
 	// DoTNoHandshake accepts TCP and never completes the handshake.
 	DoTNoHandshake
+	// DoTResetFirst resets its first connection (TCP RST) once it has
+	// read SetResetAfter's count of queries (1 by default), answering
+	// none of them; later connections answer as DoTAnswer does.
+	DoTResetFirst
+	// DoTResetAll resets every connection as DoTResetFirst does its first.
+	DoTResetAll
 )
 
 // DoTServer is a DNS over TLS server on loopback that a test scripts: it
@@ -142,7 +148,16 @@ type DoTServer struct {
 	padded      int
 	keepalive   int
 	wg          sync.WaitGroup
+	resetAfter  atomic.Int64
+	resets      atomic.Int64
 }
+
+// SetResetAfter sets how many queries DoTResetFirst and DoTResetAll read
+// on a connection before they reset it.
+func (s *DoTServer) SetResetAfter(n int) { s.resetAfter.Store(int64(n)) }
+
+// Resets counts connections reset.
+func (s *DoTServer) Resets() int { return int(s.resets.Load()) }
 
 // NewDoTServer starts a DoTServer with cert in mode; it stops with the test.
 func NewDoTServer(t testing.TB, cert tls.Certificate, mode DoTMode) *DoTServer {
@@ -225,6 +240,9 @@ func (s *DoTServer) serve(raw net.Conn, cfg *tls.Config) {
 			}
 		}
 	}
+	reset := s.Mode == DoTResetAll || s.Mode == DoTResetFirst && s.resets.Load() == 0
+	resetAfter := max(s.resetAfter.Load(), 1)
+	read := int64(0)
 	br := bufio.NewReader(c)
 	var wmu sync.Mutex
 	for {
@@ -242,7 +260,15 @@ func (s *DoTServer) serve(raw net.Conn, cfg *tls.Config) {
 			return
 		}
 		s.note(len(msg), q)
-		if s.Mode == DoTSilent {
+		if read++; reset && read >= resetAfter {
+			// Linger 0: the close sends a RST, not a FIN.
+			if tcp, ok := raw.(*net.TCPConn); ok {
+				_ = tcp.SetLinger(0)
+			}
+			s.resets.Add(1)
+			return
+		}
+		if s.Mode == DoTSilent || reset {
 			continue
 		}
 		reply := answer(q)
