@@ -77,8 +77,12 @@ func (q *plainQuery) parse(p []byte) bool {
 	}
 	m := &q.view
 	if m.Parse(p) != nil || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
-		m.Counts[dnswire.Additional] > 1 || m.QuestionCompressed() {
+		m.Counts[dnswire.Additional] > 1 {
 		return false // a second OPT (FORMERR) or other records: the general path's
+	}
+	name, inPlace := m.QuestionInPlace()
+	if !inPlace {
+		return false // compressed
 	}
 	end := m.QEnd
 	if m.Counts[dnswire.Additional] == 1 {
@@ -92,7 +96,6 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name, _ := m.QuestionInPlace() // parse declined a compressed one
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
@@ -119,7 +122,7 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	}
 	const rcode = dns.RcodeSuccess
 	sh := s.replyShape(&q.request)
-	reserve := sh.added(rcode, true) // room for EDE 3, should the answer be stale
+	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
 	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
 	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {

@@ -71,7 +71,7 @@ var abuseSetups = []struct{ key, label, upstream string }{
 type abuseUpstream struct {
 	zone *upstreamServer
 	// notA counts the questions of other types than A it answered
-	// (scenario 15: what a search list's names asked ahead are).
+	// (scenario 16: what a search list's names asked ahead are).
 	notA *atomic.Uint64
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Scenario 15, amplify (issue 35): what a client's question costs
+// Scenario 16, amplify (issue 35): what a client's question costs
 // upstream under a search list, for each server forwarding to the
 // upstream of scenario 14 (127.0.0.42, which answers NXDOMAIN for every
 // name whose first label begins "nx"). The node's resolv.conf has a

@@ -21,8 +21,8 @@
 //	dot        12. first-time names forwarded over DNS over TLS: towerd, unbound (dot.go; issue 37)
 //	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
 //	abuse      14. names nobody answers fill the in-flight cap; TCP connections that always owe an answer (abuse.go; issue 35)
-//	amplify    15. upstream queries per client question under a search list (amplify.go; issue 35)
 //	consul     15. cached names of another zone, cached Consul names, a watched name; CPU per answer beside dnsmasq and unbound (consul.go; issue 34)
+//	amplify    16. upstream queries per client question under a search list (amplify.go; issue 35)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -53,7 +53,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "amplify", "consul"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "consul", "amplify"}
 
 func main() {
 	var (

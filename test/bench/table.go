@@ -126,7 +126,7 @@ func (b *bench) rows() []row {
 		add("14 abuse", b.abuseRows()...)
 	}
 	if b.want["amplify"] {
-		add("15 amplification", b.amplifyRows()...)
+		add("16 amplification", b.amplifyRows()...)
 	}
 	return rs
 }
