@@ -235,9 +235,10 @@ func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _
 
 var _ RecordAppender = packedRecords{}
 
-// A RecordSource's answer written as bytes (the Consul watch's A and AAAA,
-// issue 34) is ServeDNS's, byte for byte, framed by the reply core for
-// every client, cut like Consul's by ServeDNS only.
+// A RecordSource's answer written as bytes (every answer of the Consul
+// watch, issue 34) is ServeDNS's, byte for byte, framed by the reply core
+// for every client, cut like Consul's on the bytes (an address answer) or
+// by ServeDNS. TestWatchedAnswersMatchServeDNS holds the real watch's.
 func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 	h, _ := diffHandlerWith(t, nil, func(c *Config) {
 		c.Records = Chain{{RecordSource: packedRecords{}, Label: SourceRecords}}
