@@ -71,7 +71,7 @@ func prepareAnswer(k Key, raw []byte, bounds ttlBounds) (WireAnswer, string) {
 	var b dnswire.Builder
 	b.Start(0, m.Flags)
 	b.Question(qname, k.Type, k.Class)
-	answerAt := dnswire.HeaderLen + len(qname) + 4
+	answerAt := b.Len()
 	var ttlsInline [64]uint16
 	ttls := ttlsInline[:0]
 	checked := true

@@ -18,7 +18,7 @@ import (
 // Answer there breaks this package's tests at compile time.
 var _ RecordSource = (*consul.Watcher)(nil)
 
-// The watch writes its A and AAAA answers as bytes for the fast path
+// The watch writes its answers as bytes for the fast path
 // (issue 34): renaming AppendAnswer would silently send them to ServeDNS.
 var _ RecordAppender = (*consul.Watcher)(nil)
 

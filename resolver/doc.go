@@ -74,9 +74,12 @@
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
 //   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
 //     as the agent cuts its own, Config.TrimUDP): consulCuts says whether
-//     it cuts an answer, from its record count and length; the fast path
-//     (hits, stale answers, the wire miss) answers what it leaves whole
-//     and leaves the rest to ServeDNS's trimLikeConsul.
+//     it cuts an answer, from its record count and length, and consulKeep
+//     how many records it keeps (trimLikeConsul's rule, on counts); the
+//     fast path (hits, stale answers, watched answers, the wire miss)
+//     answers what it leaves whole, cuts an answer of A or AAAA records
+//     alone on the bytes (cutAsConsul), and leaves the rest to ServeDNS's
+//     trimLikeConsul.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why

@@ -71,6 +71,10 @@ type consulVariant struct {
 	// whole: the cut leaves the answer as it is, so the fast path answers
 	// it over UDP
 	whole bool
+	// cutAnswered: the cut does change it, but it is made of A records
+	// alone that fit the client's size: the fast path cuts it on the
+	// bytes (issue 34)
+	cutAnswered bool
 }
 
 func (v consulVariant) pack(tb testing.TB) []byte {
@@ -94,8 +98,12 @@ func consulVariants() []consulVariant {
 				// bytes); sizes: each A record is 16 bytes compressed, each
 				// SRV with its target's address well over 40.
 				whole := n <= 3 || c.edns && c.size > 512 && (kind != "s" && n <= 60 || kind == "s" && n <= 9)
+				// 512 bytes: header, question (24), OPT (11) and EDE 3
+				// (6) leave room for 28 A records; 8 are kept without
+				// EDNS, as many as fit at 512 with it.
+				cut := !whole && kind != "s" && n <= 28
 				out = append(out, consulVariant{name: fmt.Sprintf("%s%d.Service.consul.", kind, n), qtype: qtype,
-					edns: c.edns, size: c.size, whole: whole})
+					edns: c.edns, size: c.size, whole: whole, cutAnswered: cut})
 			}
 		}
 	}
@@ -110,7 +118,7 @@ func TestFastPathConsulAnswersMatchServeDNS(t *testing.T) {
 		t.Helper()
 		for _, tcp := range []bool{false, true} {
 			reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
-			want := tcp || v.whole
+			want := tcp || v.whole || v.cutAnswered
 			if ok != want {
 				t.Errorf("%+v stale %v tcp %v: fast path answered %v, want %v", v, stale, tcp, ok, want)
 			}
@@ -227,9 +235,10 @@ func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _
 
 var _ RecordAppender = packedRecords{}
 
-// A RecordSource's answer written as bytes (the Consul watch's A and AAAA,
-// issue 34) is ServeDNS's, byte for byte, framed by the reply core for
-// every client, cut like Consul's by ServeDNS only.
+// A RecordSource's answer written as bytes (every answer of the Consul
+// watch, issue 34) is ServeDNS's, byte for byte, framed by the reply core
+// for every client, cut like Consul's on the bytes (an address answer) or
+// by ServeDNS. TestWatchedAnswersMatchServeDNS holds the real watch's.
 func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 	h, _ := diffHandlerWith(t, nil, func(c *Config) {
 		c.Records = Chain{{RecordSource: packedRecords{}, Label: SourceRecords}}
@@ -249,9 +258,12 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 				pkt := v.pack(t)
 				for _, tcp := range []bool{false, true} {
 					reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
-					// Cut without EDNS or at 512 bytes past 3 records; 100
-					// records never fit over UDP.
-					want := tcp || n <= 3 || c.edns && c.size > 512 && n < 100
+					// Cut without EDNS or at 512 bytes past 3 records, on
+					// the bytes when the whole answer fits the client's
+					// size (30 records of n30.rec. fit 512 bytes without
+					// EDNS, not with its OPT); 100 records never fit over
+					// UDP.
+					want := tcp || n <= 4 || !c.edns && n <= 30 || c.edns && c.size > 512 && n < 100
 					if ok != want {
 						t.Errorf("%s %+v tcp %v: fast path answered %v", name, c, tcp, ok)
 					}
@@ -270,5 +282,28 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 	}
 	if answered < 40 {
 		t.Errorf("only %d answers by the fast path", answered)
+	}
+}
+
+// An answer the Consul cut changes is cut on the bytes without an
+// allocation (issue 34): eight cached addresses to a client without EDNS.
+func TestFastPathConsulCutAllocates(t *testing.T) {
+	h, _ := consulHandler(t)
+	pkt := consulVariant{name: "n8.Service.consul.", qtype: dns.TypeA}.pack(t)
+	generalReply(h, pkt) // warm
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	var q plainQuery
+	out := make([]byte, 0, 4096)
+	reply, ok := h.answerPacket(out[:0], pkt, from, false, &q)
+	m := new(dns.Msg)
+	if !ok || m.Unpack(reply) != nil || len(m.Answer) != 3 || m.Truncated {
+		t.Fatalf("answered %v: %v; want 3 records (udp_answer_limit), no TC", ok, m)
+	}
+	if n := testing.AllocsPerRun(200, func() {
+		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
+			t.Fatal("declined")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per cut answer, want 0", n)
 	}
 }

@@ -77,8 +77,12 @@ func (q *plainQuery) parse(p []byte) bool {
 	}
 	m := &q.view
 	if m.Parse(p) != nil || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
-		m.Counts[dnswire.Additional] > 1 || m.QuestionCompressed() {
+		m.Counts[dnswire.Additional] > 1 {
 		return false // a second OPT (FORMERR) or other records: the general path's
+	}
+	name, inPlace := m.QuestionInPlace()
+	if !inPlace {
+		return false // compressed
 	}
 	end := m.QEnd
 	if m.Counts[dnswire.Additional] == 1 {
@@ -92,7 +96,6 @@ func (q *plainQuery) parse(p []byte) bool {
 	if end != len(p) {
 		return false
 	}
-	name, _ := m.QuestionInPlace() // parse declined a compressed one
 	if !dnswire.PlainLabels(name) {
 		return false // would need escaping in presentation form
 	}
@@ -119,10 +122,13 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	}
 	const rcode = dns.RcodeSuccess
 	sh := s.replyShape(&q.request)
-	reserve := sh.added(rcode, true) // room for EDE 3, should the answer be stale
+	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
 	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
-	if !ok || q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
+	if ok {
+		dst, counts[0], ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, counts)
+	}
+	if !ok {
 		return dst[:headerAt], false
 	}
 	dst = sh.closeReply(dst, headerAt, q.id, cache.WireHit{Rcode: rcode, Answer: counts[0], Ns: counts[1], Extra: counts[2]}, stale)
@@ -137,10 +143,42 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 
 // cutLikeConsul reports whether an answer of answers records, size bytes
 // from the header to the last record, is cut like Consul's DNS cuts its
-// own for q (trim.go, consulCuts): the general path then writes it. Every
-// other answer under the Consul domain is the fast path's (issue 34).
+// own for q (trim.go, consulCuts).
 func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
 	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
+}
+
+// cutAsConsul cuts the answer written at dst[headerAt:] (header room, q's
+// question, then counts records of each section) as Consul's DNS cuts its
+// own for q (issue 34), on the bytes: an answer the cut leaves whole as
+// it is; one of A or AAAA records alone (every record one size, its owner
+// a pointer to the question: a cached or watched address answer) to the
+// first records consulKeep keeps, the rule trimLikeConsul follows. ok
+// false leaves any other cut answer to ServeDNS.
+func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, uint16, bool) {
+	if !q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
+		return dst, counts[0], true
+	}
+	n := int(counts[0])
+	base := dnswire.HeaderLen + len(q.question)
+	at := headerAt + base
+	if n == 0 || counts[1] != 0 || counts[2] != 0 || (len(dst)-at)%n != 0 {
+		return dst, counts[0], false
+	}
+	rec := (len(dst) - at) / n
+	for i := at; i < len(dst); i += rec {
+		if rec < 12 || dst[i] != 0xC0 || dst[i+1] != dnswire.HeaderLen || int(dst[i+10])<<8|int(dst[i+11]) != rec-12 {
+			return dst, counts[0], false
+		}
+	}
+	whole := len(q.question) - 4 + rec - 2 // a record with its owner written out
+	keep, _ := consulKeep(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), n, func(k int, compress, _ bool) int {
+		if compress {
+			return base + k*rec
+		}
+		return base + k*whole
+	})
+	return dst[:at+keep*rec], uint16(keep), true
 }
 
 // answerPacket answers the query in pkt from a client at from, if it is a
@@ -186,7 +224,7 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
 	}
-	if q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)-headerAt) {
+	if dst, hit.Answer, ok = q.cutAsConsul(dst, headerAt, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra}); !ok {
 		return dst[:headerAt], false
 	}
 	dst = sh.closeReply(dst, headerAt, q.id, hit, false)
@@ -243,9 +281,11 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 // waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
-	if q.cutLikeConsul(sh, st.Rcode, true, st.Answer, len(dst)-headerAt) {
+	dst, answers, ok := q.cutAsConsul(dst, headerAt, sh, st.Rcode, true, [3]uint16{st.Answer, st.Ns, st.Extra})
+	if !ok {
 		return dst[:headerAt], false
 	}
+	st.Answer = answers
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)

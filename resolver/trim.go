@@ -13,7 +13,10 @@ import (
 // agent gives (issue 23: towerd set TC where the agent trimmed to fit
 // 1232 bytes), and a forwarded one, already cut by the agent for towerd's
 // 1232 bytes, is cut again as the agent would for a smaller client (to
-// udp_answer_limit records without EDNS). Over TCP nothing is cut.
+// udp_answer_limit records without EDNS). Over TCP nothing is cut. The
+// rule is trimLikeConsul's on a dns.Msg; how many records it keeps is
+// consulKeep's, on counts and a size, which the fast path also asks of
+// an address answer's bytes (fastpath.go, cutAsConsul; issue 34).
 
 // maxConsulAnswers is Consul's maxUDPAnswerLimit: the most records a UDP
 // client without EDNS gets, whatever udp_answer_limit says.
@@ -29,12 +32,12 @@ const maxConsulAnswers = 8
 // target, as Consul's syncExtra does. At least one answer record stays.
 func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
 	// Consul measures its answers compressed (as the reply core sends
-	// them), except the answer-limited ones below.
+	// them), except the answer-limited ones (consulKeep).
 	out.Compress = true
 	if !consulCuts(limit, edns, answerLimit, room, len(out.Answer), out.Len()) {
 		return
 	}
-	maxSize := limit - room
+	all, ns := out.Answer, out.Ns
 	hasExtra := len(out.Extra) > 0
 	index := map[string]dns.RR{}
 	for _, rr := range out.Extra {
@@ -42,28 +45,49 @@ func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
 			index[name] = rr
 		}
 	}
-	if !edns || limit == dns.MinMsgSize {
-		if n := min(maxConsulAnswers, answerLimit); len(out.Answer) > n {
-			out.Compress = false
-			out.Answer = out.Answer[:n]
-			if hasExtra {
-				syncConsulExtra(out, index)
-			}
-		}
-	}
-	// 8: the UDP header, as Consul counts it.
-	for len(out.Answer) > 1 && out.Len() > maxSize-8 {
-		out.Ns = nil
-		if out.Len()-maxSize > 100 {
-			out.Answer = out.Answer[:consulBinaryCut(out, maxSize, index, hasExtra)]
-		} else {
-			out.Answer = out.Answer[:len(out.Answer)-1]
+	set := func(k int, compress, keepNs bool) {
+		out.Answer, out.Ns, out.Compress = all[:k], nil, compress
+		if keepNs {
+			out.Ns = ns
 		}
 		if hasExtra {
 			syncConsulExtra(out, index)
 		}
 	}
-	out.Compress = true
+	keep, keepNs := consulKeep(limit, edns, answerLimit, room, len(all), func(k int, compress, keepNs bool) int {
+		set(k, compress, keepNs)
+		return out.Len()
+	})
+	set(keep, true, keepNs)
+}
+
+// consulKeep is how many of an answer's answers records the cut keeps
+// (trimLikeConsul's rule, on counts: the fast path asks it of the bytes
+// it wrote, issue 34), and whether the authority section stays. size(k,
+// compress, ns) is the message's length with the first k answer records
+// (and the additional records they keep), compressed or not, with or
+// without its authority section. Without EDNS the answer keeps at most
+// min(answerLimit, 8) records, measured uncompressed; then records go from
+// the end of the answer, the authority first, until the message fits (in
+// a binary search when over by more than 100 bytes).
+func consulKeep(limit int, edns bool, answerLimit, room, answers int, size func(k int, compress, ns bool) int) (int, bool) {
+	k, compress, ns := answers, true, true
+	if !edns || limit == dns.MinMsgSize {
+		if n := min(maxConsulAnswers, answerLimit); k > n {
+			k, compress = n, false
+		}
+	}
+	maxSize := limit - room
+	// 8: the UDP header, as Consul counts it.
+	for k > 1 && size(k, compress, ns) > maxSize-8 {
+		ns = false
+		if size(k, compress, ns)-maxSize > 100 {
+			k = consulBinaryCut(k, maxSize, func(m int) int { return size(m, compress, false) })
+		} else {
+			k--
+		}
+	}
+	return k, ns
 }
 
 // consulCuts reports whether trimLikeConsul cuts an answer of answers
@@ -82,19 +106,14 @@ func consulCuts(limit int, edns bool, answerLimit, room, answers, size int) bool
 	return answers > 1 && size > limit-room-8
 }
 
-// consulBinaryCut is Consul's dnsBinaryTruncate: the most answer records
-// (found by halving) with which out fits maxSize, or a count within 10
-// bytes of it.
-func consulBinaryCut(out *dns.Msg, maxSize int, index map[string]dns.RR, hasExtra bool) int {
-	all := out.Answer
-	lo, hi := 0, len(all)+1
+// consulBinaryCut is Consul's dnsBinaryTruncate: the most of answers
+// records (found by halving) with which the message fits maxSize (size of
+// a count), or a count within 10 bytes of it.
+func consulBinaryCut(answers, maxSize int, size func(k int) int) int {
+	lo, hi := 0, answers+1
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		out.Answer = all[:mid]
-		if hasExtra {
-			syncConsulExtra(out, index)
-		}
-		if n := out.Len(); n <= maxSize {
+		if n := size(mid); n <= maxSize {
 			if maxSize-n < 10 {
 				return mid
 			}

@@ -157,7 +157,10 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		var hit cache.WireHit
 		var ok bool
-		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); !ok || q.cutLikeConsul(sh, hit.Rcode, false, hit.Answer, len(dst)) {
+		if dst, hit, ok = fl.wire.AppendRecords(dst, sh.limit-reserve); ok {
+			dst, hit.Answer, ok = q.cutAsConsul(dst, 0, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra})
+		}
+		if !ok {
 			general = true
 			h.answerWireGeneral(fl, w)
 			return

@@ -101,7 +101,7 @@ func TestCacheBoundedInBytes(t *testing.T) {
 
 	// The fill: each name once, over UDP (the client gets TC; towerd has
 	// asked the upstream over TCP and stored the whole answer).
-	var next, failed atomic.Int64
+	var next, failed, retried atomic.Int64
 	var maxRSS atomic.Int64
 	var wg sync.WaitGroup
 	for range bigFillers {
@@ -111,7 +111,18 @@ func TestCacheBoundedInBytes(t *testing.T) {
 				if i >= bigAnswers {
 					return
 				}
-				r, err := exchange(d.UDP, "udp", query(fmt.Sprintf("n%d%s", i, bigAnswerSuffix), dns.TypeTXT, true))
+				q := query(fmt.Sprintf("n%d%s", i, bigAnswerSuffix), dns.TypeTXT, true)
+				r, err := exchange(d.UDP, "udp", q)
+				if err != nil || r.Rcode == dns.RcodeServerFailure {
+					// No answer in 5 s, or towerd gave up at query_timeout:
+					// under -race beside CPU hogs a 61 KB answer from the
+					// in-process upstream can take longer (7 of 10,000 in
+					// a make test-stress run). A stub asks again, and so
+					// does the test, once; the fill is about bytes, not
+					// speed, and the second answer must be right.
+					retried.Add(1)
+					r, err = exchange(d.UDP, "udp", q)
+				}
 				if err != nil || r.Rcode != dns.RcodeSuccess || !r.Truncated {
 					failed.Add(1)
 				}
@@ -125,7 +136,10 @@ func TestCacheBoundedInBytes(t *testing.T) {
 	}
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d big queries not answered NOERROR with TC", n, bigAnswers)
+		t.Errorf("%d of %d big queries not answered NOERROR with TC (asked twice after a SERVFAIL or timeout)", n, bigAnswers)
+	}
+	if n := retried.Load(); n > 0 {
+		t.Logf("%d big queries asked again after a SERVFAIL or timeout", n)
 	}
 	rss, err := processRSS(pid)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -367,14 +369,29 @@ func TestDnstapReaderStoppedThenRestarted(t *testing.T) {
 	if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	kernelBefore := udpSocketDrops(t, d.UDP)
 	answered, worst := paceQueries(t, d.UDP, "hot.example.", queries, rate)
+	kernelDropped := udpSocketDrops(t, d.UDP) - kernelBefore
 	dropped, err := metricValue(d.Admin, "towerd_dnstap_dropped_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("reader stopped: %d of %d queries answered, slowest %v; %v messages dropped", answered, queries, worst, dropped)
-	if answered != queries {
-		t.Errorf("%d of %d queries answered with the dnstap reader stopped", answered, queries)
+	t.Logf("reader stopped: %d of %d queries answered, slowest %v; %v messages dropped; the kernel dropped %d queries at towerd's socket",
+		answered, queries, worst, dropped, kernelDropped)
+	// Beside CPU hogs under -race (make test-stress) towerd cannot always
+	// read 2,000 q/s, and the kernel drops what overflows its socket:
+	// those queries never reached towerd, so they say nothing of dnstap.
+	// A serving path that waited on the stopped reader would wait out
+	// the writer's timeout (2 s), delaying every answer behind it by
+	// that much; so kernel drops are excused only while no answer waited
+	// that long.
+	switch {
+	case answered == queries:
+	case answered+int(kernelDropped) >= queries && worst < dnstapWriteTimeout:
+		t.Logf("%d queries lost to the kernel's socket buffer, none to towerd", queries-answered)
+	default:
+		t.Errorf("%d of %d queries answered with the dnstap reader stopped (%d dropped by the kernel before towerd read them, slowest answer %v)",
+			answered, queries, kernelDropped, worst)
 	}
 
 	first.kill(t)
@@ -538,4 +555,38 @@ func TestDnstapOverTCP(t *testing.T) {
 			t.Errorf("%s messages over TCP: %d, want 1 (%v)", typ, got[typ], got)
 		}
 	}
+}
+
+// dnstapWriteTimeout is the dnstap writer's bound on one write
+// (cmd/towerd/internal/dnstap.WriteTimeout, internal to cmd/towerd).
+const dnstapWriteTimeout = 2 * time.Second
+
+// udpSocketDrops is the kernel's count of datagrams dropped at the UDP
+// socket bound to addr (an IPv4 host:port; /proc/net/udp's last column),
+// because its receive buffer was full.
+func udpSocketDrops(t *testing.T, addr string) int64 {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		t.Fatalf("udpSocketDrops(%q): want an IPv4 address and port", addr)
+	}
+	ip := ap.Addr().As4()
+	// /proc/net/udp writes the address as the host-order word in hex.
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ap.Port())
+	data, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 13 && f[1] == local {
+			n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/net/udp: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/proc/net/udp has no socket bound to %s", addr)
+	return 0
 }

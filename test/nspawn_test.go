@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // bootTreeDir holds the debootstrapped tree; TOWERD_TEST_CACHE moves it.
@@ -269,36 +271,33 @@ func (n *node) boot() time.Duration {
 		close(done)
 	}(n.nspawn, n.exited)
 	// PID 1 of the container is nspawn's child (sh exec'd nspawn).
-	deadline := time.Now().Add(30 * time.Second)
-	for n.pid1 = 0; n.pid1 == 0; {
+	// Another process's state: polled.
+	defer func() {
+		if n.pid1 == 0 {
+			n.t.Logf("no container PID 1; its console:\n%s", lastLines(n.log.String(), 30))
+		}
+	}()
+	dnstest.Eventually(n.t, func() bool {
 		select {
 		case <-n.exited:
 			n.t.Fatalf("systemd-nspawn exited while booting:\n%s", lastLines(n.log.String(), 30))
 		default:
 		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("no container PID 1 within 30 s:\n%s", lastLines(n.log.String(), 30))
-		}
 		n.pid1 = childPID(n.nspawn.Process.Pid)
-		if n.pid1 == 0 {
-			time.Sleep(20 * time.Millisecond) // polling another process's state
-		}
-	}
+		return n.pid1 != 0
+	}, 30*time.Second, "the container's PID 1")
 	// PID 1 runs a moment before it made /run/systemd/system ("offline":
 	// "System has not been booted with systemd") and before it listens on
 	// its private socket, which systemctl needs ("Failed to connect to
 	// bus"): until then systemctl cannot wait for the boot.
 	var out string
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	dnstest.Eventually(n.t, func() bool {
 		out, _ = n.sh(60*time.Second, "systemctl is-system-running --wait")
 		// "offline" alone, too: systemctl says it when it cannot reach PID 1.
 		early := strings.HasPrefix(out, "offline") || strings.Contains(out, "Failed to connect to bus") ||
 			strings.Contains(out, "has not been booted with systemd")
-		if !early || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling another process's state
-	}
+		return !early
+	}, 60*time.Second, "systemctl to reach the container's PID 1")
 	if s := strings.TrimSpace(out); s != "running" {
 		failed, _ := n.sh(10*time.Second, "systemctl --failed --no-legend; journalctl -b -p warning --no-pager | tail -20")
 		n.t.Fatalf("the container booted %q, not running:\n%s\nits console:\n%s", s, failed, lastLines(n.log.String(), 30))

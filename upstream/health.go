@@ -36,9 +36,10 @@ type server struct {
 	sampled  bool          // srtt and rttvar hold at least one sample
 	tail     time.Duration // tail quantile of the latest replies' RTTs (latency.go)
 	tailRing [tailWindow]time.Duration
-	tailNext int // where tailRing's next RTT goes
-	tailHeld int // RTTs in tailRing
-	backoff  int // RTO doublings since the last sample (RFC 6298 section 5.5)
+	tailNext int           // where tailRing's next RTT goes
+	tailHeld int           // RTTs in tailRing
+	tailQ    time.Duration // tailRing's quantile, before tail's floor for few replies
+	backoff  int           // RTO doublings since the last sample (RFC 6298 section 5.5)
 	down     bool
 	probing  bool   // a prober goroutine owns this server; at most one at a time
 	watching bool   // a silence watcher owns this server (silence.go); at most one

@@ -132,7 +132,12 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 		return nil
 	})
 	onChange, nextEvent := healthEvents(t)
+	// The fake clock (issue 33): RTOs, the prober's interval and the held
+	// probe's timeout run only as the test steps the clock, so the probe
+	// stays in flight however slowly the machine runs.
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
 	g := newGroup(t, GroupOptions{
+		Clock:       clk,
 		MaxAttempts: 1,
 		// Down at the first RTO that runs out, without the silence
 		// watcher's probes (silence.go): every probe here is the prober's.
@@ -140,13 +145,13 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 		MinSilence:            time.Millisecond,
 		InitialAttemptTimeout: 20 * time.Millisecond,
 		MinAttemptTimeout:     10 * time.Millisecond,
-		MaxAttemptTimeout:     waitTimeout, // the probe's timeout: it stays in flight until answered
+		MaxAttemptTimeout:     time.Hour, // the probe's timeout: it stays in flight until answered
 		ProbeInterval:         time.Millisecond,
 		OnHealthChange:        onChange,
 	}, srv)
 
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is silent
+		_ = exchangeOnClock(t, g, clk, 200*time.Millisecond) // past the 20ms RTO: the server is silent
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down", ev)
@@ -154,12 +159,17 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	if !g.AllDown() {
 		t.Error("AllDown false with the only server down")
 	}
+	// The prober's first wait is its interval on the clock: step it.
 	var probe heldProbe
-	select {
-	case probe = <-probes:
-	case <-time.After(waitTimeout):
-		t.Fatal("down server was never probed")
-	}
+	dnstest.Eventually(t, func() bool {
+		select {
+		case probe = <-probes:
+			return true
+		default:
+			clk.Advance(time.Millisecond)
+			return false
+		}
+	}, waitTimeout, "the down server's probe")
 	if !probe.q.RecursionDesired {
 		t.Errorf("probe %v lacks RD", probe.q)
 	}
@@ -169,7 +179,8 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	// still in flight, and more failures pile up: none of it may start a
 	// second prober.
 	answerQueries.Store(true)
-	if err := exchangeFor(g, waitTimeout); err != nil {
+	// The clock stands still: only the answer ends it.
+	if _, err := awaitReply(t, startOnClock(t, g, clk, testQuery(), time.Second)); err != nil {
 		t.Fatalf("all-down group did not try its server: %v", err)
 	}
 	if ev := nextEvent(); !ev.up {
@@ -177,12 +188,12 @@ func TestGroupProbeBringsServerBack(t *testing.T) {
 	}
 	answerQueries.Store(false)
 	for range 2 {
-		_ = exchangeFor(g, 200*time.Millisecond) // past the 20ms RTO: the server is silent
+		_ = exchangeOnClock(t, g, clk, 200*time.Millisecond) // past the 20ms RTO: the server is silent
 	}
 	if ev := nextEvent(); ev.up {
 		t.Fatalf("health change %+v, want down again", ev)
 	}
-	_ = exchangeFor(g, 50*time.Millisecond)
+	_ = exchangeOnClock(t, g, clk, 50*time.Millisecond)
 	if got := srv.count(t); got != 6 {
 		t.Errorf("server got %d queries, want 6", got)
 	}

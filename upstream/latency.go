@@ -61,32 +61,41 @@ const (
 // and sets the tail estimate to their tailQuantile: the
 // ceil(tailQuantile·n)-th smallest of the n held (of 128, the third
 // largest; of fewer than 50, the largest, and at least srtt + 2·rttvar).
-// A window, not a stochastic
-// tracker: measured on the lossy day under load, a tracker whose step
-// follows rttvar leapt half a second on one stall of the machine and
+// A window, not a stochastic tracker: measured on the lossy day under
+// load, a tracker whose step followed rttvar leapt half a second on one stall of the machine and
 // took a thousand replies to come down (its down step is 2 % of its up
 // step), with no hedge going out meanwhile; a window forgets a stall
 // after tailWindow replies, and no two stalled replies move the
-// estimate. The largest few of 128 are found in one pass, on each
-// reply, so reading the estimate costs nothing.
+// estimate. The estimate is kept as replies come, so reading it costs
+// nothing; once the window is full, a reply that is below it and takes
+// the place of one below it leaves it as it is (the RTTs at or above it
+// are the same), and only the others, about one in twenty, look through
+// the window again for its largest few.
 func (s *server) addTailLocked(rtt time.Duration) {
+	out := s.tailRing[s.tailNext]
+	full := s.tailHeld == tailWindow
 	s.tailRing[s.tailNext] = rtt
 	s.tailNext = (s.tailNext + 1) % tailWindow
+	if full && out < s.tailQ && rtt < s.tailQ {
+		return
+	}
 	s.tailHeld = min(s.tailHeld+1, tailWindow)
 	// k is the estimate's rank from the top: the number of held RTTs at
 	// or above it.
 	k := s.tailHeld - int(math.Ceil(tailQuantile*float64(s.tailHeld))) + 1
 	var top [tailTopRoom]time.Duration // descending; top[k-1] is the estimate
 	for _, d := range s.tailRing[:s.tailHeld] {
-		for i := range k {
-			if d > top[i] {
-				copy(top[i+1:k], top[i:k-1])
-				top[i] = d
-				break
-			}
+		if d <= top[k-1] {
+			continue // most of them: one comparison
 		}
+		i := k - 1
+		for ; i > 0 && d > top[i-1]; i-- {
+			top[i] = top[i-1]
+		}
+		top[i] = d
 	}
-	s.tail = top[k-1]
+	s.tailQ = top[k-1]
+	s.tail = s.tailQ
 	if k == 1 {
 		// Too few replies to read a quantile from (the largest of n is
 		// about the n/(n+1) quantile): not below srtt + 2·rttvar, the

@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,10 +41,14 @@ func TestLostPacketsAreHedgedAtTheRepliesTail(t *testing.T) {
 	for i := range 8 {
 		name := fmt.Sprintf("lost%d.example.", i)
 		arrived := srv.hold(name, 2)
-		first := srv.Arrived(name, 1)
 		tail := g.Servers()[0].Tail
 		done := startExchange(t, g, name)
-		<-first // parked before the hedge is sent: the hedge is the second
+		// Parked before the hedge is sent: the hedge is the second.
+		dnstest.Eventually(t, func() bool {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return len(srv.held[name]) == 1
+		}, waitTimeout, "the first query parked")
 		waitTimers(t, clk, 1)
 		clk.Advance(tail - time.Nanosecond)
 		select {
@@ -113,5 +119,25 @@ func TestTailWindowForgetsAStall(t *testing.T) {
 	sample(s, rng, tailWindow, 100*time.Millisecond, 50*time.Millisecond)
 	if got := raw(); got < 140*time.Millisecond || got > 150*time.Millisecond {
 		t.Errorf("tail %s %d replies after the stall, want back within [140 ms, 150 ms]", got, tailWindow)
+	}
+}
+
+// The estimate kept as replies come (most of them leave it alone) is
+// the window's quantile read afresh, ties and stalls included.
+func TestTailWindowKeptAsRepliesCome(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	s := &server{}
+	for i := range 5000 {
+		d := time.Duration(rng.IntN(50)) * time.Millisecond // many ties
+		if i%300 == 0 {
+			d = time.Second
+		}
+		s.addSample(d)
+		held := slices.Clone(s.tailRing[:s.tailHeld])
+		slices.Sort(held)
+		want := held[int(math.Ceil(tailQuantile*float64(len(held))))-1]
+		if s.tailQ != want {
+			t.Fatalf("reply %d: estimate %s, the window's 98th percentile is %s", i, s.tailQ, want)
+		}
 	}
 }

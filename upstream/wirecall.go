@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // StartWire is the one resolution of a Group (Wait waits for it). It is no loop on a goroutine of its own but a call
@@ -109,7 +111,7 @@ type WireCall struct {
 // maxWireQuery is the size of a query with the longest name (255 bytes),
 // an OPT record and no options: the resolver's upstream query; a longer
 // one is copied to the heap.
-const maxWireQuery = 12 + 255 + 4 + 11
+const maxWireQuery = dnswire.HeaderLen + dnswire.MaxNameLen + 4 + dnswire.OPTLen
 
 type callState uint8
 

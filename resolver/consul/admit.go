@@ -77,13 +77,20 @@ type candidate struct {
 	// instance. empties counts such reads in a row; the hold doubles.
 	emptyUntil time.Time
 	empties    int
+	// reading: a name read empty before is read again, until then (set
+	// when its questions asked for the read): its questions stay with the
+	// cache meanwhile (Covers), as while it was kept out, instead of each
+	// reaching Answer until the read ends (a thousand names whose holds
+	// end together would otherwise leave the fast path for the seconds
+	// their reads take, one at a time).
+	reading time.Time
 }
 
 // candidates is the bounded table of names asked for but not watched. It
 // has its own lock: Answer counts questions in it without w.mu (taken
 // after w.mu, never before).
 type candidates struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	table *simplelru.LRU[string, *candidate]
 }
 
@@ -104,7 +111,13 @@ func (c *candidates) ask(key string, now time.Time, idle time.Duration) bool {
 	seen := !e.lastAsked.IsZero() && now.Sub(e.lastAsked) < idle
 	e.hits += hitUnit
 	e.lastAsked = now
-	return seen && !now.Before(e.emptyUntil)
+	consider := seen && !now.Before(e.emptyUntil)
+	if consider && e.empties > 0 {
+		// Read empty before: read again now, its questions left with the
+		// cache meanwhile. A read not made by then is asked for again.
+		e.reading = now.Add(emptyHold)
+	}
+	return consider
 }
 
 // hits returns key's count and whether it is kept out at now.
@@ -122,10 +135,10 @@ func (c *candidates) hits(key string, now time.Time) (hits int64, keptOut bool) 
 // and moving nothing: Covers asks it of every question for a name not
 // watched (key may alias a packet; it is only looked up).
 func (c *candidates) keptOutNow(key string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	e, ok := c.table.Peek(key)
-	return ok && now.Before(e.emptyUntil)
+	return ok && (now.Before(e.emptyUntil) || now.Before(e.reading))
 }
 
 // take removes key (it is watched now) and returns its count.
@@ -180,6 +193,17 @@ func (c *candidates) keepOut(key string, now time.Time, longest time.Duration) {
 	}
 	e.empties++
 	e.emptyUntil = now.Add(min(hold, max(longest, emptyHold)))
+	e.reading = time.Time{}
+}
+
+// readDone ends key's read without a verdict (an error, a refusal): its
+// questions count again.
+func (c *candidates) readDone(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.table.Peek(key); ok {
+		e.reading = time.Time{}
+	}
 }
 
 // decay halves every count: the window's half-life.
@@ -271,6 +295,7 @@ func (w *Watcher) refuse(key, reason string) {
 	case refusedStreams:
 		w.state.RefusedStreams++
 	}
+	w.cands.readDone(key)
 	w.log.Debug("consul watch: not watching a service asked for", "service", key, "reason", reason)
 }
 

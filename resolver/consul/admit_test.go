@@ -160,3 +160,36 @@ func TestEmptyGrace(t *testing.T) {
 		t.Errorf("watched %v", got)
 	}
 }
+
+// A name read empty before leaves the cache's fast path (Covers) only for
+// the question that asks for its next read: while that read is under way
+// its questions stay with the cache, and count again if it ends without
+// a verdict. A name never read counts every question (admission by use).
+func TestKeptOutWhileReadAgain(t *testing.T) {
+	c := newCandidates()
+	now := time.Unix(1_700_000_000, 0)
+	c.ask("new", now, time.Hour)
+	if !c.ask("new", now, time.Hour) || c.keptOutNow("new", now) {
+		t.Fatal("a name never read: considered at its second question, and covered while it waits")
+	}
+	c.keepOut("x", now, time.Hour)
+	if !c.keptOutNow("x", now) {
+		t.Fatal("a name read empty is not kept out")
+	}
+	now = now.Add(emptyHold)
+	if c.keptOutNow("x", now) {
+		t.Fatal("kept out past its hold")
+	}
+	if !c.ask("x", now, time.Hour) || !c.keptOutNow("x", now) {
+		t.Fatal("the question asking for a read again: the name must be considered, and left with the cache meanwhile")
+	}
+	c.readDone("x")
+	if c.keptOutNow("x", now) {
+		t.Fatal("a read that ended without a verdict keeps the name with the cache")
+	}
+	c.ask("x", now, time.Hour)
+	c.keepOut("x", now, time.Hour)
+	if !c.keptOutNow("x", now.Add(2*emptyHold-time.Second)) {
+		t.Fatal("read empty again: the hold doubles")
+	}
+}

@@ -234,6 +234,7 @@ func (w *Watcher) probeDone(r probeResult) {
 		return
 	case r.err != nil:
 		w.recordError(r.err) // asked again at its next question
+		w.cands.readDone(r.key)
 		return
 	}
 	w.answeredLocked(r.index, r.sent)

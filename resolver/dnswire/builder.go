@@ -96,6 +96,10 @@ func (b *Builder) Question(name []byte, qtype, qclass uint16) {
 	b.counts[0]++
 }
 
+// Len is the length of the message so far: after Question, where the
+// first record will start.
+func (b *Builder) Len() int { return b.size() }
+
 // Record adds record i of m to section s (sections in order: answer,
 // authority, additional) and returns where its TTL field is, counted from
 // the message's start. The rdata's names are read out of m and written

@@ -134,6 +134,21 @@ func InZone(name, zone []byte) bool {
 // name held as text (routing, the cache's flush, the validator, the
 // search list); names read off the wire use InZone. It does not allocate.
 func InZoneText[N ~string | ~[]byte](name N, zone string) bool {
+	// The common cases, inlined: a name that ends otherwise than zone
+	// (its last label's last letter differs), and a canonical name
+	// inside it (one comparison).
+	n := len(name) - len(zone)
+	switch {
+	case n < 0 || len(zone) >= 2 && lower(name[len(name)-2]) != lower(zone[len(zone)-2]):
+		return zone == "."
+	case n > 0 && string(name[n:]) == zone && name[n-1] == '.' && (n < 2 || name[n-2] != '\\'):
+		return true
+	}
+	return inZoneText(name, zone)
+}
+
+// inZoneText is InZoneText's whole rule.
+func inZoneText[N ~string | ~[]byte](name N, zone string) bool {
 	if zone == "." {
 		return true
 	}

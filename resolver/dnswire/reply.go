@@ -88,31 +88,30 @@ func AppendOPT(dst []byte, udpSize uint16, do bool, ede uint16) []byte {
 
 // appendOPT is AppendOPT with the extended rcode's upper eight bits.
 func appendOPT(dst []byte, udpSize uint16, do bool, ede uint16, extRcode uint8) []byte {
-	var options [EDELen]byte
-	opts := options[:0]
-	if ede != 0 {
-		opts = AppendOption(opts, optionEDE, []byte{byte(ede >> 8), byte(ede)})
+	if ede == 0 {
+		return appendOPTHeader(dst, udpSize, do, extRcode, 0)
 	}
-	return appendOPTRecord(dst, udpSize, do, extRcode, opts)
+	dst = appendOPTHeader(dst, udpSize, do, extRcode, EDELen)
+	return AppendOption(dst, optionEDE, []byte{byte(ede >> 8), byte(ede)})
 }
 
 // AppendOPTOptions appends an OPT record as AppendOPT does, whose rdata is
 // options: EDNS options as AppendOption writes them.
 func AppendOPTOptions(dst []byte, udpSize uint16, do bool, options []byte) []byte {
-	return appendOPTRecord(dst, udpSize, do, 0, options)
+	return append(appendOPTHeader(dst, udpSize, do, 0, len(options)), options...)
 }
 
-// appendOPTRecord writes the OPT record: root owner, type, the UDP size as
-// its class, the TTL's extended rcode, version 0 and the DO bit, and the
-// options as its rdata (RFC 6891 section 6.1.2 and 6.1.3).
-func appendOPTRecord(dst []byte, udpSize uint16, do bool, extRcode uint8, options []byte) []byte {
+// appendOPTHeader writes the OPT record up to its rdata (RFC 6891 section
+// 6.1.2 and 6.1.3): root owner, type, the UDP size as its class, the TTL's
+// extended rcode, version 0 and the DO bit, and rdlen, the length of the
+// options its caller appends.
+func appendOPTHeader(dst []byte, udpSize uint16, do bool, extRcode uint8, rdlen int) []byte {
 	var flags byte
 	if do {
 		flags = 0x80
 	}
-	dst = append(dst, 0, TypeOPT>>8, TypeOPT&0xFF, byte(udpSize>>8), byte(udpSize), extRcode, 0, flags, 0,
-		byte(len(options)>>8), byte(len(options)))
-	return append(dst, options...)
+	return append(dst, 0, TypeOPT>>8, TypeOPT&0xFF, byte(udpSize>>8), byte(udpSize), extRcode, 0, flags, 0,
+		byte(rdlen>>8), byte(rdlen))
 }
 
 // AppendOption appends an EDNS option (RFC 6891 section 6.1.2) to dst:

@@ -94,7 +94,8 @@ func TestReplyCloseAroundRecords(t *testing.T) {
 	dst, at := StartReply([]byte("prefix"), want[HeaderLen:view.QEnd])
 	from, _ := view.Range(Answer)
 	dst = append(dst, want[view.QEnd:view.RR(from+3).Name]...) // the three A records (no names compressed to before them)
-	dst = Reply{ID: 9, Flags: FlagQR | FlagRD | FlagAD, Questions: 1, Answer: 2, Additional: 1, EDNS: true, UDPSize: 1232, DO: true}.Close(dst, at)
+	r := Reply{ID: 9, Flags: FlagQR | FlagRD | FlagAD, Questions: 1, Answer: 2, Additional: 1, EDNS: true, UDPSize: 1232, DO: true}
+	dst = r.Close(dst, at)
 	if string(dst[:6]) != "prefix" || !bytes.Equal(dst[6:], want) {
 		t.Fatalf("closed\n% x\nmiekg/dns packs\n% x", dst[6:], want)
 	}

@@ -22,6 +22,7 @@
 //	pick       13. two site resolvers, one slow; a lossy one; one turning slow; an outage (pick.go; issue 36)
 //	abuse      14. names nobody answers fill the in-flight cap; TCP connections that always owe an answer (abuse.go; issue 35)
 //	consul     15. cached names of another zone, cached Consul names, a watched name; CPU per answer beside dnsmasq and unbound (consul.go; issue 34)
+//	amplify    16. upstream queries per client question under a search list (amplify.go; issue 35)
 //
 // Usage: bench -towerd bin/towerd [-rounds 2] [-duration 10s] [-scenarios latency,memory]
 package main
@@ -52,7 +53,7 @@ const (
 )
 
 // allScenarios in the order they run within a round.
-var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "consul"}
+var allScenarios = []string{"hitcpu", "latency", "throughput", "miss", "memory", "jitter", "cold", "nxstorm", "tcpmiss", "search", "dnstap", "dot", "pick", "abuse", "consul", "amplify"}
 
 func main() {
 	var (
@@ -146,6 +147,8 @@ type bench struct {
 	pickOutageLen time.Duration
 	// abuseWindow is how long scenario 14 asks its fresh names.
 	abuseWindow time.Duration
+	// abuseServers are scenarios 14 and 15's upstreams.
+	abuseServers *abuseServers
 	// consulRate is scenario 15's offered rate, queries/s.
 	consulRate int
 
@@ -227,12 +230,13 @@ func (b *bench) run() error {
 			return err
 		}
 	}
-	if b.want["abuse"] {
+	if b.want["abuse"] || b.want["amplify"] {
 		a, err := startAbuseServers() // abuse.go
 		if err != nil {
 			return err
 		}
 		defer a.close()
+		b.abuseServers = a
 	}
 	hitFile := filepath.Join(dir, "hit.txt")
 	if err := writeNames(hitFile, "h", b.names); err != nil {
@@ -325,6 +329,14 @@ func (b *bench) run() error {
 			}
 			if err := b.abuse(round, s); err != nil { // abuse.go
 				return fmt.Errorf("round %d, %s, abuse: %w", round, s, err)
+			}
+		}
+		for _, s := range b.servers {
+			if !b.want["amplify"] {
+				break
+			}
+			if err := b.amplify(round, s); err != nil { // amplify.go
+				return fmt.Errorf("round %d, %s, amplify: %w", round, s, err)
 			}
 		}
 		for _, s := range b.servers {

@@ -125,6 +125,9 @@ func (b *bench) rows() []row {
 	if b.want["abuse"] {
 		add("14 abuse", b.abuseRows()...)
 	}
+	if b.want["amplify"] {
+		add("16 amplification", b.amplifyRows()...)
+	}
 	return rs
 }
 

@@ -60,9 +60,11 @@ func (d *Daemon) records(src *local.Source) resolver.Chain {
 func (d *Daemon) runLocal() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	// Armed before runLocal returns: a test on the fake clock that steps
+	// it once towerd is ready steps this ticker.
+	tick, ticks := d.opts.Clock.NewTicker(local.DefaultPollInterval)
 	go func() {
 		defer close(done)
-		tick, ticks := d.opts.Clock.NewTicker(local.DefaultPollInterval)
 		defer tick.Stop()
 		for {
 			select {

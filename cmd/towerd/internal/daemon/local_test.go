@@ -153,9 +153,18 @@ func TestLocalDataPolledOnTheDaemonClock(t *testing.T) {
 	if got := nas(); got != "192.168.1.10" {
 		t.Fatalf("before the clock moved: nas.lan. = %s, want the file as read at start", got)
 	}
-	// The poller may arm its ticker after any step: each try steps again.
-	dnstest.Eventually(t, func() bool {
-		clk.Advance(local.DefaultPollInterval)
-		return nas() == "192.168.1.111"
-	}, 10*time.Second, "the edited hosts file read at a poll on the daemon's clock")
+	clk.Advance(local.DefaultPollInterval - 1)
+	if got := nas(); got != "192.168.1.10" {
+		t.Fatalf("before the poll interval on the clock: nas.lan. = %s", got)
+	}
+	clk.Advance(1)
+	// The poll runs on the poller's goroutine: no event to wait on.
+	dnstest.Eventually(t, func() bool { return nas() == "192.168.1.111" }, 10*time.Second,
+		"the edited hosts file read at the poll")
+	// The poller's ticker is the clock's: stopping the poll disarms it.
+	armed := clk.Timers()
+	d.stopLocal()
+	if got := clk.Timers(); got != armed-1 {
+		t.Errorf("%d timers armed after the poll stopped, %d before: the poll's ticker is not the daemon clock's", got, armed)
+	}
 }
