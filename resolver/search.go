@@ -153,6 +153,13 @@ type searchWalk struct {
 	// later are the names the lookup asks after this try, in order,
 	// canonical.
 	later []string
+	// first is set when the try is the first its lookup can start a round
+	// with: the name as it is (at least ndots dots), or the name under the
+	// list's first domain (a dotted name's as-is try starts a round only
+	// on the evidence this one gives). Only such a reading asks ahead
+	// (searchAhead): under nested domains every question is also a later
+	// try of other readings, whose first tries started their rounds.
+	first bool
 	// firstExpansion is set when the try is the name as it is, asked
 	// first (it has at least ndots dots): the lookup asks later only when
 	// the name does not exist, which only a client asking
@@ -170,7 +177,7 @@ func (m *searchModel) walks(name string) []searchWalk {
 	var out []searchWalk
 	for _, l := range m.lists {
 		if dots(name) >= l.ndots {
-			w := searchWalk{}
+			w := searchWalk{first: true}
 			for _, sfx := range l.suffixes {
 				if c, ok := joinName(name[:len(name)-1], sfx); ok {
 					w.later = append(w.later, c)
@@ -186,7 +193,7 @@ func (m *searchModel) walks(name string) []searchWalk {
 				continue
 			}
 			base := name[:len(name)-len(sfx)]
-			w := searchWalk{}
+			w := searchWalk{first: i == 0}
 			for _, next := range l.suffixes[i+1:] {
 				if c, ok := joinName(base, next); ok {
 					w.later = append(w.later, c)

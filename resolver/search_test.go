@@ -40,12 +40,12 @@ func TestSearchModelWalks(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		want string // the walks' later names, "|" between walks
+		want string // the walks' later names, "|" between walks, "*" before a first try's
 	}{
-		{"db.corp.example.", "db.corp.example.corp.example. db.corp.example.ec2.internal.|db.ec2.internal. db."},
-		{"db.ec2.internal.", "db.ec2.internal.corp.example. db.ec2.internal.ec2.internal.|db."},
-		{"a.b.corp.example.", "a.b.corp.example.corp.example. a.b.corp.example.ec2.internal.|a.b.ec2.internal."},
-		{"a.b.ec2.internal.", "a.b.ec2.internal.corp.example. a.b.ec2.internal.ec2.internal."},
+		{"db.corp.example.", "*db.corp.example.corp.example. db.corp.example.ec2.internal.|*db.ec2.internal. db."},
+		{"db.ec2.internal.", "*db.ec2.internal.corp.example. db.ec2.internal.ec2.internal.|db."},
+		{"a.b.corp.example.", "*a.b.corp.example.corp.example. a.b.corp.example.ec2.internal.|*a.b.ec2.internal."},
+		{"a.b.ec2.internal.", "*a.b.ec2.internal.corp.example. a.b.ec2.internal.ec2.internal."},
 		{"db.", ""},
 		{"x\\.y.corp.example.", ""},
 	} {
@@ -53,6 +53,9 @@ func TestSearchModelWalks(t *testing.T) {
 		for i, w := range m.walks(c.name) {
 			if i > 0 {
 				got += "|"
+			}
+			if w.first {
+				got += "*"
 			}
 			for j, n := range w.later {
 				if j > 0 {

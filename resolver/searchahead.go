@@ -28,6 +28,22 @@ import (
 //     expansions are asked ahead only when a client asked its first
 //     expansion within asIsEvidenceAge: otherwise every miss of a dotted
 //     name would ask the list's length in questions for nothing.
+//     Only a lookup's first try starts a round: the name as it is, or
+//     the name under the list's first domain (for a dotted name the
+//     first try that can start one, the as-is one needing evidence).
+//     Under nested domains (ns1.svc.cluster.local svc.cluster.local
+//     cluster.local) x.ns1.svc.cluster.local is also x.ns1 under the
+//     second domain and x.ns1.svc under the third; when every reading
+//     asked ahead, one random first try cost 13 upstream questions, not
+//     the lookup's 6 (issue 35). A question that is only a later try
+//     starts no round: a real lookup's later tries find the round its
+//     first try started, and once that round's answers are gone they are
+//     asked one by one, as without the rule. Nothing needs the later
+//     readings' rounds: rule 2 serves what the first try's round asked,
+//     and rule 3 reads every reading (knownLater) but asks nothing ahead.
+//     So one question asks ahead at most its list's length per list, and
+//     twice that only for a dotted name whose first expansion a client
+//     asked within asIsEvidenceAge (docs/security.md, "Amplification").
 //  2. The round's answers. A later try whose resolution asked ahead has
 //     ended, with NXDOMAIN, is answered with it while no newer resolution
 //     of the name runs, until the try that started the round has been
@@ -174,6 +190,9 @@ func (h *Handler) searchRefresh(s *settings, key cache.Key) {
 func (h *Handler) searchAhead(s *settings, key cache.Key, round *searchRound) {
 	since := s.Now().Add(-asIsEvidenceAge)
 	for _, w := range s.search.walks(key.Name) {
+		if !w.first {
+			continue // a later try: its lookup's first try started the round
+		}
 		if w.firstExpansion != "" && !h.held.askedSince(candidateKey(key, w.firstExpansion), since) {
 			continue // no sign this name's lookups walk the list
 		}
