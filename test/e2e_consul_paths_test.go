@@ -68,8 +68,12 @@ func consulForms(node string) []consulForm {
 // real agent with node meta and the question forms above, each asked on
 // every path towerd answers by — forwarded to the agent's DNS (a towerd
 // without the watch), watched (a towerd with the services pinned), from
-// the cache, and stale with the agent stopped — and compared record for
-// record with the agent's own answer to the same question. Once with
+// the cache, and stale with the agent stopped; and on the general path
+// (ServeDNS) and over TCP — and compared record for record with the
+// agent's own answer to the same question, and byte for byte, names in
+// their letter case, with the same question's answer on every other path
+// (issue 34: the byte path's answers are ServeDNS's; wireForm says what
+// may differ: the ID, TTLs, the stale EDE, a shuffle's order). Once with
 // Consul's default TTL 0, once with dns_config.service_ttl and node_ttl
 // at 2 s, so that the cache answers too.
 func TestConsulAnswersOnEveryPath(t *testing.T) {
@@ -141,11 +145,68 @@ func consulPaths(t *testing.T, ttl uint32) {
 	// for the path; with countdown, towerd's TTLs may be anything up to
 	// the shaped ones (a cache hit counts down) and are compared no
 	// further.
-	check := func(path string, d *towerd, f consulForm, shape func(*dns.Msg) *dns.Msg, countdown, stale bool) {
+	// bytesOf is each form's first reply reduced to its bytes (wireForm),
+	// and the path it came by: every other path's must be the same bytes.
+	type firstBytes struct {
+		path string
+		form wireForm
+	}
+	bytesOf := map[string]firstBytes{}
+	// sameBytes compares reply, d's answer to f by path, with f's first
+	// reply on any path, byte for byte (wireForm.differs).
+	sameBytes := func(path string, f consulForm, reply []byte) {
 		t.Helper()
-		got, err := ask(d.UDP, f.name, f.qtype)
+		form, err := wireFormOf(reply)
+		if err != nil {
+			t.Errorf("%s: %v: unreadable reply: %v", path, f, err)
+			return
+		}
+		first, ok := bytesOf[f.String()]
+		if !ok {
+			bytesOf[f.String()] = firstBytes{path, form}
+			return
+		}
+		if d := first.form.differs(form, f.trimmed); d != "" {
+			t.Errorf("%s: %v: not the bytes of the %s answer: %s", path, f, first.path, d)
+		}
+	}
+	// askBytes asks d f by path over network (a generalQuery when
+	// general) and returns the reply, its bytes compared by sameBytes.
+	askBytes := func(path string, d *towerd, f consulForm, network string, general bool) *dns.Msg {
+		t.Helper()
+		q, addr := query(f.name, f.qtype, true), d.UDP
+		if general {
+			q = generalQuery(f.name, f.qtype)
+		}
+		if network == "tcp" {
+			addr = d.TCP
+		}
+		reply, err := askWire(addr, network, q)
 		if err != nil {
 			t.Errorf("%s: %v: %v", path, f, err)
+			return nil
+		}
+		got := new(dns.Msg)
+		if err := got.Unpack(reply); err != nil {
+			t.Errorf("%s: %v: %v", path, f, err)
+			return nil
+		}
+		if network == "udp" || !f.trimmed { // over TCP the agent cuts nothing
+			sameBytes(path, f, reply)
+		}
+		return got
+	}
+	// others asks d f on the general path and over TCP: the same bytes
+	// as every other path's, from the same cache entry or watched set.
+	others := func(path string, d *towerd, f consulForm) {
+		t.Helper()
+		askBytes(path+", general path", d, f, "udp", true)
+		askBytes(path+", TCP", d, f, "tcp", false)
+	}
+	check := func(path string, d *towerd, f consulForm, shape func(*dns.Msg) *dns.Msg, countdown, stale bool) {
+		t.Helper()
+		got := askBytes(path, d, f, "udp", false)
+		if got == nil {
 			return
 		}
 		want, all := shape(own[f.String()]), whole[f.String()]
@@ -199,6 +260,7 @@ func consulPaths(t *testing.T, ttl uint32) {
 	for _, f := range forms {
 		check("forwarded", fwd, f, same, false, false)
 		check("watched", watched, f, same, false, false)
+		others("watched", watched, f)
 	}
 	// A client without EDNS: the agent cuts to udp_answer_limit (3)
 	// records without TC, and so does towerd on every path.
@@ -227,6 +289,7 @@ func consulPaths(t *testing.T, ttl uint32) {
 	}
 	for _, f := range forms {
 		check("cached", fwd, f, same, true, false)
+		others("cached", fwd, f)
 	}
 	for _, f := range forms {
 		// A NODATA's TTL is the SOA's minimum, which is Consul's
@@ -259,6 +322,8 @@ func consulPaths(t *testing.T, ttl uint32) {
 		shape := func(m *dns.Msg) *dns.Msg { return withTTLAtMost(m, staleTTL) }
 		check("stale, forwarded before", fwd, f, shape, false, true)
 		check("stale, watched before", watched, f, shape, false, true)
+		askBytes("stale, forwarded before, general path", fwd, f, "udp", true)
+		askBytes("stale, watched before, general path", watched, f, "udp", true)
 	}
 }
 
