@@ -77,9 +77,13 @@
 //     it cuts an answer, from its record count and length, and consulKeep
 //     how many records it keeps (trimLikeConsul's rule, on counts); the
 //     fast path (hits, stale answers, watched answers, the wire miss)
-//     answers what it leaves whole, cuts an answer of A or AAAA records
-//     alone on the bytes (cutAsConsul), and leaves the rest to ServeDNS's
-//     trimLikeConsul.
+//     writes the answer past the client's size (writeLimit), answers what
+//     the cut leaves whole, and cuts the rest on the bytes (cutAsConsul):
+//     A or AAAA records alone by slicing, SRV answers written again with
+//     the one encoder, their additional records chosen as syncConsulExtra
+//     chooses them (cutWritten); an answer of an authority section or of
+//     more than maxCutRecords records, or one still too big once cut, is
+//     ServeDNS's trimLikeConsul's.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why

@@ -71,9 +71,8 @@ type consulVariant struct {
 	// whole: the cut leaves the answer as it is, so the fast path answers
 	// it over UDP
 	whole bool
-	// cutAnswered: the cut does change it, but it is made of A records
-	// alone that fit the client's size: the fast path cuts it on the
-	// bytes (issue 34)
+	// cutAnswered: the cut does change it, and the fast path cuts it on
+	// the bytes (issue 34)
 	cutAnswered bool
 }
 
@@ -98,10 +97,12 @@ func consulVariants() []consulVariant {
 				// bytes); sizes: each A record is 16 bytes compressed, each
 				// SRV with its target's address well over 40.
 				whole := n <= 3 || c.edns && c.size > 512 && (kind != "s" && n <= 60 || kind == "s" && n <= 9)
-				// 512 bytes: header, question (24), OPT (11) and EDE 3
-				// (6) leave room for 28 A records; 8 are kept without
-				// EDNS, as many as fit at 512 with it.
-				cut := !whole && kind != "s" && n <= 28
+				// The cut is made on the bytes, the answer written first
+				// past the client's size (writeLimit): SRV answers too
+				// (their additional records chosen as Consul's
+				// syncExtra does), but for one of more than
+				// maxCutRecords records.
+				cut := !whole && !(kind == "s" && 2*n > maxCutRecords)
 				out = append(out, consulVariant{name: fmt.Sprintf("%s%d.Service.consul.", kind, n), qtype: qtype,
 					edns: c.edns, size: c.size, whole: whole, cutAnswered: cut})
 			}
@@ -259,12 +260,10 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 				for _, tcp := range []bool{false, true} {
 					reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
 					// Cut without EDNS or at 512 bytes past 3 records, on
-					// the bytes when the whole answer fits the client's
-					// size (30 records of n30.rec. fit 512 bytes without
-					// EDNS, not with its OPT); 100 records never fit over
-					// UDP.
-					want := tcp || n <= 4 || !c.edns && n <= 30 || c.edns && c.size > 512 && n < 100
-					if ok != want {
+					// the bytes, the whole answer written first past the
+					// client's size (writeLimit): every form on the fast
+					// path.
+					if !ok {
 						t.Errorf("%s %+v tcp %v: fast path answered %v", name, c, tcp, ok)
 					}
 					if !ok {
@@ -286,24 +285,27 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 }
 
 // An answer the Consul cut changes is cut on the bytes without an
-// allocation (issue 34): eight cached addresses to a client without EDNS.
+// allocation (issue 34): eight cached addresses, and eight SRV records
+// with their targets' addresses, to a client without EDNS.
 func TestFastPathConsulCutAllocates(t *testing.T) {
 	h, _ := consulHandler(t)
-	pkt := consulVariant{name: "n8.Service.consul.", qtype: dns.TypeA}.pack(t)
-	generalReply(h, pkt) // warm
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	var q plainQuery
-	out := make([]byte, 0, 4096)
-	reply, ok := h.answerPacket(out[:0], pkt, from, false, &q)
-	m := new(dns.Msg)
-	if !ok || m.Unpack(reply) != nil || len(m.Answer) != 3 || m.Truncated {
-		t.Fatalf("answered %v: %v; want 3 records (udp_answer_limit), no TC", ok, m)
-	}
-	if n := testing.AllocsPerRun(200, func() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-			t.Fatal("declined")
+	for _, v := range []consulVariant{{name: "n8.Service.consul.", qtype: dns.TypeA}, {name: "s8.Service.consul.", qtype: dns.TypeSRV}} {
+		pkt := v.pack(t)
+		generalReply(h, pkt) // warm
+		from := netip.MustParseAddrPort("127.0.0.1:53000")
+		var q plainQuery
+		out := make([]byte, 0, 4096)
+		reply, ok := h.answerPacket(out[:0], pkt, from, false, &q)
+		m := new(dns.Msg)
+		if !ok || m.Unpack(reply) != nil || len(m.Answer) != 3 || m.Truncated {
+			t.Fatalf("%s: answered %v: %v; want 3 records (udp_answer_limit), no TC", v.name, ok, m)
 		}
-	}); n != 0 {
-		t.Errorf("%v allocations per cut answer, want 0", n)
+		if n := testing.AllocsPerRun(200, func() {
+			if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
+				t.Fatal("declined")
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v allocations per cut answer, want 0", v.name, n)
+		}
 	}
 }

@@ -113,8 +113,8 @@ func fastOption(code uint16, _ []byte) bool { return code == optionCookie || cod
 // source's answer written as bytes when it can write it
 // (RecordAppender: every answer of the Consul watch, fresh or stale),
 // framed by the reply core like ServeDNS's a.records (a stale one with
-// EDE 3 and the one stale TTL), and cut like Consul's by ServeDNS only
-// (cutLikeConsul). Everything else it declines, dst unchanged, to
+// EDE 3 and the one stale TTL), and cut like Consul's on the bytes
+// (cutAsConsul). Everything else it declines, dst unchanged, to
 // ServeDNS, which asks the source's Answer.
 func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *settings, zone Zone, start time.Time) ([]byte, bool) {
 	if q.qclass != dns.ClassINET {
@@ -124,9 +124,9 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	sh := s.replyShape(&q.request)
 	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds())
 	if ok {
-		dst, counts[0], ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, counts)
+		dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, counts)
 	}
 	if !ok {
 		return dst[:headerAt], false
@@ -153,22 +153,52 @@ func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers
 // own for q (issue 34), on the bytes: an answer the cut leaves whole as
 // it is; one of A or AAAA records alone (every record one size, its owner
 // a pointer to the question: a cached or watched address answer) to the
-// first records consulKeep keeps, the rule trimLikeConsul follows. ok
-// false leaves any other cut answer to ServeDNS.
-func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, uint16, bool) {
+// first records consulKeep keeps, the rule trimLikeConsul follows; any
+// other (SRV with its additional records) written again (cutWritten).
+// ok false (an answer cutWritten declines, or one still bigger than the
+// client's size) leaves it to ServeDNS.
+func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
+	if !q.trims {
+		return dst, counts, true
+	}
+	out, counts, ok := q.cutConsul(dst, headerAt, sh, rcode, stale, counts)
+	if ok && len(out)-headerAt > sh.limit-sh.added(rcode, stale) {
+		// Written past the client's size for the cut (writeLimit), and
+		// still too big: ServeDNS's.
+		return out[:headerAt], counts, false
+	}
+	return out, counts, ok
+}
+
+// writeLimit is where an answer for q written at dst[headerAt:] must end:
+// the client's size less reserve, or, for an answer Consul's cut may make
+// fit (q.trims), the largest message: cutAsConsul cuts it, then holds it
+// to the client's size.
+func (q *plainQuery) writeLimit(headerAt int, sh replyShape, reserve int) int {
+	if q.trims {
+		return headerAt + dnswire.MaxMessageLen
+	}
+	return headerAt + sh.limit - reserve
+}
+
+// cutConsul is cutAsConsul's cut.
+func (q *plainQuery) cutConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
 	if !q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
-		return dst, counts[0], true
+		return dst, counts, true
 	}
 	n := int(counts[0])
 	base := dnswire.HeaderLen + len(q.question)
 	at := headerAt + base
-	if n == 0 || counts[1] != 0 || counts[2] != 0 || (len(dst)-at)%n != 0 {
-		return dst, counts[0], false
+	if n == 0 {
+		return dst, counts, false
+	}
+	if counts[1] != 0 || counts[2] != 0 || (len(dst)-at)%n != 0 {
+		return q.cutWritten(dst, headerAt, sh, sh.added(rcode, stale), counts)
 	}
 	rec := (len(dst) - at) / n
 	for i := at; i < len(dst); i += rec {
 		if rec < 12 || dst[i] != 0xC0 || dst[i+1] != dnswire.HeaderLen || int(dst[i+10])<<8|int(dst[i+11]) != rec-12 {
-			return dst, counts[0], false
+			return q.cutWritten(dst, headerAt, sh, sh.added(rcode, stale), counts)
 		}
 	}
 	whole := len(q.question) - 4 + rec - 2 // a record with its owner written out
@@ -178,7 +208,7 @@ func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode 
 		}
 		return base + k*whole
 	})
-	return dst[:at+keep*rec], uint16(keep), true
+	return dst[:at+keep*rec], [3]uint16{uint16(keep)}, true
 }
 
 // answerPacket answers the query in pkt from a client at from, if it is a
@@ -220,13 +250,15 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		reserve = dnswire.OPTLen
 	}
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve)
+	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve))
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
 	}
-	if dst, hit.Answer, ok = q.cutAsConsul(dst, headerAt, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra}); !ok {
+	var counts [3]uint16
+	if dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra}); !ok {
 		return dst[:headerAt], false
 	}
+	hit.Answer, hit.Ns, hit.Extra = counts[0], counts[1], counts[2]
 	dst = sh.closeReply(dst, headerAt, q.id, hit, false)
 
 	prefetch := false
@@ -253,7 +285,7 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 	if sh.opt {
 		reserve = dnswire.OPTLen + dnswire.EDELen // a stale answer carries EDE 3
 	}
-	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), headerAt+sh.limit-reserve, s.staleTTLSeconds())
+	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds())
 	switch {
 	case found == cache.StaleWritten && s.ServeStale:
 		return h.stalePacket(dst, headerAt, q, name, s, sh, zone, start, st)
@@ -281,11 +313,11 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 // waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
-	dst, answers, ok := q.cutAsConsul(dst, headerAt, sh, st.Rcode, true, [3]uint16{st.Answer, st.Ns, st.Extra})
+	dst, counts, ok := q.cutAsConsul(dst, headerAt, sh, st.Rcode, true, [3]uint16{st.Answer, st.Ns, st.Extra})
 	if !ok {
 		return dst[:headerAt], false
 	}
-	st.Answer = answers
+	st.Answer, st.Ns, st.Extra = counts[0], counts[1], counts[2]
 	// A key aliasing name: planMiss copies it into a flight it starts.
 	k := cache.Key{Name: unsafe.String(&name[0], len(name)), Type: q.qtype, Class: q.qclass, DO: q.do, CD: q.cd()}
 	fl, plan := h.planMiss(s, zone, k, true, st.RefreshFailedAt, start, planStartAliased, searchNone)

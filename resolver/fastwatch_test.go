@@ -118,9 +118,9 @@ func TestWatchedAnswersMatchServeDNS(t *testing.T) {
 					draw()
 					reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
 					if !ok {
-						if tcp || !f.cut {
-							t.Errorf("%s: not answered by the fast path", what)
-						}
+						// Cut or not (issue 34: the cut is made on the
+						// bytes, SRV answers too).
+						t.Errorf("%s: not answered by the fast path", what)
 						continue
 					}
 					fast++

@@ -16,7 +16,8 @@ import (
 // udp_answer_limit records without EDNS). Over TCP nothing is cut. The
 // rule is trimLikeConsul's on a dns.Msg; how many records it keeps is
 // consulKeep's, on counts and a size, which the fast path also asks of
-// an address answer's bytes (fastpath.go, cutAsConsul; issue 34).
+// an answer's bytes (fastpath.go, cutAsConsul; consulcut.go, cutWritten
+// for SRV answers; issue 34).
 
 // maxConsulAnswers is Consul's maxUDPAnswerLimit: the most records a UDP
 // client without EDNS gets, whatever udp_answer_limit says.

@@ -227,3 +227,21 @@ func (m *Msg) canonicalRData(i int, dst []byte) []byte {
 	}
 	return append(dst, msg[from:]...)
 }
+
+// WholeLen is record i's length with no name compressed, as miekg/dns's
+// Len counts a record of a message packed without compression: the
+// resolver's Consul cut measures answers so (issue 34).
+func (m *Msg) WholeLen(i int) int {
+	rr := m.RR(i)
+	var name [MaxNameLen]byte
+	n := len(m.Owner(i, name[:0])) + 10 + int(rr.End-rr.Data)
+	var names rdataNames
+	if names.find(m.Raw, rr) {
+		msg := m.Raw[:rr.End]
+		for _, at := range names.at[:names.n] {
+			whole, next, _ := ReadName(msg, at, name[:0])
+			n += len(whole) - (next - at)
+		}
+	}
+	return n
+}
