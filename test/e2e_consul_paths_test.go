@@ -263,22 +263,53 @@ func consulPaths(t *testing.T, ttl uint32) {
 		others("watched", watched, f)
 	}
 	// A client without EDNS: the agent cuts to udp_answer_limit (3)
-	// records without TC, and so does towerd on every path.
-	for _, qtype := range []uint16{dns.TypeA, dns.TypeSRV} {
-		want, err := exchange(agent.DNSAddr, "udp", query("big.service.consul.", qtype, false))
+	// records without TC, and so does towerd on every path (here, and
+	// cached and stale below), each answer a shuffled subset: compared
+	// with the agent's by count and record, and with every other path's
+	// by its header and question bytes.
+	cutForms := []consulForm{{"big.service.consul.", dns.TypeA, true, true}, {"big.service.consul.", dns.TypeSRV, true, true}}
+	cutWant, cutWhole, cutBytes := map[string]*dns.Msg{}, map[string]*dns.Msg{}, map[string]firstBytes{}
+	for _, f := range cutForms {
+		want, err := exchange(agent.DNSAddr, "udp", query(f.name, f.qtype, false))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for path, d := range map[string]*towerd{"forwarded": fwd, "watched": watched} {
-			got, err := exchange(d.UDP, "udp", query("big.service.consul.", qtype, false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Truncated || len(got.Answer) != len(want.Answer) || len(got.Extra) != len(want.Extra) {
-				t.Errorf("%s: big.service.consul. %s without EDNS: TC %v, %d answer and %d additional records; the agent: TC %v, %d and %d",
-					path, dns.TypeToString[qtype], got.Truncated, len(got.Answer), len(got.Extra), want.Truncated, len(want.Answer), len(want.Extra))
-			}
+		cutWant[f.String()] = withTTLs(want, 0)
+		cutWhole[f.String()] = withTTLs(mustExchange(t, agent.DNSAddr, "tcp", query(f.name, f.qtype, true)), 0)
+	}
+	checkCut := func(path string, d *towerd, f consulForm) {
+		t.Helper()
+		reply, err := askWire(d.UDP, "udp", query(f.name, f.qtype, false))
+		got := new(dns.Msg)
+		if err == nil {
+			err = got.Unpack(reply)
 		}
+		if err != nil {
+			t.Errorf("%s: %v without EDNS: %v", path, f, err)
+			return
+		}
+		want := cutWant[f.String()]
+		if got.Truncated || len(got.Answer) != len(want.Answer) || len(got.Extra) != len(want.Extra) {
+			t.Errorf("%s: %v without EDNS: TC %v, %d answer and %d additional records; the agent: TC %v, %d and %d",
+				path, f, got.Truncated, len(got.Answer), len(got.Extra), want.Truncated, len(want.Answer), len(want.Extra))
+		}
+		if err := sameTrim(withTTLs(got, 0), want, cutWhole[f.String()]); err != nil {
+			t.Errorf("%s: %v without EDNS: %v", path, f, err)
+		}
+		form, err := wireFormOf(reply)
+		if err != nil {
+			t.Errorf("%s: %v without EDNS: %v", path, f, err)
+			return
+		}
+		if first, ok := cutBytes[f.String()]; !ok {
+			cutBytes[f.String()] = firstBytes{path, form}
+		} else if d := first.form.differs(form, true); d != "" {
+			t.Errorf("%s: %v without EDNS: not the bytes of the %s answer: %s", path, f, first.path, d)
+		}
+	}
+	for _, f := range cutForms {
+		checkCut("forwarded", fwd, f)
+		checkCut("watched", watched, f)
 	}
 
 	// Asked again: from the cache where the TTL allows (counted down, so
@@ -303,6 +334,11 @@ func consulPaths(t *testing.T, ttl uint32) {
 		}
 	}
 
+	for _, f := range cutForms {
+		checkCut("cached", fwd, f)
+		checkCut("watched again", watched, f)
+	}
+
 	// The agent stops. Once the cache's entries have expired, every name
 	// that had an answer is answered stale (EDE 3) with the one stale TTL:
 	// serve_stale.answer_ttl (30 s), never more than the answer's own.
@@ -324,6 +360,10 @@ func consulPaths(t *testing.T, ttl uint32) {
 		check("stale, watched before", watched, f, shape, false, true)
 		askBytes("stale, forwarded before, general path", fwd, f, "udp", true)
 		askBytes("stale, watched before, general path", watched, f, "udp", true)
+	}
+	for _, f := range cutForms {
+		checkCut("stale, forwarded before", fwd, f)
+		checkCut("stale, watched before", watched, f)
 	}
 }
 
