@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	"github.com/miekg/dns"
@@ -109,7 +108,7 @@ func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, aRecordLimit, limit int
 	w.shuffleRecords(dst[start:], a.recordLen, a.answers)
 	dst = dst[:start+n*a.recordLen]
 	for i := range n {
-		capTTL(dst[start+i*a.recordLen+6:], ttl) // after the owner's pointer, type and class
+		dnswire.CapTTL(dst, start+i*a.recordLen+6, ttl) // after the owner's pointer, type and class
 	}
 	return dst, [3]uint16{uint16(n)}, true
 }
@@ -181,12 +180,11 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 	msg := dst[headerAt:]
 	if a.nodata {
 		// The serial is the time of the question, as Consul's soa().
-		end := soaAt + 6 + int(binary.BigEndian.Uint16(msg[soaAt+4:]))
-		binary.BigEndian.PutUint32(msg[end-20:], uint32(w.clock.Now().Unix()))
+		dnswire.SetSOASerial(msg, soaAt, uint32(w.clock.Now().Unix()))
 	}
 	if ttl != ^uint32(0) {
 		for _, at := range ttlAt[:written] {
-			capTTL(msg[at:], ttl)
+			dnswire.CapTTL(msg, int(at), ttl)
 		}
 	}
 	extra := written - a.answers
@@ -195,13 +193,6 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 		ns, extra = 1, extra-1
 	}
 	return dst, [3]uint16{uint16(a.answers), uint16(ns), uint16(extra)}, true
-}
-
-// capTTL sets the TTL field at b[:4] to ttl when that is less.
-func capTTL(b []byte, ttl uint32) {
-	if binary.BigEndian.Uint32(b) > ttl {
-		binary.BigEndian.PutUint32(b, ttl)
-	}
 }
 
 // shuffle is a Fisher-Yates shuffle of n items drawn with w.intN: every

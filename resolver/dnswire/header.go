@@ -66,3 +66,19 @@ func Truncated(msg []byte) bool {
 // Builder.Record reported it): the cache's hits and stale answers show
 // their counted-down TTLs so.
 func SetTTL(msg []byte, at int, ttl uint32) { binary.BigEndian.PutUint32(msg[at:], ttl) }
+
+// CapTTL lowers the TTL field at at in msg to ttl when it is higher (a
+// watched answer's records under the agent's TTL or a stale answer's).
+func CapTTL(msg []byte, at int, ttl uint32) {
+	if binary.BigEndian.Uint32(msg[at:]) > ttl {
+		SetTTL(msg, at, ttl)
+	}
+}
+
+// SetSOASerial writes serial into the SOA record whose TTL field is at at
+// in msg: the serial is the first of the five 32-bit fields that end its
+// RDATA (RFC 1035 3.3.13), found from the RDLENGTH after the TTL.
+func SetSOASerial(msg []byte, at int, serial uint32) {
+	end := at + 6 + int(binary.BigEndian.Uint16(msg[at+4:]))
+	binary.BigEndian.PutUint32(msg[end-20:], serial)
+}

@@ -54,3 +54,32 @@ func TestSetTTL(t *testing.T) {
 		t.Fatalf("TTL %d (%v), want 86400", m.Answer[0].Header().Ttl, err)
 	}
 }
+
+// CapTTL only lowers; SetSOASerial writes the serial miekg/dns reads,
+// whatever the SOA's names.
+func TestCapTTLAndSOASerial(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("x.example.", dns.TypeA)
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{192, 0, 2, 1}}}
+	m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "example.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 30},
+		Ns: "ns.example.", Mbox: "hostmaster.x.example.", Serial: 1, Refresh: 2, Retry: 3, Expire: 4, Minttl: 5}}
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v Msg
+	if err := v.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	CapTTL(raw, int(v.RR(0).TTLAt), 90) // above: unchanged
+	CapTTL(raw, int(v.RR(1).TTLAt), 10) // below: lowered
+	SetSOASerial(raw, int(v.RR(1).TTLAt), 1765000000)
+	if err := m.Unpack(raw); err != nil {
+		t.Fatal(err)
+	}
+	soa := m.Ns[0].(*dns.SOA)
+	if m.Answer[0].Header().Ttl != 60 || soa.Hdr.Ttl != 10 || soa.Serial != 1765000000 ||
+		soa.Refresh != 2 || soa.Retry != 3 || soa.Expire != 4 || soa.Minttl != 5 {
+		t.Fatalf("A TTL %d, SOA %v; want 60 and TTL 10, serial 1765000000, the rest unchanged", m.Answer[0].Header().Ttl, soa)
+	}
+}
