@@ -162,15 +162,5 @@ func BenchmarkAnswerPacketHitQueryLog(b *testing.B) {
 	h, _ := diffHandler(b, m)
 	h.queryLog = newQueryLog(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.SetLogQueries(true)
-	pkt := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(b)
-	generalReply(h, pkt)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	var q plainQuery
-	out := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-			b.Fatal("declined")
-		}
-	}
+	benchHit(b, h)
 }
