@@ -1,9 +1,9 @@
 package resolver
 
 import (
-	"strings"
-
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/dnswire"
 )
 
 // A UDP answer about a name whose records source says so
@@ -13,53 +13,50 @@ import (
 // agent gives (issue 23: towerd set TC where the agent trimmed to fit
 // 1232 bytes), and a forwarded one, already cut by the agent for towerd's
 // 1232 bytes, is cut again as the agent would for a smaller client (to
-// udp_answer_limit records without EDNS). Over TCP nothing is cut. The
-// rule is trimLikeConsul's on a dns.Msg; how many records it keeps is
-// consulKeep's, on counts and a size, which the fast path also asks of
-// an answer's bytes (fastpath.go, cutAsConsul; consulcut.go, cutWritten
-// for SRV answers; issue 34).
+// udp_answer_limit records without EDNS). Over TCP nothing is cut. When
+// it cuts is consulCuts's rule, how many records it keeps consulKeep's,
+// and which the additional section keeps consulCut's (consulcut.go), on
+// an answer's bytes, for every path (issue 34).
 
 // maxConsulAnswers is Consul's maxUDPAnswerLimit: the most records a UDP
 // client without EDNS gets, whatever udp_answer_limit says.
 const maxConsulAnswers = 8
 
-// trimLikeConsul cuts out for a UDP client whose answers may be limit
-// bytes (512 without EDNS: edns false), leaving room bytes for what the
-// reply core adds (the OPT record, an EDE option). Without EDNS the answer
-// keeps at most min(answerLimit, 8) records, counted uncompressed; then
-// records go from the end of the answer, the authority first, until the
-// message fits (in a binary search when over by more than 100 bytes), each
-// cut leaving in the additional section only the first record of each SRV
-// target, as Consul's syncExtra does. At least one answer record stays.
-func trimLikeConsul(out *dns.Msg, limit int, edns bool, answerLimit, room int) {
+// cutMsgLikeConsul cuts out, ServeDNS's answer, for a UDP client of
+// class c as Consul's DNS cuts its own: without EDNS the answer keeps at
+// most min(answerLimit, 8) records, counted uncompressed; then records go
+// from the end of the answer, the authority first, until the message fits
+// (in a binary search when over by more than 100 bytes), each cut leaving
+// in the additional section only the first record of each SRV target, as
+// Consul's syncExtra does. At least one answer record stays. The choice
+// is made on out's bytes by the one rule the fast path and the cache's
+// cut answers use (consulCut.plan); out keeps the records it keeps.
+func cutMsgLikeConsul(out *dns.Msg, c cutClass) {
 	// Consul measures its answers compressed (as the reply core sends
 	// them), except the answer-limited ones (consulKeep).
 	out.Compress = true
-	if !consulCuts(limit, edns, answerLimit, room, len(out.Answer), out.Len()) {
+	if !c.cuts(len(out.Answer), out.Len()) {
 		return
 	}
-	all, ns := out.Answer, out.Ns
-	hasExtra := len(out.Extra) > 0
-	index := map[string]dns.RR{}
-	for _, rr := range out.Extra {
-		if name := strings.ToLower(rr.Header().Name); index[name] == nil {
-			index[name] = rr
-		}
+	packed, err := out.Pack()
+	var v dnswire.Msg
+	var cut consulCut
+	if err != nil || v.Parse(packed) != nil || v.OPT >= 0 || !cut.plan(&v, c) {
+		return // out packs (it is about to be sent): not met
 	}
-	set := func(k int, compress, keepNs bool) {
-		out.Answer, out.Ns, out.Compress = all[:k], nil, compress
-		if keepNs {
-			out.Ns = ns
-		}
-		if hasExtra {
-			syncConsulExtra(out, index)
-		}
+	first, _ := v.Range(dnswire.Additional)
+	out.Answer = out.Answer[:cut.answers]
+	if !cut.ns {
+		out.Ns = nil
 	}
-	keep, keepNs := consulKeep(limit, edns, answerLimit, room, len(all), func(k int, compress, keepNs bool) int {
-		set(k, compress, keepNs)
-		return out.Len()
-	})
-	set(keep, true, keepNs)
+	if len(out.Extra) > 0 {
+		kept, from := cut.tables()
+		extra := make([]dns.RR, 0, from[cut.answers])
+		for _, j := range kept[:from[cut.answers]] {
+			extra = append(extra, out.Extra[int(j)-first])
+		}
+		out.Extra = extra
+	}
 }
 
 // consulKeep is how many of an answer's answers records the cut keeps
@@ -124,32 +121,4 @@ func consulBinaryCut(answers, maxSize int, size func(k int) int) int {
 		}
 	}
 	return lo
-}
-
-// syncConsulExtra is Consul's syncExtra: the additional section becomes,
-// for each SRV record of the answer in order, the first additional record
-// of its target (following a CNAME there), each name once.
-func syncConsulExtra(out *dns.Msg, index map[string]dns.RR) {
-	extra := make([]dns.RR, 0, len(out.Answer))
-	seen := map[string]bool{}
-	for _, rr := range out.Answer {
-		srv, ok := rr.(*dns.SRV)
-		if !ok {
-			continue
-		}
-		for target := strings.ToLower(srv.Target); !seen[target]; {
-			seen[target] = true
-			next, ok := index[target]
-			if !ok {
-				break
-			}
-			extra = append(extra, next)
-			cname, ok := next.(*dns.CNAME)
-			if !ok {
-				break
-			}
-			target = strings.ToLower(cname.Target)
-		}
-	}
-	out.Extra = extra
 }

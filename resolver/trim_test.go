@@ -51,7 +51,7 @@ func TestTrimLikeConsul(t *testing.T) {
 		{512, true, 3, 11, -1}, // EDNS at 512: the answer limit applies too
 	} {
 		out := bigSRV(t, 25)
-		trimLikeConsul(out, tc.limit, tc.edns, tc.answerLimit, tc.room)
+		cutMsgLikeConsul(out, cutClass{limit: tc.limit, edns: tc.edns, answerLimit: tc.answerLimit, room: tc.room})
 		n := len(out.Answer)
 		if n > maxConsulAnswers && !tc.edns {
 			t.Errorf("%+v: %d answer records without EDNS, want at most %d", tc, n, maxConsulAnswers)
@@ -74,7 +74,7 @@ func TestTrimLikeConsul(t *testing.T) {
 	}
 	// An answer that fits is left alone, additional section included.
 	out := bigSRV(t, 2)
-	trimLikeConsul(out, 1232, true, 3, 11)
+	cutMsgLikeConsul(out, cutClass{limit: 1232, edns: true, answerLimit: 3, room: 11})
 	if len(out.Answer) != 2 || len(out.Extra) != 6 {
 		t.Errorf("an answer that fits: %d answer and %d additional records, want 2 and 6", len(out.Answer), len(out.Extra))
 	}
