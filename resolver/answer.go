@@ -6,6 +6,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/consulcut"
 )
 
 // answer writes one reply to one request on the general path (UDP general,
@@ -97,7 +98,7 @@ func (a answer) body(body *dns.Msg, stale bool, staleTTL func(own uint32) uint32
 		out.Extra = withTTL(out.Extra, staleTTL)
 	}
 	if a.trimsUDP && a.sh.limit < dns.MaxMsgSize {
-		cutMsgLikeConsul(out, cutClass{limit: a.sh.limit, edns: a.sh.opt, answerLimit: a.udpAnswers, room: a.sh.added(out.Rcode, stale)})
+		cutMsgLikeConsul(out, consulcut.Class{Limit: a.sh.limit, EDNS: a.sh.opt, AnswerLimit: a.udpAnswers, Room: a.sh.added(out.Rcode, stale)})
 	}
 	a.write(out, body.AuthenticatedData, stale)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -219,10 +220,10 @@ func (packedRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
 	return m, false, "packed", true
 }
 
-func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _ uint32) ([]byte, [3]uint16, bool, string, bool) {
+func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _ uint32, _ uint16) ([]byte, [3]uint16, bool, bool, string, bool) {
 	m, _, why, ok := p.Answer(dns.Question{Name: string(name), Qtype: qtype, Qclass: dns.ClassINET})
 	if !ok {
-		return dst, [3]uint16{}, false, "", false
+		return dst, [3]uint16{}, false, false, "", false
 	}
 	m.Compress = true
 	raw, err := m.Pack()
@@ -231,9 +232,9 @@ func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _
 	}
 	records := raw[12+len(name)+1+4:]
 	if len(dst)+len(records) > limit {
-		return dst, [3]uint16{}, false, "", false
+		return dst, [3]uint16{}, false, false, "", false
 	}
-	return append(dst, records...), [3]uint16{uint16(len(m.Answer))}, false, why, true
+	return append(dst, records...), [3]uint16{uint16(len(m.Answer))}, false, false, why, true
 }
 
 var _ RecordAppender = packedRecords{}
@@ -310,7 +311,7 @@ func TestFastPathConsulCutAllocates(t *testing.T) {
 		}
 		// Without EDNS the cut was decided when the entry was made.
 		name := []byte(dns.CanonicalName(v.name))
-		_, hit, _ := h.cache.AppendFresh(nil, name, v.qtype, dns.ClassINET, false, false, 65535, narrowTag(3))
+		_, hit, _ := h.cache.AppendFresh(nil, name, v.qtype, dns.ClassINET, false, false, 65535, consulcut.NarrowTag(3))
 		if !hit.Cut || hit.Answer != 3 {
 			t.Errorf("%+v: the entry holds no cut answer of 3 records for clients without EDNS: %+v", v, hit)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -123,9 +124,10 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	sh := s.replyShape(&q.request)
 	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds())
+	dst, counts, stale, cutDone, label, why, ok := appendRecords(s.Records, dst, name, q.qtype,
+		q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds(), q.cutTag(sh))
 	if ok {
-		dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, false, counts)
+		dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, cutDone, counts)
 	}
 	if !ok {
 		return dst[:headerAt], false
@@ -141,9 +143,9 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 }
 
 // cutClass is q's class for Consul's cut of an answer with rcode
-// (consulcut.go).
-func (q *plainQuery) cutClass(sh replyShape, rcode int, stale bool) cutClass {
-	return cutClass{limit: sh.limit, edns: sh.opt, answerLimit: q.udpAnswers, room: sh.added(rcode, stale)}
+// (package consulcut).
+func (q *plainQuery) cutClass(sh replyShape, rcode int, stale bool) consulcut.Class {
+	return consulcut.Class{Limit: sh.limit, EDNS: sh.opt, AnswerLimit: q.udpAnswers, Room: sh.added(rcode, stale)}
 }
 
 // cutTag is the tag of the cut answer a cache entry stores for q (its
@@ -153,7 +155,7 @@ func (q *plainQuery) cutTag(sh replyShape) uint16 {
 	if !q.trims || sh.opt {
 		return 0
 	}
-	return narrowTag(q.udpAnswers)
+	return consulcut.NarrowTag(q.udpAnswers)
 }
 
 // cutAsConsul cuts the answer written at dst[headerAt:] (header room, q's
@@ -193,8 +195,8 @@ func (q *plainQuery) writeLimit(headerAt int, sh replyShape, reserve int) int {
 }
 
 // cutConsul is cutAsConsul's cut for class c.
-func (q *plainQuery) cutConsul(dst []byte, headerAt int, c cutClass, counts [3]uint16) ([]byte, [3]uint16, bool) {
-	if !c.cuts(int(counts[0]), len(dst)-headerAt) {
+func (q *plainQuery) cutConsul(dst []byte, headerAt int, c consulcut.Class, counts [3]uint16) ([]byte, [3]uint16, bool) {
+	if !c.Cuts(int(counts[0]), len(dst)-headerAt) {
 		return dst, counts, true
 	}
 	n := int(counts[0])
@@ -212,13 +214,7 @@ func (q *plainQuery) cutConsul(dst []byte, headerAt int, c cutClass, counts [3]u
 			return q.cutWritten(dst, headerAt, c, counts)
 		}
 	}
-	whole := len(q.question) - 4 + rec - 2 // a record with its owner written out
-	keep, _ := consulKeep(c.limit, c.edns, c.answerLimit, c.room, n, func(k int, compress, _ bool) int {
-		if compress {
-			return base + k*rec
-		}
-		return base + k*whole
-	})
+	keep := c.KeepFixed(n, len(q.question), rec)
 	return dst[:at+keep*rec], [3]uint16{uint16(keep)}, true
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -56,6 +57,38 @@ type wireAnswer struct {
 	// nodata: no answer record, the SOA in the authority section, whose
 	// serial is the time of the question, as Consul's.
 	nodata bool
+	// narrow is how many A or AAAA records a UDP client without EDNS
+	// keeps of the answer (Consul's cut, consulcut.Narrow of the agent's
+	// udp_answer_limit, after a_record_limit), decided when the answer
+	// is encoded (issue 34): every record is one size, so the count is
+	// the same whatever the shuffle puts first. It holds for questions
+	// under narrowTag whose name is the encoded one's length (the cut
+	// measures records with their owner written out); other questions,
+	// and SRV answers (whose count and additional records depend on the
+	// order: the resolver cuts those per question), have none (0).
+	narrow     int
+	narrowTag  uint16
+	narrowName int
+}
+
+// narrowFor reports whether a question of a name nameLen bytes long (text
+// form) asking with tag cut gets a's narrow count.
+func (a *wireAnswer) narrowFor(cut uint16, nameLen int) bool {
+	return cut != 0 && a.narrow > 0 && cut == a.narrowTag && nameLen == a.narrowName
+}
+
+// decideNarrow sets a's narrow count for info (an A or AAAA answer).
+func (a *wireAnswer) decideNarrow(info *agentInfo) {
+	n := a.answers
+	if info.aRecordLimit > 0 && n > info.aRecordLimit {
+		n = info.aRecordLimit
+	}
+	c := consulcut.Narrow(info.udpAnswer)
+	qlen := a.view.QEnd - dnswire.HeaderLen // the question section: its name, type and class
+	a.narrow, a.narrowTag, a.narrowName = n, consulcut.NarrowTag(info.udpAnswer), qlen-4-1
+	if c.Cuts(n, a.recordsAt+n*a.recordLen) {
+		a.narrow = c.KeepFixed(n, qlen, a.recordLen)
+	}
 }
 
 // encodeService encodes key's answers from instances under info; nil when
@@ -132,6 +165,7 @@ func encodeAnswer(info *agentInfo, name string, qtype uint16, answer, extra []dn
 		if len(a.msg)-a.recordsAt != len(answer)*a.recordLen {
 			return nil // not one shape
 		}
+		a.decideNarrow(info)
 		return a
 	}
 	// Each answer's additional records: an address, then TXT records.
