@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/miekg/dns"
@@ -90,7 +91,8 @@ func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleT
 		}
 		out, counts, ok = w.appendFixed(dst, a, most, limit, ttl)
 	} else {
-		out, counts, ok = w.appendWritten(dst, name, a, qtype, limit, ttl)
+		cutDone = a.narrowFor(cut, len(name))
+		out, counts, ok = w.appendWritten(dst, name, a, qtype, limit, ttl, cutDone)
 	}
 	if !ok {
 		return dst, [3]uint16{}, false, false, "", false
@@ -125,8 +127,10 @@ func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, most, limit int, ttl ui
 // before spelling it for the client (resolver/spelling.go), then each
 // answer and its additional records in the shuffled order; the client's
 // question is put back over it, so that every name compressed into it
-// reads as asked.
-func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
+// reads as asked. narrow writes a's narrow answer instead: the first
+// a.narrow groups of the shuffled order, and of their additional records
+// each target's address once (syncExtra's choice, decideNarrowSRV).
+func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, limit int, ttl uint32, narrow bool) ([]byte, [3]uint16, bool) {
 	qname := len(name) + 1 // the name's wire length: plain labels
 	qAt := len(dst) - qname - 4
 	headerAt := qAt - dnswire.HeaderLen
@@ -163,9 +167,13 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 		}
 		written++
 	}
+	kept := order[:a.answers]
+	if narrow {
+		kept = order[:a.narrow]
+	}
 	b.Start(0, 0)
 	b.Question(lower[:qname], qtype, dns.ClassINET)
-	for _, g := range order[:a.answers] {
+	for _, g := range kept {
 		record(dnswire.Answer, int(g))
 	}
 	soaAt := 0
@@ -173,9 +181,13 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 		record(dnswire.Authority, 0)
 		soaAt = int(ttlAt[0])
 	}
-	for _, g := range order[:a.answers] {
-		for i := a.extraFrom[g]; i < a.extraFrom[g+1]; i++ {
-			record(dnswire.Additional, i)
+	for k, g := range kept {
+		if !narrow {
+			for i := a.extraFrom[g]; i < a.extraFrom[g+1]; i++ {
+				record(dnswire.Additional, i)
+			}
+		} else if !slices.ContainsFunc(kept[:k], func(h uint8) bool { return a.sameTarget[h] == a.sameTarget[g] }) {
+			record(dnswire.Additional, a.extraFrom[g]) // the target's address, once
 		}
 	}
 	size, err := b.Finish()
@@ -194,12 +206,12 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 			dnswire.CapTTL(msg, int(at), ttl)
 		}
 	}
-	extra := written - a.answers
+	extra := written - len(kept)
 	ns := 0
 	if a.nodata {
 		ns, extra = 1, extra-1
 	}
-	return dst, [3]uint16{uint16(a.answers), uint16(ns), uint16(extra)}, true
+	return dst, [3]uint16{uint16(len(kept)), uint16(ns), uint16(extra)}, true
 }
 
 // shuffle is a Fisher-Yates shuffle of n items drawn with w.intN: every

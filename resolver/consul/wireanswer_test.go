@@ -304,7 +304,7 @@ func BenchmarkAppendAnswer(b *testing.B) {
 	}
 }
 
-// The count of addresses a UDP client without EDNS keeps (Consul's cut,
+// The count of records a UDP client without EDNS keeps (Consul's cut,
 // udp_answer_limit) is decided when the answer is encoded (issue 34): a
 // question asked with its tag gets that many, shuffled, without an
 // allocation; one of another name length, another tag, or none gets the
@@ -326,11 +326,17 @@ func TestAppendAnswerNarrow(t *testing.T) {
 		{"web.service.consul.", dns.TypeA, 0, 12, false},
 		{"web.service.consul.", dns.TypeA, consulcut.NarrowTag(5), 12, false},
 		{"web.service.dc1.consul.", dns.TypeA, tag, 12, false}, // another length: cut per question
-		{"web.service.consul.", dns.TypeSRV, tag, 12, false},   // SRV: cut per question
+		// SRV: three groups, each target's address once, whatever the
+		// order (twelve nodes, their addresses alike in size).
+		{"web.service.consul.", dns.TypeSRV, tag, 3, true},
+		{"web.service.dc1.consul.", dns.TypeSRV, tag, 12, false},
 	} {
 		pkt := wireQuery(t, tc.name, tc.qtype)
 		name := []byte(tc.name)
 		_, counts, _, done, _, ok := w.AppendAnswer(pkt, name, tc.qtype, 65535, 30, tc.cut)
+		if done && tc.qtype == dns.TypeSRV && counts[2] != counts[0] {
+			t.Errorf("%s SRV: %d additional records for %d SRV records, want each target's address", tc.name, counts[2], counts[0])
+		}
 		if !ok || int(counts[0]) != tc.want || done != tc.done {
 			t.Errorf("%s %s tag %d: answered %v, %d records, cut %v; want %d, cut %v", tc.name,
 				dns.TypeToString[tc.qtype], tc.cut, ok, counts[0], done, tc.want, tc.done)

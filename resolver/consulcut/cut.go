@@ -90,10 +90,8 @@ func (cut *Cut) syncExtra(v *dnswire.Msg, n int) {
 		t, _, err := dnswire.ReadName(v.Raw, at, target[:0])
 		for err == nil && !isSeen(t) && len(seen) < cap(seen) {
 			seen = append(seen, uint16(at))
-			j := firstExtra
-			for ; j < v.Len() && !v.OwnerIs(j, t); j++ {
-			}
-			if j == v.Len() {
+			j := FirstExtra(v, t)
+			if j < 0 {
 				break
 			}
 			extra[nextra] = uint16(j) // each record once: its name is seen now
@@ -173,4 +171,17 @@ func (cut *Cut) Extra(v *dnswire.Msg) []uint16 {
 	}
 	extra, extraFrom := cut.tables()
 	return extra[:extraFrom[cut.Answers]]
+}
+
+// FirstExtra is the view's index of v's first additional record owned by
+// name (uncompressed wire form), -1 for none: the record syncExtra keeps
+// for an SRV record whose target is name.
+func FirstExtra(v *dnswire.Msg, name []byte) int {
+	from, to := v.Range(dnswire.Additional)
+	for j := from; j < to; j++ {
+		if v.OwnerIs(j, name) {
+			return j
+		}
+	}
+	return -1
 }
