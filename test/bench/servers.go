@@ -35,6 +35,9 @@ type serverSetup struct {
 	// noNegCache turns negative caching off in the peers (scenarios 7 and
 	// 8); towerd never caches NXDOMAIN.
 	noNegCache bool
+	// admin, when set, is towerd's admin address (its /metrics); else
+	// the admin server is off.
+	admin string
 	// addr, when set, is where the server listens instead of serverAddr
 	// (scenario 10: port 53, which glibc asks).
 	addr string
@@ -138,7 +141,7 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			}
 		}
 		args := []string{"-config", config, "-listen", addr, "-upstream", set.upstream, "-consul-http", "off",
-			"-admin", "", "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
+			"-admin", set.admin, "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
 		if set.consulDNS != "" {
 			// The watch on the agent's HTTP API (its default port) and its DNS.
 			api := consulHost + ":8500"
