@@ -60,9 +60,8 @@ type Server struct {
 	// UDPReceiveBuffer, if positive, is the receive buffer asked for on
 	// every UDP socket, in bytes as setsockopt(SO_RCVBUF) takes them: what
 	// holds the queries that arrive while the socket's reader is not
-	// running (descheduled on a busy node, a GC pause). The kernel's
-	// default holds a few hundred datagrams, a few milliseconds at tens of
-	// thousands of queries a second; past it they are dropped. Zero
+	// running (descheduled on a busy node, a GC pause): past it the kernel
+	// drops them, and its default is small (docs/benchmarks.md). Zero
 	// leaves the socket as it is. A buffer already larger is kept; past
 	// net.core.rmem_max it takes CAP_NET_ADMIN (raiseReceiveBuffer).
 	UDPReceiveBuffer int

@@ -266,11 +266,11 @@ func DefaultConfig() Config {
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
 		MaxUDPSize:   1232,
-		// The kernel's default (net.core.rmem_default, 208 KiB on Debian)
-		// holds a few hundred queries: 10 ms of a busy node's reader
-		// descheduled, and the rest are dropped. 4 MiB is unbound's
-		// suggested so-rcvbuf; it is a ceiling, taken only while queries
-		// wait.
+		// The kernel's default (net.core.rmem_default) holds a few
+		// hundred queries, a few milliseconds of a busy node's reader
+		// descheduled; the rest are dropped (docs/benchmarks.md). 4 MiB is
+		// unbound's suggested so-rcvbuf; it is a ceiling, taken only
+		// while queries wait.
 		UDPReceiveBuffer: 4 << 20,
 		LogLevel:         "info",
 		LogFormat:        "text",
