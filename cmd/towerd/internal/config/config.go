@@ -129,7 +129,9 @@ type UpstreamConfig struct {
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
 	// HedgeBudget: share of upstream queries that may be hedges, a late
 	// first attempt asked again of the next fastest server (token bucket,
-	// burst 10); 0 turns hedging and exploring off.
+	// burst 10; a hedge that won after its first attempt's timeout was
+	// that retransmission, sent early, and is refunded); 0 turns hedging
+	// and exploring off.
 	HedgeBudget float64 `toml:"hedge_budget"`
 }
 
