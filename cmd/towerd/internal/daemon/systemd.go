@@ -118,6 +118,24 @@ func (d *Daemon) listen(addrs []string) error {
 	return nil
 }
 
+// receiveBufferSet is the server's OnReceiveBuffer: one log line per UDP
+// socket, a warning when the kernel gave less than udp_receive_buffer
+// (queries that arrive while towerd's reader waits for a CPU are dropped
+// past it, as the kernel's counters show: `ss -uamn`, d in skmem).
+func (d *Daemon) receiveBufferSet(want int) func(addr string, got int, err error) {
+	return func(addr string, got int, err error) {
+		switch {
+		case err != nil:
+			d.log.Warn("cannot set udp_receive_buffer", "addr", addr, "err", err)
+		case got < want:
+			d.log.Warn("udp_receive_buffer capped by the kernel", "addr", addr, "bytes", got, "configured", want,
+				"hint", "raise net.core.rmem_max (sysctl), or give towerd CAP_NET_ADMIN")
+		default:
+			d.log.Debug("udp receive buffer", "addr", addr, "bytes", got)
+		}
+	}
+}
+
 // sdServing starts what follows the sockets serving: the readiness checks
 // (then READY=1) and the periodic WATCHDOG=1/STATUS= ticks.
 func (d *Daemon) sdServing(addrs []string) {
