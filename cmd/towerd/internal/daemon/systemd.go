@@ -119,17 +119,24 @@ func (d *Daemon) listen(addrs []string) error {
 }
 
 // receiveBufferSet is the server's OnReceiveBuffer: one log line per UDP
-// socket, a warning when the kernel gave less than udp_receive_buffer
+// socket, saying when the kernel gave less than udp_receive_buffer
 // (queries that arrive while towerd's reader waits for a CPU are dropped
-// past it, as the kernel's counters show: `ss -uamn`, d in skmem).
+// past it, as the kernel's counters show: `ss -uamn`, d in skmem). At the
+// default that is an info line: towerd.service has no CAP_NET_ADMIN and a
+// stock net.core.rmem_max caps it, which must not warn at every start; a
+// size the operator chose warns.
 func (d *Daemon) receiveBufferSet(want int) func(addr string, got int, err error) {
+	logf := d.log.Warn
+	if want == int(config.DefaultConfig().UDPReceiveBuffer) {
+		logf = d.log.Info
+	}
 	return func(addr string, got int, err error) {
 		switch {
 		case err != nil:
-			d.log.Warn("cannot set udp_receive_buffer", "addr", addr, "err", err)
+			logf("cannot set udp_receive_buffer", "addr", addr, "err", err)
 		case got < want:
-			d.log.Warn("udp_receive_buffer capped by the kernel", "addr", addr, "bytes", got, "configured", want,
-				"hint", "raise net.core.rmem_max (sysctl), or give towerd CAP_NET_ADMIN")
+			logf("udp_receive_buffer capped by the kernel", "addr", addr, "bytes", got, "configured", want,
+				"hint", "raise net.core.rmem_max (sysctl), or set ReceiveBuffer= in a towerd.socket drop-in")
 		default:
 			d.log.Debug("udp receive buffer", "addr", addr, "bytes", got)
 		}
