@@ -18,7 +18,9 @@ import (
 // client writes the stored cut; the fast path plans per question only
 // what was not decided so (cutAsConsul: an entry made before the agent's
 // answer limit changed or read from a snapshot, a client whose EDNS size
-// is between 512 bytes and the whole answer's size, a watched answer).
+// is between 512 bytes and the whole answer's size, a watched answer
+// whose cut depends on the shuffle's order or asked by a name of another
+// length than the one it was encoded for).
 
 // maxCutRecords bounds the records of an answer the fast path cuts per
 // question (on its stack, consulcut.Cut); a bigger one is ServeDNS's.

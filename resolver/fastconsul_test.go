@@ -145,7 +145,7 @@ func TestFastPathConsulAnswersMatchServeDNS(t *testing.T) {
 	}
 	staleAfterFailure(t, h, clock, pkts)
 	for i, v := range consulVariants() {
-		check(v, pkts[i], true) // EDE 3 takes room too: consulCuts counts it
+		check(v, pkts[i], true) // EDE 3 takes room too: Class.Cuts counts it
 
 	}
 }
@@ -291,7 +291,7 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 // allocation (issue 34): eight cached addresses, and eight SRV records
 // with their targets' addresses, to a client without EDNS (the entry's
 // cut answer, made when the entry was: cutForNarrow) and to one with EDNS
-// at 512 bytes (cut per question: cutWritten, consulKeep).
+// at 512 bytes (cut per question: cutWritten, consulcut.Class.Keep).
 func TestFastPathConsulCutAllocates(t *testing.T) {
 	h, _ := consulHandler(t)
 	for _, v := range []consulVariant{

@@ -164,9 +164,10 @@ func (q *plainQuery) cutTag(sh replyShape) uint16 {
 // cache entry's cut answer) or that the cut leaves whole as it is; one of
 // A or AAAA records alone (every record one size, its owner a pointer to
 // the question: a watched address answer, or a cached one an older entry
-// holds) to the first records consulKeep keeps; any other planned and
-// written again (cutWritten). ok false (an answer cutWritten declines, or
-// one still bigger than the client's size) leaves it to ServeDNS.
+// holds) to the first records consulcut's KeepFixed keeps; any other
+// planned and written again (cutWritten). ok false (an answer cutWritten
+// declines, or one still bigger than the client's size) leaves it to
+// ServeDNS.
 func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale, decided bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
 	if !q.trims {
 		return dst, counts, true

@@ -33,7 +33,7 @@ const maxConsulAnswers = 8
 // cut answers use (consulcut.Cut); out keeps the records it keeps.
 func cutMsgLikeConsul(out *dns.Msg, c consulcut.Class) {
 	// Consul measures its answers compressed (as the reply core sends
-	// them), except the answer-limited ones (consulKeep).
+	// them), except the answer-limited ones (consulcut.Class.Keep).
 	out.Compress = true
 	if !c.Cuts(len(out.Answer), out.Len()) {
 		return

@@ -352,3 +352,49 @@ func TestAppendAnswerNarrow(t *testing.T) {
 		}
 	}
 }
+
+// A watched SRV answer's narrow cut is consulcut's cut of the whole
+// answer under the same shuffle, byte for byte: each kept target's
+// address once, instances sharing an address (one target) included,
+// node meta dropped (issue 34).
+func TestAppendAnswerNarrowSRVIsTheCut(t *testing.T) {
+	info := &agentInfo{datacenter: "dc1", domain: "consul.", udpAnswer: 3, nodeMetaTXT: true}
+	w := wireWatcher(t, 1, info)
+	var pair []instance
+	for i := range 8 {
+		pair = append(pair, instance{ServiceID: fmt.Sprint("pair", i), Node: fmt.Sprint("vm", i/2),
+			NodeAddr: fmt.Sprintf("10.1.0.%d", i/2+1), Port: 80 + i, Weight: 1, MetaTXT: []string{"rack=r1"}})
+	}
+	w.store.set("pair", pair, nil)
+	markWatched(w, "pair")
+	name := []byte("pair.service.consul.")
+	pkt := wireQuery(t, string(name), dns.TypeSRV)
+	for seed := range uint64(40) {
+		draw := func() { rng := rand.New(rand.NewPCG(seed, 1)); w.intN = rng.IntN }
+		draw()
+		whole, counts, _, done, _, ok := w.AppendAnswer(append([]byte(nil), pkt...), name, dns.TypeSRV, 65535, 30, 0)
+		if !ok || done {
+			t.Fatalf("whole answer: %v, cut %v", ok, done)
+		}
+		dnswire.Header{QDCount: 1, ANCount: counts[0], NSCount: counts[1], ARCount: counts[2]}.Put(whole)
+		var v dnswire.Msg
+		var cut consulcut.Cut
+		var b dnswire.Builder
+		if v.Parse(whole) != nil || !cut.Plan(&v, consulcut.Narrow(3)) {
+			t.Fatal("the whole answer does not plan")
+		}
+		if _, err := cut.Write(&b, &v); err != nil {
+			t.Fatal(err)
+		}
+		want := b.AppendTo(nil)
+		draw()
+		got, counts, _, done, _, ok := w.AppendAnswer(append([]byte(nil), pkt...), name, dns.TypeSRV, 65535, 30, consulcut.NarrowTag(3))
+		if !ok || !done {
+			t.Fatalf("seed %d: narrow answer %v, cut %v", seed, ok, done)
+		}
+		dnswire.Header{QDCount: 1, ANCount: counts[0], NSCount: counts[1], ARCount: counts[2]}.Put(got)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("seed %d: narrow answer\n%x\nwant consulcut's cut of the whole one\n%x", seed, got, want)
+		}
+	}
+}

@@ -244,6 +244,9 @@ func (a *wireAnswer) decideNarrowSRV(info *agentInfo) {
 				}
 			}
 		}
+		if consulcut.FirstExtra(v, t) != a.extraFrom[same[g]] {
+			return // syncExtra, in the encoded order, would not keep that address
+		}
 		sizes[g] = v.WholeLen(g) + v.WholeLen(addr)
 	}
 	slices.Sort(sizes)
