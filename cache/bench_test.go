@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The benchmarks of issue 6: what one cache hit costs. `make bench` runs them
@@ -30,7 +32,7 @@ func benchCache(b *testing.B, n int) (*Cache, []Key) {
 			A:   net.IPv4(192, 0, 2, byte(i)),
 		}}
 		keys[i] = NewKey(name, dns.TypeA, dns.ClassINET, false, false)
-		if ok, reason := setMsg(c, keys[i], m); !ok {
+		if ok, reason := dnstest.SetMsg(c, keys[i], m); !ok {
 			b.Fatalf("Set %s: %s", name, reason)
 		}
 	}

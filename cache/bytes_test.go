@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // txtReply is a positive reply with TXT records of about size bytes in all,
@@ -70,7 +72,7 @@ func TestEntryLargerThanTheBound(t *testing.T) {
 	k := keyTXT("big.example.")
 	mustSet(t, c, k, txtReply(t, "big.example.", 1<<10))
 	before := c.Bytes()
-	if ok, reason := setMsg(c, k, txtReply(t, "big.example.", 20<<10)); ok || reason != reasonOverMaxBytes {
+	if ok, reason := dnstest.SetMsg(c, k, txtReply(t, "big.example.", 20<<10)); ok || reason != reasonOverMaxBytes {
 		t.Fatalf("Set of a 20 KiB answer under a 16 KiB bound = %v, %q", ok, reason)
 	}
 	if c.Len() != 2 || c.Bytes() != before {

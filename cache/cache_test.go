@@ -35,24 +35,9 @@ func aReply(t testing.TB, name string, ttl int, ip string) *dns.Msg {
 	return m
 }
 
-// setMsg stores m under k as the resolver stores an upstream's reply
-// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
-// SetWire.
-func setMsg(c *Cache, k Key, m *dns.Msg) (stored bool, reason string) {
-	raw, err := m.Pack()
-	if err != nil {
-		return false, "pack failed"
-	}
-	a, reason := c.PrepareAnswer(k, raw)
-	if reason != "" {
-		return false, reason
-	}
-	return c.SetWire(k, &a)
-}
-
 func mustSet(t testing.TB, c *Cache, k Key, m *dns.Msg) {
 	t.Helper()
-	if ok, reason := setMsg(c, k, m); !ok {
+	if ok, reason := dnstest.SetMsg(c, k, m); !ok {
 		t.Fatalf("Set(%v) refused: %q", k, reason)
 	}
 }
@@ -150,7 +135,7 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 			mustSet(t, c, k, aReply(t, "www.example.com.", 300, "192.0.2.1"))
 			clock.Advance(10 * time.Second)
 
-			stored, reason := setMsg(c, k, tt.msg)
+			stored, reason := dnstest.SetMsg(c, k, tt.msg)
 			if stored || reason != tt.reason {
 				t.Fatalf("Set = %v, %q; want false, %q", stored, reason, tt.reason)
 			}
@@ -172,7 +157,7 @@ func TestFailureNeverReplacesGoodEntry(t *testing.T) {
 func TestNXDOMAINIsNeverStored(t *testing.T) {
 	c, _ := newTestCache(t, Config{Capacity: 10, MaxStaleAge: 24 * time.Hour})
 	k := keyA("new.example.com.")
-	if stored, _ := setMsg(c, k, reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 3600)}})); stored {
+	if stored, _ := dnstest.SetMsg(c, k, reply(t, dns.RcodeNameError, sections{ns: []string{soa(3600, 3600)}})); stored {
 		t.Fatal("NXDOMAIN stored")
 	}
 	if _, ok := c.Get(k); ok || c.Len() != 0 {
@@ -302,7 +287,7 @@ func TestStatsCounts(t *testing.T) {
 	c.Get(k) // stale hit
 	tc := aReply(t, "www.example.com.", 10, "192.0.2.9")
 	tc.Truncated = true
-	setMsg(c, k, tc) // refused: a fragment
+	dnstest.SetMsg(c, k, tc) // refused: a fragment
 	want := Stats{Hits: 2, Misses: 1, StaleHits: 1, Stored: 1, Refused: 1}
 	if got := c.Stats(); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)

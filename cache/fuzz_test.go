@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The cache's wire handling is fuzzed at its two doors: replies from an
@@ -64,7 +66,7 @@ func FuzzCacheSet(f *testing.F) {
 			k = NewKey(q.Name, q.Qtype, q.Qclass, false, m.CheckingDisabled)
 		}
 		c, clock := newTestCache(t, fuzzConfig)
-		stored, _ := setMsg(c, k, m)
+		stored, _ := dnstest.SetMsg(c, k, m)
 		r, ok := c.Get(k)
 		if ok != stored {
 			t.Fatalf("Set stored %v but Get found %v", stored, ok)
@@ -115,7 +117,7 @@ func FuzzCacheLoad(f *testing.F) {
 		if err := m.Unpack(wire); err != nil {
 			f.Fatal(err)
 		}
-		setMsg(src, NewKey(m.Question[0].Name, uint16(i+1), dns.ClassINET, i%2 == 0, false), m)
+		dnstest.SetMsg(src, NewKey(m.Question[0].Name, uint16(i+1), dns.ClassINET, i%2 == 0, false), m)
 	}
 	var buf bytes.Buffer
 	if _, err := src.Dump(&buf); err != nil {

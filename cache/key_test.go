@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 func TestNewKey(t *testing.T) {
@@ -180,7 +182,7 @@ func TestConcurrentUse(t *testing.T) {
 				k := keys[(w+i)%len(keys)]
 				switch i % 5 {
 				case 0:
-					setMsg(c, k, replies[(w+i)%len(keys)])
+					dnstest.SetMsg(c, k, replies[(w+i)%len(keys)])
 				case 1, 2:
 					gets[w]++
 					if r, ok := c.Get(k); ok {

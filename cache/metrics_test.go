@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // The collector reports the cache's own counters at scrape time, with an
@@ -23,7 +25,7 @@ func TestCollector(t *testing.T) {
 	c.Get(keyA("a.example."))       // expired: a miss, and an expired lookup
 	tc := aReply(t, "tc.example.", 60, "192.0.2.9")
 	tc.Truncated = true
-	setMsg(c, keyA("tc.example."), tc) // refused: a fragment
+	dnstest.SetMsg(c, keyA("tc.example."), tc) // refused: a fragment
 	// a was used last, so c pushes b out.
 	mustSet(t, c, keyA("c.example."), aReply(t, "c.example.", 60, "192.0.2.3"))
 

@@ -74,13 +74,17 @@ func (b ttlBounds) clamp(ttl time.Duration) time.Duration {
 type prepared struct {
 	// data is the reply packed (ID 0, no OPT or TSIG, compressed), followed
 	// by the offset in it of each record's TTL field, two bytes each,
-	// big-endian. One slice for both is one allocation and one slice header
+	// big-endian, and then perhaps by the same two for its cut answer
+	// (cut.go). One slice for both is one allocation and one slice header
 	// per entry less (issue 6). Never modified once made.
 	data     []byte
 	wireLen  uint16 // length of the packed reply at the start of data
 	answerAt uint16 // where the answer section starts in the reply
 	kind     Kind
-	ttl      time.Duration // after clamps; may be 0 (stored already expired)
+	// cutTag is the tag of the cut answer stored at the end of data (0:
+	// none; cut.go). In the padding after kind: an item stays 64 bytes.
+	cutTag uint16
+	ttl    time.Duration // after clamps; may be 0 (stored already expired)
 }
 
 // wire returns the packed reply, without the TTL offsets behind it.

@@ -27,6 +27,9 @@ type WireHit struct {
 	Answer, Ns, Extra uint16
 	// TTL is the entry's lifetime as stored; Remaining the time left.
 	TTL, Remaining time.Duration
+	// Cut: the records written are the entry's cut answer, asked for
+	// with its tag (cut.go), not the whole one.
+	Cut bool
 }
 
 // AppendFresh is the hit path for a query read from a packet. If the entry
@@ -39,7 +42,10 @@ type WireHit struct {
 // name must be canonical (ASCII lower case, fully qualified), as NewKey
 // makes it; it is only read during the call. The records are meant to follow
 // a 12-byte header and one question whose name has the wire length of name.
-func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool, limit int) ([]byte, WireHit, bool) {
+// cut, when not 0, asks for the entry's cut answer stored under that tag
+// (WireAnswer.SetCut): written if the entry has one, else the whole answer
+// (WireHit.Cut says which).
+func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool, limit int, cut uint16) ([]byte, WireHit, bool) {
 	if len(name) == 0 {
 		return dst, WireHit{}, false
 	}
@@ -58,7 +64,7 @@ func (c *Cache) AppendFresh(dst, name []byte, qtype, qclass uint16, do, cd bool,
 	if !a.fresh {
 		return dst, WireHit{}, false
 	}
-	dst, hit, ok := it.appendRecords(dst, a.shownTTL, limit)
+	dst, hit, ok := it.appendRecords(dst, a.shownTTL, limit, cut)
 	if !ok {
 		return dst, WireHit{}, false
 	}
@@ -101,8 +107,8 @@ type StaleHit struct {
 // StaleWritten with what the resolver's serve-stale rules need. It counts
 // nothing (CountStaleHit does, for a stale answer given): the resolver may
 // still leave the query to Get. Otherwise dst comes back unchanged with
-// what was found. name is AppendFresh's.
-func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool, limit int, ttl uint32) ([]byte, StaleHit, Stale) {
+// what was found. name and cut are AppendFresh's.
+func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool, limit int, ttl uint32, cut uint16) ([]byte, StaleHit, Stale) {
 	if len(name) == 0 {
 		return dst, StaleHit{}, StaleNone
 	}
@@ -125,7 +131,7 @@ func (c *Cache) AppendStale(dst, name []byte, qtype, qclass uint16, do, cd bool,
 		return dst, StaleHit{}, StaleFresh
 	}
 	ttl = StaleTTL(ttl, it.ttl)
-	dst, hit, ok := it.appendRecords(dst, ttl, limit)
+	dst, hit, ok := it.appendRecords(dst, ttl, limit, cut)
 	if !ok {
 		return dst, StaleHit{}, StaleTooBig
 	}

@@ -22,7 +22,7 @@ func wireReply(t testing.TB, c *Cache, k Key, clientName string, limit int) (*dn
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, hit, ok := c.AppendFresh(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit)
+	out, hit, ok := c.AppendFresh(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit, 0)
 	if !ok {
 		if len(out) != len(head) {
 			t.Fatalf("AppendFresh reported a miss but wrote %d bytes", len(out)-len(head))
@@ -175,7 +175,7 @@ func BenchmarkAppendFresh(b *testing.B) {
 	buf := make([]byte, 0, 512)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, ok := c.AppendFresh(buf[:0], name, k.Type, k.Class, false, false, 512); !ok {
+		if _, _, ok := c.AppendFresh(buf[:0], name, k.Type, k.Class, false, false, 512, 0); !ok {
 			b.Fatal("miss")
 		}
 	}
@@ -194,7 +194,7 @@ func TestAppendStaleMatchesGet(t *testing.T) {
 	})
 	mustSet(t, c, k, m)
 	appendStale := func(limit int) ([]byte, StaleHit, Stale) {
-		return c.AppendStale(nil, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit, 30)
+		return c.AppendStale(nil, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, limit, 30, 0)
 	}
 	if _, _, found := appendStale(dns.MaxMsgSize); found != StaleFresh {
 		t.Fatalf("fresh entry: %v, want StaleFresh", found)
@@ -218,7 +218,7 @@ func TestAppendStaleMatchesGet(t *testing.T) {
 	// The bytes behind a header and question: Get's records, TTL 30.
 	q := new(dns.Msg).SetQuestion(k.Name, k.Type)
 	head, _ := q.Pack()
-	full, _, _ := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30)
+	full, _, _ := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30, 0)
 	binary.BigEndian.PutUint16(full[6:], st.Answer)
 	binary.BigEndian.PutUint16(full[8:], st.Ns)
 	got := new(dns.Msg)
@@ -254,7 +254,7 @@ func TestAppendStaleTTLAtMostStored(t *testing.T) {
 		clock.Advance(time.Duration(tc.ttl+1) * time.Second)
 		q := new(dns.Msg).SetQuestion(k.Name, k.Type)
 		head, _ := q.Pack()
-		full, st, found := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30)
+		full, st, found := c.AppendStale(head, []byte(k.Name), k.Type, k.Class, k.DO, k.CD, dns.MaxMsgSize, 30, 0)
 		if found != StaleWritten {
 			t.Fatalf("TTL %d: %v, want StaleWritten", tc.ttl, found)
 		}

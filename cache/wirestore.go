@@ -34,10 +34,11 @@ func (c *Cache) SetWire(k Key, a *WireAnswer) (stored bool, reason string) {
 }
 
 // AppendRecords is AppendFresh for a just prepared answer: its records
-// with every TTL the one a hit right after storing shows, if they fit in
-// limit bytes of dst. It counts nothing.
-func (a *WireAnswer) AppendRecords(dst []byte, limit int) ([]byte, WireHit, bool) {
-	return a.appendRecords(dst, shownTTL(a.ttl, 0), limit)
+// (its cut answer under tag cut, if it has one; see AppendFresh) with
+// every TTL the one a hit right after storing shows, if they fit in limit
+// bytes of dst. It counts nothing.
+func (a *WireAnswer) AppendRecords(dst []byte, limit int, cut uint16) ([]byte, WireHit, bool) {
+	return a.appendRecords(dst, shownTTL(a.ttl, 0), limit, cut)
 }
 
 // Aged is a as it is elapsed after it was prepared: every TTL it shows
@@ -48,6 +49,10 @@ func (a WireAnswer) Aged(elapsed time.Duration) WireAnswer {
 	a.ttl = max(0, a.ttl-elapsed.Truncate(time.Second))
 	return a
 }
+
+// Wire is the answer's message (ID 0, the entry's question, its records,
+// no OPT), as a hit writes its records; only to be read.
+func (a *WireAnswer) Wire() []byte { return a.wire() }
 
 // Message is the answer as a dns.Msg the caller owns, as a hit right after
 // storing shows it: every TTL the entry's, no OPT.
@@ -60,9 +65,16 @@ func (a *WireAnswer) Message() *dns.Msg {
 	return m
 }
 
-// appendRecords writes p's record sections to dst, every TTL set to ttl,
-// when they fit in limit bytes; see AppendFresh.
-func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, WireHit, bool) {
+// appendRecords writes the record sections of p (of its cut answer under
+// tag cut, if it has one) to dst, every TTL set to ttl, when they fit in
+// limit bytes; see AppendFresh.
+func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int, cut uint16) ([]byte, WireHit, bool) {
+	if cut != 0 && p.cutTag == cut {
+		c := p.cutAnswer()
+		dst, hit, ok := c.appendRecords(dst, ttl, limit, 0)
+		hit.Cut = ok
+		return dst, hit, ok
+	}
 	wire := p.wire()
 	records := wire[p.answerAt:]
 	if len(dst)+len(records) > limit {
@@ -70,10 +82,11 @@ func (p *prepared) appendRecords(dst []byte, ttl uint32, limit int) ([]byte, Wir
 	}
 	base := len(dst) - int(p.answerAt)
 	dst = append(dst, records...)
-	for offsets := p.data[p.wireLen:]; len(offsets) >= 2; offsets = offsets[2:] {
+	hdr, _ := dnswire.ReadHeader(wire) // an entry is a whole message
+	n := int(hdr.ANCount) + int(hdr.NSCount) + int(hdr.ARCount)
+	for offsets := p.data[p.wireLen : int(p.wireLen)+2*n]; len(offsets) >= 2; offsets = offsets[2:] {
 		dnswire.SetTTL(dst, base+int(binary.BigEndian.Uint16(offsets)), ttl) // the entry's own offset table
 	}
-	hdr, _ := dnswire.ReadHeader(wire) // an entry is a whole message
 	return dst, WireHit{
 		Rcode:             hdr.Rcode(),
 		AuthenticatedData: hdr.Flags&dnswire.FlagAD != 0,

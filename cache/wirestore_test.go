@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/resolver/dnswire"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // packReply packs a reply to name/qtype as an upstream would send it.
@@ -262,7 +263,7 @@ func TestSetWire(t *testing.T) {
 		// The entry is the one stored for the reply unpacked and repacked, byte for
 		// byte, and a hit shows it as the first answer showed it.
 		ref, _ := newTestCache(t, Config{Capacity: 10})
-		if ok, reason := setMsg(ref, k, m); !ok {
+		if ok, reason := dnstest.SetMsg(ref, k, m); !ok {
 			t.Fatalf("%s: repacked reply refused: %s", q.Name, reason)
 		}
 		c.mu.Lock()

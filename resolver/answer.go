@@ -6,6 +6,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/consulcut"
 )
 
 // answer writes one reply to one request on the general path (UDP general,
@@ -20,7 +21,7 @@ type answer struct {
 	// with: its stale TTL is never more (staleTTL).
 	entryTTL time.Duration
 	// trimsUDP: a UDP answer is cut to fit as Consul's DNS cuts its own
-	// (trim.go), with udpAnswers the answer limit without EDNS
+	// (trim.go, cutMsgLikeConsul), with udpAnswers the answer limit without EDNS
 	// (Config.TrimUDP).
 	trimsUDP   bool
 	udpAnswers int
@@ -97,7 +98,7 @@ func (a answer) body(body *dns.Msg, stale bool, staleTTL func(own uint32) uint32
 		out.Extra = withTTL(out.Extra, staleTTL)
 	}
 	if a.trimsUDP && a.sh.limit < dns.MaxMsgSize {
-		trimLikeConsul(out, a.sh.limit, a.sh.opt, a.udpAnswers, a.sh.added(out.Rcode, stale))
+		cutMsgLikeConsul(out, consulcut.Class{Limit: a.sh.limit, EDNS: a.sh.opt, AnswerLimit: a.udpAnswers, Room: a.sh.added(out.Rcode, stale)})
 	}
 	a.write(out, body.AuthenticatedData, stale)
 }

@@ -42,10 +42,9 @@ type Config struct {
 	// TrimUDP, if set, says of a question's name (canonical: lower case,
 	// fully qualified; only read during the call; it must not allocate:
 	// the fast path asks it) whether its UDP answers are cut to fit the
-	// client as Consul's DNS cuts its own (trim.go), without TC, and the
-	// answer limit for a client without EDNS: the daemon's says so of the
-	// Consul domain, watched or not. The fast path answers those the cut
-	// leaves whole (consulCuts) and leaves the others to the general path.
+	// client as Consul's DNS cuts its own (package consulcut), without TC,
+	// and the answer limit for a client without EDNS: the daemon's says so
+	// of the Consul domain, watched or not.
 	TrimUDP func(name []byte) (answerLimit int, ok bool)
 
 	// Prefetch refreshes an entry in the background when it is hit in the

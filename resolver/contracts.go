@@ -47,11 +47,15 @@ type RecordSource interface {
 // path packs Answer's records for the question as the client spelled it.
 // counts are the records of the answer, authority and additional
 // sections; stale is Answer's stale, every TTL then at most staleTTL (the
-// general path's answer.records). It reports Answer's why; ok false, dst
+// general path's answer.records). cut, when not 0, asks for the answer
+// as Consul's cut leaves it for a UDP client without EDNS under that tag
+// (consulcut.NarrowTag), if the source decided that cut when it encoded
+// the answer: cutDone says it wrote so (else it wrote the whole answer,
+// which the resolver cuts). It reports Answer's why; ok false, dst
 // unchanged, leaves the question to Answer. It must not allocate.
 type RecordAppender interface {
-	AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
-		out []byte, counts [3]uint16, stale bool, why string, ok bool)
+	AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32, cut uint16) (
+		out []byte, counts [3]uint16, stale, cutDone bool, why string, ok bool)
 }
 
 // Upstream is what a zone forwards to: the one contract between the

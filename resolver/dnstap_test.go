@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -200,15 +199,5 @@ func BenchmarkAnswerPacketHitTap(b *testing.B) {
 	s := *h.settings.Load()
 	s.Tap = discardTap{}
 	h.settings.Store(&s)
-	pkt := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(b)
-	generalReply(h, pkt)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	var q plainQuery
-	out := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-			b.Fatal("declined")
-		}
-	}
+	benchHit(b, h)
 }

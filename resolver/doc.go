@@ -72,18 +72,19 @@
 //     answers with records. A stale answer's TTL is
 //     settings.staleTTLSeconds, written by the cache's TTL writer on bytes
 //     (cache.AppendStale) and by withTTL on a dns.Msg.
-//   - The Consul cut (trim.go: a UDP answer under the Consul domain cut
-//     as the agent cuts its own, Config.TrimUDP): consulCuts says whether
-//     it cuts an answer, from its record count and length, and consulKeep
-//     how many records it keeps (trimLikeConsul's rule, on counts); the
-//     fast path (hits, stale answers, watched answers, the wire miss)
-//     writes the answer past the client's size (writeLimit), answers what
-//     the cut leaves whole, and cuts the rest on the bytes (cutAsConsul):
-//     A or AAAA records alone by slicing, SRV answers written again with
-//     the one encoder, their additional records chosen as syncConsulExtra
-//     chooses them (cutWritten); an answer of an authority section or of
-//     more than maxCutRecords records, or one still too big once cut, is
-//     ServeDNS's trimLikeConsul's.
+//   - The Consul cut (a UDP answer under the Consul domain cut as the
+//     agent cuts its own, Config.TrimUDP): package consulcut, on an
+//     answer's bytes (Class.Cuts, Class.Keep, Cut: syncExtra's additional
+//     records). For a client without EDNS it is decided once: a cache
+//     entry's cut answer when the entry is made (cutForNarrow, settle;
+//     cache.WireAnswer.SetCut), a watched answer's count when the watch
+//     encodes it; a hit asked with consulcut.NarrowTag writes the stored
+//     cut. The fast path cuts per question only what was not decided so
+//     (cutAsConsul: A or AAAA records alone by slicing, others written
+//     again, cutWritten); ServeDNS keeps the records the same plan keeps
+//     (trim.go, cutMsgLikeConsul); an answer of more than maxCutRecords
+//     records cut per question, or one still too big once cut, is
+//     ServeDNS's.
 //   - Records before the cache: ServeDNS asks RecordSource.Answer (the
 //     daemon's is a Chain: local data, resolver/local, then the Consul
 //     watch; the first that answers wins and names the source, and its why

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/test/dnstest"
 )
 
@@ -97,12 +98,14 @@ func consulVariants() []consulVariant {
 				// bytes); sizes: each A record is 16 bytes compressed, each
 				// SRV with its target's address well over 40.
 				whole := n <= 3 || c.edns && c.size > 512 && (kind != "s" && n <= 60 || kind == "s" && n <= 9)
-				// The cut is made on the bytes, the answer written first
-				// past the client's size (writeLimit): SRV answers too
-				// (their additional records chosen as Consul's
-				// syncExtra does), but for one of more than
-				// maxCutRecords records.
-				cut := !whole && !(kind == "s" && 2*n > maxCutRecords)
+				// The cut is made on the bytes: for a client without
+				// EDNS once, when the entry is made (cutForNarrow),
+				// whatever its size; for the others per question, the
+				// answer written first past the client's size
+				// (writeLimit): SRV answers too (their additional
+				// records chosen as Consul's syncExtra does), but for
+				// one of more than maxCutRecords records.
+				cut := !whole && (!c.edns || !(kind == "s" && 2*n > maxCutRecords))
 				out = append(out, consulVariant{name: fmt.Sprintf("%s%d.Service.consul.", kind, n), qtype: qtype,
 					edns: c.edns, size: c.size, whole: whole, cutAnswered: cut})
 			}
@@ -142,7 +145,7 @@ func TestFastPathConsulAnswersMatchServeDNS(t *testing.T) {
 	}
 	staleAfterFailure(t, h, clock, pkts)
 	for i, v := range consulVariants() {
-		check(v, pkts[i], true) // EDE 3 takes room too: consulCuts counts it
+		check(v, pkts[i], true) // EDE 3 takes room too: Class.Cuts counts it
 
 	}
 }
@@ -217,10 +220,10 @@ func (packedRecords) Answer(q dns.Question) (*dns.Msg, bool, string, bool) {
 	return m, false, "packed", true
 }
 
-func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _ uint32) ([]byte, [3]uint16, bool, string, bool) {
+func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _ uint32, _ uint16) ([]byte, [3]uint16, bool, bool, string, bool) {
 	m, _, why, ok := p.Answer(dns.Question{Name: string(name), Qtype: qtype, Qclass: dns.ClassINET})
 	if !ok {
-		return dst, [3]uint16{}, false, "", false
+		return dst, [3]uint16{}, false, false, "", false
 	}
 	m.Compress = true
 	raw, err := m.Pack()
@@ -229,9 +232,9 @@ func (p packedRecords) AppendAnswer(dst, name []byte, qtype uint16, limit int, _
 	}
 	records := raw[12+len(name)+1+4:]
 	if len(dst)+len(records) > limit {
-		return dst, [3]uint16{}, false, "", false
+		return dst, [3]uint16{}, false, false, "", false
 	}
-	return append(dst, records...), [3]uint16{uint16(len(m.Answer))}, false, why, true
+	return append(dst, records...), [3]uint16{uint16(len(m.Answer))}, false, false, why, true
 }
 
 var _ RecordAppender = packedRecords{}
@@ -286,10 +289,16 @@ func TestFastPathRecordsMatchServeDNS(t *testing.T) {
 
 // An answer the Consul cut changes is cut on the bytes without an
 // allocation (issue 34): eight cached addresses, and eight SRV records
-// with their targets' addresses, to a client without EDNS.
+// with their targets' addresses, to a client without EDNS (the entry's
+// cut answer, made when the entry was: cutForNarrow) and to one with EDNS
+// at 512 bytes (cut per question: cutWritten, consulcut.Class.Keep).
 func TestFastPathConsulCutAllocates(t *testing.T) {
 	h, _ := consulHandler(t)
-	for _, v := range []consulVariant{{name: "n8.Service.consul.", qtype: dns.TypeA}, {name: "s8.Service.consul.", qtype: dns.TypeSRV}} {
+	for _, v := range []consulVariant{
+		{name: "n8.Service.consul.", qtype: dns.TypeA}, {name: "s8.Service.consul.", qtype: dns.TypeSRV},
+		{name: "n8.Service.consul.", qtype: dns.TypeA, edns: true, size: 512},
+		{name: "s8.Service.consul.", qtype: dns.TypeSRV, edns: true, size: 512},
+	} {
 		pkt := v.pack(t)
 		generalReply(h, pkt) // warm
 		from := netip.MustParseAddrPort("127.0.0.1:53000")
@@ -298,14 +307,48 @@ func TestFastPathConsulCutAllocates(t *testing.T) {
 		reply, ok := h.answerPacket(out[:0], pkt, from, false, &q)
 		m := new(dns.Msg)
 		if !ok || m.Unpack(reply) != nil || len(m.Answer) != 3 || m.Truncated {
-			t.Fatalf("%s: answered %v: %v; want 3 records (udp_answer_limit), no TC", v.name, ok, m)
+			t.Fatalf("%+v: answered %v: %v; want 3 records (udp_answer_limit), no TC", v, ok, m)
+		}
+		// Without EDNS the cut was decided when the entry was made.
+		name := []byte(dns.CanonicalName(v.name))
+		_, hit, _ := h.cache.AppendFresh(nil, name, v.qtype, dns.ClassINET, false, false, 65535, consulcut.NarrowTag(3))
+		if !hit.Cut || hit.Answer != 3 {
+			t.Errorf("%+v: the entry holds no cut answer of 3 records for clients without EDNS: %+v", v, hit)
 		}
 		if n := testing.AllocsPerRun(200, func() {
 			if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
 				t.Fatal("declined")
 			}
 		}); n != 0 {
-			t.Errorf("%s: %v allocations per cut answer, want 0", v.name, n)
+			t.Errorf("%+v: %v allocations per cut answer, want 0", v, n)
 		}
+	}
+}
+
+// BenchmarkAnswerConsulCut is a cached Consul answer the cut changes
+// (eight SRV records with their targets' addresses, udp_answer_limit 3):
+// to a client without EDNS, the entry's cut answer decided when it was
+// made (issue 34: what the question costs is any hit's); to a client with
+// EDNS at 512 bytes, cut per question (planned and written again).
+func BenchmarkAnswerConsulCut(b *testing.B) {
+	h, _ := consulHandler(b)
+	from := netip.MustParseAddrPort("127.0.0.1:53000")
+	for _, v := range []consulVariant{
+		{name: "s8.service.consul.", qtype: dns.TypeSRV},
+		{name: "s8.service.consul.", qtype: dns.TypeSRV, edns: true, size: 512},
+		{name: "n8.service.consul.", qtype: dns.TypeA},
+	} {
+		pkt := v.pack(b)
+		generalReply(h, pkt)
+		b.Run(fmt.Sprintf("%s/%s/edns=%d", dns.TypeToString[v.qtype], v.name, v.size), func(b *testing.B) {
+			var q plainQuery
+			out := make([]byte, 0, 4096)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
+					b.Fatal("declined")
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -34,8 +35,7 @@ type plainQuery struct {
 	name     [maxNameLen + 1]byte // canonical: lower case, trailing dot
 	view     dnswire.Msg          // the packet, as parse read it
 	// udpAnswers and trims are Config.TrimUDP's say on the question, for
-	// a UDP query: its answer is cut like Consul's when consulCuts says
-	// so, and then left to the general path.
+	// a UDP query: its answer is cut like Consul's (cutAsConsul).
 	udpAnswers int
 	trims      bool
 	// replier, when set (by a UDP socket's reader or a TCP connection's
@@ -124,9 +124,10 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	sh := s.replyShape(&q.request)
 	reserve := sh.added(rcode, true)                     // room for EDE 3, should the answer be stale
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, counts, stale, label, why, ok := appendRecords(s.Records, dst, name, q.qtype, q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds())
+	dst, counts, stale, cutDone, label, why, ok := appendRecords(s.Records, dst, name, q.qtype,
+		q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds(), q.cutTag(sh))
 	if ok {
-		dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, counts)
+		dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, rcode, stale, cutDone, counts)
 	}
 	if !ok {
 		return dst[:headerAt], false
@@ -141,27 +142,40 @@ func (h *Handler) recordsPacket(dst []byte, q *plainQuery, name []byte, s *setti
 	return dst, true
 }
 
-// cutLikeConsul reports whether an answer of answers records, size bytes
-// from the header to the last record, is cut like Consul's DNS cuts its
-// own for q (trim.go, consulCuts).
-func (q *plainQuery) cutLikeConsul(sh replyShape, rcode int, stale bool, answers uint16, size int) bool {
-	return q.trims && consulCuts(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), int(answers), size)
+// cutClass is q's class for Consul's cut of an answer with rcode
+// (package consulcut).
+func (q *plainQuery) cutClass(sh replyShape, rcode int, stale bool) consulcut.Class {
+	return consulcut.Class{Limit: sh.limit, EDNS: sh.opt, AnswerLimit: q.udpAnswers, Room: sh.added(rcode, stale)}
+}
+
+// cutTag is the tag of the cut answer a cache entry stores for q (its
+// answer decided once, when the entry was made: cutForNarrow), 0 when q
+// is no UDP client without EDNS under the Consul domain.
+func (q *plainQuery) cutTag(sh replyShape) uint16 {
+	if !q.trims || sh.opt {
+		return 0
+	}
+	return consulcut.NarrowTag(q.udpAnswers)
 }
 
 // cutAsConsul cuts the answer written at dst[headerAt:] (header room, q's
 // question, then counts records of each section) as Consul's DNS cuts its
-// own for q (issue 34), on the bytes: an answer the cut leaves whole as
-// it is; one of A or AAAA records alone (every record one size, its owner
-// a pointer to the question: a cached or watched address answer) to the
-// first records consulKeep keeps, the rule trimLikeConsul follows; any
-// other (SRV with its additional records) written again (cutWritten).
-// ok false (an answer cutWritten declines, or one still bigger than the
-// client's size) leaves it to ServeDNS.
-func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
+// own for q (issue 34), on the bytes: an answer already cut (decided, a
+// cache entry's cut answer) or that the cut leaves whole as it is; one of
+// A or AAAA records alone (every record one size, its owner a pointer to
+// the question: a watched address answer, or a cached one an older entry
+// holds) to the first records consulcut's KeepFixed keeps; any other
+// planned and written again (cutWritten). ok false (an answer cutWritten
+// declines, or one still bigger than the client's size) leaves it to
+// ServeDNS.
+func (q *plainQuery) cutAsConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale, decided bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
 	if !q.trims {
 		return dst, counts, true
 	}
-	out, counts, ok := q.cutConsul(dst, headerAt, sh, rcode, stale, counts)
+	out, ok := dst, true
+	if !decided {
+		out, counts, ok = q.cutConsul(dst, headerAt, q.cutClass(sh, rcode, stale), counts)
+	}
 	if ok && len(out)-headerAt > sh.limit-sh.added(rcode, stale) {
 		// Written past the client's size for the cut (writeLimit), and
 		// still too big: ServeDNS's.
@@ -181,9 +195,9 @@ func (q *plainQuery) writeLimit(headerAt int, sh replyShape, reserve int) int {
 	return headerAt + sh.limit - reserve
 }
 
-// cutConsul is cutAsConsul's cut.
-func (q *plainQuery) cutConsul(dst []byte, headerAt int, sh replyShape, rcode int, stale bool, counts [3]uint16) ([]byte, [3]uint16, bool) {
-	if !q.cutLikeConsul(sh, rcode, stale, counts[0], len(dst)-headerAt) {
+// cutConsul is cutAsConsul's cut for class c.
+func (q *plainQuery) cutConsul(dst []byte, headerAt int, c consulcut.Class, counts [3]uint16) ([]byte, [3]uint16, bool) {
+	if !c.Cuts(int(counts[0]), len(dst)-headerAt) {
 		return dst, counts, true
 	}
 	n := int(counts[0])
@@ -193,21 +207,15 @@ func (q *plainQuery) cutConsul(dst []byte, headerAt int, sh replyShape, rcode in
 		return dst, counts, false
 	}
 	if counts[1] != 0 || counts[2] != 0 || (len(dst)-at)%n != 0 {
-		return q.cutWritten(dst, headerAt, sh, sh.added(rcode, stale), counts)
+		return q.cutWritten(dst, headerAt, c, counts)
 	}
 	rec := (len(dst) - at) / n
 	for i := at; i < len(dst); i += rec {
 		if rec < 12 || dst[i] != 0xC0 || dst[i+1] != dnswire.HeaderLen || int(dst[i+10])<<8|int(dst[i+11]) != rec-12 {
-			return q.cutWritten(dst, headerAt, sh, sh.added(rcode, stale), counts)
+			return q.cutWritten(dst, headerAt, c, counts)
 		}
 	}
-	whole := len(q.question) - 4 + rec - 2 // a record with its owner written out
-	keep, _ := consulKeep(sh.limit, sh.opt, q.udpAnswers, sh.added(rcode, stale), n, func(k int, compress, _ bool) int {
-		if compress {
-			return base + k*rec
-		}
-		return base + k*whole
-	})
+	keep := c.KeepFixed(n, len(q.question), rec)
 	return dst[:at+keep*rec], [3]uint16{uint16(keep)}, true
 }
 
@@ -250,12 +258,12 @@ func (h *Handler) answerPacket(dst, pkt []byte, from netip.AddrPort, tcp bool, q
 		reserve = dnswire.OPTLen
 	}
 	dst, headerAt := dnswire.StartReply(dst, q.question) // the header, written last
-	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve))
+	dst, hit, ok := h.cache.AppendFresh(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve), q.cutTag(sh))
 	if !ok {
 		return h.notFresh(dst, headerAt, pkt, from, q, name, s, sh, zone, start)
 	}
 	var counts [3]uint16
-	if dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra}); !ok {
+	if dst, counts, ok = q.cutAsConsul(dst, headerAt, sh, hit.Rcode, false, hit.Cut, [3]uint16{hit.Answer, hit.Ns, hit.Extra}); !ok {
 		return dst[:headerAt], false
 	}
 	hit.Answer, hit.Ns, hit.Extra = counts[0], counts[1], counts[2]
@@ -285,7 +293,7 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 	if sh.opt {
 		reserve = dnswire.OPTLen + dnswire.EDELen // a stale answer carries EDE 3
 	}
-	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds())
+	dst, st, found := h.cache.AppendStale(dst, name, q.qtype, q.qclass, q.do, q.cd(), q.writeLimit(headerAt, sh, reserve), s.staleTTLSeconds(), q.cutTag(sh))
 	switch {
 	case found == cache.StaleWritten && s.ServeStale:
 		return h.stalePacket(dst, headerAt, q, name, s, sh, zone, start, st)
@@ -313,7 +321,7 @@ func (h *Handler) notFresh(dst []byte, headerAt int, pkt []byte, from netip.Addr
 // waits for that flight, whatever it ends in, and asks nothing itself.
 func (h *Handler) stalePacket(dst []byte, headerAt int, q *plainQuery, name []byte, s *settings, sh replyShape,
 	zone Zone, start time.Time, st cache.StaleHit) ([]byte, bool) {
-	dst, counts, ok := q.cutAsConsul(dst, headerAt, sh, st.Rcode, true, [3]uint16{st.Answer, st.Ns, st.Extra})
+	dst, counts, ok := q.cutAsConsul(dst, headerAt, sh, st.Rcode, true, st.Cut, [3]uint16{st.Answer, st.Ns, st.Extra})
 	if !ok {
 		return dst[:headerAt], false
 	}

@@ -20,6 +20,34 @@ import (
 	"github.com/towerd/towerd/test/dnstest"
 )
 
+// fuzzHandler is the fuzzers' handler: a small cache, serve-stale, the
+// in-memory upstream for "." and consul., all on a fake clock the fuzz
+// function moves; more adds to its Config.
+func fuzzHandler(f *testing.F, more func(*Config)) (*Handler, *fakeClock) {
+	clock := newFakeClock()
+	c, err := cache.New(cache.Config{Capacity: 64, MaxStaleAge: time.Hour, Now: clock.Now})
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg := Config{
+		Zones:              []Zone{{Name: ".", Upstream: overLoopback(f, ".", memUpstream)}, {Name: "consul.", Upstream: overLoopback(f, "consul.", memUpstream)}},
+		ServeStale:         true,
+		StaleClientTimeout: time.Second,
+		StaleAnswerTTL:     30 * time.Second,
+		FailureRecheck:     30 * time.Second,
+		Now:                clock.Now,
+	}
+	if more != nil {
+		more(&cfg)
+	}
+	h, err := NewHandler(cfg, c, nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(h.Close)
+	return h, clock
+}
+
 // FuzzServeDNS sends raw packets down the request path: the header check
 // (AcceptRequest), parsing, the panic guard and the real Handler with its
 // cache, coalescing and serve-stale, as the daemon's listeners run them.
@@ -37,27 +65,12 @@ func FuzzServeDNS(f *testing.F) {
 	}
 	f.Add(seedPackets(f)[0], true)
 
-	clock := newFakeClock()
-	c, err := cache.New(cache.Config{Capacity: 64, MaxStaleAge: time.Hour, Now: clock.Now})
-	if err != nil {
-		f.Fatal(err)
-	}
-	h, err := NewHandler(Config{
-		Zones: []Zone{{Name: ".", Upstream: overLoopback(f, ".", memUpstream)}, {Name: "consul.", Upstream: overLoopback(f, "consul.", memUpstream)}},
+	h, clock := fuzzHandler(f, func(c *Config) {
 		// Local data and a pushed source, chained as the daemon does:
 		// every name a client sends reaches their Lookup.
-		Records:            Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}},
-		ServeStale:         true,
-		Prefetch:           true,
-		StaleClientTimeout: time.Second,
-		StaleAnswerTTL:     30 * time.Second,
-		FailureRecheck:     30 * time.Second,
-		Now:                clock.Now,
-	}, c, nil, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(h.Close)
+		c.Records = Chain{{RecordSource: diffLocal, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
+		c.Prefetch = true
+	})
 
 	f.Fuzz(func(t *testing.T, packet []byte, tcp bool) {
 		// Each input moves time on, so entries go stale, get prefetched and

@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
 
@@ -370,7 +371,7 @@ func (e *env) seedStale(name, ip string, ttl int) {
 	reply.SetQuestion(name, dns.TypeA)
 	rr, _ := dns.NewRR(fmt.Sprintf("%s %d IN A %s", name, ttl, ip))
 	reply.Answer = []dns.RR{rr}
-	if ok, why := setMsg(e.h.cache, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), reply); !ok {
+	if ok, why := dnstest.SetMsg(e.h.cache, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), reply); !ok {
 		e.t.Fatalf("seeding the cache: %s", why)
 	}
 	e.clock.Advance(time.Duration(ttl)*time.Second + 2*time.Hour)
@@ -620,19 +621,4 @@ func TestStaleWaitOnAFlightMadeOfAFreshEntry(t *testing.T) {
 	if got := s.staleWait(fl, zone, 300*time.Second, time.Hour); got <= 0 {
 		t.Errorf("staleWait = %v, want a wait (the flight's answer is here, not the stale one)", got)
 	}
-}
-
-// setMsg stores m under k as the resolver stores an upstream's reply
-// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
-// SetWire.
-func setMsg(c *cache.Cache, k cache.Key, m *dns.Msg) (stored bool, reason string) {
-	raw, err := m.Pack()
-	if err != nil {
-		return false, "pack failed"
-	}
-	a, reason := c.PrepareAnswer(k, raw)
-	if reason != "" {
-		return false, reason
-	}
-	return c.SetWire(k, &a)
 }

@@ -1,39 +1,25 @@
 package resolver
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
-// lockedBuffer collects log output written from the handler's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON lines written so far, decoded.
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON lines written to out so far, decoded.
+func logLines(t *testing.T, out *dnstest.SyncBuffer) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -41,9 +27,9 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		out = append(out, m)
+		lines = append(lines, m)
 	}
-	return out
+	return lines
 }
 
 // The query log writes one line per answer with its source: the upstream
@@ -52,7 +38,7 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 // here: the e2e tests with a real agent would take seconds per case). It
 // writes at info even under a logger at warn, and nothing once it is off.
 func TestQueryLogLines(t *testing.T) {
-	var out lockedBuffer
+	var out dnstest.SyncBuffer
 	e := buildEnv(t, func(c *Config) { c.Records = diffRecords{} }, nil, func(h *Handler, _ *Server) {
 		h.queryLog = newQueryLog(slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
@@ -60,7 +46,7 @@ func TestQueryLogLines(t *testing.T) {
 		t.Fatal("the query log is on by default")
 	}
 	e.query("www.example.")
-	if n := len(out.lines(t)); n != 0 {
+	if n := len(logLines(t, &out)); n != 0 {
 		t.Fatalf("%d lines logged while the log is off", n)
 	}
 	if was := e.h.SetLogQueries(true); was {
@@ -88,7 +74,7 @@ func TestQueryLogLines(t *testing.T) {
 		{"name": "bad.example.", "source": "upstream", "upstream": e.up.addr, "rcode": "SERVFAIL"},
 		{"name": "web.service.consul.", "source": "consul", "rcode": "NOERROR"},
 	}
-	got := out.lines(t)
+	got := logLines(t, &out)
 	if len(got) != len(want) {
 		t.Fatalf("got %d lines, want %d: %v", len(got), len(want), got)
 	}
@@ -114,7 +100,7 @@ func TestQueryLogLines(t *testing.T) {
 // The query log writes at most QueryLogRate lines in a second of the
 // clock and counts the rest; the next second lets lines through again.
 func TestQueryLogRate(t *testing.T) {
-	var out lockedBuffer
+	var out dnstest.SyncBuffer
 	e := buildEnv(t, func(c *Config) { c.QueryLogRate = 3 }, nil, func(h *Handler, _ *Server) {
 		h.queryLog = newQueryLog(slog.New(slog.NewJSONHandler(&out, nil)))
 	})
@@ -122,12 +108,12 @@ func TestQueryLogRate(t *testing.T) {
 	for range 5 {
 		e.query("www.example.")
 	}
-	if n, dropped := len(out.lines(t)), e.h.QueryLogDropped(); n != 3 || dropped != 2 {
+	if n, dropped := len(logLines(t, &out)), e.h.QueryLogDropped(); n != 3 || dropped != 2 {
 		t.Errorf("5 queries in a second: %d lines, %d dropped; want 3 and 2", n, dropped)
 	}
 	e.clock.Advance(time.Second)
 	e.query("www.example.")
-	if n := len(out.lines(t)); n != 4 {
+	if n := len(logLines(t, &out)); n != 4 {
 		t.Errorf("the next second: %d lines in all, want 4", n)
 	}
 }
@@ -162,15 +148,5 @@ func BenchmarkAnswerPacketHitQueryLog(b *testing.B) {
 	h, _ := diffHandler(b, m)
 	h.queryLog = newQueryLog(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.SetLogQueries(true)
-	pkt := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(b)
-	generalReply(h, pkt)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	var q plainQuery
-	out := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-			b.Fatal("declined")
-		}
-	}
+	benchHit(b, h)
 }

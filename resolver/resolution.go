@@ -172,6 +172,7 @@ func (h *Handler) settle(res *resolution, key cache.Key, raw []byte, server stri
 		if reason == "" {
 			switch a.Rcode() {
 			case dns.RcodeSuccess:
+				cutForNarrow(res.s, key, &a)
 				if stored, reason := h.cache.SetWire(key, &a); !stored {
 					h.log.Debug("not cached", "name", key.Name, "type", dns.TypeToString[key.Type], "reason", reason)
 				}

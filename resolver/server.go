@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -56,6 +57,18 @@ type Server struct {
 	// SERVFAIL and the daemon goes on: one bad packet must not take a node's
 	// DNS down (miekg/dns does not recover handler panics).
 	OnPanic func(v any, stack []byte)
+	// UDPReceiveBuffer, if positive, is the receive buffer asked for on
+	// every UDP socket, in bytes as setsockopt(SO_RCVBUF) takes them: what
+	// holds the queries that arrive while the socket's reader is not
+	// running (descheduled on a busy node, a GC pause): past it the kernel
+	// drops them, and its default is small (docs/benchmarks.md). Zero
+	// leaves the socket as it is. A buffer already larger is kept; past
+	// net.core.rmem_max it takes CAP_NET_ADMIN (raiseReceiveBuffer).
+	UDPReceiveBuffer int
+	// OnReceiveBuffer, if set, is told for each UDP socket what
+	// UDPReceiveBuffer gave: the buffer it has after (in the same unit)
+	// or why it could not be set.
+	OnReceiveBuffer func(addr string, got int, err error)
 
 	mu        sync.Mutex
 	servers   []listener
@@ -113,6 +126,12 @@ func (s *Server) Listen(addrs []string) error {
 // AddPacketConn serves UDP on an already bound socket.
 func (s *Server) AddPacketConn(pc net.PacketConn) {
 	addr := "udp/" + pc.LocalAddr().String()
+	if sc, ok := pc.(syscall.Conn); ok && s.UDPReceiveBuffer > 0 {
+		got, err := raiseReceiveBuffer(sc, s.UDPReceiveBuffer)
+		if s.OnReceiveBuffer != nil {
+			s.OnReceiveBuffer(addr, got, err)
+		}
+	}
 	uc, ok := pc.(*net.UDPConn)
 	if la, isUDP := pc.LocalAddr().(*net.UDPAddr); !ok || !isUDP || la.IP.IsUnspecified() {
 		s.add(&dns.Server{PacketConn: pc, Net: "udp"}, addr)

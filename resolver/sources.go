@@ -66,23 +66,23 @@ func lookupRecords(rs RecordSource, q dns.Question) (m *dns.Msg, stale bool, lab
 // appendRecords asks rs (Config.Records) for an answer as bytes
 // (RecordAppender): in a Chain, of the first source that covers name,
 // whose Answer would be asked first of those that might answer. label is
-// lookupRecords's.
-func appendRecords(rs RecordSource, dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
-	out []byte, counts [3]uint16, stale bool, label, why string, ok bool) {
+// lookupRecords's; cut and cutDone are RecordAppender's.
+func appendRecords(rs RecordSource, dst, name []byte, qtype uint16, limit int, staleTTL uint32, cut uint16) (
+	out []byte, counts [3]uint16, stale, cutDone bool, label, why string, ok bool) {
 	switch rs := rs.(type) {
 	case Chain:
 		for _, src := range rs {
 			if src.Covers(name) {
 				if ra, can := src.RecordSource.(RecordAppender); can {
-					out, counts, stale, why, ok = ra.AppendAnswer(dst, name, qtype, limit, staleTTL)
-					return out, counts, stale, src.Label, why, ok
+					out, counts, stale, cutDone, why, ok = ra.AppendAnswer(dst, name, qtype, limit, staleTTL, cut)
+					return out, counts, stale, cutDone, src.Label, why, ok
 				}
 				break
 			}
 		}
 	case RecordAppender:
-		out, counts, stale, why, ok = rs.AppendAnswer(dst, name, qtype, limit, staleTTL)
-		return out, counts, stale, SourceRecords, why, ok
+		out, counts, stale, cutDone, why, ok = rs.AppendAnswer(dst, name, qtype, limit, staleTTL, cut)
+		return out, counts, stale, cutDone, SourceRecords, why, ok
 	}
-	return dst, counts, false, "", "", false
+	return dst, counts, false, false, "", "", false
 }

@@ -88,15 +88,5 @@ func BenchmarkAnswerPacketHitLocalChain(b *testing.B) {
 	h, _ := diffHandlerWith(b, m, func(c *Config) {
 		c.Records = Chain{{RecordSource: src, Label: SourceLocal}, {RecordSource: diffRecords{}, Label: SourceRecords}}
 	})
-	pkt := variant{name: "www.example.", qtype: dns.TypeA, edns: true, size: 1232, rd: true}.pack(b)
-	generalReply(h, pkt)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	var q plainQuery
-	out := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-			b.Fatal("declined")
-		}
-	}
+	benchHit(b, h)
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/towerd/towerd/cache"
 )
 
 // FuzzTCPStream feeds any byte stream to one TCP connection's loop (issue
@@ -37,23 +35,7 @@ func FuzzTCPStream(f *testing.F) {
 	f.Add(append(frame(seeds[0]), seeds[0][:5]...))       // a query, then one cut off
 	f.Add(frame(seeds[0], make([]byte, MaxTCPQuerySize))) // a query, then the largest zero message
 
-	clock := newFakeClock()
-	c, err := cache.New(cache.Config{Capacity: 64, MaxStaleAge: time.Hour, Now: clock.Now})
-	if err != nil {
-		f.Fatal(err)
-	}
-	h, err := NewHandler(Config{
-		Zones:              []Zone{{Name: ".", Upstream: overLoopback(f, ".", memUpstream)}, {Name: "consul.", Upstream: overLoopback(f, "consul.", memUpstream)}},
-		ServeStale:         true,
-		StaleClientTimeout: time.Second,
-		StaleAnswerTTL:     30 * time.Second,
-		FailureRecheck:     30 * time.Second,
-		Now:                clock.Now,
-	}, c, nil, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(h.Close)
+	h, clock := fuzzHandler(f, nil)
 
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		clock.Advance(17 * time.Second)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/resolver/consulcut"
 )
 
 // bigSRV is Consul's answer for a service of n instances with addresses
@@ -51,10 +53,10 @@ func TestTrimLikeConsul(t *testing.T) {
 		{512, true, 3, 11, -1}, // EDNS at 512: the answer limit applies too
 	} {
 		out := bigSRV(t, 25)
-		trimLikeConsul(out, tc.limit, tc.edns, tc.answerLimit, tc.room)
+		cutMsgLikeConsul(out, consulcut.Class{Limit: tc.limit, EDNS: tc.edns, AnswerLimit: tc.answerLimit, Room: tc.room})
 		n := len(out.Answer)
-		if n > maxConsulAnswers && !tc.edns {
-			t.Errorf("%+v: %d answer records without EDNS, want at most %d", tc, n, maxConsulAnswers)
+		if n > consulcut.MaxAnswers && !tc.edns {
+			t.Errorf("%+v: %d answer records without EDNS, want at most %d", tc, n, consulcut.MaxAnswers)
 		}
 		if tc.want >= 0 && n != tc.want {
 			t.Errorf("%+v: %d answer records, want %d", tc, n, tc.want)
@@ -74,7 +76,7 @@ func TestTrimLikeConsul(t *testing.T) {
 	}
 	// An answer that fits is left alone, additional section included.
 	out := bigSRV(t, 2)
-	trimLikeConsul(out, 1232, true, 3, 11)
+	cutMsgLikeConsul(out, consulcut.Class{Limit: 1232, EDNS: true, AnswerLimit: 3, Room: 11})
 	if len(out.Answer) != 2 || len(out.Extra) != 6 {
 		t.Errorf("an answer that fits: %d answer and %d additional records, want 2 and 6", len(out.Answer), len(out.Extra))
 	}

@@ -157,9 +157,9 @@ func (h *Handler) answerWire(fl *flight, w *wireWaiter, timedOut bool) {
 		}
 		var hit cache.WireHit
 		var ok bool
-		if dst, hit, ok = fl.wire.AppendRecords(dst, q.writeLimit(0, sh, reserve)); ok {
+		if dst, hit, ok = fl.wire.AppendRecords(dst, q.writeLimit(0, sh, reserve), q.cutTag(sh)); ok {
 			var counts [3]uint16
-			dst, counts, ok = q.cutAsConsul(dst, 0, sh, hit.Rcode, false, [3]uint16{hit.Answer, hit.Ns, hit.Extra})
+			dst, counts, ok = q.cutAsConsul(dst, 0, sh, hit.Rcode, false, hit.Cut, [3]uint16{hit.Answer, hit.Ns, hit.Extra})
 			hit.Answer, hit.Ns, hit.Extra = counts[0], counts[1], counts[2]
 		}
 		if !ok {

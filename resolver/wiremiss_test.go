@@ -62,6 +62,23 @@ func (r *missRecorder) next(t testing.TB) []byte {
 	}
 }
 
+// firstAnswer answers pkt from h as the listeners do: the fast path, whose
+// wire miss answers later through r (wire is then true), or the general
+// path for what it declines.
+func (r *missRecorder) firstAnswer(t testing.TB, h *Handler, pkt []byte, from netip.AddrPort, tcp bool) (answer []byte, wire bool) {
+	t.Helper()
+	q := plainQuery{replier: r}
+	reply, ok := h.answerPacket(nil, pkt, from, tcp, &q)
+	switch {
+	case ok && len(reply) == 0:
+		return r.next(t), true
+	case ok:
+		return reply, false // a hit: an earlier question stored the key
+	default:
+		return generalReplyOver(h, pkt, from, tcp), false
+	}
+}
+
 // queryLog records observations without their durations.
 type queryLog struct {
 	mu  sync.Mutex
@@ -177,17 +194,9 @@ func TestWireMissMatchesServeDNS(t *testing.T) {
 	for _, v := range wireVariants() {
 		what := fmt.Sprintf("%s %s edns %v do %v size %d cd %v ad %v", v.name, dns.TypeToString[v.qtype], v.edns, v.do, v.size, v.cd, v.ad)
 		pkt := v.pack(t)
-		q := plainQuery{replier: rec}
-		reply, ok := hw.answerPacket(nil, pkt, from, false, &q)
-		var first []byte
-		switch {
-		case ok && len(reply) == 0:
-			first = rec.next(t)
+		first, wire := rec.firstAnswer(t, hw, pkt, from, false)
+		if wire {
 			wireAnswered++
-		case ok:
-			first = reply // a hit: an earlier variant stored the key
-		default:
-			first = generalReplyFrom(hw, pkt, from)
 		}
 		general := generalReplyFrom(hg, pkt, from)
 		if diff, same := sameReply(first, general); !same {
@@ -498,17 +507,9 @@ func TestWireMissOverTCPMatchesServeDNS(t *testing.T) {
 			continue
 		}
 		pkt := v.pack(t)
-		q := plainQuery{replier: miss}
-		reply, ok := hw.answerPacket(nil, pkt, from, true, &q)
-		var first []byte
-		switch {
-		case ok && len(reply) == 0:
-			first = miss.next(t)
+		first, wire := miss.firstAnswer(t, hw, pkt, from, true)
+		if wire {
 			wireAnswered++
-		case ok:
-			first = reply
-		default:
-			first = generalReplyOver(hw, pkt, from, true)
 		}
 		if diff, same := sameReply(first, generalReplyOver(hg, pkt, from, true)); !same {
 			t.Errorf("%s %s: %s", v.name, dns.TypeToString[v.qtype], diff)

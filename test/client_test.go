@@ -214,6 +214,17 @@ func rawUDP(t *testing.T, addr string, packet []byte, wait time.Duration) []byte
 	return buf[:n]
 }
 
+// digAddrs digs name's A records at server and returns their addresses;
+// an answer other than NOERROR fails the test.
+func digAddrs(t *testing.T, server, name string) []string {
+	t.Helper()
+	r := dig(t, server, name, "A")
+	if r.Status != "NOERROR" {
+		t.Fatalf("%s: status %s\n%s", name, r.Status, r.Output)
+	}
+	return addresses(r.Answer)
+}
+
 // addresses returns the A and AAAA addresses of rrs as strings.
 func addresses(rrs []dns.RR) []string {
 	var out []string

@@ -23,6 +23,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // Issue 21 items 2 and 3, attacked as they happen on a node: a local user
@@ -74,7 +75,7 @@ func forgedSnapshot(t *testing.T, dir, name string) string {
 		t.Fatal(err)
 	}
 	m.Answer = []dns.RR{rr}
-	if ok, why := setMsg(c, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), m); !ok {
+	if ok, why := dnstest.SetMsg(c, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), m); !ok {
 		t.Fatal(why)
 	}
 	path := filepath.Join(dir, "forged.bin")
@@ -393,19 +394,4 @@ func TestControlCommandsWithBrokenConfig(t *testing.T) {
 			}
 		})
 	}
-}
-
-// setMsg stores m under k as the resolver stores an upstream's reply
-// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
-// SetWire.
-func setMsg(c *cache.Cache, k cache.Key, m *dns.Msg) (stored bool, reason string) {
-	raw, err := m.Pack()
-	if err != nil {
-		return false, "pack failed"
-	}
-	a, reason := c.PrepareAnswer(k, raw)
-	if reason != "" {
-		return false, reason
-	}
-	return c.SetWire(k, &a)
 }

@@ -14,6 +14,20 @@ import (
 	"github.com/towerd/towerd/test/dnstest"
 )
 
+// answerAllButSilent is an upstream script answering every name with A
+// 192.0.2.35, TTL 300, but never those under silent.test.
+func answerAllButSilent(q *dns.Msg, _ string) *dns.Msg {
+	name := strings.ToLower(q.Question[0].Name)
+	if strings.HasSuffix(name, ".silent.test.") {
+		return nil
+	}
+	m := new(dns.Msg)
+	m.SetReply(q)
+	rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.35")
+	m.Answer = []dns.RR{rr}
+	return m
+}
+
 // Issue 35 item 1, on the built binary: 200 questions a second for random
 // names an upstream never answers (each holds an in-flight slot until the
 // resolution gives up, 5 s), beside 10 first-time names a second that it
@@ -23,17 +37,7 @@ import (
 func TestInflightCapSharedWithSilentNames(t *testing.T) {
 	t.Parallel()
 	up := newTestUpstream(t)
-	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
-		name := strings.ToLower(q.Question[0].Name)
-		if strings.HasSuffix(name, ".silent.test.") {
-			return nil // never answered
-		}
-		m := new(dns.Msg)
-		m.SetReply(q)
-		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.35")
-		m.Answer = []dns.RR{rr}
-		return m
-	})
+	up.SetScript(answerAllButSilent)
 	d := startTowerd(t, "-listen", "127.0.0.1:0", "-upstream", up.Addr, "-consul-dns", up.Addr)
 
 	// The flood: one socket, 200 random silent names a second, replies
@@ -112,17 +116,7 @@ func TestInflightCapSharedWithSilentNames(t *testing.T) {
 func TestTCPSlotsSharedWithUnansweredConnections(t *testing.T) {
 	t.Parallel()
 	up := newTestUpstream(t)
-	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
-		name := strings.ToLower(q.Question[0].Name)
-		if strings.HasSuffix(name, ".silent.test.") {
-			return nil
-		}
-		m := new(dns.Msg)
-		m.SetReply(q)
-		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.35")
-		m.Answer = []dns.RR{rr}
-		return m
-	})
+	up.SetScript(answerAllButSilent)
 	// The in-flight cap (150) as it comes: the hogs' names, all under
 	// silent.test, fill it and take slots only from each other
 	// (resolver/jostle.go).

@@ -6,29 +6,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // writeNode lays out files under root: a value starting with "->" is a
 // symlink target; paths under sbin/ and usr/sbin/ are executable.
 func writeNode(t *testing.T, root string, files map[string]string) {
 	t.Helper()
+	dnstest.WriteTree(t, root, files)
 	for name, content := range files {
-		full := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, full)
-		} else {
-			mode := os.FileMode(0o644)
-			if strings.HasPrefix(name, "sbin/") || strings.HasPrefix(name, "usr/sbin/") {
-				mode = 0o755
+		if !strings.HasPrefix(content, "->") && (strings.HasPrefix(name, "sbin/") || strings.HasPrefix(name, "usr/sbin/")) {
+			if err := os.Chmod(filepath.Join(root, name), 0o755); err != nil {
+				t.Fatal(err)
 			}
-			err = os.WriteFile(full, []byte(content), mode)
-		}
-		if err != nil {
-			t.Fatal(err)
 		}
 	}
 }

@@ -30,21 +30,7 @@ func resolvedNode(t *testing.T) string {
 		"etc/systemd/system/multi-user.target.wants/ssh.service": "->/lib/systemd/system/ssh.service",
 		"usr/local/bin/other-tool":                               "#!/bin/sh\n",
 	}
-	for name, content := range files {
-		full := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, full)
-		} else {
-			err = os.WriteFile(full, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeNode(t, root, files)
 	return root
 }
 

@@ -17,15 +17,7 @@ import (
 func pickProxy(t *testing.T, faults faultproxy.Faults, seed uint64) *faultproxy.Proxy {
 	t.Helper()
 	up := newTestUpstream(t)
-	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
-		r := new(dns.Msg)
-		r.SetReply(q)
-		r.Answer = []dns.RR{&dns.A{
-			Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
-			A:   net.IPv4(192, 0, 2, 36),
-		}}
-		return r
-	})
+	up.SetScript(answerEveryA(net.IPv4(192, 0, 2, 36)))
 	p, err := faultproxy.New(faultproxy.Options{Target: up.Addr, Faults: faults, Seed: seed, CountNames: true})
 	if err != nil {
 		t.Fatal(err)

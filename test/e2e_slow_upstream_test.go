@@ -24,15 +24,7 @@ func TestSlowUpstreamIsAnswered(t *testing.T) {
 	// The upstream answers every name with an A record, after the name's
 	// delay (the fault under test).
 	up := newTestUpstream(t)
-	up.SetScript(func(q *dns.Msg, _ string) *dns.Msg {
-		r := new(dns.Msg)
-		r.SetReply(q)
-		r.Answer = []dns.RR{&dns.A{
-			Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
-			A:   net.IPv4(192, 0, 2, 80),
-		}}
-		return r
-	})
+	up.SetScript(answerEveryA(net.IPv4(192, 0, 2, 80)))
 	consul := newTestUpstream(t)
 	d := startTowerd(t, "-config", "", "-listen", "127.0.0.1:0",
 		"-upstream", up.Addr, "-consul-dns", consul.Addr)

@@ -28,6 +28,20 @@ func newTestUpstreamOn(t *testing.T, pc net.PacketConn, l net.Listener) *testUps
 	return dnstest.NewUpstreamOn(t, pc, l)
 }
 
+// answerEveryA is an upstream script answering every question with one A
+// record, addr, TTL 300, whatever the name.
+func answerEveryA(addr net.IP) dnstest.Script {
+	return func(q *dns.Msg, _ string) *dns.Msg {
+		r := new(dns.Msg)
+		r.SetReply(q)
+		r.Answer = []dns.RR{&dns.A{
+			Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+			A:   addr,
+		}}
+		return r
+	}
+}
+
 // listenSamePort binds UDP and TCP on one free port of 127.0.0.1, closed
 // when the test ends.
 func listenSamePort(t *testing.T) (net.PacketConn, net.Listener) { return dnstest.ListenPair(t) }

@@ -26,7 +26,19 @@ import (
 //     hedgeBurst; a hedge (or an exploration, latency.go) takes a token,
 //     and without one the attempt waits for its RTO as it always did. Unbound
 //     refuses racing as unsocial (NLnetLabs/unbound#167): this bounds it to
-//     a few percent of the queries a site's resolvers get from us.
+//     a few percent of the queries a site's resolvers get from us. A hedge
+//     that won while its first attempt, unanswered, had waited past its
+//     RTO gets its token back: without hedging, that resolution would have
+//     sent a retransmission at the RTO, so the hedge was that packet, sent
+//     earlier, and no packet more. The budget so bounds what hedging adds
+//     to the packets a site gets, (1 − loss)·P(RTT > tail) of the
+//     attempts (2 % at the 98th percentile, whatever the loss), and a
+//     lossy server's lost packets (each one a retransmission anyway) do
+//     not spend the tokens of the late replies and explorations. Without
+//     the refund, a server losing 2 % of exchanges would spend 4 % of
+//     the 5 % on hedges alone (the lossy day: 1.04 queries per miss), 6 %
+//     with two servers exploring, and one losing 4 % would run the
+//     bucket dry, its lost packets waiting for their RTO again.
 //   - no hedge while every server of the zone is silent (suspect or down,
 //     silence.go): an outage is never amplified;
 //   - one hedge per resolution, and only of its first attempt.
@@ -38,8 +50,11 @@ import (
 // lost packets, few enough that a budget spent stays spent.
 const hedgeBurst = 10
 
-// defaultHedgeBudget is GroupOptions.HedgeBudget's default: 5 % of the
-// attempts may be hedges.
+// defaultHedgeBudget is GroupOptions.HedgeBudget's default: hedges and
+// explorations may add 5 % to the attempts. They need 4 % (the replies
+// later than the 98th percentile, 2 %, and exploreShare's 2 %, latency.go),
+// so a burst of late replies is paid for; "a few percent", as Dean and
+// Barroso's hedged requests cost (docs/resolving.md works it out).
 const defaultHedgeBudget = 0.05
 
 // Hedge events, for GroupOptions.OnHedge and the hedges metric.
@@ -84,6 +99,17 @@ func (b *hedgeBudget) take() bool {
 	}
 	b.tokens--
 	return true
+}
+
+// refund gives back the token of a hedge that took the place of a
+// retransmission (refundLocked in wirecall.go), within hedgeBurst.
+func (b *hedgeBudget) refund() {
+	if b.share == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.tokens = min(b.tokens+1, hedgeBurst)
+	b.mu.Unlock()
 }
 
 // zoneSilent reports whether every server of the group is silent: marked

@@ -141,3 +141,79 @@ func TestTailWindowKeptAsRepliesCome(t *testing.T) {
 		}
 	}
 }
+
+// A hedge that won while its first attempt, unanswered, had waited past
+// its RTO took the place of the retransmission the resolution would have
+// sent anyway: its token comes back, so a lossy server's lost packets do
+// not spend the budget. One that won earlier was a packet more, and keeps
+// its token spent. With one token: a lost packet whose hedge answers after
+// the RTO leaves the token for the next loss; that one's hedge answers
+// before the RTO, so the third loss finds the budget empty.
+func TestHedgeInPlaceOfARetransmissionIsRefunded(t *testing.T) {
+	srv := startHeld(t)
+	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
+		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: 2 * time.Second, OnHedge: onHedge, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	sample(g.servers[0], rand.New(rand.NewPCG(11, 12)), 500, 100*time.Millisecond, 50*time.Millisecond)
+	g.budget.tokens = 1
+	st := g.Servers()[0]
+	tail, rto := st.Tail, st.AttemptTimeout
+	if tail+20*time.Millisecond >= rto {
+		t.Fatalf("tail %s, RTO %s: want the tail well before the RTO", tail, rto)
+	}
+	// lose asks name, its first query lost (parked for good); the
+	// hedge's reply comes after more (from the hedge), and the event
+	// at the tail is returned.
+	lose := func(name string, after time.Duration) (string, <-chan exchangeResult) {
+		t.Helper()
+		arrived := srv.hold(name, 2)
+		done := startExchange(t, g, name)
+		dnstest.Eventually(t, func() bool {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return len(srv.held[name]) == 1
+		}, waitTimeout, "the first query parked")
+		waitTimers(t, clk, 1)
+		clk.Advance(tail)
+		e := nextEvent(t, events)
+		if e != HedgeSent {
+			return e, done
+		}
+		<-arrived
+		clk.Advance(after)
+		releaseHeld(t, srv, name, 1)
+		if r := <-done; r.err != nil || !r.wr.Hedge {
+			t.Fatalf("%s: hedge %v, %v; want the hedge's answer", name, r.wr.Hedge, r.err)
+		}
+		if e := nextEvent(t, events); e != HedgeWon {
+			t.Fatalf("%s: event %s, want won", name, e)
+		}
+		releaseHeld(t, srv, name, 0)
+		return HedgeSent, done
+	}
+	// Answered 1 ms past the first's RTO (the hedge's own RTO is later).
+	if e, _ := lose("past.example.", rto-tail+time.Millisecond); e != HedgeSent {
+		t.Fatalf("first loss: event %s, want sent", e)
+	}
+	// Answered 10 ms after the hedge, before the first's RTO.
+	if e, _ := lose("early.example.", 10*time.Millisecond); e != HedgeSent {
+		t.Fatalf("second loss: event %s, want sent (the first hedge's token given back)", e)
+	}
+	e, done := lose("third.example.", 0)
+	if e != HedgeRefused {
+		t.Fatalf("third loss: event %s, want refused (the second hedge was a packet more)", e)
+	}
+	releaseHeld(t, srv, "third.example.", 0)
+	if r := <-done; r.err != nil || r.wr.Hedge {
+		t.Fatalf("third loss: hedge %v, %v; want the first attempt's answer", r.wr.Hedge, r.err)
+	}
+	if h := g.Hedges(); h != (HedgeCounts{Sent: 2, Won: 2, Refused: 1}) {
+		t.Errorf("hedges %+v, want 2 sent, 2 won, 1 refused", h)
+	}
+}

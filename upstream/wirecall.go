@@ -312,13 +312,19 @@ func (c *WireCall) endLocked() bool {
 	c.state = callEnding
 	c.g.timers.disarm(c)
 	c.hedgeAt = time.Time{}
+	now := c.g.opts.Clock.Now()
 	if c.hedgeWonLocked() {
 		c.g.hedgeEvent(HedgeWon)
+		if first := c.attempts[0]; (first.state == waitingUDP || first.state == waitingTLS) && now.Sub(first.sent) >= first.rto {
+			// The first, unanswered past its RTO, would have been
+			// retransmitted without hedging: the hedge was that packet
+			// (hedge.go, the budget).
+			c.g.budget.refund()
+		}
 	}
 	if c.tcpCancel != nil {
 		c.tcpCancel()
 	}
-	now := c.g.opts.Clock.Now()
 	for _, a := range c.attempts {
 		if a.state == waitingUDP || c.cancelTLSLocked(a) {
 			a.res = attemptResult{attempt: a, rtt: now.Sub(a.sent)}

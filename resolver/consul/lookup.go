@@ -270,7 +270,7 @@ const (
 // TrimsUDP is the resolver's Config.TrimUDP for a node with the watch:
 // every UDP answer under the Consul domain (name canonical), the watch's
 // and the ones forwarded to the agent's DNS, is cut to fit the client the
-// way the agent cuts its own (the resolver's trim.go), with the agent's
+// way the agent cuts its own (package consulcut), with the agent's
 // dns_config.udp_answer_limit; until the agent has been read, for the
 // configured domain (else consul.) and Consul's default limit. It does not
 // allocate.

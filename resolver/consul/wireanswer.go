@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/miekg/dns"
@@ -33,32 +34,34 @@ const maxStaleRecords = 256
 // them and they fit in limit bytes of dst. counts are the records of each
 // section written; stale reports records lost with the agent (each TTL
 // then at most staleTTL, as the resolver writes Answer's stale records).
+// cut asks for the answer a UDP client without EDNS keeps (cutDone: the
+// count decided when the answer was encoded, wireAnswer.narrow).
 // ok false, dst unchanged, leaves the question to Answer. A question it
 // answers counts towards the service's use, as Answer's.
-func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32) (
-	out []byte, counts [3]uint16, stale bool, why string, ok bool) {
+func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleTTL uint32, cut uint16) (
+	out []byte, counts [3]uint16, stale, cutDone bool, why string, ok bool) {
 	slot, ok := wireSlot(qtype)
 	info := w.info.Load()
 	if !ok || info == nil || info.datacenter == "" {
-		return dst, counts, false, "", false
+		return dst, counts, false, false, "", false
 	}
 	sn, ok := readServiceName(name, info.domain, qtype == dns.TypeSRV)
 	if !ok || len(sn.dc) > 0 && string(sn.dc) != info.datacenter {
-		return dst, counts, false, "", false
+		return dst, counts, false, false, "", false
 	}
 	// Aliases of name's bytes: only looked up, never kept.
 	key := unsafe.String(unsafe.SliceData(sn.service), len(sn.service))
 	sl := w.watchedLoop(key)
 	if sl == nil {
-		return dst, counts, false, "", false // Answer asks for the watch
+		return dst, counts, false, false, "", false // Answer asks for the watch
 	}
 	svc := w.store.get(key)
 	if svc == nil {
-		return dst, counts, false, "", false
+		return dst, counts, false, false, "", false
 	}
 	if !svc.lostAt.IsZero() {
 		if w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {
-			return dst, counts, false, "", false // Answer passes it on
+			return dst, counts, false, false, "", false // Answer passes it on
 		}
 		stale = true
 	}
@@ -70,11 +73,11 @@ func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleT
 		svc.wire.Store(ws)
 	}
 	if ws == nil {
-		return dst, counts, false, "", false
+		return dst, counts, false, false, "", false
 	}
 	forms := ws.tags[unsafe.String(unsafe.SliceData(sn.tag), len(sn.tag))]
 	if forms == nil || forms[slot] == nil {
-		return dst, counts, false, "", false
+		return dst, counts, false, false, "", false
 	}
 	a := forms[slot]
 	ttl := ^uint32(0)
@@ -82,23 +85,29 @@ func (w *Watcher) AppendAnswer(dst, name []byte, qtype uint16, limit int, staleT
 		ttl = staleTTL
 	}
 	if a.recordLen > 0 {
-		out, counts, ok = w.appendFixed(dst, a, info.aRecordLimit, limit, ttl)
+		most := info.aRecordLimit
+		if cutDone = a.narrowFor(cut, len(name)); cutDone {
+			most = a.narrow
+		}
+		out, counts, ok = w.appendFixed(dst, a, most, limit, ttl)
 	} else {
-		out, counts, ok = w.appendWritten(dst, name, a, qtype, limit, ttl)
+		cutDone = a.narrowFor(cut, len(name))
+		out, counts, ok = w.appendWritten(dst, name, a, qtype, limit, ttl, cutDone)
 	}
 	if !ok {
-		return dst, [3]uint16{}, false, "", false
+		return dst, [3]uint16{}, false, false, "", false
 	}
 	w.countAsked(sl) // only here: a question left to Answer is counted there
-	return out, counts, stale, WhyWatch, true
+	return out, counts, stale, cutDone, WhyWatch, true
 }
 
-// appendFixed writes a's A or AAAA records, shuffled, cut to
-// a_record_limit (0: no limit), each TTL at most ttl.
-func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, aRecordLimit, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
+// appendFixed writes a's A or AAAA records, shuffled, the first most of
+// them (a_record_limit, or the count a client without EDNS keeps; 0: no
+// limit), each TTL at most ttl.
+func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, most, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
 	n := a.answers
-	if aRecordLimit > 0 && n > aRecordLimit {
-		n = aRecordLimit
+	if most > 0 && n > most {
+		n = most
 	}
 	if len(dst)+n*a.recordLen > limit {
 		return dst, [3]uint16{}, false
@@ -118,8 +127,10 @@ func (w *Watcher) appendFixed(dst []byte, a *wireAnswer, aRecordLimit, limit int
 // before spelling it for the client (resolver/spelling.go), then each
 // answer and its additional records in the shuffled order; the client's
 // question is put back over it, so that every name compressed into it
-// reads as asked.
-func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, limit int, ttl uint32) ([]byte, [3]uint16, bool) {
+// reads as asked. narrow writes a's narrow answer instead: the first
+// a.narrow groups of the shuffled order, and of their additional records
+// each target's address once (syncExtra's choice, decideNarrowSRV).
+func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, limit int, ttl uint32, narrow bool) ([]byte, [3]uint16, bool) {
 	qname := len(name) + 1 // the name's wire length: plain labels
 	qAt := len(dst) - qname - 4
 	headerAt := qAt - dnswire.HeaderLen
@@ -156,9 +167,13 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 		}
 		written++
 	}
+	kept := order[:a.answers]
+	if narrow {
+		kept = order[:a.narrow]
+	}
 	b.Start(0, 0)
 	b.Question(lower[:qname], qtype, dns.ClassINET)
-	for _, g := range order[:a.answers] {
+	for _, g := range kept {
 		record(dnswire.Answer, int(g))
 	}
 	soaAt := 0
@@ -166,9 +181,13 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 		record(dnswire.Authority, 0)
 		soaAt = int(ttlAt[0])
 	}
-	for _, g := range order[:a.answers] {
-		for i := a.extraFrom[g]; i < a.extraFrom[g+1]; i++ {
-			record(dnswire.Additional, i)
+	for k, g := range kept {
+		if !narrow {
+			for i := a.extraFrom[g]; i < a.extraFrom[g+1]; i++ {
+				record(dnswire.Additional, i)
+			}
+		} else if !slices.ContainsFunc(kept[:k], func(h uint8) bool { return a.sameTarget[h] == a.sameTarget[g] }) {
+			record(dnswire.Additional, a.extraFrom[g]) // the target's address, once
 		}
 	}
 	size, err := b.Finish()
@@ -187,12 +206,12 @@ func (w *Watcher) appendWritten(dst, name []byte, a *wireAnswer, qtype uint16, l
 			dnswire.CapTTL(msg, int(at), ttl)
 		}
 	}
-	extra := written - a.answers
+	extra := written - len(kept)
 	ns := 0
 	if a.nodata {
 		ns, extra = 1, extra-1
 	}
-	return dst, [3]uint16{uint16(a.answers), uint16(ns), uint16(extra)}, true
+	return dst, [3]uint16{uint16(len(kept)), uint16(ns), uint16(extra)}, true
 }
 
 // shuffle is a Fisher-Yates shuffle of n items drawn with w.intN: every

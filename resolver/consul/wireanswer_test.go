@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -62,7 +63,7 @@ func wireQuery(t testing.TB, name string, qtype uint16) []byte {
 func appended(t *testing.T, w *Watcher, name string, qtype uint16, staleTTL uint32) ([]byte, bool, bool) {
 	t.Helper()
 	pkt := wireQuery(t, name, qtype)
-	out, counts, stale, why, ok := w.AppendAnswer(pkt, []byte(strings.ToLower(name)), qtype, 65535, staleTTL)
+	out, counts, stale, _, why, ok := w.AppendAnswer(pkt, []byte(strings.ToLower(name)), qtype, 65535, staleTTL, 0)
 	if !ok {
 		if len(out) != len(pkt) {
 			t.Errorf("%s: declined but wrote %d bytes", name, len(out)-len(pkt))
@@ -279,7 +280,7 @@ func TestAppendAnswerAllocates(t *testing.T) {
 		name := []byte(strings.ToLower(f.name))
 		dst = append(dst[:0], pkt...)
 		if n := testing.AllocsPerRun(200, func() {
-			if _, _, _, _, ok := w.AppendAnswer(dst, name, f.qtype, 2048, 30); !ok {
+			if _, _, _, _, _, ok := w.AppendAnswer(dst, name, f.qtype, 2048, 30, 0); !ok {
 				t.Fatalf("%s declined", f.name)
 			}
 		}); n != 0 {
@@ -297,8 +298,103 @@ func BenchmarkAppendAnswer(b *testing.B) {
 			dst := make([]byte, 0, 2048)
 			b.ReportAllocs()
 			for b.Loop() {
-				w.AppendAnswer(append(dst[:0], pkt...), name, qtype, 2048, 30)
+				w.AppendAnswer(append(dst[:0], pkt...), name, qtype, 2048, 30, 0)
 			}
 		})
+	}
+}
+
+// The count of records a UDP client without EDNS keeps (Consul's cut,
+// udp_answer_limit) is decided when the answer is encoded (issue 34): a
+// question asked with its tag gets that many, shuffled, without an
+// allocation; one of another name length, another tag, or none gets the
+// whole answer for the resolver to cut.
+func TestAppendAnswerNarrow(t *testing.T) {
+	info := &agentInfo{datacenter: "dc1", domain: "consul.", udpAnswer: 3}
+	w := wireWatcher(t, 12, info)
+	tag := consulcut.NarrowTag(3)
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		cut   uint16
+		want  int
+		done  bool
+	}{
+		{"web.service.consul.", dns.TypeA, tag, 3, true},
+		{"v6.service.consul.", dns.TypeAAAA, tag, 3, true},
+		{"v1.web.service.consul.", dns.TypeA, tag, 3, true},
+		{"web.service.consul.", dns.TypeA, 0, 12, false},
+		{"web.service.consul.", dns.TypeA, consulcut.NarrowTag(5), 12, false},
+		{"web.service.dc1.consul.", dns.TypeA, tag, 12, false}, // another length: cut per question
+		// SRV: three groups, each target's address once, whatever the
+		// order (twelve nodes, their addresses alike in size).
+		{"web.service.consul.", dns.TypeSRV, tag, 3, true},
+		{"web.service.dc1.consul.", dns.TypeSRV, tag, 12, false},
+	} {
+		pkt := wireQuery(t, tc.name, tc.qtype)
+		name := []byte(tc.name)
+		_, counts, _, done, _, ok := w.AppendAnswer(pkt, name, tc.qtype, 65535, 30, tc.cut)
+		if done && tc.qtype == dns.TypeSRV && counts[2] != counts[0] {
+			t.Errorf("%s SRV: %d additional records for %d SRV records, want each target's address", tc.name, counts[2], counts[0])
+		}
+		if !ok || int(counts[0]) != tc.want || done != tc.done {
+			t.Errorf("%s %s tag %d: answered %v, %d records, cut %v; want %d, cut %v", tc.name,
+				dns.TypeToString[tc.qtype], tc.cut, ok, counts[0], done, tc.want, tc.done)
+		}
+		if !tc.done {
+			continue
+		}
+		dst := make([]byte, 0, 2048)
+		if n := testing.AllocsPerRun(100, func() {
+			w.AppendAnswer(append(dst[:0], pkt...), name, tc.qtype, 2048, 30, tc.cut)
+		}); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.name, n)
+		}
+	}
+}
+
+// A watched SRV answer's narrow cut is consulcut's cut of the whole
+// answer under the same shuffle, byte for byte: each kept target's
+// address once, instances sharing an address (one target) included,
+// node meta dropped (issue 34).
+func TestAppendAnswerNarrowSRVIsTheCut(t *testing.T) {
+	info := &agentInfo{datacenter: "dc1", domain: "consul.", udpAnswer: 3, nodeMetaTXT: true}
+	w := wireWatcher(t, 1, info)
+	var pair []instance
+	for i := range 8 {
+		pair = append(pair, instance{ServiceID: fmt.Sprint("pair", i), Node: fmt.Sprint("vm", i/2),
+			NodeAddr: fmt.Sprintf("10.1.0.%d", i/2+1), Port: 80 + i, Weight: 1, MetaTXT: []string{"rack=r1"}})
+	}
+	w.store.set("pair", pair, nil)
+	markWatched(w, "pair")
+	name := []byte("pair.service.consul.")
+	pkt := wireQuery(t, string(name), dns.TypeSRV)
+	for seed := range uint64(40) {
+		draw := func() { rng := rand.New(rand.NewPCG(seed, 1)); w.intN = rng.IntN }
+		draw()
+		whole, counts, _, done, _, ok := w.AppendAnswer(append([]byte(nil), pkt...), name, dns.TypeSRV, 65535, 30, 0)
+		if !ok || done {
+			t.Fatalf("whole answer: %v, cut %v", ok, done)
+		}
+		dnswire.Header{QDCount: 1, ANCount: counts[0], NSCount: counts[1], ARCount: counts[2]}.Put(whole)
+		var v dnswire.Msg
+		var cut consulcut.Cut
+		var b dnswire.Builder
+		if v.Parse(whole) != nil || !cut.Plan(&v, consulcut.Narrow(3)) {
+			t.Fatal("the whole answer does not plan")
+		}
+		if _, err := cut.Write(&b, &v); err != nil {
+			t.Fatal(err)
+		}
+		want := b.AppendTo(nil)
+		draw()
+		got, counts, _, done, _, ok := w.AppendAnswer(append([]byte(nil), pkt...), name, dns.TypeSRV, 65535, 30, consulcut.NarrowTag(3))
+		if !ok || !done {
+			t.Fatalf("seed %d: narrow answer %v, cut %v", seed, ok, done)
+		}
+		dnswire.Header{QDCount: 1, ANCount: counts[0], NSCount: counts[1], ARCount: counts[2]}.Put(got)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("seed %d: narrow answer\n%x\nwant consulcut's cut of the whole one\n%x", seed, got, want)
+		}
 	}
 }

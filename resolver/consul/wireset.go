@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/consulcut"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -56,6 +57,43 @@ type wireAnswer struct {
 	// nodata: no answer record, the SOA in the authority section, whose
 	// serial is the time of the question, as Consul's.
 	nodata bool
+	// narrow is how many answer records a UDP client without EDNS keeps
+	// (Consul's cut, consulcut.Narrow of the agent's udp_answer_limit,
+	// after a_record_limit), decided when the answer is encoded (issue
+	// 34) where it is the same whatever order the shuffle gives: A and
+	// AAAA records are all one size; an SRV answer's count is decided
+	// when the limit's largest groups fit (decideNarrowSRV). It holds for
+	// questions under narrowTag whose name is the encoded one's length
+	// (the cut measures records with their owner written out); other
+	// questions, and answers whose cut depends on the order, have none
+	// (0): the resolver cuts those per question.
+	narrow     int
+	narrowTag  uint16
+	narrowName int
+	// sameTarget[g] is the first group whose SRV target is group g's: of
+	// the groups a narrow SRV answer keeps, syncExtra keeps the address
+	// of each target once (wireanswer.go, appendWritten).
+	sameTarget []uint8
+}
+
+// narrowFor reports whether a question of a name nameLen bytes long (text
+// form) asking with tag cut gets a's narrow count.
+func (a *wireAnswer) narrowFor(cut uint16, nameLen int) bool {
+	return cut != 0 && a.narrow > 0 && cut == a.narrowTag && nameLen == a.narrowName
+}
+
+// decideNarrow sets a's narrow count for info (an A or AAAA answer).
+func (a *wireAnswer) decideNarrow(info *agentInfo) {
+	n := a.answers
+	if info.aRecordLimit > 0 && n > info.aRecordLimit {
+		n = info.aRecordLimit
+	}
+	c := consulcut.Narrow(info.udpAnswer)
+	qlen := a.view.QEnd - dnswire.HeaderLen // the question section: its name, type and class
+	a.narrow, a.narrowTag, a.narrowName = n, consulcut.NarrowTag(info.udpAnswer), qlen-4-1
+	if c.Cuts(n, a.recordsAt+n*a.recordLen) {
+		a.narrow = c.KeepFixed(n, qlen, a.recordLen)
+	}
 }
 
 // encodeService encodes key's answers from instances under info; nil when
@@ -132,6 +170,7 @@ func encodeAnswer(info *agentInfo, name string, qtype uint16, answer, extra []dn
 		if len(a.msg)-a.recordsAt != len(answer)*a.recordLen {
 			return nil // not one shape
 		}
+		a.decideNarrow(info)
 		return a
 	}
 	// Each answer's additional records: an address, then TXT records.
@@ -151,5 +190,77 @@ func encodeAnswer(info *agentInfo, name string, qtype uint16, answer, extra []dn
 		}
 	}
 	a.extraFrom = append(a.extraFrom, a.view.Len())
+	if qtype == dns.TypeSRV {
+		a.decideNarrowSRV(info)
+	}
 	return a
+}
+
+// decideNarrowSRV sets a's narrow count (an SRV answer) when Consul's cut
+// keeps the same records for a UDP client without EDNS whatever order
+// the shuffle gives: more records than the answer limit (so the count is
+// that limit, measured uncompressed), and the limit's largest groups (an
+// SRV record with its owner written out, and its target's address) fit
+// (consulcut's Keep over those sizes keeps the limit). syncExtra then
+// keeps, for each kept SRV record in order, the first additional record
+// owned by its target, each target once: decided here to be the group's
+// address, when every record a target owns is in a group of that target,
+// after an address the same in every such group.
+func (a *wireAnswer) decideNarrowSRV(info *agentInfo) {
+	n, v := a.answers, &a.view
+	most := min(consulcut.MaxAnswers, info.udpAnswer)
+	if n <= most || n > maxWireGroups || len(a.extraFrom) != n+1 || v.Counts[dnswire.Additional] == 0 {
+		return
+	}
+	var ti, tj, owner [dnswire.MaxNameLen]byte
+	same := make([]uint8, n)
+	sizes := make([]int, n)
+	for g := range n {
+		t, ok := v.Target(g, 0, ti[:0])
+		addr := a.extraFrom[g]
+		if !ok || addr >= a.extraFrom[g+1] || !v.OwnerIs(addr, t) {
+			return
+		}
+		same[g] = uint8(g)
+		for h := range g {
+			if u, _ := v.Target(h, 0, tj[:0]); dnswire.EqualName(t, u) {
+				same[g] = same[h]
+				other := a.extraFrom[h]
+				if !dnswire.SameRecord(v, addr, v, other) || v.TTL(addr) != v.TTL(other) {
+					return
+				}
+				break
+			}
+		}
+		// Every record t owns is in a group of target t.
+		for h := range n {
+			u, _ := v.Target(h, 0, tj[:0])
+			if dnswire.EqualName(t, u) {
+				continue
+			}
+			for j := a.extraFrom[h]; j < a.extraFrom[h+1]; j++ {
+				if dnswire.EqualName(v.Owner(j, owner[:0]), t) {
+					return
+				}
+			}
+		}
+		if consulcut.FirstExtra(v, t) != a.extraFrom[same[g]] {
+			return // syncExtra, in the encoded order, would not keep that address
+		}
+		sizes[g] = v.WholeLen(g) + v.WholeLen(addr)
+	}
+	slices.Sort(sizes)
+	c := consulcut.Narrow(info.udpAnswer)
+	k, _ := c.Keep(n, func(k int, _, _ bool) int {
+		size := a.view.QEnd // the header and the question
+		for _, s := range sizes[n-k:] {
+			size += s
+		}
+		return size
+	})
+	if k != most {
+		return // the count depends on the order: the resolver cuts per question
+	}
+	qlen := v.QEnd - dnswire.HeaderLen
+	a.narrow, a.narrowTag, a.narrowName, a.sameTarget = k, consulcut.NarrowTag(info.udpAnswer), qlen-4-1, same
 }

@@ -6,18 +6,20 @@ import (
 	"github.com/miekg/dns"
 )
 
+// oneAnswer is a reply to x.example./A with one A record, TTL 60, and
+// the records more adds (in mustMsg's form).
+func oneAnswer(tb testing.TB, more ...string) *dns.Msg {
+	tb.Helper()
+	return mustMsg(tb, "x.example.", dns.TypeA, append([]string{"x.example. 60 IN A 192.0.2.1"}, more...)...)
+}
+
 // The header encoder writes what miekg/dns reads, and reads what it
 // writes.
 func TestHeaderRoundTrip(t *testing.T) {
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
+	m := oneAnswer(t)
 	m.Id, m.Response, m.Truncated, m.RecursionDesired, m.Rcode = 0xbeef, true, true, true, dns.RcodeNameError
-	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET}, A: []byte{192, 0, 2, 1}}}
 	m.SetEdns0(1232, false)
-	raw, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := pack(t, m, false)
 	h, ok := ReadHeader(raw)
 	if !ok || h.ID != 0xbeef || h.QDCount != 1 || h.ANCount != 1 || h.NSCount != 0 || h.ARCount != 1 ||
 		h.Rcode() != dns.RcodeNameError || h.Flags&FlagTC == 0 || h.Flags&FlagQR == 0 || !Truncated(raw) {
@@ -38,17 +40,9 @@ func TestHeaderRoundTrip(t *testing.T) {
 
 // SetTTL writes the TTL miekg/dns reads.
 func TestSetTTL(t *testing.T) {
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
-	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{192, 0, 2, 1}}}
-	raw, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v Msg
-	if err := v.Parse(raw); err != nil {
-		t.Fatal(err)
-	}
+	m := oneAnswer(t)
+	raw := pack(t, m, false)
+	v := mustParse(t, raw)
 	SetTTL(raw, int(v.RR(0).TTLAt), 86400)
 	if err := m.Unpack(raw); err != nil || m.Answer[0].Header().Ttl != 86400 {
 		t.Fatalf("TTL %d (%v), want 86400", m.Answer[0].Header().Ttl, err)
@@ -58,19 +52,9 @@ func TestSetTTL(t *testing.T) {
 // CapTTL only lowers; SetSOASerial writes the serial miekg/dns reads,
 // whatever the SOA's names.
 func TestCapTTLAndSOASerial(t *testing.T) {
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
-	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "x.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: []byte{192, 0, 2, 1}}}
-	m.Ns = []dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: "example.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 30},
-		Ns: "ns.example.", Mbox: "hostmaster.x.example.", Serial: 1, Refresh: 2, Retry: 3, Expire: 4, Minttl: 5}}
-	raw, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v Msg
-	if err := v.Parse(raw); err != nil {
-		t.Fatal(err)
-	}
+	m := oneAnswer(t, ";", "example. 30 IN SOA ns.example. hostmaster.x.example. 1 2 3 4 5")
+	raw := pack(t, m, false)
+	v := mustParse(t, raw)
 	CapTTL(raw, int(v.RR(0).TTLAt), 90) // above: unchanged
 	CapTTL(raw, int(v.RR(1).TTLAt), 10) // below: lowered
 	SetSOASerial(raw, int(v.RR(1).TTLAt), 1765000000)

@@ -87,10 +87,7 @@ func TestReplyCloseAroundRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var view Msg
-	if err := view.Parse(want); err != nil {
-		t.Fatal(err)
-	}
+	view := mustParse(t, want)
 	dst, at := StartReply([]byte("prefix"), want[HeaderLen:view.QEnd])
 	from, _ := view.Range(Answer)
 	dst = append(dst, want[view.QEnd:view.RR(from+3).Name]...) // the three A records (no names compressed to before them)

@@ -46,13 +46,20 @@ func pack(tb testing.TB, m *dns.Msg, compress bool) []byte {
 	return b
 }
 
-// rebuild writes every record of raw again with the Builder.
-func rebuild(tb testing.TB, raw []byte) []byte {
+// mustParse is raw read by Msg.Parse, which must take it.
+func mustParse(tb testing.TB, raw []byte) *Msg {
 	tb.Helper()
 	var m Msg
 	if err := m.Parse(raw); err != nil {
 		tb.Fatalf("parse: %v", err)
 	}
+	return &m
+}
+
+// rebuild writes every record of raw again with the Builder.
+func rebuild(tb testing.TB, raw []byte) []byte {
+	tb.Helper()
+	m := mustParse(tb, raw)
 	var b Builder
 	b.Start(m.ID, m.Flags)
 	if m.QDCount == 1 {
@@ -60,7 +67,7 @@ func rebuild(tb testing.TB, raw []byte) []byte {
 		b.Question(m.Question(q[:0]), m.QType, m.QClass)
 	}
 	for i := range m.Len() {
-		b.Record(m.SectionOf(i), &m, i)
+		b.Record(m.SectionOf(i), m, i)
 	}
 	if _, err := b.Finish(); err != nil {
 		tb.Fatal(err)
@@ -105,10 +112,7 @@ func TestBuilderDecompressesRData(t *testing.T) {
 	m := mustMsg(t, "_x._tcp.example.com.", dns.TypeSRV, "_x._tcp.example.com. 300 IN SRV 1 2 80 host.example.com.")
 	raw := pack(t, m, true)
 	// Point the SRV target's "example.com." at the question's.
-	var v Msg
-	if err := v.Parse(raw); err != nil {
-		t.Fatal(err)
-	}
+	v := mustParse(t, raw)
 	rr := *v.RR(0)
 	target := int(rr.Data) + 6
 	forged := append([]byte(nil), raw[:target]...)
@@ -171,10 +175,7 @@ func TestNames(t *testing.T) {
 	}
 	m := mustMsg(t, `A\.b\032c\255.Example.`, dns.TypeA)
 	raw := pack(t, m, false)
-	var v Msg
-	if err := v.Parse(raw); err != nil {
-		t.Fatal(err)
-	}
+	v := mustParse(t, raw)
 	unpacked := new(dns.Msg)
 	if err := unpacked.Unpack(raw); err != nil {
 		t.Fatal(err)
@@ -337,11 +338,7 @@ func TestSameRecordMatchesIsDuplicate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v Msg
-		if err := v.Parse(raw); err != nil {
-			t.Fatal(err)
-		}
-		return &v
+		return mustParse(t, raw)
 	}
 	a, b := pack(true, parsed...), pack(false, parsed...)
 	for i := range parsed {
@@ -363,10 +360,7 @@ func TestQuestionInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v Msg
-	if err := v.Parse(raw); err != nil {
-		t.Fatal(err)
-	}
+	v := mustParse(t, raw)
 	name, ok := v.QuestionInPlace()
 	if !ok || string(name) != string(mustWire(t, "Www.Example.")) ||
 		string(v.QuestionSection()) != string(raw[HeaderLen:]) {

@@ -164,36 +164,8 @@ func (a *abuseServers) close() {
 // silent.bench.example to the silent server, everything else forwarded to
 // the upstream on .42; unbound's defaults otherwise, one thread.
 func (b *bench) startSharedUnbound(round int, s string) (*proc, error) {
-	host, p, _ := strings.Cut(abuseSharedAddr, ":")
-	silentHost, silentPort, _ := strings.Cut(abuseSilentAddr, ":")
-	directHost, directPort, _ := strings.Cut(abuseDirectAddr, ":")
 	conf := filepath.Join(b.dir, fmt.Sprintf("shared-unbound-%s-%d.conf", s, round))
-	text := fmt.Sprintf(`server:
-	interface: %[1]s@%[2]s
-	port: %[2]s
-	do-ip6: no
-	num-threads: 1
-	access-control: 127.0.0.0/8 allow
-	do-not-query-localhost: no
-	username: ""
-	chroot: ""
-	directory: "%[3]s"
-	pidfile: ""
-	use-syslog: no
-	logfile: ""
-	verbosity: 0
-	module-config: "iterator"
-	qname-minimisation: no
-stub-zone:
-	name: "%[4]s"
-	stub-addr: %[5]s@%[6]s
-forward-zone:
-	name: "."
-	forward-addr: %[7]s@%[8]s
-remote-control:
-	control-enable: yes
-	control-interface: "%[9]s"
-`, host, p, b.dir, abuseSilentZone, silentHost, silentPort, directHost, directPort, b.sharedControl(s, round))
+	text := b.sharedUnboundConf(round, s)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
@@ -208,6 +180,21 @@ remote-control:
 		return nil, fmt.Errorf("shared unbound did not answer: %w (log: %s)", err, tail(logf))
 	}
 	return pr, exited(pr, logf)
+}
+
+// sharedUnboundConf is the shared resolver's configuration: the bench's
+// unbound with one thread, a stub zone for the silent server and its
+// control socket on.
+func (b *bench) sharedUnboundConf(round int, s string) string {
+	silentHost, silentPort, _ := strings.Cut(abuseSilentAddr, ":")
+	return unboundConf{
+		addr:    abuseSharedAddr,
+		dir:     b.dir,
+		threads: "\tnum-threads: 1\n",
+		zones: fmt.Sprintf("stub-zone:\n\tname: %q\n\tstub-addr: %s@%s\n", abuseSilentZone, silentHost, silentPort) +
+			unboundForwardZone(".", abuseDirectAddr),
+		control: fmt.Sprintf("\tcontrol-enable: yes\n\tcontrol-interface: \"%s\"\n", b.sharedControl(s, round)),
+	}.text()
 }
 
 // sharedControl is the shared unbound's control socket, for its counts.

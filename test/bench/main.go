@@ -80,6 +80,7 @@ func main() {
 		coredns   = flag.String("coredns", "test/corednsbuild/bin/coredns", "CoreDNS binary for the dot scenario's CoreDNS row (make coredns)")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
+		pickLossy = flag.Duration("pick-lossy-window", 90*time.Second, "length of the pick scenario's lossy day (its p99 is also read from all rounds pooled)")
 		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
 		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
 	)
@@ -115,7 +116,7 @@ func main() {
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 			coredns:    *coredns,
-			pickWindow: *pickWin, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
+			pickWindow: *pickWin, pickLossyWindow: *pickLossy, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
 		}
 		err = b.run()
 	}
@@ -143,6 +144,13 @@ type bench struct {
 	consul       string // Consul agent binary; "" once it is found missing
 	coredns      string // CoreDNS binary (scenario 12); "" once it is found missing
 	pickWindow   time.Duration
+	// pickLossyWindow is scenario 13's lossy day, longer than the others:
+	// its p99 is the middle of the lost packets' answers, about 2 % of
+	// the queries, so a 30 s day's p99 is read from some 30 of them.
+	pickLossyWindow time.Duration
+	// pickLossy holds each server's lossy-day latencies of every round so
+	// far, pooled.
+	pickLossy map[string][]time.Duration
 	// pickOutageLen is scenario 13's outage.
 	pickOutageLen time.Duration
 	// abuseWindow is how long scenario 14 asks its fresh names.

@@ -35,6 +35,9 @@ type serverSetup struct {
 	// noNegCache turns negative caching off in the peers (scenarios 7 and
 	// 8); towerd never caches NXDOMAIN.
 	noNegCache bool
+	// admin, when set, is towerd's admin address (its /metrics); else
+	// the admin server is off.
+	admin string
 	// addr, when set, is where the server listens instead of serverAddr
 	// (scenario 10: port 53, which glibc asks).
 	addr string
@@ -138,7 +141,7 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			}
 		}
 		args := []string{"-config", config, "-listen", addr, "-upstream", set.upstream, "-consul-http", "off",
-			"-admin", "", "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
+			"-admin", set.admin, "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
 		if set.consulDNS != "" {
 			// The watch on the agent's HTTP API (its default port) and its DNS.
 			api := consulHost + ":8500"
@@ -195,23 +198,50 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		if set.noNegCache {
 			stale += "\tcache-max-negative-ttl: 0\n"
 		}
-		forwardAddrs := ""
-		for _, up := range upstreams {
-			h, p, _ := strings.Cut(up, ":")
-			forwardAddrs += fmt.Sprintf("\tforward-addr: %s@%s\n", h, p)
-		}
-		consulZone := ""
+		zones := unboundForwardZone(".", upstreams...) + "\tforward-first: no\n"
 		if set.consulDNS != "" {
-			consulZone = fmt.Sprintf("forward-zone:\n\tname: \"consul.\"\n\tforward-addr: %s@%s\n", consulHost, consulPort)
+			zones += unboundForwardZone("consul.", set.consulDNS)
 		}
-		text := fmt.Sprintf(`server:
+		text := unboundConf{
+			addr:    addr,
+			dir:     b.dir,
+			threads: "\tdo-tcp: yes\n\tnum-threads: 2\n\tso-reuseport: yes\n",
+			cache:   fmt.Sprintf("\tmsg-cache-size: %dm\n\trrset-cache-size: %dm\n\tcache-min-ttl: 0\n", mb, 2*mb) + stale,
+			zones:   zones,
+		}.text()
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return "", nil, err
+		}
+		unbound, _ := lookPath("unbound")
+		return unbound, []string{"-d", "-c", conf}, nil
+	}
+	return "", nil, fmt.Errorf("unknown server %q", s)
+}
+
+// unboundConf is a bench unbound's configuration: the lines every bench
+// unbound shares (loopback only, no privileges dropped, no files but its
+// directory, the iterator only, no QNAME minimisation), with the parts that
+// differ between them.
+type unboundConf struct {
+	addr    string // host:port it listens on
+	dir     string // its working directory
+	threads string // server: lines after do-ip6 (threads, TCP, reuseport)
+	cache   string // server: lines after module-config (cache sizes, stale)
+	zones   string // the stub-zone and forward-zone clauses
+	control string // remote-control: lines; none turns it off
+}
+
+func (u unboundConf) text() string {
+	host, port, _ := strings.Cut(u.addr, ":")
+	control := u.control
+	if control == "" {
+		control = "\tcontrol-enable: no\n"
+	}
+	return fmt.Sprintf(`server:
 	interface: %[1]s@%[2]s
 	port: %[2]s
 	do-ip6: no
-	do-tcp: yes
-	num-threads: 2
-	so-reuseport: yes
-	access-control: 127.0.0.0/8 allow
+%[4]s	access-control: 127.0.0.0/8 allow
 	do-not-query-localhost: no
 	username: ""
 	chroot: ""
@@ -221,21 +251,18 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 	logfile: ""
 	verbosity: 0
 	module-config: "iterator"
-	msg-cache-size: %[4]dm
-	rrset-cache-size: %[5]dm
-	cache-min-ttl: 0
-%[7]s	qname-minimisation: no
-forward-zone:
-	name: "."
-%[6]s	forward-first: no
-%[8]sremote-control:
-	control-enable: no
-`, host, port, b.dir, mb, 2*mb, forwardAddrs, stale, consulZone)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			return "", nil, err
-		}
-		unbound, _ := lookPath("unbound")
-		return unbound, []string{"-d", "-c", conf}, nil
+%[5]s	qname-minimisation: no
+%[6]sremote-control:
+%[7]s`, host, port, u.dir, u.threads, u.cache, u.zones, control)
+}
+
+// unboundForwardZone is a forward-zone clause sending name to servers,
+// each host:port.
+func unboundForwardZone(name string, servers ...string) string {
+	text := fmt.Sprintf("forward-zone:\n\tname: %q\n", name)
+	for _, s := range servers {
+		h, p, _ := strings.Cut(s, ":")
+		text += fmt.Sprintf("\tforward-addr: %s@%s\n", h, p)
 	}
-	return "", nil, fmt.Errorf("unknown server %q", s)
+	return text
 }

@@ -7,7 +7,6 @@
 package consultest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -21,12 +20,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // Bounds on waiting for an agent; none is a sleep, each is the longest a
@@ -86,7 +86,7 @@ type Agent struct {
 	resolvConf string
 	cmd        *exec.Cmd
 	exited     chan struct{}
-	output     *syncBuffer
+	output     *dnstest.SyncBuffer
 }
 
 // Start runs an agent and waits until it has a leader and its node is in the
@@ -126,7 +126,7 @@ func start(t testing.TB, bin string, opts Options) (*Agent, error) {
 		Node:       "towerd-test",
 		opts:       opts,
 		bin:        bin,
-		output:     &syncBuffer{},
+		output:     &dnstest.SyncBuffer{},
 	}
 	if opts.Node != "" {
 		a.Node = opts.Node
@@ -363,24 +363,6 @@ func agentPortRange() (lo, hi int) {
 		}
 	}
 	return lo, hi
-}
-
-// syncBuffer collects a process's output for logs on failure.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func lastLines(s string, n int) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 // watchedRecords stands for the daemon's local data and Consul watch: it
@@ -74,7 +75,7 @@ func TestCacheLoadChecksEveryEntryAgainstTheConfig(t *testing.T) {
 			[]string{"alias.example.org. 300 IN CNAME x.corp.", "x.corp. 300 IN A 6.6.6.6"}, nil, nil)},
 		{a("z.corp."), forgedReply(t, "z.corp.", dns.TypeA, []string{"z.corp. 300 IN CNAME w.example.org.", "w.example.org. 300 IN A 6.6.6.6"}, nil, nil)},
 	} {
-		if ok, why := setMsg(forger, e.key, e.m); !ok {
+		if ok, why := dnstest.SetMsg(forger, e.key, e.m); !ok {
 			t.Fatalf("%s: %s", e.key, why)
 		}
 	}

@@ -216,7 +216,7 @@ func setAnswer(t *testing.T, c *cache.Cache, name string, qtype uint16, rr strin
 		}
 		m.Answer = []dns.RR{r}
 	}
-	if ok, reason := setMsg(c, cache.NewKey(name, qtype, dns.ClassINET, false, false), m); !ok {
+	if ok, reason := dnstest.SetMsg(c, cache.NewKey(name, qtype, dns.ClassINET, false, false), m); !ok {
 		t.Fatalf("not cached: %s", reason)
 	}
 }
@@ -331,19 +331,4 @@ func TestAdminRefusesForeignHosts(t *testing.T) {
 			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
 		}
 	}
-}
-
-// setMsg stores m under k as the resolver stores an upstream's reply
-// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
-// SetWire.
-func setMsg(c *cache.Cache, k cache.Key, m *dns.Msg) (stored bool, reason string) {
-	raw, err := m.Pack()
-	if err != nil {
-		return false, "pack failed"
-	}
-	a, reason := c.PrepareAnswer(k, raw)
-	if reason != "" {
-		return false, reason
-	}
-	return c.SetWire(k, &a)
 }

@@ -34,6 +34,11 @@ type Config struct {
 	// MaxUDPSize: bytes; UDP answers stop at min(the client's EDNS size,
 	// this) and set TC past it (DNS Flag Day 2020). 512 to 65535.
 	MaxUDPSize int `toml:"max_udp_size"`
+	// UDPReceiveBuffer: bytes of kernel receive buffer asked for on each
+	// UDP socket (setsockopt SO_RCVBUF), to hold the queries that arrive
+	// while towerd's reader is not running; 0 = the system's default.
+	// Capped at net.core.rmem_max without CAP_NET_ADMIN.
+	UDPReceiveBuffer ByteSize `toml:"udp_receive_buffer"`
 	// ResolvConf: file whose nameservers serve zone "." when it lists none;
 	// empty = /run/systemd/resolve/resolv.conf if present, else /etc/resolv.conf.
 	ResolvConf string `toml:"resolv_conf"`
@@ -124,7 +129,9 @@ type UpstreamConfig struct {
 	MinAttemptTimeout Duration `toml:"min_attempt_timeout"`
 	// HedgeBudget: share of upstream queries that may be hedges, a late
 	// first attempt asked again of the next fastest server (token bucket,
-	// burst 10); 0 turns hedging and exploring off.
+	// burst 10; a hedge that won after its first attempt's timeout was
+	// that retransmission, sent early, and is refunded); 0 turns hedging
+	// and exploring off.
 	HedgeBudget float64 `toml:"hedge_budget"`
 }
 
@@ -261,8 +268,14 @@ func DefaultConfig() Config {
 		Allow:        []string{"127.0.0.0/8", "::1/128"},
 		QueryTimeout: Dur(1800 * time.Millisecond),
 		MaxUDPSize:   1232,
-		LogLevel:     "info",
-		LogFormat:    "text",
+		// The kernel's default (net.core.rmem_default) holds a few
+		// hundred queries, a few milliseconds of a busy node's reader
+		// descheduled; the rest are dropped (docs/benchmarks.md). 4 MiB is
+		// unbound's suggested so-rcvbuf; it is a ceiling, taken only
+		// while queries wait.
+		UDPReceiveBuffer: 4 << 20,
+		LogLevel:         "info",
+		LogFormat:        "text",
 		// A node's own clients ask tens of names a second. journald takes
 		// 10,000 messages in 30 s from a service by default
 		// (RateLimitBurst=, RateLimitIntervalSec=) and drops the rest

@@ -271,6 +271,9 @@ func (c *Config) Validate() error {
 	if c.MaxUDPSize < 512 || c.MaxUDPSize > 65535 {
 		return keyErr("max_udp_size", "must be between 512 and 65535 bytes (got %d)", c.MaxUDPSize)
 	}
+	if c.UDPReceiveBuffer < 0 || c.UDPReceiveBuffer > 1<<30 {
+		return keyErr("udp_receive_buffer", "must be between 0 (the system's default) and 1GiB (got %v)", c.UDPReceiveBuffer)
+	}
 	if c.QueryTimeout.Duration <= 0 {
 		return keyErr("query_timeout", "must be positive (got %v)", c.QueryTimeout)
 	}

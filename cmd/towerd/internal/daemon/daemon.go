@@ -202,6 +202,8 @@ func New(opts Options) (*Daemon, error) {
 		TCPIdleTimeout:    cfg.TCP.IdleTimeout.Duration,
 		TCPReadTimeout:    cfg.TCP.ReadTimeout.Duration,
 		TCPWriteTimeout:   cfg.TCP.WriteTimeout.Duration,
+		UDPReceiveBuffer:  int(cfg.UDPReceiveBuffer),
+		OnReceiveBuffer:   d.receiveBufferSet(int(cfg.UDPReceiveBuffer)),
 		OnInvalid: func(err error) {
 			d.log.Debug("dropped unparsable packet", "err", err)
 		},

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -17,38 +16,35 @@ import (
 	"github.com/towerd/towerd/test/dnstest"
 )
 
-// The daemon answers from [local] before its upstreams, with the rules on
-// by default, and a reload swaps local data only when the new
-// configuration is taken.
-func TestLocalDataFollowsReload(t *testing.T) {
-	hosts := filepath.Join(t.TempDir(), "hosts")
-	if err := os.WriteFile(hosts, []byte("192.168.1.10 nas.lan nas\n"), 0o644); err != nil {
+// localDaemon runs a quiet daemon whose [local] reads one hosts file
+// holding hosts (its path returned), TTL 60 s, and that forwards "." to
+// port 9 (discard): a forwarded question would time out, which the test
+// would see as SERVFAIL. The zone is named in the configuration too, so a
+// reload never reads the machine's resolv.conf. more changes the
+// configuration and options before the daemon is built; Load returns the
+// configuration it started with unless more sets it. ask answers with the
+// rcode and the answer records, tabs as spaces.
+func localDaemon(t *testing.T, hosts string, more func(cfg *config.Config, o *Options)) (
+	d *Daemon, hostsFile string, ask func(name string, qtype uint16) string) {
+	t.Helper()
+	hostsFile = filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hostsFile, []byte(hosts), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.DefaultConfig()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	cfg.Admin.Listen = ""
-	cfg.Consul.Enabled = false
-	cfg.StateDir = ""
-	cfg.Local.HostsFiles = []string{hosts}
+	cfg := quietConfig()
+	cfg.Local.HostsFiles = []string{hostsFile}
 	cfg.Local.TTL = config.Dur(60e9)
-	cfg.Local.Records = []string{"old.lan. A 192.168.1.9"}
-	// Port 9 (discard): a forwarded question would time out, which the
-	// test would see as SERVFAIL.
-	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
-	next := cfg
-	var loadErr error
-	d, err := New(Options{Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler),
-		Load: func() (config.Config, error) { return next, loadErr }})
-	if err != nil {
-		t.Fatal(err)
+	cfg.Zones = []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
+	o := Options{Zones: cfg.Zones, Log: slog.New(slog.DiscardHandler)}
+	o.Load = func() (config.Config, error) { return o.Config, nil }
+	if more != nil {
+		more(&cfg, &o)
 	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(context.Background()) }()
-	<-d.Ready()
-	t.Cleanup(func() { d.Shutdown(); <-done })
+	o.Config = cfg
+	d, stop := runDaemon(t, o)
+	t.Cleanup(func() { stop() })
 	udp := strings.TrimPrefix(d.Addrs()[0], "udp/")
-	ask := func(name string, qtype uint16) string {
+	return d, hostsFile, func(name string, qtype uint16) string {
 		t.Helper()
 		m := new(dns.Msg)
 		m.SetQuestion(name, qtype)
@@ -62,6 +58,19 @@ func TestLocalDataFollowsReload(t *testing.T) {
 		}
 		return out
 	}
+}
+
+// The daemon answers from [local] before its upstreams, with the rules on
+// by default, and a reload swaps local data only when the new
+// configuration is taken.
+func TestLocalDataFollowsReload(t *testing.T) {
+	var next config.Config
+	var loadErr error
+	d, hosts, ask := localDaemon(t, "192.168.1.10 nas.lan nas\n", func(cfg *config.Config, o *Options) {
+		cfg.Local.Records = []string{"old.lan. A 192.168.1.9"}
+		next = *cfg
+		o.Load = func() (config.Config, error) { return next, loadErr }
+	})
 	if got := ask("nas.lan.", dns.TypeA); got != "NOERROR nas.lan. 60 IN A 192.168.1.10" {
 		t.Errorf("nas.lan. A = %s", got)
 	}
@@ -76,8 +85,6 @@ func TestLocalDataFollowsReload(t *testing.T) {
 	// the hosts files and takes the new [local] table.
 	next.Local.Records = []string{"new.lan. A 192.168.1.11"}
 	next.Local.Domains = []string{"lan."}
-	// zone "." named, so the reload never reads the machine's resolv.conf.
-	next.Zones = zones
 	loadErr = errors.New("broken file")
 	if err := d.Reload(); err == nil {
 		t.Fatal("reload with a load error succeeded")
@@ -110,56 +117,24 @@ func TestLocalDataFollowsReload(t *testing.T) {
 // 33): an edit is not seen while the clock stands still, and is once the
 // test steps it past the poll interval.
 func TestLocalDataPolledOnTheDaemonClock(t *testing.T) {
-	hosts := filepath.Join(t.TempDir(), "hosts")
-	if err := os.WriteFile(hosts, []byte("192.168.1.10 nas.lan\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.DefaultConfig()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	cfg.Admin.Listen = ""
-	cfg.Consul.Enabled = false
-	cfg.StateDir = ""
-	cfg.Local.HostsFiles = []string{hosts}
-	zones := []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}}
 	clk := dnstest.NewClock(time.Unix(1700000000, 0))
-	d, err := New(Options{Config: cfg, Zones: zones, Log: slog.New(slog.DiscardHandler), Clock: clk,
-		Load: func() (config.Config, error) { return cfg, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Run(context.Background()) }()
-	<-d.Ready()
-	t.Cleanup(func() { d.Shutdown(); <-done })
-	udp := strings.TrimPrefix(d.Addrs()[0], "udp/")
-	nas := func() string {
-		t.Helper()
-		m := new(dns.Msg)
-		m.SetQuestion("nas.lan.", dns.TypeA)
-		r, err := dns.Exchange(m, udp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Answer) != 1 {
-			return dns.RcodeToString[r.Rcode]
-		}
-		return r.Answer[0].(*dns.A).A.String()
-	}
+	d, hosts, ask := localDaemon(t, "192.168.1.10 nas.lan\n", func(_ *config.Config, o *Options) { o.Clock = clk })
+	nas := func() string { return ask("nas.lan.", dns.TypeA) }
 	// A new size, so the poll sees a change whatever the file system's
 	// timestamp granularity.
 	if err := os.WriteFile(hosts, []byte("192.168.1.111 nas.lan\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := nas(); got != "192.168.1.10" {
+	if got := nas(); got != "NOERROR nas.lan. 60 IN A 192.168.1.10" {
 		t.Fatalf("before the clock moved: nas.lan. = %s, want the file as read at start", got)
 	}
 	clk.Advance(local.DefaultPollInterval - 1)
-	if got := nas(); got != "192.168.1.10" {
+	if got := nas(); got != "NOERROR nas.lan. 60 IN A 192.168.1.10" {
 		t.Fatalf("before the poll interval on the clock: nas.lan. = %s", got)
 	}
 	clk.Advance(1)
 	// The poll runs on the poller's goroutine: no event to wait on.
-	dnstest.Eventually(t, func() bool { return nas() == "192.168.1.111" }, 10*time.Second,
+	dnstest.Eventually(t, func() bool { return nas() == "NOERROR nas.lan. 60 IN A 192.168.1.111" }, 10*time.Second,
 		"the edited hosts file read at the poll")
 	// The poller's ticker is the clock's: stopping the poll disarms it.
 	armed := clk.Timers()

@@ -111,6 +111,17 @@ func startedTelemetryDaemon(t *testing.T) *Daemon {
 	return d
 }
 
+// quietConfig is the default configuration listening on a free loopback
+// port only: no admin server, no Consul watch, no state directory.
+func quietConfig() config.Config {
+	cfg := config.DefaultConfig()
+	cfg.Listen = []string{"127.0.0.1:0"}
+	cfg.Admin.Listen = ""
+	cfg.Consul.Enabled = false
+	cfg.StateDir = ""
+	return cfg
+}
+
 // runDaemon builds a daemon from opts and runs it until it serves; stop
 // shuts it down and returns what Run returned.
 func runDaemon(t *testing.T, opts Options) (d *Daemon, stop func() error) {

@@ -42,11 +42,7 @@ func TestRunningKeepsRestartOnlyKeys(t *testing.T) {
 // restart-only key needs a restart, and keeps needing one on every reload
 // while the file says so; reverted, it needs none.
 func TestReloadComparesWithTheRunningConfig(t *testing.T) {
-	cfg := config.DefaultConfig()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	cfg.Admin.Listen = ""
-	cfg.Consul.Enabled = false
-	cfg.StateDir = ""
+	cfg := quietConfig()
 	cfg.Zones = []config.ZoneConfig{{Name: ".", Servers: []string{"127.0.0.1:9"}}} // never asked
 	zones, _, err := cfg.ForwardZones("/")
 	if err != nil {

@@ -36,11 +36,7 @@ type followEvent struct {
 func TestFollowResolvConf(t *testing.T) {
 	dir := t.TempDir()
 	resolvPath := filepath.Join(dir, "resolv.conf")
-	cfg := config.DefaultConfig()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	cfg.Admin.Listen = ""
-	cfg.Consul.Enabled = false
-	cfg.StateDir = ""
+	cfg := quietConfig()
 	cfg.ResolvConf = resolvPath
 	// consul. must not go to a real agent's port; 192.0.2.0/24 is never
 	// asked (the test only sends a name under ".").

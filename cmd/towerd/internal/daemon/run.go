@@ -189,12 +189,12 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 }
 
 // restartOnly says a key takes effect only on restart: the sockets
-// (listen) and their [tcp] limits, the cache's size, the admin server and
+// (listen, udp_receive_buffer) and their [tcp] limits, the cache's size, the admin server and
 // the control channel, the Consul watch, and the logger's level and format
 // (main builds the logger once, before the daemon). running keeps the same
 // keys.
 func restartOnly(key string) bool {
-	return key == "listen" || key == "cache.size" || key == "log_level" || key == "log_format" ||
+	return key == "listen" || key == "udp_receive_buffer" || key == "cache.size" || key == "log_level" || key == "log_format" ||
 		strings.HasPrefix(key, "admin.") || strings.HasPrefix(key, "control.") || strings.HasPrefix(key, "consul.") ||
 		strings.HasPrefix(key, "tcp.") // the TCP listeners' limits are set when they start
 }
@@ -202,7 +202,7 @@ func restartOnly(key string) bool {
 // running is cfg once a reload applied it: what restartOnly names keeps
 // the value the daemon started with.
 func running(cfg, started config.Config) config.Config {
-	cfg.Listen, cfg.Cache.Size, cfg.TCP = started.Listen, started.Cache.Size, started.TCP
+	cfg.Listen, cfg.UDPReceiveBuffer, cfg.Cache.Size, cfg.TCP = started.Listen, started.UDPReceiveBuffer, started.Cache.Size, started.TCP
 	cfg.Admin, cfg.Control, cfg.Consul = started.Admin, started.Control, started.Consul
 	cfg.LogLevel, cfg.LogFormat = started.LogLevel, started.LogFormat
 	return cfg

@@ -14,6 +14,7 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/admin"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
+	"github.com/towerd/towerd/test/dnstest"
 )
 
 func TestResolveStateDir(t *testing.T) {
@@ -58,7 +59,7 @@ func TestSaveAndLoadCache(t *testing.T) {
 	rr, _ := dns.NewRR("www.example. 300 IN A 192.0.2.1")
 	m.Answer = []dns.RR{rr}
 	k := cache.NewKey("www.example.", dns.TypeA, dns.ClassINET, false, false)
-	if ok, reason := setMsg(src, k, m); !ok {
+	if ok, reason := dnstest.SetMsg(src, k, m); !ok {
 		t.Fatal(reason)
 	}
 	d.saveCache(src, cfg)
@@ -150,7 +151,7 @@ func TestPeriodicCacheSave(t *testing.T) {
 		m.SetQuestion(name, dns.TypeA)
 		rr, _ := dns.NewRR(name + " 300 IN A 192.0.2.1")
 		m.Answer = []dns.RR{rr}
-		if ok, reason := setMsg(c, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), m); !ok {
+		if ok, reason := dnstest.SetMsg(c, cache.NewKey(name, dns.TypeA, dns.ClassINET, false, false), m); !ok {
 			t.Fatal(reason)
 		}
 	}
@@ -232,19 +233,4 @@ func metricValue(t *testing.T, tel *admin.Telemetry, name, result string) float6
 	}
 	t.Fatalf("no series %s{result=%q}", name, result)
 	return 0
-}
-
-// setMsg stores m under k as the resolver stores an upstream's reply
-// (Handler.settle): packed, made an entry by PrepareAnswer, stored by
-// SetWire.
-func setMsg(c *cache.Cache, k cache.Key, m *dns.Msg) (stored bool, reason string) {
-	raw, err := m.Pack()
-	if err != nil {
-		return false, "pack failed"
-	}
-	a, reason := c.PrepareAnswer(k, raw)
-	if reason != "" {
-		return false, reason
-	}
-	return c.SetWire(k, &a)
 }

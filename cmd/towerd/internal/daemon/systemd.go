@@ -118,6 +118,31 @@ func (d *Daemon) listen(addrs []string) error {
 	return nil
 }
 
+// receiveBufferSet is the server's OnReceiveBuffer: one log line per UDP
+// socket, saying when the kernel gave less than udp_receive_buffer
+// (queries that arrive while towerd's reader waits for a CPU are dropped
+// past it, as the kernel's counters show: `ss -uamn`, d in skmem). At the
+// default that is an info line: towerd.service has no CAP_NET_ADMIN and a
+// stock net.core.rmem_max caps it, which must not warn at every start; a
+// size the operator chose warns.
+func (d *Daemon) receiveBufferSet(want int) func(addr string, got int, err error) {
+	logf := d.log.Warn
+	if want == int(config.DefaultConfig().UDPReceiveBuffer) {
+		logf = d.log.Info
+	}
+	return func(addr string, got int, err error) {
+		switch {
+		case err != nil:
+			logf("cannot set udp_receive_buffer", "addr", addr, "err", err)
+		case got < want:
+			logf("udp_receive_buffer capped by the kernel", "addr", addr, "bytes", got, "configured", want,
+				"hint", "raise net.core.rmem_max (sysctl), or set ReceiveBuffer= in a towerd.socket drop-in")
+		default:
+			d.log.Debug("udp receive buffer", "addr", addr, "bytes", got)
+		}
+	}
+}
+
 // sdServing starts what follows the sockets serving: the readiness checks
 // (then READY=1) and the periodic WATCHDOG=1/STATUS= ticks.
 func (d *Daemon) sdServing(addrs []string) {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,31 +14,14 @@ import (
 	"github.com/towerd/towerd/cache"
 	"github.com/towerd/towerd/cmd/towerd/internal/config"
 	"github.com/towerd/towerd/resolver"
+	"github.com/towerd/towerd/test/dnstest"
 	"github.com/towerd/towerd/upstream"
 )
-
-// syncBuffer is a log sink the daemon's goroutines may write concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // newSDTestDaemon is a daemon with what the systemd side reads (a handler,
 // a group, a cache) and no sockets, past the point where its sockets
 // serve: the test plays the main loop by hand.
-func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessCheck) (*Daemon, *syncBuffer) {
+func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessCheck) (*Daemon, *dnstest.SyncBuffer) {
 	t.Helper()
 	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID"} {
 		t.Setenv(k, env[k])
@@ -59,7 +41,7 @@ func newSDTestDaemon(t *testing.T, env map[string]string, checks ...readinessChe
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	logs := &syncBuffer{}
+	logs := &dnstest.SyncBuffer{}
 	d := &Daemon{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		opts: Options{ConfigFile: "test.toml", Systemd: true}, handler: h, groups: []*upstream.Group{g}, cache: c,
 		sd: &sdSession{events: make(chan sdEvent)}}

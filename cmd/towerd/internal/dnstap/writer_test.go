@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -244,7 +243,7 @@ func TestWriterStalledReaderDropsNeverWaits(t *testing.T) {
 	dir := t.TempDir()
 	r := newReader(t, filepath.Join(dir, "r.sock"), true)
 	stats := NewStats()
-	var logged syncBuffer
+	var logged dnstest.SyncBuffer
 	w, err := New(Options{Network: "unix", Address: r.ln.Addr().String(), Log: slog.New(slog.NewTextHandler(&logged, nil))}, stats)
 	if err != nil {
 		t.Fatal(err)
@@ -310,23 +309,6 @@ func TestWriterReconnects(t *testing.T) {
 			t.Fatal("the writer did not connect to the new reader within 10 s")
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // BenchmarkClientTap is the cost on the answering goroutine of one answer
