@@ -84,22 +84,32 @@ func release(w *waiter) {
 }
 
 // addWaiterLocked adds w to fl's waiters and to the deadline heap, the
-// expiry timer moved when w is the earliest; f.mu is held.
+// expiry timer moved only when it would fire after w's deadline; f.mu is
+// held. A timer already set for earlier is left alone, though the waiter
+// it was set for may have gone (its flight ended): it then fires once for
+// nothing and is set again for the earliest waiter left. Moving a Go
+// timer to an earlier time wakes a thread of the runtime to watch it (a
+// futex wake and a thread that finds nothing to do, or a break of the
+// network poller), and with one client's deadline per miss that was one
+// such wake per miss; a query_timeout (1.8 s) apart, misses now reset it
+// about once per query_timeout (docs/benchmarks.md, issue 37).
 func (f *flights) addWaiterLocked(fl *flight, w *waiter) {
 	if fl.waiters == nil {
 		fl.waiters = fl.inline[:0]
 	}
 	fl.waiters = append(fl.waiters, w)
 	w.fl = fl
-	if f.deadlines.push(w) {
+	f.deadlines.push(w)
+	if f.expiryAt.IsZero() || w.deadline.Before(f.expiryAt) {
+		f.expiryAt = w.deadline
 		f.expiry.Reset(w.deadline.Sub(f.clock.Now()))
 	}
 }
 
 // deadlines is a min-heap of the waiting clients by deadline (each knows
-// its index, so its flight's end takes it out): the expiry timer is set to
-// the earliest, and fires only when a client's deadline is really due (or,
-// once, late: a waiter it was set for was woken meanwhile).
+// its index, so its flight's end takes it out): the expiry timer is set no
+// later than the earliest, and fires when a client's deadline is due or
+// for nothing, once, when the waiter it was set for was woken meanwhile.
 type deadlines []*waiter
 
 // push adds w and reports whether it is the earliest now.
@@ -170,6 +180,9 @@ func (f *flights) expire() {
 	now := f.clock.Now()
 	var expired []*waiter
 	f.mu.Lock()
+	// Not armed now, unless set again below (zero is always safe: the
+	// next waiter then sets the timer).
+	f.expiryAt = time.Time{}
 	for len(f.deadlines) > 0 && !f.deadlines[0].deadline.After(now) {
 		w := f.deadlines[0]
 		f.deadlines.remove(0)
@@ -177,7 +190,8 @@ func (f *flights) expire() {
 		expired = append(expired, w)
 	}
 	if len(f.deadlines) > 0 {
-		f.expiry.Reset(f.deadlines[0].deadline.Sub(now))
+		f.expiryAt = f.deadlines[0].deadline
+		f.expiry.Reset(f.expiryAt.Sub(now))
 	}
 	f.mu.Unlock()
 	for _, w := range expired {

@@ -89,6 +89,9 @@ type flights struct {
 	// timer per flight or per client.
 	deadlines deadlines
 	expiry    clock.Timer
+	// expiryAt is when expiry fires, zero when it is not armed (or may
+	// not be): under mu.
+	expiryAt time.Time
 	// clock is the handler's (Config.Clock): the expiry timer's, and
 	// every flight's start and client's deadline.
 	clock clock.Clock

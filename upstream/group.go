@@ -175,9 +175,9 @@ type Group struct {
 	// roll draws from [0,1) for exploring (latency.go); tests fix it.
 	roll func() float64
 
-	// callTimers pools the calls' timers (callTimer): the group's, made
-	// by its clock.
-	callTimers sync.Pool
+	// timers are the calls' (calltimers.go): the process's on the real
+	// clock, else the group's own on its clock.
+	timers *callTimers
 }
 
 // ServerStatus is a snapshot of one server of a Group, for /stats and
@@ -231,6 +231,7 @@ func NewGroup(name string, servers []string, opts GroupOptions) (*Group, error) 
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.allDown = make(chan struct{})
 	g.budget = newHedgeBudget(opts.HedgeBudget)
+	g.timers = newCallTimers(opts.Clock)
 	g.roll = randomRoll
 	return g, nil
 }

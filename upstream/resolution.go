@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/towerd/towerd/resolver/clock"
 	"github.com/towerd/towerd/resolver/dnswire"
 )
 
@@ -427,12 +424,7 @@ func (c *WireCall) armLocked() {
 		due = minTime(due, c.hedgeAt)
 	}
 	c.due = due
-	d := due.Sub(c.g.opts.Clock.Now())
-	if c.timer == nil {
-		c.timer = c.g.armCallTimer(c, d)
-		return
-	}
-	c.timer.t.Reset(d)
+	c.g.timers.arm(c, due)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -440,49 +432,4 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// callTimer is a pooled timer of the group's clock whose function runs
-// its call's expire: a resolution that ends before it fires stops it and
-// gives it back to its group's pool, costing no allocation. A firing the call has moved past (it was reset
-// meanwhile, or the timer went back to the pool and on to another call)
-// finds the call not due (WireCall.due) and does nothing.
-type callTimer struct {
-	t    clock.Timer
-	pool *sync.Pool
-	call atomic.Pointer[WireCall]
-}
-
-func (g *Group) armCallTimer(c *WireCall, d time.Duration) *callTimer {
-	ct, _ := g.callTimers.Get().(*callTimer)
-	if ct == nil {
-		// Made armed for d, never armed for another time first: a test on
-		// the fake clock that sees one timer armed (WaitTimers) sees this
-		// call's. Its firing waits for the call's lock, held by the caller.
-		ct = &callTimer{pool: &g.callTimers}
-		ct.call.Store(c)
-		ct.t = g.opts.Clock.AfterFunc(d, ct.fire)
-		return ct
-	}
-	ct.call.Store(c)
-	ct.t.Reset(d)
-	return ct
-}
-
-func (ct *callTimer) fire() {
-	if c := ct.call.Load(); c != nil {
-		c.expire()
-	}
-}
-
-// stop stops the timer; one that has fired already is not reused (its
-// function may still be about to run).
-func (ct *callTimer) stop() {
-	if ct == nil {
-		return
-	}
-	if ct.t.Stop() {
-		ct.call.Store(nil)
-		ct.pool.Put(ct)
-	}
 }

@@ -10,9 +10,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/towerd/towerd/resolver/clock"
 )
 
 // udpSock is one attempt's connected UDP socket, a raw file descriptor: no
@@ -43,7 +46,15 @@ type udpReader struct {
 	next   uint64
 	buf    []byte
 	events [64]unix.EpollEvent
+	// timerfd wakes the reader for the calls' timers (calltimers.go),
+	// timers: its epoll token is 0 (sockets' start at 1); nil when the
+	// timerfd could not be made (the groups then use clock timers).
+	timerfd int
+	timers  *callTimers
 }
+
+// timerToken is the timerfd's token in the epoll set.
+const timerToken = 0
 
 var (
 	readerOnce sync.Once
@@ -76,6 +87,7 @@ func startReader() (*udpReader, error) {
 		return nil, err
 	}
 	r := &udpReader{epfd: epfd, socks: make(map[uint64]*udpSock), buf: make([]byte, maxMessageSize)}
+	r.startTimers()
 	go r.run(f, rc)
 	return r, nil
 }
@@ -103,6 +115,10 @@ func (r *udpReader) drain(fd uintptr) bool {
 		for i := range int(n) {
 			ev := &r.events[i]
 			token := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if token == timerToken {
+				r.timerExpired()
+				continue
+			}
 			r.mu.Lock()
 			s := r.socks[token]
 			r.mu.Unlock()
@@ -116,6 +132,56 @@ func (r *udpReader) drain(fd uintptr) bool {
 			}
 		}
 	}
+}
+
+// startTimers makes the timerfd of the calls' timers on the real clock and
+// adds it to the epoll set; without one, r.timers stays nil.
+func (r *udpReader) startTimers() {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: timerToken}
+	if unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
+		unix.Close(fd)
+		return
+	}
+	r.timerfd = fd
+	r.timers = &callTimers{clk: clock.Real{}, wake: timerfdWake{fd}}
+}
+
+// realCallTimers returns the process's calls' timers on the real clock
+// (the attempt reader's timerfd), nil when there are none.
+func realCallTimers() *callTimers {
+	r, err := theReader()
+	if err != nil {
+		return nil
+	}
+	return r.timers
+}
+
+// timerExpired reads the timerfd's expiry (level-triggered: it stays
+// readable until read) and fires the calls' timers.
+func (r *udpReader) timerExpired() {
+	var n [8]byte
+	sysRaw(unix.SYS_READ, uintptr(r.timerfd), uintptr(unsafe.Pointer(&n[0])), uintptr(len(n)))
+	r.timers.fire()
+}
+
+// timerfdWake sets a timerfd, relative to now, by a raw system call: no
+// runtime timer, so no thread is woken to watch it.
+type timerfdWake struct{ fd int }
+
+func (w timerfdWake) set(d time.Duration) {
+	// A zero value would disarm it: what is due now fires at once.
+	w.settime(unix.NsecToTimespec(int64(max(d, 1))))
+}
+
+func (w timerfdWake) stop() { w.settime(unix.Timespec{}) }
+
+func (w timerfdWake) settime(v unix.Timespec) {
+	its := unix.ItimerSpec{Value: v}
+	unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(w.fd), 0, uintptr(unsafe.Pointer(&its)), 0, 0, 0)
 }
 
 // readable reads s until a datagram passes accepts or an error comes

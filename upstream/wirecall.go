@@ -85,12 +85,15 @@ type WireCall struct {
 	yielded   bool            // ended early by Yield
 	tcpCtx    context.Context // the TCP retries', made with the first
 	tcpCancel context.CancelFunc
-	// timer is the call's one timer, set for due: the RTO of rtoOf (the
-	// newest attempt, until its RTO ran out) or the deadline, whichever
-	// comes first.
-	timer *callTimer
+	// due is when the call's timer fires (its group's timers,
+	// calltimers.go): the RTO of rtoOf (the newest attempt, until its RTO
+	// ran out), the hedge or the deadline, whichever comes first.
 	due   time.Time
 	rtoOf *attempt
+	// timerAt and timerDue are the call's place (index plus one, 0 when
+	// out) and due time in its group's timers, under their lock.
+	timerAt  int
+	timerDue time.Time
 	// hedgeAt is when the first attempt is hedged (hedge.go), zero when
 	// it is not (any more); hedged: the second attempt is the hedge (or
 	// an exploration, sent with the first: latency.go), paid from the
@@ -219,10 +222,10 @@ func (c *WireCall) expireLocked() (end bool) {
 		return false
 	}
 	if now.Before(c.due) {
-		// A firing the call has moved past (callTimer), or one early by a
-		// deadline without a monotonic reading: the timer is set for due
+		// A firing the call has moved past (callTimers), or one early by
+		// a deadline without a monotonic reading: the call is set for due
 		// again, which changes nothing for the former.
-		c.timer.t.Reset(c.due.Sub(now))
+		c.g.timers.arm(c, c.due)
 		return false
 	}
 	if !now.Before(c.deadline) {
@@ -307,8 +310,7 @@ func (c *WireCall) kickLocked() (end bool) {
 // to return (the last one finishes).
 func (c *WireCall) endLocked() bool {
 	c.state = callEnding
-	c.timer.stop()
-	c.timer = nil
+	c.g.timers.disarm(c)
 	c.hedgeAt = time.Time{}
 	now := c.g.opts.Clock.Now()
 	if c.hedgeWonLocked() {
@@ -416,8 +418,7 @@ func (c *WireCall) recoverPanic() {
 		}
 		c.mu.Lock()
 		c.state = callDone
-		c.timer.stop()
-		c.timer = nil
+		c.g.timers.disarm(c)
 		if c.tcpCancel != nil {
 			c.tcpCancel()
 		}

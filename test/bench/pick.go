@@ -124,6 +124,7 @@ func (b *bench) pick(round int, s string) error {
 
 	// Day two: one server, slow and lossy, for its own, longer window.
 	first.proxy.SetFaults(pickLossy)
+	first.proxy.Reseed(b.seed + 1000*uint64(round))
 	if err := b.pickLossyDay(round, s, first); err != nil {
 		return err
 	}

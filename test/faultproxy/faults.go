@@ -106,6 +106,12 @@ func (c *chooser) draw() fate {
 	return x
 }
 
+func (c *chooser) reseed(seed uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
 func (c *chooser) get() Faults {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -112,6 +112,10 @@ func (p *Proxy) Faults() Faults { return p.choose.get() }
 // fate they drew, but black-holing applies to their replies at once.
 func (p *Proxy) SetFaults(f Faults) { p.choose.set(f) }
 
+// Reseed starts the fates drawn afresh from seed, as New with Seed does:
+// a bench that asks several servers in turn gives each the same draws.
+func (p *Proxy) Reseed(seed uint64) { p.choose.reseed(seed) }
+
 // SetBlackhole turns total black-holing on or off, leaving the other faults.
 func (p *Proxy) SetBlackhole(on bool) { p.choose.setBlackhole(on) }
 
