@@ -102,7 +102,7 @@ func (b *hedgeBudget) take() bool {
 }
 
 // refund gives back the token of a hedge that took the place of a
-// retransmission (refundLocked in wirecall.go), within hedgeBurst.
+// retransmission (WireCall.endLocked), within hedgeBurst.
 func (b *hedgeBudget) refund() {
 	if b.share == 0 {
 		return

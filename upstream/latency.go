@@ -45,8 +45,8 @@ const (
 	// tailQuantile is the share of replies expected by the tail estimate;
 	// the hedge goes out once a reply is later than that (with loss, the
 	// lost packets are among those later). Each reply later than it costs
-	// a packet more: 2 % here, half the budget with exploreShare's 2 %
-	// (hedge.go). The 95th of "The Tail at Scale" would cost 5 %, over
+	// a packet more: 2 % here, and 4 % with exploreShare's 2 %, within
+	// the budget's 5 % (hedge.go). The 95th of "The Tail at Scale" would cost 5 %, over
 	// the budget with exploring, and for a bounded spread such as
 	// 100 ± 50 ms hedge only 3 ms earlier (145 against 148 ms); see
 	// docs/resolving.md.

@@ -187,6 +187,19 @@ func TestSeedReplays(t *testing.T) {
 	if slices.Equal(draw(42), draw(43)) {
 		t.Error("different seeds drew the same fates")
 	}
+	// Reseed starts a used chooser over: its draws are a new one's.
+	c := newChooser(f, 7)
+	for range 37 {
+		c.draw()
+	}
+	c.reseed(42)
+	var again []fate
+	for range 100 {
+		again = append(again, c.draw())
+	}
+	if !slices.Equal(again, draw(42)) {
+		t.Error("a chooser reseeded with 42 drew other fates than a new one seeded 42")
+	}
 }
 
 // TestFlapAndClose: Flap switches the black hole on and off on its timer,
