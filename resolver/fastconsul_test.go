@@ -179,17 +179,7 @@ func BenchmarkAnswerConsulHit(b *testing.B) {
 	h, _ := consulHandler(b)
 	pkt := consulVariant{name: "n3.service.consul.", qtype: dns.TypeA, edns: true, size: 1232}.pack(b)
 	generalReply(h, pkt)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
-	b.Run("fast", func(b *testing.B) {
-		var q plainQuery
-		out := make([]byte, 0, 4096)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-				b.Fatal("declined")
-			}
-		}
-	})
+	b.Run("fast", func(b *testing.B) { benchAnswerPacket(b, h, pkt) })
 	b.Run("general", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -332,7 +322,6 @@ func TestFastPathConsulCutAllocates(t *testing.T) {
 // EDNS at 512 bytes, cut per question (planned and written again).
 func BenchmarkAnswerConsulCut(b *testing.B) {
 	h, _ := consulHandler(b)
-	from := netip.MustParseAddrPort("127.0.0.1:53000")
 	for _, v := range []consulVariant{
 		{name: "s8.service.consul.", qtype: dns.TypeSRV},
 		{name: "s8.service.consul.", qtype: dns.TypeSRV, edns: true, size: 512},
@@ -341,14 +330,7 @@ func BenchmarkAnswerConsulCut(b *testing.B) {
 		pkt := v.pack(b)
 		generalReply(h, pkt)
 		b.Run(fmt.Sprintf("%s/%s/edns=%d", dns.TypeToString[v.qtype], v.name, v.size), func(b *testing.B) {
-			var q plainQuery
-			out := make([]byte, 0, 4096)
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, ok := h.answerPacket(out[:0], pkt, from, false, &q); !ok {
-					b.Fatal("declined")
-				}
-			}
+			benchAnswerPacket(b, h, pkt)
 		})
 	}
 }

@@ -21,16 +21,7 @@ import (
 // a sixteenth of an RTO and rttvar by a third, and the tail rose to the
 // RTO, where no hedge goes out.
 func TestLostPacketsAreHedgedAtTheRepliesTail(t *testing.T) {
-	srv := startHeld(t)
-	onHedge, events := hedgeEvents()
-	clk := dnstest.NewClock(time.Unix(1700000000, 0))
-	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
-		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: 2 * time.Second, OnHedge: onHedge, Clock: clk,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	srv, g, clk, events := lossyGroup(t)
 	g.budget.tokens = hedgeBurst
 	s := g.servers[0]
 	sample(s, rand.New(rand.NewPCG(5, 6)), 500, 100*time.Millisecond, 50*time.Millisecond)
@@ -150,16 +141,7 @@ func TestTailWindowKeptAsRepliesCome(t *testing.T) {
 // the RTO leaves the token for the next loss; that one's hedge answers
 // before the RTO, so the third loss finds the budget empty.
 func TestHedgeInPlaceOfARetransmissionIsRefunded(t *testing.T) {
-	srv := startHeld(t)
-	onHedge, events := hedgeEvents()
-	clk := dnstest.NewClock(time.Unix(1700000000, 0))
-	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
-		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: 2 * time.Second, OnHedge: onHedge, Clock: clk,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	srv, g, clk, events := lossyGroup(t)
 	sample(g.servers[0], rand.New(rand.NewPCG(11, 12)), 500, 100*time.Millisecond, 50*time.Millisecond)
 	g.budget.tokens = 1
 	st := g.Servers()[0]
@@ -216,4 +198,22 @@ func TestHedgeInPlaceOfARetransmissionIsRefunded(t *testing.T) {
 	if h := g.Hedges(); h != (HedgeCounts{Sent: 2, Won: 2, Refused: 1}) {
 		t.Errorf("hedges %+v, want 2 sent, 2 won, 1 refused", h)
 	}
+}
+
+// lossyGroup is the group of the loss tests: one held server (its
+// queries answered or lost as the test says), RTOs from 100 ms, the
+// fake clock, and the hedge events.
+func lossyGroup(t *testing.T) (*heldServer, *Group, *dnstest.Clock, <-chan string) {
+	t.Helper()
+	srv := startHeld(t)
+	onHedge, events := hedgeEvents()
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{srv.addr}, GroupOptions{
+		MinAttemptTimeout: 100 * time.Millisecond, MaxAttemptTimeout: 2 * time.Second, OnHedge: onHedge, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return srv, g, clk, events
 }
