@@ -3,6 +3,7 @@ package upstream
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,75 +54,129 @@ type seenKey struct {
 // attempt duration histogram. Register the result on the registry that
 // serves /metrics.
 func NewMetrics(buckets []float64) *Metrics {
-	labels := []string{"zone", "server"}
 	return &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_requests_total",
-			Help: "Queries sent to upstream servers (attempts; health probes excluded).",
-		}, labels),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_errors_total",
-			Help: "Failed upstream attempts by reason (timeout, servfail, refused, network, other), and replies dropped as not matching the query (mismatch).",
-		}, append(labels, "reason")),
+		requests: counterVec("towerd_upstream_requests_total",
+			"Queries sent to upstream servers (attempts; health probes excluded).",
+			"zone", "server"),
+		errors: counterVec("towerd_upstream_errors_total",
+			"Failed upstream attempts by reason (timeout, servfail, refused, network, other), and replies dropped as not matching the query (mismatch).",
+			"zone", "server", "reason"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "towerd_upstream_request_duration_seconds",
 			Help:    "Duration of upstream attempts, failed ones included.",
 			Buckets: buckets,
-		}, labels),
-		up: prometheus.NewDesc("towerd_upstream_up",
-			"1 while the server is considered healthy, 0 while it is marked down and probed.", labels, nil),
-		srtt: prometheus.NewDesc("towerd_upstream_srtt_seconds",
-			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply; the fastest up server is asked first.", labels, nil),
-		tail: prometheus.NewDesc("towerd_upstream_rtt_tail_seconds",
-			"Tail estimate of the server's round-trip time (about its 98th percentile), 0 before the first reply; a first attempt unanswered by then is hedged.", labels, nil),
-		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_hedges_total",
-			Help: "Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token), explore (another server asked beside the fastest, to measure it).",
-		}, []string{"zone", "event"}),
-		scrubbed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_scrubbed_records_total",
-			Help: "Records dropped from upstream replies before caching or relaying, by section (answer, authority, additional): not on the question's CNAME/DNAME chain, not pointed to, or outside the zone.",
-		}, []string{"section"}),
-		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_tls_handshakes_total",
-			Help: "TLS connections to DNS over TLS servers whose handshake completed (resumed ones included).",
-		}, labels),
-		tlsResumptions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_tls_resumptions_total",
-			Help: "TLS handshakes to DNS over TLS servers that resumed a session instead of a full handshake.",
-		}, labels),
-		tlsQueries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_tls_queries_total",
-			Help: "Queries sent to DNS over TLS servers, health probes included.",
-		}, labels),
-		tlsReused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_tls_reused_total",
-			Help: "Queries to DNS over TLS servers sent on a connection already open (no handshake of their own).",
-		}, labels),
-		tlsFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_upstream_tls_failures_total",
-			Help: "TLS connections that could not be made, by reason (certificate, name, not_tls, handshake_timeout, network); no query is sent in clear instead.",
-		}, append(labels, "reason")),
+		}, []string{"zone", "server"}),
+		up: serverGauge("towerd_upstream_up",
+			"1 while the server is considered healthy, 0 while it is marked down and probed."),
+		srtt: serverGauge("towerd_upstream_srtt_seconds",
+			"Smoothed round-trip time of the server (RFC 6298), 0 before the first reply; the fastest up server is asked first."),
+		tail: serverGauge("towerd_upstream_rtt_tail_seconds",
+			"Tail estimate of the server's round-trip time (about its 98th percentile), 0 before the first reply; a first attempt unanswered by then is hedged."),
+		hedges: counterVec("towerd_upstream_hedges_total",
+			"Hedged misses by event: sent (a late first attempt asked again of the next server), won (the hedge's reply was the answer), refused (a hedge was due but the budget had no token), explore (another server asked beside the fastest, to measure it).",
+			"zone", "event"),
+		scrubbed: counterVec("towerd_upstream_scrubbed_records_total",
+			"Records dropped from upstream replies before caching or relaying, by section (answer, authority, additional): not on the question's CNAME/DNAME chain, not pointed to, or outside the zone.",
+			"section"),
+		tlsHandshakes: counterVec("towerd_upstream_tls_handshakes_total",
+			"TLS connections to DNS over TLS servers whose handshake completed (resumed ones included).",
+			"zone", "server"),
+		tlsResumptions: counterVec("towerd_upstream_tls_resumptions_total",
+			"TLS handshakes to DNS over TLS servers that resumed a session instead of a full handshake.",
+			"zone", "server"),
+		tlsQueries: counterVec("towerd_upstream_tls_queries_total",
+			"Queries sent to DNS over TLS servers, health probes included.",
+			"zone", "server"),
+		tlsReused: counterVec("towerd_upstream_tls_reused_total",
+			"Queries to DNS over TLS servers sent on a connection already open (no handshake of their own).",
+			"zone", "server"),
+		tlsFailures: counterVec("towerd_upstream_tls_failures_total",
+			"TLS connections that could not be made, by reason (certificate, name, not_tls, handshake_timeout, network); no query is sent in clear instead.",
+			"zone", "server", "reason"),
 		seenTLS:      map[seenKey]TLSStatus{},
 		seen:         map[seenKey]uint64{},
 		seenScrubbed: map[*Group][3]uint64{},
 	}
 }
 
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// serverGauge describes a gauge of each server that Collect reads from
+// the groups.
+func serverGauge(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"zone", "server"}, nil)
+}
+
 // Observer returns the GroupOptions.Observe hook for the group of zone.
+// Each server's request counter and duration histogram are looked up by
+// their labels once, on its first attempt, and kept (serverSeries): a
+// lookup hashes the labels, twice per attempt otherwise. The hook lives
+// as long as its group, and a server's series are deleted only once no
+// group has it (retire), so what it keeps is never a deleted series.
 func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kind string) {
+	var kept serverSeriesSet
 	return func(server string, d time.Duration, kind string) {
-		m.requests.WithLabelValues(zone, server).Inc()
+		s, ok := kept.find(server)
+		if !ok {
+			s = kept.add(serverSeries{server: server, requests: m.requests.WithLabelValues(zone, server),
+				duration: m.duration.WithLabelValues(zone, server)})
+		}
+		s.requests.Inc()
 		if kind == KindSuperseded {
 			// A packet sent, but neither answered nor failed: its sibling's
 			// reply ended the resolution first.
 			return
 		}
-		m.duration.WithLabelValues(zone, server).Observe(d.Seconds())
+		s.duration.Observe(d.Seconds())
 		if kind != "" {
 			m.errors.WithLabelValues(zone, server, kind).Inc()
 		}
 	}
+}
+
+// serverSeries is one server's series of an Observer.
+type serverSeries struct {
+	server   string
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// serverSeriesSet is an Observer's series, by server: a few, read
+// without a lock (copied when one is added).
+type serverSeriesSet struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]serverSeries]
+}
+
+// find returns server's series, ok false when it has none yet.
+func (k *serverSeriesSet) find(server string) (serverSeries, bool) {
+	if list := k.list.Load(); list != nil {
+		for _, s := range *list {
+			if s.server == server {
+				return s, true
+			}
+		}
+	}
+	return serverSeries{}, false
+}
+
+// add keeps s, unless its server's series were kept meanwhile: those
+// are returned then.
+func (k *serverSeriesSet) add(s serverSeries) serverSeries {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if kept, ok := k.find(s.server); ok {
+		return kept
+	}
+	var list []serverSeries
+	if p := k.list.Load(); p != nil {
+		list = slices.Clip(*p)
+	}
+	list = append(list, s)
+	k.list.Store(&list)
+	return s
 }
 
 // HedgeObserver returns the GroupOptions.OnHedge hook for the group of zone.
@@ -231,12 +286,7 @@ func (m *Metrics) syncMismatchesLocked() {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.requests.Describe(ch)
-	m.errors.Describe(ch)
-	m.duration.Describe(ch)
-	m.scrubbed.Describe(ch)
-	m.hedges.Describe(ch)
-	for _, v := range m.tlsVecs() {
+	for _, v := range m.vecs() {
 		v.Describe(ch)
 	}
 	ch <- m.up
@@ -251,12 +301,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	groups := m.groups
 	m.mu.Unlock()
 
-	m.requests.Collect(ch)
-	m.errors.Collect(ch)
-	m.duration.Collect(ch)
-	m.scrubbed.Collect(ch)
-	m.hedges.Collect(ch)
-	for _, v := range m.tlsVecs() {
+	for _, v := range m.vecs() {
 		v.Collect(ch)
 	}
 	for _, g := range groups {
@@ -270,6 +315,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.tail, prometheus.GaugeValue, st.Tail.Seconds(), g.name, st.Address)
 		}
 	}
+}
+
+// vecs are the metrics Metrics keeps series of; up, srtt and tail are
+// read from the groups at each scrape.
+func (m *Metrics) vecs() []prometheus.Collector {
+	vecs := []prometheus.Collector{m.requests, m.errors, m.duration, m.scrubbed, m.hedges}
+	for _, v := range m.tlsVecs() {
+		vecs = append(vecs, v)
+	}
+	return vecs
 }
 
 func (m *Metrics) tlsVecs() []*prometheus.CounterVec {

@@ -214,8 +214,9 @@ func readServiceName(name []byte, domain string, srv bool) (serviceName, bool) {
 // the service's own name, a tag some instance has, the local datacenter's
 // form; NODATA included), and a service name not watched whose questions
 // ask for a watch (not while a first read found no instance: kept out,
-// admit.go; never in the catalog mode, which watches what the catalog
-// lists). Everything else under the domain - nodes, prepared queries,
+// admit.go; not when the watch follows the service list and it lacks the
+// service, known.go; never in the catalog mode, which watches what the
+// catalog lists). Everything else under the domain - nodes, prepared queries,
 // other datacenters, tags no instance has, services with no instance or
 // lost too long ago, names a service kept out - is left to the cache, and
 // so to the fast path. Before the agent has been asked (the domain is not
@@ -241,7 +242,7 @@ func (w *Watcher) Covers(name []byte) bool {
 		return false // another datacenter's: Consul's DNS
 	}
 	if len(key) == 0 || w.watchedLoop(key) == nil {
-		return len(key) > 0 && !w.cfg.watchAll() && !w.cands.keptOutNow(key, w.clock.Now())
+		return len(key) > 0 && !w.cfg.watchAll() && w.known(key) && !w.cands.keptOutNow(key, w.clock.Now())
 	}
 	svc := w.store.get(key)
 	if svc == nil || !svc.lostAt.IsZero() && w.clock.Now().Sub(svc.lostAt) > w.cfg.MaxStale {

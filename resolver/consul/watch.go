@@ -166,15 +166,19 @@ type Watcher struct {
 	// on every change: questions read it without a lock, and the set
 	// changes rarely (a start, an end).
 	view atomic.Pointer[map[string]*serviceLoop]
+	// knownList is the catalog's service list once the watch follows it
+	// (known.go), nil before: questions read it without a lock.
+	knownList atomic.Pointer[knownServices]
 
-	mu       sync.Mutex
-	watches  map[string]*serviceLoop // lower-case name → its loop
-	pending  map[string]bool         // services of the first sync not fetched yet
-	restored []SavedService          // read by ReadSet, watched when Run starts
-	started  time.Time               // when Run started: the idle clock of restored watches
-	limit    int                     // the cap in force: MaxWatches, lowered by the agent's 429s
-	throttle bool                    // a 429 since the last idle check
-	listed   bool                    // catalog mode: the first list was applied
+	mu        sync.Mutex
+	watches   map[string]*serviceLoop // lower-case name → its loop
+	pending   map[string]bool         // services of the first sync not fetched yet
+	restored  []SavedService          // read by ReadSet, watched when Run starts
+	started   time.Time               // when Run started: the idle clock of restored watches
+	limit     int                     // the cap in force: MaxWatches, lowered by the agent's 429s
+	throttle  bool                    // a 429 since the last idle check
+	listed    bool                    // catalog mode: the first list was applied
+	following bool                    // demand mode: the service list is followed (known.go)
 	// probing is the name being read before it may be watched ("" =
 	// none): one at a time, on the spare connection; toProbe those waiting.
 	probing string

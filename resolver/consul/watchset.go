@@ -106,7 +106,7 @@ func (w *Watcher) noteAsked(key string) bool {
 	if w.noteWatched(key) {
 		return true
 	}
-	if !w.cfg.watchAll() && w.cands.ask(key, w.clock.Now(), w.cfg.IdleTimeout) {
+	if !w.cfg.watchAll() && w.known(key) && w.cands.ask(key, w.clock.Now(), w.cfg.IdleTimeout) {
 		select {
 		case w.demand <- key:
 		default:
@@ -172,7 +172,7 @@ func (w *Watcher) mayProbe(key string) bool {
 		return false
 	}
 	hits, keptOut := w.cands.hits(key, w.clock.Now())
-	if keptOut {
+	if keptOut || !w.known(key) {
 		return false
 	}
 	if _, reason := w.admission(key, hits); reason != "" {
@@ -242,6 +242,7 @@ func (w *Watcher) probeDone(r probeResult) {
 	if len(r.instances) == 0 {
 		w.state.EmptyReads++
 		w.cands.keepOut(r.key, now, w.cfg.IdleTimeout)
+		w.followList(now)
 		w.log.Debug("consul watch: no instance of a service asked for; not watched", "service", r.key)
 		return
 	}

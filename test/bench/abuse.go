@@ -5,7 +5,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -165,13 +164,12 @@ func (a *abuseServers) close() {
 // the upstream on .42; unbound's defaults otherwise, one thread.
 func (b *bench) startSharedUnbound(round int, s string) (*proc, error) {
 	conf := filepath.Join(b.dir, fmt.Sprintf("shared-unbound-%s-%d.conf", s, round))
-	text := b.sharedUnboundConf(round, s)
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+	unbound, args, err := b.sharedUnboundConf(round, s).write(conf)
+	if err != nil {
 		return nil, err
 	}
-	unbound, _ := lookPath("unbound")
 	logf := filepath.Join(b.dir, fmt.Sprintf("shared-unbound-%s-%d.log", s, round))
-	pr, err := b.procs.start("shared-unbound", logf, unbound, "-d", "-c", conf)
+	pr, err := b.procs.start("shared-unbound", logf, unbound, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +183,7 @@ func (b *bench) startSharedUnbound(round int, s string) (*proc, error) {
 // sharedUnboundConf is the shared resolver's configuration: the bench's
 // unbound with one thread, a stub zone for the silent server and its
 // control socket on.
-func (b *bench) sharedUnboundConf(round int, s string) string {
+func (b *bench) sharedUnboundConf(round int, s string) unboundConf {
 	silentHost, silentPort, _ := strings.Cut(abuseSilentAddr, ":")
 	return unboundConf{
 		addr:    abuseSharedAddr,
@@ -194,7 +192,7 @@ func (b *bench) sharedUnboundConf(round int, s string) string {
 		zones: fmt.Sprintf("stub-zone:\n\tname: %q\n\tstub-addr: %s@%s\n", abuseSilentZone, silentHost, silentPort) +
 			unboundForwardZone(".", abuseDirectAddr),
 		control: fmt.Sprintf("\tcontrol-enable: yes\n\tcontrol-interface: \"%s\"\n", b.sharedControl(s, round)),
-	}.text()
+	}
 }
 
 // sharedControl is the shared unbound's control socket, for its counts.

@@ -195,34 +195,10 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 			"-admin", "", "-state-dir", "", "-log-level", "warn"}
 	case "unbound-tls":
 		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-dot-%d.conf", round))
-		host, p, _ := net.SplitHostPort(dotListenAt)
-		upHost, upPort, _ := net.SplitHostPort(dotAddr)
-		body := fmt.Sprintf(`server:
-	interface: %s@%s
-	port: %s
-	username: ""
-	chroot: ""
-	directory: "%s"
-	pidfile: ""
-	use-syslog: no
-	logfile: ""
-	verbosity: 0
-	num-threads: 1
-	do-ip6: no
-	access-control: 127.0.0.0/8 allow
-	do-not-query-localhost: no
-	module-config: "iterator"
-	tls-cert-bundle: "%s"
-forward-zone:
-	name: "."
-	forward-addr: %s@%s#%s
-	forward-tls-upstream: yes
-`, host, p, p, b.dir, caFile, upHost, upPort, dotName)
-		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		var err error
+		if name, args, err = dotUnboundConf(b.dir, caFile).write(conf); err != nil {
 			return err
 		}
-		unbound, _ := lookPath("unbound")
-		name, args = unbound, []string{"-d", "-c", conf}
 	case "coredns-tls":
 		// forward keeps idle connections for reuse (expire, 10 s), one
 		// query at a time on each; tls CA verifies the server against
@@ -282,6 +258,18 @@ forward-zone:
 	fmt.Printf("  dot %-12s %d misses: %d answered, %d failed; %d handshakes, %d queries at the server\n",
 		peer, dotMisses, answered, failed, srv.handshakes.Load()-h0, srv.queries.Load()-q0)
 	return nil
+}
+
+// dotUnboundConf is the unbound of scenario 12: one thread, forwarding
+// everything to the DoT server, which it verifies against caFile.
+func dotUnboundConf(dir, caFile string) unboundConf {
+	return unboundConf{
+		addr:    dotListenAt,
+		dir:     dir,
+		threads: "\tnum-threads: 1\n",
+		server:  fmt.Sprintf("\ttls-cert-bundle: %q\n", caFile),
+		zones:   unboundForwardZone(".", dotAddr+"#"+dotName) + "\tforward-tls-upstream: yes\n",
+	}
 }
 
 func dotRowKey(peer string) string { return "dot:" + peer }

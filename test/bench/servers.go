@@ -202,18 +202,13 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		if set.consulDNS != "" {
 			zones += unboundForwardZone("consul.", set.consulDNS)
 		}
-		text := unboundConf{
+		return unboundConf{
 			addr:    addr,
 			dir:     b.dir,
 			threads: "\tdo-tcp: yes\n\tnum-threads: 2\n\tso-reuseport: yes\n",
 			cache:   fmt.Sprintf("\tmsg-cache-size: %dm\n\trrset-cache-size: %dm\n\tcache-min-ttl: 0\n", mb, 2*mb) + stale,
 			zones:   zones,
-		}.text()
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			return "", nil, err
-		}
-		unbound, _ := lookPath("unbound")
-		return unbound, []string{"-d", "-c", conf}, nil
+		}.write(conf)
 	}
 	return "", nil, fmt.Errorf("unknown server %q", s)
 }
@@ -227,6 +222,7 @@ type unboundConf struct {
 	dir     string // its working directory
 	threads string // server: lines after do-ip6 (threads, TCP, reuseport)
 	cache   string // server: lines after module-config (cache sizes, stale)
+	server  string // any other server: lines (tls-cert-bundle)
 	zones   string // the stub-zone and forward-zone clauses
 	control string // remote-control: lines; none turns it off
 }
@@ -251,13 +247,24 @@ func (u unboundConf) text() string {
 	logfile: ""
 	verbosity: 0
 	module-config: "iterator"
-%[5]s	qname-minimisation: no
+%[5]s%[8]s	qname-minimisation: no
 %[6]sremote-control:
-%[7]s`, host, port, u.dir, u.threads, u.cache, u.zones, control)
+%[7]s`, host, port, u.dir, u.threads, u.cache, u.zones, control, u.server)
+}
+
+// write writes the configuration to path and returns the command line of
+// an unbound that runs it in the foreground.
+func (u unboundConf) write(path string) (name string, args []string, err error) {
+	if err := os.WriteFile(path, []byte(u.text()), 0o600); err != nil {
+		return "", nil, err
+	}
+	unbound, _ := lookPath("unbound")
+	return unbound, []string{"-d", "-c", path}, nil
 }
 
 // unboundForwardZone is a forward-zone clause sending name to servers,
-// each host:port.
+// each host:port, or host:port#name for a DNS over TLS server (the name
+// its certificate must carry).
 func unboundForwardZone(name string, servers ...string) string {
 	text := fmt.Sprintf("forward-zone:\n\tname: %q\n", name)
 	for _, s := range servers {

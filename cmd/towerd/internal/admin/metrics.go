@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/towerd/towerd/cache"
@@ -56,41 +57,28 @@ func NewTelemetry(c *cache.Cache, now time.Time, version string) *Telemetry {
 	if err != nil {
 		panic(err)
 	}
+	// Telemetry's own metrics are registered on reg as they are made.
+	auto := promauto.With(reg)
 	t := &Telemetry{
 		reg:       reg,
 		Resolver:  rm,
 		Upstreams: upstream.NewMetrics(resolver.DurationBuckets),
 		started:   now,
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_config_reloads_total",
-			Help: "Configuration reloads (SIGHUP) by result: success, or failure (the running configuration stayed).",
-		}, []string{"result"}),
-		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "towerd_config_last_reload_successful",
-			Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it was rejected.",
-		}),
-		reloadOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "towerd_config_last_reload_success_timestamp_seconds",
-			Help: "Unix time of the last successful configuration load, start-up included.",
-		}),
-		cacheSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "towerd_cache_saves_total",
-			Help: "Cache snapshots written to the state directory (every state_save_interval and on stop) by result: success, or failure.",
-		}, []string{"result"}),
-		cacheSaveOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "towerd_cache_last_save_success_timestamp_seconds",
-			Help: "Unix time of the last cache snapshot written; 0 before the first.",
-		}),
-		controlRefused: prometheus.NewCounter(prometheus.CounterOpts{
+		reloads: resultCounter(auto, "towerd_config_reloads_total",
+			"Configuration reloads (SIGHUP) by result: success, or failure (the running configuration stayed)."),
+		reloadOK: gauge(auto, "towerd_config_last_reload_successful",
+			"1 if the last configuration reload succeeded (or none was tried), 0 if it was rejected."),
+		reloadOKTime: gauge(auto, "towerd_config_last_reload_success_timestamp_seconds",
+			"Unix time of the last successful configuration load, start-up included."),
+		cacheSaves: resultCounter(auto, "towerd_cache_saves_total",
+			"Cache snapshots written to the state directory (every state_save_interval and on stop) by result: success, or failure."),
+		cacheSaveOKTime: gauge(auto, "towerd_cache_last_save_success_timestamp_seconds",
+			"Unix time of the last cache snapshot written; 0 before the first."),
+		controlRefused: auto.NewCounter(prometheus.CounterOpts{
 			Name: "towerd_control_refused_total",
 			Help: "Control socket connections refused by the peer check: not root, towerd's user or a member of the operators' group, or credentials the kernel could not give.",
 		}),
 	}
-	// Both results exist from the start, so rate() sees the first failure.
-	t.reloads.WithLabelValues("success")
-	t.reloads.WithLabelValues("failure")
-	t.cacheSaves.WithLabelValues("success")
-	t.cacheSaves.WithLabelValues("failure")
 	t.reloadOK.Set(1)
 	t.reloadOKTime.Set(float64(now.UnixNano()) / 1e9)
 	reg.MustRegister(
@@ -103,11 +91,21 @@ func NewTelemetry(c *cache.Cache, now time.Time, version string) *Telemetry {
 		}, func() float64 { return 1 }),
 		cache.NewCollector(c),
 		t.Upstreams,
-		t.reloads, t.reloadOK, t.reloadOKTime,
-		t.cacheSaves, t.cacheSaveOKTime,
-		t.controlRefused,
 	)
 	return t
+}
+
+func gauge(auto promauto.Factory, name, help string) prometheus.Gauge {
+	return auto.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// resultCounter makes a counter of outcomes by result, success or failure.
+// Both results exist from the start, so rate() sees the first failure.
+func resultCounter(auto promauto.Factory, name, help string) *prometheus.CounterVec {
+	v := auto.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"result"})
+	v.WithLabelValues("success")
+	v.WithLabelValues("failure")
+	return v
 }
 
 // RecordCacheSave counts one cache snapshot's outcome.

@@ -40,12 +40,8 @@ func cacheListCommand(args []string, stdout, stderr io.Writer) int {
 	zone := c.fs.String("zone", "", "only names at or below ZONE")
 	stale := c.fs.Bool("stale", false, "only entries past their TTL (served stale, or expired)")
 	asJSON := c.fs.Bool("json", false, "print the control socket's JSON as it is")
-	pos, code, done := c.parse(args)
-	if done {
+	if _, code, ok := c.parseArgs(args, 0, 0, ""); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return c.usageError("unexpected argument %q", pos[0])
 	}
 	form := url.Values{}
 	if *zone != "" {
@@ -112,12 +108,9 @@ var CmdCacheDump = &base.Command{Name: "cache dump", Synopsis: "FILE", Summary: 
 // ("-" is standard output).
 func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("cache dump", "FILE [-control PATH]", stderr)
-	pos, code, done := c.parse(args)
-	if done {
+	pos, code, ok := c.parseArgs(args, 1, 1, `name one FILE ("-" for standard output)`)
+	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("name one FILE (\"-\" for standard output)")
 	}
 	data, code := c.call(http.MethodGet, "/cache/dump", nil, nil, nil)
 	if code != base.ExitOK {
@@ -136,8 +129,7 @@ func cacheDumpCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "towerd cache dump: %v\n", err)
-		return base.ExitFail
+		return c.fail(base.ExitFail, "%v", err)
 	}
 	fmt.Fprintf(stdout, "wrote %s (%d bytes)\n", pos[0], len(data))
 	return base.ExitOK
@@ -154,17 +146,13 @@ var CmdCacheLoad = &base.Command{Name: "cache load", Synopsis: "FILE", Summary: 
 // upstream of the running configuration could have answered).
 func cacheLoadCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("cache load", "FILE [-control PATH]", stderr)
-	pos, code, done := c.parse(args)
-	if done {
+	pos, code, ok := c.parseArgs(args, 1, 1, "name one FILE written by towerd cache dump or found in the state directory")
+	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("name one FILE written by towerd cache dump or found in the state directory")
 	}
 	f, err := openLoadFile(pos[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "towerd cache load: %v\n", err)
-		return base.ExitFail
+		return c.fail(base.ExitFail, "%v", err)
 	}
 	defer f.Close()
 	var res struct {

@@ -72,9 +72,32 @@ func (c *ctl) parse(args []string) (positional []string, code int, done bool) {
 	}
 }
 
+// parseArgs is parse that also checks the number of arguments: between
+// least and most, else it prints wrongCount and the usage. Without a
+// wrongCount (for least 0) it names the first argument too many.
+// ok is false when the caller should return code at once.
+func (c *ctl) parseArgs(args []string, least, most int, wrongCount string) (positional []string, code int, ok bool) {
+	positional, code, done := c.parse(args)
+	switch {
+	case done:
+		return nil, code, false
+	case len(positional) > most && wrongCount == "":
+		return nil, c.usageError("unexpected argument %q", positional[most]), false
+	case len(positional) < least || len(positional) > most:
+		return nil, c.usageError("%s", wrongCount), false
+	}
+	return positional, 0, true
+}
+
+// fail prints "towerd NAME: " and the message to stderr, and returns code.
+func (c *ctl) fail(code int, format string, args ...any) int {
+	fmt.Fprintf(c.stderr, "towerd %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	return code
+}
+
 // usageError names what is wrong, prints the usage and returns exit 2.
 func (c *ctl) usageError(format string, args ...any) int {
-	fmt.Fprintf(c.stderr, "towerd %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	c.fail(base.ExitConfig, format, args...)
 	c.fs.Usage()
 	return base.ExitConfig
 }
@@ -107,8 +130,7 @@ func (c *ctl) target() (t admin.Target, note string, code int, ok bool) {
 	}
 	loc, note := c.locate()
 	if loc.ControlSocket == "" {
-		fmt.Fprintf(c.stderr, "towerd %s: the control socket is off in %s ([control] socket = \"\"); name one with -control\n", c.name, *c.config)
-		return admin.Target{}, "", base.ExitFail, false
+		return admin.Target{}, "", c.fail(base.ExitFail, "the control socket is off in %s ([control] socket = \"\"); name one with -control", *c.config), false
 	}
 	return admin.Target{Socket: loc.ControlSocket}, note, 0, true
 }
@@ -129,17 +151,14 @@ func (c *ctl) call(method, path string, form url.Values, body io.Reader, out any
 func (c *ctl) send(t admin.Target, note, method, path string, form url.Values, body io.Reader, out any) ([]byte, int) {
 	data, err := admin.Call(t, method, path, form, body, c.timeout)
 	if errors.Is(err, admin.ErrDenied) {
-		fmt.Fprintf(c.stderr, "towerd %s: %v\n", c.name, err)
-		return nil, base.ExitDenied
+		return nil, c.fail(base.ExitDenied, "%v", err)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "towerd %s: %v%s\n", c.name, err, note)
-		return nil, base.ExitFail
+		return nil, c.fail(base.ExitFail, "%v%s", err, note)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			fmt.Fprintf(c.stderr, "towerd %s: %s%s did not answer towerd's JSON: %v\n", c.name, t, path, err)
-			return nil, base.ExitFail
+			return nil, c.fail(base.ExitFail, "%s%s did not answer towerd's JSON: %v", t, path, err)
 		}
 	}
 	return data, base.ExitOK
@@ -154,12 +173,8 @@ var CmdReload = &base.Command{Name: "reload", Synopsis: "[-control PATH]", Summa
 // (exit 1; the running configuration stays).
 func reloadCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("reload", "[-control PATH] [-config FILE]", stderr)
-	pos, code, done := c.parse(args)
-	if done {
+	if _, code, ok := c.parseArgs(args, 0, 0, ""); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return c.usageError("unexpected argument %q", pos[0])
 	}
 	var res admin.ReloadResult
 	if _, code := c.call(http.MethodPost, "/reload", url.Values{}, nil, &res); code != base.ExitOK {
@@ -188,15 +203,13 @@ func flushCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("flush", "NAME | -zone ZONE | -all  [-control PATH]", stderr)
 	zone := c.fs.String("zone", "", "forget every name at or below ZONE")
 	all := c.fs.Bool("all", false, "forget everything cached")
-	pos, code, done := c.parse(args)
-	if done {
+	pos, code, ok := c.parseArgs(args, 0, 1, "")
+	if !ok {
 		return code
 	}
 	form := url.Values{}
 	what := ""
 	switch {
-	case len(pos) > 1:
-		return c.usageError("unexpected argument %q", pos[1])
 	case btoi(len(pos) == 1)+btoi(*zone != "")+btoi(*all) != 1:
 		return c.usageError("name exactly one of NAME, -zone ZONE or -all")
 	case len(pos) == 1:
@@ -237,14 +250,12 @@ var CmdLogQueries = &base.Command{Name: "log-queries", Synopsis: "[on|off]", Sum
 // logQueriesCommand is `towerd log-queries [on|off]`.
 func logQueriesCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("log-queries", "[on|off] [-control PATH]", stderr)
-	pos, code, done := c.parse(args)
-	if done {
+	pos, code, ok := c.parseArgs(args, 0, 1, "")
+	if !ok {
 		return code
 	}
 	method, form := http.MethodGet, url.Values(nil)
 	switch {
-	case len(pos) > 1:
-		return c.usageError("unexpected argument %q", pos[1])
 	case len(pos) == 1 && pos[0] != "on" && pos[0] != "off":
 		return c.usageError("%q is neither on nor off", pos[0])
 	case len(pos) == 1:

@@ -41,12 +41,9 @@ const (
 func lookupCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCtl("lookup", "NAME [TYPE] [-json] [-control PATH]", stderr)
 	asJSON := c.fs.Bool("json", false, "print the control socket's JSON as it is")
-	pos, code, done := c.parse(args)
-	if done {
+	pos, code, ok := c.parseArgs(args, 1, 2, "name a NAME and at most one TYPE")
+	if !ok {
 		return code
-	}
-	if len(pos) == 0 || len(pos) > 2 {
-		return c.usageError("name a NAME and at most one TYPE")
 	}
 	form := url.Values{"name": {pos[0]}}
 	if len(pos) == 2 {

@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -34,8 +33,7 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "towerd stats: unexpected argument %q\n", rest[0])
-		return base.ExitConfig
+		return c.fail(base.ExitConfig, "unexpected argument %q", rest[0]) // without the usage, unlike parseArgs
 	}
 	var t admin.Target
 	var note string
@@ -49,8 +47,7 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 	case loc.ControlSocket != "":
 		t, note = admin.Target{Socket: loc.ControlSocket}, locNote
 	default:
-		fmt.Fprintf(stderr, "towerd stats: the admin server and the control socket are off in %s; name one with -admin or -control\n", *c.config)
-		return base.ExitFail
+		return c.fail(base.ExitFail, "the admin server and the control socket are off in %s; name one with -admin or -control", *c.config)
 	}
 	body, code := c.send(t, note, http.MethodGet, "/stats", nil, nil, nil)
 	if code != base.ExitOK {
@@ -62,8 +59,7 @@ func statsCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var r admin.Report
 	if err := json.Unmarshal(body, &r); err != nil {
-		fmt.Fprintf(stderr, "towerd stats: %s/stats is not towerd's stats JSON: %v\n", t, err)
-		return base.ExitFail
+		return c.fail(base.ExitFail, "%s/stats is not towerd's stats JSON: %v", t, err)
 	}
 	admin.Render(stdout, r, time.Now())
 	return base.ExitOK

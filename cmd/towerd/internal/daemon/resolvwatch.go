@@ -190,10 +190,12 @@ func (d *Daemon) followResolvConf() {
 		d.log.Error("zone \".\" servers from resolv.conf rejected; the running ones stay", "file", path, "err", err)
 		return
 	}
-	d.log.Info("zone \".\" servers changed: its resolv.conf changed", "file", path,
-		"old", strings.Join(f.servers, ","), "new", strings.Join(servers, ","))
+	old := f.servers
 	f.servers = servers
 	d.resolvChanges.Inc()
+	// Said once it is counted: the line's reader finds the metric agreeing.
+	d.log.Info("zone \".\" servers changed: its resolv.conf changed", "file", path,
+		"old", strings.Join(old, ","), "new", strings.Join(servers, ","))
 	if d.followEvent != nil {
 		d.followEvent("changed", servers)
 	}

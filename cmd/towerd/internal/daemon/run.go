@@ -170,8 +170,10 @@ func (d *Daemon) reload() (admin.ReloadResult, error) {
 	defer d.sdReloaded()
 	cfg, zones, groups, err := d.prepareReload()
 	if err != nil {
-		d.log.Error("reload rejected; the running configuration stays", "err", err)
+		// Counted before it is said: whoever reads the line (an operator,
+		// a test) then finds /stats and the metrics saying the same.
 		d.tel.RecordReload(time.Now(), err)
+		d.log.Error("reload rejected; the running configuration stays", "err", err)
 		return admin.ReloadResult{}, err
 	}
 	res := reloadResult(d.cfg, cfg, d.started)

@@ -1,0 +1,106 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"time"
+)
+
+// The service list (demand mode). A name asked twice is read once, and one
+// that is no service is kept out for a hold that doubles up to IdleTimeout
+// (admit.go): each such name costs the agent a read per hold, and each hold
+// that ends sends its next question through Answer and a read again. A
+// node asked for many names the agent does not have (a typo in a fleet's
+// config, a job enumerating names, a benchmark) pays that in waves: a
+// thousand such names cost a thousand reads every hold, and those reads
+// cost towerd more CPU than the questions they stand beside (make bench,
+// scenario 15, issue 34: 6 µs per answer during a wave).
+//
+// So past listAfter names kept out at once the watch follows the catalog's
+// service list (one blocking query, /v1/catalog/services, as the catalog
+// mode does), and a name whose service is not in it is neither counted nor
+// read: Covers leaves it to the cache and Consul's DNS at the cost of one
+// map lookup, and no hold ever ends for it. A service registered later is
+// in the next list, and its next questions count. Below listAfter nothing
+// changes: the list re-ships on every catalog write to every node that
+// follows it, which a node asking for a few unknown names should not pay.
+// A list that breaks a bound (too large, refused by the ACL) ends the
+// following: names are read one by one again.
+
+// listAfter is how many names kept out at once make the watch follow the
+// catalog's service list.
+const listAfter = 64
+
+// knownServices is the catalog's service list: lower-case names.
+type knownServices map[string]struct{}
+
+// known reports whether key may be a service the agent has: in the list,
+// or any name while the watch does not follow it. key may alias a packet:
+// it is only looked up.
+func (w *Watcher) known(key string) bool {
+	list := w.knownList.Load()
+	if list == nil {
+		return true
+	}
+	_, ok := (*list)[key]
+	return ok
+}
+
+// followList starts following the service list once listAfter names are
+// kept out at now, if it does not yet (demand mode). Callers hold w.mu.
+func (w *Watcher) followList(now time.Time) {
+	if w.following || w.cfg.watchAll() || w.runCtx == nil || w.runCtx.Err() != nil ||
+		w.cands.keptOut(now) < listAfter {
+		return
+	}
+	w.following = true
+	w.log.Info("consul watch: many names asked for are no service; following the catalog's service list",
+		"kept_out", listAfter)
+	ctx := w.runCtx
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		l := &loop[knownServices]{
+			timing:  w.cfg.Timing,
+			clock:   w.clock,
+			jitter:  w.jitter,
+			fetch:   w.fetchKnown,
+			equal:   func(a, b knownServices) bool { return maps.Equal(a, b) },
+			deliver: func(list knownServices) { w.knownList.Store(&list) },
+		}
+		l.retry = func(ctx context.Context, err error, n int) error {
+			if errors.Is(err, ErrBodyTooLarge) || errors.Is(err, ErrACL) {
+				// It will not get better by asking again: back to reading
+				// names one by one.
+				w.knownList.Store(nil)
+				w.log.Warn("consul watch: cannot follow the catalog's service list; reading names one by one",
+					"err", err)
+				return err
+			}
+			// Meanwhile the last list stands: a service missing from it
+			// is answered by Consul's DNS, as before its watch.
+			return l.clock.Sleep(ctx, l.backoff(n))
+		}
+		l.run(ctx)
+	}()
+}
+
+// fetchKnown reads the catalog's service list.
+func (w *Watcher) fetchKnown(ctx context.Context, index uint64) (knownServices, uint64, error) {
+	if err := w.ensureAgent(ctx); err != nil {
+		return nil, 0, err
+	}
+	q, cancel := w.queryOptions(ctx, index)
+	defer cancel()
+	services, meta, err := w.client.Catalog().Services(q)
+	if err != nil {
+		return nil, 0, classify(err)
+	}
+	list := make(knownServices, len(services))
+	for name := range services {
+		list[strings.ToLower(name)] = struct{}{}
+	}
+	return list, meta.LastIndex, nil
+}

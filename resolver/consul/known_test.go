@@ -1,0 +1,96 @@
+package consul
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/towerd/towerd/test/dnstest"
+)
+
+
+// TestServiceListFollowed: below listAfter names kept out the catalog's
+// service list is never read; at listAfter the watch follows it, and then a
+// name whose service it lacks is neither covered (the cache and Consul's
+// DNS answer it) nor counted nor read, while a listed one is read and
+// watched as before.
+func TestServiceListFollowed(t *testing.T) {
+	f := newFakeAPI(t)
+	nosuch := func(i int) string { return fmt.Sprint("nosuch", i) }
+	for i := range listAfter {
+		f.script(healthPath(nosuch(i)), reply{index: 7, body: []any{}})
+	}
+	f.script(servicesPath, reply{index: 9, body: map[string][]string{"Web": {}, "consul": {}}})
+	f.script(healthPath("web"), reply{index: 7, body: []any{entry("n1", "10.0.0.1", "web1", "", 80, nil)}})
+	w := newTestWatcher(t, f, Config{}, newFakeClock(), noJitter)
+	runWatcher(t, w)
+	askTwice := func(svc string) {
+		for range 2 {
+			if _, _, ok := ask(w, question(svc+".service.consul.", dns.TypeA)); ok {
+				t.Fatalf("%s: answered from memory, never watched", svc)
+			}
+		}
+	}
+	covers := func(svc string) bool { return w.Covers([]byte(svc + ".service.consul.")) }
+
+	for i := range listAfter - 1 {
+		askTwice(nosuch(i))
+		waitState(t, w, "an empty read", func(s State) bool { return s.EmptyReads == uint64(i+1) })
+	}
+	if n := len(f.queries(servicesPath)); n != 0 {
+		t.Fatalf("%d names kept out: the service list read %d times, want 0", listAfter-1, n)
+	}
+	if !covers("other") {
+		t.Fatal("before the list: a service name not watched is not covered (its questions must ask for a watch)")
+	}
+
+	askTwice(nosuch(listAfter - 1))
+	f.waitQueries(t, servicesPath, 1)
+	dnstest.Eventually(t, func() bool { return w.knownList.Load() != nil }, 10*time.Second, "the service list taken")
+	if covers("other") || covers("nosuch1") {
+		t.Error("a service the list lacks is covered: its questions leave the fast path")
+	}
+	if !covers("web") {
+		t.Error("a listed service not watched is not covered")
+	}
+	askTwice("other")
+	askTwice("web") // read after other would be: the reads go in turn
+	f.waitQueries(t, healthPath("web"), 1)
+	waitState(t, w, "web watched", func(s State) bool { return s.Watched == 1 })
+	if n := len(f.queries(healthPath("other"))); n != 0 {
+		t.Errorf("a service the list lacks was read %d times, want 0", n)
+	}
+	if st := w.State(); st.EmptyReads != listAfter {
+		t.Errorf("empty reads %d, want %d", st.EmptyReads, listAfter)
+	}
+}
+
+// TestServiceListRefused: a list the agent refuses (ACL) ends the
+// following, and names are read one by one again.
+func TestServiceListRefused(t *testing.T) {
+	f := newFakeAPI(t)
+	for i := range listAfter {
+		f.script(healthPath(fmt.Sprint("nosuch", i)), reply{index: 7, body: []any{}})
+	}
+	f.script(servicesPath, reply{status: http.StatusForbidden})
+	f.script(healthPath("other"), reply{index: 7, body: []any{}})
+	w := newTestWatcher(t, f, Config{}, newFakeClock(), noJitter)
+	runWatcher(t, w)
+	for i := range listAfter {
+		for range 2 {
+			ask(w, question(fmt.Sprint("nosuch", i)+".service.consul.", dns.TypeA))
+		}
+		waitState(t, w, "an empty read", func(s State) bool { return s.EmptyReads == uint64(i+1) })
+	}
+	f.waitQueries(t, servicesPath, 1)
+	for range 2 {
+		ask(w, question("other.service.consul.", dns.TypeA))
+	}
+	f.waitQueries(t, healthPath("other"), 1)
+	if w.knownList.Load() != nil {
+		t.Error("a refused list left a list in force")
+	}
+}
