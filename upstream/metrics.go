@@ -3,6 +3,7 @@ package upstream
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,19 +110,73 @@ func serverGauge(name, help string) *prometheus.Desc {
 }
 
 // Observer returns the GroupOptions.Observe hook for the group of zone.
+// Each server's request counter and duration histogram are looked up by
+// their labels once, on its first attempt, and kept (serverSeries): a
+// lookup hashes the labels, twice per attempt otherwise. The hook lives
+// as long as its group, and a server's series are deleted only once no
+// group has it (retire), so what it keeps is never a deleted series.
 func (m *Metrics) Observer(zone string) func(server string, d time.Duration, kind string) {
+	var kept serverSeriesSet
 	return func(server string, d time.Duration, kind string) {
-		m.requests.WithLabelValues(zone, server).Inc()
+		s, ok := kept.find(server)
+		if !ok {
+			s = kept.add(serverSeries{server: server, requests: m.requests.WithLabelValues(zone, server),
+				duration: m.duration.WithLabelValues(zone, server)})
+		}
+		s.requests.Inc()
 		if kind == KindSuperseded {
 			// A packet sent, but neither answered nor failed: its sibling's
 			// reply ended the resolution first.
 			return
 		}
-		m.duration.WithLabelValues(zone, server).Observe(d.Seconds())
+		s.duration.Observe(d.Seconds())
 		if kind != "" {
 			m.errors.WithLabelValues(zone, server, kind).Inc()
 		}
 	}
+}
+
+// serverSeries is one server's series of an Observer.
+type serverSeries struct {
+	server   string
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// serverSeriesSet is an Observer's series, by server: a few, read
+// without a lock (copied when one is added).
+type serverSeriesSet struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]serverSeries]
+}
+
+// find returns server's series, ok false when it has none yet.
+func (k *serverSeriesSet) find(server string) (serverSeries, bool) {
+	if list := k.list.Load(); list != nil {
+		for _, s := range *list {
+			if s.server == server {
+				return s, true
+			}
+		}
+	}
+	return serverSeries{}, false
+}
+
+// add keeps s, unless its server's series were kept meanwhile: those
+// are returned then.
+func (k *serverSeriesSet) add(s serverSeries) serverSeries {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if kept, ok := k.find(s.server); ok {
+		return kept
+	}
+	var list []serverSeries
+	if p := k.list.Load(); p != nil {
+		list = slices.Clip(*p)
+	}
+	list = append(list, s)
+	k.list.Store(&list)
+	return s
 }
 
 // HedgeObserver returns the GroupOptions.OnHedge hook for the group of zone.

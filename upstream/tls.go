@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -135,7 +136,7 @@ func (t *tlsTransport) Address() string { return t.display }
 // failure now (the last connection failed and its backoff runs, the
 // connection is full, the transport closed).
 func (t *tlsTransport) send(query []byte, qend int, owner tlsOwner, a *attempt) (*tlsQuery, error) {
-	q := newTLSQuery(t, frameTLSQuery(query, qend), qend, owner, a)
+	q := newTLSQuery(t, query, qend, owner, a)
 	if err := t.sendQuery(q); err != nil {
 		return nil, err
 	}
@@ -294,7 +295,9 @@ type tlsOutcome struct {
 	err error
 }
 
-func (w tlsWait) tlsReply(_ *tlsQuery, raw []byte, err error) { w <- tlsOutcome{raw, err} }
+func (w tlsWait) tlsReply(_ *tlsQuery, raw []byte, err error) {
+	w <- tlsOutcome{bytes.Clone(raw), err} // raw is the reader's
+}
 
 // tlsFailureReason sorts a failed connection's error into a reason.
 func tlsFailureReason(err error) string {

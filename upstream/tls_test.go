@@ -362,7 +362,7 @@ func TestFrameTLSQueryPads(t *testing.T) {
 		}
 		packed, _ := m.Pack()
 		qend, _ := questionEnd(packed)
-		frame := frameTLSQuery(packed, qend)
+		frame := frameTLSQuery(nil, packed, qend)
 		if len(frame)-2 != int(frame[0])<<8|int(frame[1]) || (len(frame)-2)%128 != 0 {
 			t.Fatalf("frame of %d, prefix %d", len(frame), int(frame[0])<<8|int(frame[1]))
 		}

@@ -33,8 +33,8 @@ func (c *WireCall) sendTLSLocked(a *attempt) (end bool) {
 	return false
 }
 
-// tlsReply is an event: the connection brought the reply (raw, the
-// owner's) or the failure of q, one of the call's attempts.
+// tlsReply is an event: the connection brought the reply (raw, in its
+// reader's buffer) or the failure of q, one of the call's attempts.
 func (c *WireCall) tlsReply(q *tlsQuery, raw []byte, err error) {
 	c.event(func() bool { return c.tlsReplyLocked(q.a, raw, err) })
 }
@@ -48,6 +48,13 @@ func (c *WireCall) tlsReplyLocked(a *attempt, raw []byte, err error) (end bool) 
 			r.err = fmt.Errorf("reading from %s: %w: %w", a.server.tls.display, ErrNetwork, perr)
 		} else {
 			c.g.judge(a.server.plain, &m, raw, &c.scope, &r)
+			if r.err != nil {
+				// A failure reply may be the outcome later, after the
+				// reader's buffer is reused.
+				r.raw = append([]byte(nil), r.raw...)
+			} else {
+				r.inReader = len(r.raw) > 0 && &r.raw[0] == &raw[0]
+			}
 		}
 	}
 	return c.landLocked(a, r)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,8 @@ var errConnClosed = errors.New("tls connection closed")
 
 // tlsOwner gets a TLS query's reply or failure, once, on the connection's
 // goroutines (its reader, or whichever closed it): it must not block. raw
-// is the owner's to keep.
+// is in the reader's buffer, valid only until tlsReply returns: an owner
+// copies what it keeps (as the attempt reader's datagrams, udpsock.go).
 type tlsOwner interface {
 	tlsReply(q *tlsQuery, raw []byte, err error)
 }
@@ -58,10 +60,17 @@ type tlsQuery struct {
 	// written only by the connection it is on, as that one closes.
 	resends int
 	id      uint16 // under the connection's lock
+	// room holds frame: one allocation per query, not one per piece.
+	room [tlsFrameRoom]byte
 }
 
-func newTLSQuery(t *tlsTransport, frame []byte, qend int, owner tlsOwner, a *attempt) *tlsQuery {
-	return &tlsQuery{t: t, owner: owner, a: a, frame: frame, match: matchOf(frame[2:], qend)}
+// newTLSQuery makes the query of query (one question ending at qend; not
+// kept) for owner, framed.
+func newTLSQuery(t *tlsTransport, query []byte, qend int, owner tlsOwner, a *attempt) *tlsQuery {
+	q := &tlsQuery{t: t, owner: owner, a: a}
+	q.frame = frameTLSQuery(q.room[:0], query, qend)
+	q.match = matchOf(q.frame[2:], qend)
+	return q
 }
 
 // tell hands q's reply or failure to its owner, unless it gave up or
@@ -270,8 +279,9 @@ func (c *tlsConn) run() {
 func (c *tlsConn) read(tc *tls.Conn) {
 	br := bufio.NewReaderSize(tc, 4096)
 	keepaliveRead := false
+	var buf []byte // the frames', reused: an owner copies what it keeps
 	for {
-		raw, err := readFrame(br)
+		raw, err := readFrame(br, buf)
 		if err != nil {
 			c.mu.Lock()
 			idle := len(c.pending) == 0
@@ -292,6 +302,7 @@ func (c *tlsConn) read(tc *tls.Conn) {
 			c.close(readErr(c.t.display, err))
 			return
 		}
+		buf = raw[:0]
 		if !keepaliveRead {
 			// The server's edns-tcp-keepalive (RFC 7828 section 3.2.2):
 			// its first reply says how long it keeps an idle connection.
@@ -387,9 +398,10 @@ func (c *tlsConn) close(err error) {
 	}
 }
 
-// readFrame reads one length-prefixed message (RFC 1035 section 4.2.2);
-// a frame is at most 65535 bytes, the whole of what a reply can hold.
-func readFrame(br *bufio.Reader) ([]byte, error) {
+// readFrame reads one length-prefixed message (RFC 1035 section 4.2.2)
+// into buf, grown when it is too small; a frame is at most 65535 bytes,
+// the whole of what a reply can hold.
+func readFrame(br *bufio.Reader, buf []byte) ([]byte, error) {
 	// Peek first: an error before a frame began consumed nothing, and
 	// the stream is still whole.
 	if _, err := br.Peek(2); err != nil {
@@ -403,7 +415,7 @@ func readFrame(br *bufio.Reader) ([]byte, error) {
 	if n < dnswire.HeaderLen {
 		return nil, fmt.Errorf("frame of %d bytes, shorter than a header", n)
 	}
-	msg := make([]byte, n)
+	msg := slices.Grow(buf[:0], int(n))[:n]
 	if _, err := io.ReadFull(br, msg); err != nil {
 		return nil, err
 	}

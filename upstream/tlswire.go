@@ -26,19 +26,20 @@ const (
 	tlsAdvertisedUDPSize = 1232
 )
 
-// frameTLSQuery returns query, a query of one question ending at qend,
-// framed for a stream and carrying the keepalive and padding options: in
-// the OPT record the resolver's queries end with (issue 22's
+// frameTLSQuery appends to dst query, a query of one question ending at
+// qend, framed for a stream and carrying the keepalive and padding
+// options: in the OPT record the resolver's queries end with (issue 22's
 // appendUpstreamQuery), or in one added to a query with no other records
 // (a probe). A query of any other shape, which towerd does not send, is
 // framed as it is. The query is read with dnswire's view and written
 // again by its encoder: header, question, and the OPT record with the
-// options it had and the two added.
-func frameTLSQuery(query []byte, qend int) []byte {
+// options it had and the two added, written in place (dst is the query's
+// own room, tlsQuery.room: no allocation of its own).
+func frameTLSQuery(dst, query []byte, qend int) []byte {
 	var m dnswire.Msg
 	if m.Parse(query) != nil || m.QEnd != qend || m.Counts[dnswire.Answer] != 0 || m.Counts[dnswire.Authority] != 0 ||
 		m.Counts[dnswire.Additional] > 1 || m.Counts[dnswire.Additional] == 1 && (m.OPT != 0 || int(m.RR(0).End) != len(query)) {
-		out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(query)), uint16(len(query)))
+		out := binary.BigEndian.AppendUint16(dst, uint16(len(query)))
 		return append(out, query...)
 	}
 	udpSize, do, options := uint16(tlsAdvertisedUDPSize), false, []byte(nil)
@@ -48,15 +49,22 @@ func frameTLSQuery(query []byte, qend int) []byte {
 	const optionHeader = 4 // code and length (RFC 6891 section 6.1.2)
 	unpadded := qend + dnswire.OPTLen + len(options) + 2*optionHeader
 	pad := (queryPadBlock - unpadded%queryPadBlock) % queryPadBlock
-	out := binary.BigEndian.AppendUint16(make([]byte, 0, 2+unpadded+pad), uint16(unpadded+pad))
+	out := binary.BigEndian.AppendUint16(dst, uint16(unpadded+pad))
 	hdr, _ := dnswire.ReadHeader(query) // it parsed
 	hdr.ARCount = 1
 	out = hdr.Append(out)
 	out = append(out, m.QuestionSection()...)
-	options = dnswire.AppendOption(append([]byte(nil), options...), ednsOptionKeepalive, nil)
-	options = dnswire.AppendOption(options, ednsOptionPadding, make([]byte, pad))
-	return dnswire.AppendOPTOptions(out, udpSize, do, options)
+	out = dnswire.AppendOPTHeader(out, udpSize, do, len(options)+2*optionHeader+pad)
+	out = append(out, options...)
+	out = dnswire.AppendOption(out, ednsOptionKeepalive, nil)
+	var zeros [queryPadBlock]byte
+	return dnswire.AppendOption(out, ednsOptionPadding, zeros[:pad])
 }
+
+// tlsFrameRoom is what tlsQuery keeps for its frame: the longest name's
+// query (a question of 255 octets, an OPT record with a few options)
+// framed and padded to three blocks; a longer one is appended to the heap.
+const tlsFrameRoom = 2 + 3*queryPadBlock
 
 // replyKeepalive is the idle timeout a reply's edns-tcp-keepalive option
 // announces (RFC 7828 section 3.2.2: units of 100 ms), ok false when it

@@ -101,6 +101,13 @@ func AppendOPTOptions(dst []byte, udpSize uint16, do bool, options []byte) []byt
 	return append(appendOPTHeader(dst, udpSize, do, 0, len(options)), options...)
 }
 
+// AppendOPTHeader appends an OPT record (no extended rcode) up to its
+// rdata of rdlen bytes, which the caller appends: options written in
+// place, with no slice of them made first.
+func AppendOPTHeader(dst []byte, udpSize uint16, do bool, rdlen int) []byte {
+	return appendOPTHeader(dst, udpSize, do, 0, rdlen)
+}
+
 // appendOPTHeader writes the OPT record up to its rdata (RFC 6891 section
 // 6.1.2 and 6.1.3): root owner, type, the UDP size as its class, the TTL's
 // extended rcode, version 0 and the DO bit, and rdlen, the length of the
