@@ -3,6 +3,8 @@ package resolver
 import (
 	"sync"
 	"time"
+
+	"github.com/towerd/towerd/resolver/heapidx"
 )
 
 // Every client that waits for a flight is a waiter with a deadline (issue
@@ -112,66 +114,18 @@ func (f *flights) addWaiterLocked(fl *flight, w *waiter) {
 // for nothing, once, when the waiter it was set for was woken meanwhile.
 type deadlines []*waiter
 
+// byDeadline orders deadlines; a waiter keeps its index in heapIndex.
+type byDeadline struct{}
+
+func (byDeadline) Less(a, b *waiter) bool    { return a.deadline.Before(b.deadline) }
+func (byDeadline) Index(w *waiter) int       { return w.heapIndex }
+func (byDeadline) SetIndex(w *waiter, i int) { w.heapIndex = i }
+
 // push adds w and reports whether it is the earliest now.
-func (h *deadlines) push(w *waiter) bool {
-	w.heapIndex = len(*h)
-	*h = append(*h, w)
-	return h.up(w.heapIndex) == 0
-}
+func (h *deadlines) push(w *waiter) bool { return heapidx.Push(h, byDeadline{}, w) == 0 }
 
 // remove takes out the waiter at index i.
-func (h *deadlines) remove(i int) {
-	s := *h
-	last := len(s) - 1
-	removed := s[i]
-	if i != last {
-		s.swap(i, last)
-	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last {
-		h.up(h.down(i))
-	}
-	removed.heapIndex = -1
-}
-
-func (h deadlines) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
-
-// up moves the waiter at i towards the root while it is earlier than its
-// parent, and returns where it ends.
-func (h deadlines) up(i int) int {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !h[i].deadline.Before(h[parent].deadline) {
-			break
-		}
-		h.swap(i, parent)
-		i = parent
-	}
-	return i
-}
-
-// down moves the waiter at i away from the root while a child is earlier,
-// and returns where it ends.
-func (h deadlines) down(i int) int {
-	for {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h[l].deadline.Before(h[least].deadline) {
-			least = l
-		}
-		if r < len(h) && h[r].deadline.Before(h[least].deadline) {
-			least = r
-		}
-		if least == i {
-			return i
-		}
-		h.swap(i, least)
-		i = least
-	}
-}
+func (h *deadlines) remove(i int) { heapidx.Remove(h, byDeadline{}, (*h)[i]) }
 
 // expire, the expiry timer's function, wakes the waiters whose deadline
 // passed: a wire waiter is answered SERVFAIL, a ServeDNS client answers as

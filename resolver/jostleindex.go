@@ -1,6 +1,10 @@
 package resolver
 
-import "time"
+import (
+	"time"
+
+	"github.com/towerd/towerd/resolver/heapidx"
+)
 
 // The running resolutions as victimLocked (jostle.go) asks about them: by
 // parent domain with a count each, and by start, so that choosing the
@@ -16,7 +20,7 @@ type jostleIndex struct {
 	oldest startQueue
 	// parents by name, and byCount the same, the largest count first.
 	parents map[string]*parentShare
-	byCount parentHeap
+	byCount []*parentShare
 	// spare are parent shares whose count fell to zero, for the next
 	// parent: a flood of new parents allocates nothing once warm.
 	spare []*parentShare
@@ -51,14 +55,14 @@ func (ix *jostleIndex) addLocked(fl *flight) {
 		if n := len(ix.spare); n > 0 {
 			p, ix.spare = ix.spare[n-1], ix.spare[:n-1]
 		} else {
-			p = &parentShare{oldest: startQueue{slot: inParent}}
+			p = &parentShare{oldest: startQueue{order: byStart{slot: inParent}}}
 		}
 		p.name = name
 		ix.parents[name] = p
-		ix.byCount.push(p)
+		heapidx.Push(&ix.byCount, byCount{}, p)
 	}
 	p.count++
-	ix.byCount.up(p.heapIndex)
+	heapidx.Fix(ix.byCount, byCount{}, p)
 	fl.share = p
 	ix.oldest.push(fl)
 	p.oldest.push(fl)
@@ -84,10 +88,10 @@ func (ix *jostleIndex) removeLocked(fl *flight) {
 	fl.share = nil
 	p.count--
 	if p.count > 0 {
-		ix.byCount.down(p.heapIndex)
+		heapidx.Fix(ix.byCount, byCount{}, p)
 		return
 	}
-	ix.byCount.remove(p.heapIndex)
+	heapidx.Remove(&ix.byCount, byCount{}, p)
 	delete(ix.parents, p.name)
 	p.name = ""
 	ix.spare = append(ix.spare, p)
@@ -109,9 +113,17 @@ func (ix *jostleIndex) dominant(own string) *parentShare {
 // startQueue is a min-heap of resolutions by start; each knows its place
 // in it by its jostleAt slot (-1 when out).
 type startQueue struct {
-	slot  int
+	order byStart
 	items []*flight
 }
+
+// byStart orders a start queue; a resolution keeps its index in its
+// jostleAt slot.
+type byStart struct{ slot int }
+
+func (byStart) Less(a, b *flight) bool       { return a.started.Before(b.started) }
+func (o byStart) Index(fl *flight) int       { return fl.jostleAt[o.slot] }
+func (o byStart) SetIndex(fl *flight, i int) { fl.jostleAt[o.slot] = i }
 
 // first is the earliest started, nil when empty.
 func (q *startQueue) first() *flight {
@@ -129,115 +141,14 @@ func (q *startQueue) firstBefore(cutoff time.Time) *flight {
 	return nil
 }
 
-func (q *startQueue) push(fl *flight) {
-	fl.jostleAt[q.slot] = len(q.items)
-	q.items = append(q.items, fl)
-	q.up(len(q.items) - 1)
-}
+func (q *startQueue) push(fl *flight) { heapidx.Push(&q.items, q.order, fl) }
 
-func (q *startQueue) remove(fl *flight) {
-	i := fl.jostleAt[q.slot]
-	if i < 0 {
-		return
-	}
-	last := len(q.items) - 1
-	if i != last {
-		q.swap(i, last)
-	}
-	q.items[last] = nil
-	q.items = q.items[:last]
-	if i != last {
-		q.up(q.down(i))
-	}
-	fl.jostleAt[q.slot] = -1
-}
+func (q *startQueue) remove(fl *flight) { heapidx.Remove(&q.items, q.order, fl) }
 
-func (q *startQueue) swap(i, j int) {
-	q.items[i], q.items[j] = q.items[j], q.items[i]
-	q.items[i].jostleAt[q.slot], q.items[j].jostleAt[q.slot] = i, j
-}
+// byCount orders jostleIndex.byCount, a max-heap: the parent with the
+// most resolutions first. A share keeps its index in heapIndex.
+type byCount struct{}
 
-func (q *startQueue) up(i int) int {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !q.items[i].started.Before(q.items[parent].started) {
-			break
-		}
-		q.swap(i, parent)
-		i = parent
-	}
-	return i
-}
-
-func (q *startQueue) down(i int) int {
-	for {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(q.items) && q.items[l].started.Before(q.items[least].started) {
-			least = l
-		}
-		if r < len(q.items) && q.items[r].started.Before(q.items[least].started) {
-			least = r
-		}
-		if least == i {
-			return i
-		}
-		q.swap(i, least)
-		i = least
-	}
-}
-
-// parentHeap is a max-heap of parent shares by count.
-type parentHeap []*parentShare
-
-func (h *parentHeap) push(p *parentShare) {
-	p.heapIndex = len(*h)
-	*h = append(*h, p)
-	h.up(p.heapIndex)
-}
-
-func (h *parentHeap) remove(i int) {
-	s := *h
-	last := len(s) - 1
-	if i != last {
-		s.swap(i, last)
-	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last {
-		h.up(h.down(i))
-	}
-}
-
-func (h parentHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
-
-func (h parentHeap) up(i int) int {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if h[i].count <= h[parent].count {
-			break
-		}
-		h.swap(i, parent)
-		i = parent
-	}
-	return i
-}
-
-func (h parentHeap) down(i int) int {
-	for {
-		most, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h[l].count > h[most].count {
-			most = l
-		}
-		if r < len(h) && h[r].count > h[most].count {
-			most = r
-		}
-		if most == i {
-			return i
-		}
-		h.swap(i, most)
-		i = most
-	}
-}
+func (byCount) Less(a, b *parentShare) bool    { return a.count > b.count }
+func (byCount) Index(p *parentShare) int       { return p.heapIndex }
+func (byCount) SetIndex(p *parentShare, i int) { p.heapIndex = i }

@@ -184,6 +184,11 @@ func TestControlRefusesOthers(t *testing.T) {
 		t.Errorf("towerd_control_refused_total %v, want %d (one per connection refused by the peer check)", n, len(actions)+1)
 	}
 	refusedLine := regexp.MustCompile(`level=WARN msg="control socket connection refused" why="uid 65534 \(pid \d+\) may not use towerd's control socket[^"]*" refused_unlogged_since_last_line=\d+ peer_uid=65534 peer_gid=65534 peer_pid=\d+`)
+	// The line is logged before the refusal is answered, but through
+	// towerd's log buffer (logsink) and a pipe: it may come later.
+	if _, err := d.stderr.waitFor(refusedLine, readyTimeout, d.exited); err != nil {
+		t.Errorf("no refusal line: %v", err)
+	}
 	if lines := refusedLine.FindAllString(d.stderr.String(), -1); len(lines) == 0 || len(lines) > 1+int(took/(10*time.Second)) {
 		t.Errorf("%d refusal lines in %v for %d refusals, want 1 to %d:\n%s", len(lines), took, len(actions)+1,
 			1+int(took/(10*time.Second)), lastLines(d.stderr.String(), 40))

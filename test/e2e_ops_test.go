@@ -189,8 +189,11 @@ func TestMakeRun(t *testing.T) {
 	// The printed control hint, run as printed (from the repository's
 	// root, where make runs it) with the name swapped: the answer is the
 	// cached one.
-	hint := regexp.MustCompile(`(?m)^control:   (\./bin/towerd lookup) example\.org (-control \S+)   \(`).FindStringSubmatch(p.stdout.String())
-	if hint == nil || hint[2] != "-control "+control {
+	// make echoes it to stdout before it starts towerd, but stdout and
+	// stderr are two pipes read by two goroutines: the serving line seen
+	// on one says nothing of the other.
+	hint, err := p.stdout.waitFor(regexp.MustCompile(`^control:   (\./bin/towerd lookup) example\.org (-control \S+)   \(`), readyTimeout, p.exited)
+	if err != nil || hint[2] != "-control "+control {
 		t.Fatalf("make run printed no control hint naming %s:\n%s", control, p.stdout)
 	}
 	args := append(strings.Fields(hint[1]), "make.example.")

@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -167,27 +168,37 @@ func socketsOf(t *testing.T, pid int) (udp, tcp []string) {
 			inodes[strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]")] = true
 		}
 	}
-	for _, table := range []string{"udp", "udp6", "tcp", "tcp6"} {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(data), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) < 10 || !inodes[f[9]] {
-				continue
+	// The kernel writes these tables in pieces, and while other tests
+	// open and close sockets a read can skip a socket or show it twice:
+	// each table is read a few times, and a socket counted once, by inode.
+	seenUDP, seenTCP := map[string]string{}, map[string]string{}
+	for range procNetReads {
+		for _, table := range []string{"udp", "udp6", "tcp", "tcp6"} {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+			if err != nil {
+				t.Fatal(err)
 			}
-			local := procAddr(f[1])
-			switch {
-			case strings.HasPrefix(table, "udp") && strings.Trim(f[2], "0:") == "":
-				udp = append(udp, local)
-			case strings.HasPrefix(table, "tcp") && f[3] == "0A": // TCP_LISTEN
-				tcp = append(tcp, local)
+			for _, line := range strings.Split(string(data), "\n")[1:] {
+				f := strings.Fields(line)
+				if len(f) < 10 || !inodes[f[9]] {
+					continue
+				}
+				switch {
+				case strings.HasPrefix(table, "udp") && strings.Trim(f[2], "0:") == "":
+					seenUDP[f[9]] = procAddr(f[1])
+				case strings.HasPrefix(table, "tcp") && f[3] == "0A": // TCP_LISTEN
+					seenTCP[f[9]] = procAddr(f[1])
+				}
 			}
 		}
 	}
+	udp, tcp = slices.Sorted(maps.Values(seenUDP)), slices.Sorted(maps.Values(seenTCP))
 	return udp, tcp
 }
+
+// procNetReads is how many times socketsOf reads each /proc/net table: a
+// socket that one read skips under churn is in another.
+const procNetReads = 5
 
 // procAddr turns /proc/net's "0100007F:1F90" into "127.0.0.1:8080".
 func procAddr(hex string) string {

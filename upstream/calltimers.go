@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/towerd/towerd/resolver/clock"
+	"github.com/towerd/towerd/resolver/heapidx"
 )
 
 // The calls' timers (issue 37). Every resolution has one due time (its
@@ -66,12 +67,8 @@ func (t *callTimers) arm(c *WireCall, due time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c.timerDue = due
-	if c.timerAt > 0 {
-		t.down(t.up(c.timerAt - 1))
-	} else {
-		c.timerAt = len(t.calls) + 1
-		t.calls = append(t.calls, c)
-		t.up(len(t.calls) - 1)
+	if heapidx.Fix(t.calls, byDue{}, c) < 0 {
+		heapidx.Push(&t.calls, byDue{}, c)
 	}
 	if t.armed.IsZero() || due.Before(t.armed) {
 		t.armed = due
@@ -84,9 +81,7 @@ func (t *callTimers) arm(c *WireCall, due time.Time) {
 func (t *callTimers) disarm(c *WireCall) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c.timerAt > 0 {
-		t.remove(c.timerAt - 1)
-	}
+	heapidx.Remove(&t.calls, byDue{}, c)
 	if len(t.calls) == 0 && !t.armed.IsZero() {
 		t.armed = time.Time{}
 		t.wake.stop()
@@ -103,7 +98,7 @@ func (t *callTimers) fire() {
 	t.armed = time.Time{}
 	for len(t.calls) > 0 && !t.calls[0].timerDue.After(now) {
 		due = append(due, t.calls[0])
-		t.remove(0)
+		heapidx.Remove(&t.calls, byDue{}, t.calls[0])
 	}
 	if len(t.calls) > 0 {
 		t.armed = t.calls[0].timerDue
@@ -119,60 +114,13 @@ func (t *callTimers) fire() {
 	}
 }
 
-// The heap's moves; t.mu is held. A call knows its index plus one
-// (timerAt, 0 when out).
+// byDue orders callTimers.calls. A call keeps its index plus one in
+// timerAt, so that a zero WireCall is out.
+type byDue struct{}
 
-func (t *callTimers) swap(i, j int) {
-	h := t.calls
-	h[i], h[j] = h[j], h[i]
-	h[i].timerAt, h[j].timerAt = i+1, j+1
-}
-
-func (t *callTimers) up(i int) int {
-	h := t.calls
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !h[i].timerDue.Before(h[parent].timerDue) {
-			break
-		}
-		t.swap(i, parent)
-		i = parent
-	}
-	return i
-}
-
-func (t *callTimers) down(i int) int {
-	h := t.calls
-	for {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h[l].timerDue.Before(h[least].timerDue) {
-			least = l
-		}
-		if r < len(h) && h[r].timerDue.Before(h[least].timerDue) {
-			least = r
-		}
-		if least == i {
-			return i
-		}
-		t.swap(i, least)
-		i = least
-	}
-}
-
-func (t *callTimers) remove(i int) {
-	h := t.calls
-	last := len(h) - 1
-	removed := h[i]
-	if i != last {
-		t.swap(i, last)
-	}
-	h[last] = nil
-	t.calls = h[:last]
-	if i != last {
-		t.down(t.up(i))
-	}
-	removed.timerAt = 0
-}
+func (byDue) Less(a, b *WireCall) bool    { return a.timerDue.Before(b.timerDue) }
+func (byDue) Index(c *WireCall) int       { return c.timerAt - 1 }
+func (byDue) SetIndex(c *WireCall, i int) { c.timerAt = i + 1 }
 
 // clockWake is a timer of a clock running fire.
 type clockWake struct {

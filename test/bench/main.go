@@ -184,6 +184,11 @@ func (b *bench) warmNames() bool {
 func (b *bench) withNull() bool { return b.want["hitcpu"] || b.want["latency"] }
 
 func (b *bench) run() error {
+	lock, err := lockBench(benchLock)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	tools := []string{"dnsperf", "dnsmasq", "unbound"}
 	if b.want["dnstap"] {
 		tools = append(tools, "fstrm_capture")
