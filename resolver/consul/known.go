@@ -61,11 +61,11 @@ func (w *Watcher) followList(now time.Time) {
 	go func() {
 		defer w.wg.Done()
 		l := &loop[knownServices]{
-			timing:  w.cfg.Timing,
-			clock:   w.clock,
-			jitter:  w.jitter,
-			fetch:   w.fetchKnown,
-			equal:   func(a, b knownServices) bool { return maps.Equal(a, b) },
+			timing: w.cfg.Timing,
+			clock:  w.clock,
+			jitter: w.jitter,
+			fetch:  w.fetchKnown,
+			equal:  func(a, b knownServices) bool { return maps.Equal(a, b) },
 			deliver: func(list knownServices) {
 				if w.knownList.Swap(&list) == nil {
 					w.log.Info("consul watch: many names asked for are no service; following the catalog's "+
