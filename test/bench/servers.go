@@ -127,7 +127,9 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		// day) and prefetch (last 10 % of the TTL when that is longer than
 		// the upstream's RTO) on; the search-list rules on, with no list
 		// unless the scenario gives the file of one.
-		config, body := "", set.towerdConfig
+		// No control socket: the default path, /run/towerd/control.sock,
+		// is the host's (a towerd installed there, or another run's).
+		config, body := "", set.towerdConfig+"[control]\nsocket = \"\"\n"
 		if set.searchResolvConf != "" {
 			body += fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)
 		}
