@@ -127,9 +127,7 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 		// day) and prefetch (last 10 % of the TTL when that is longer than
 		// the upstream's RTO) on; the search-list rules on, with no list
 		// unless the scenario gives the file of one.
-		// No control socket: the default path, /run/towerd/control.sock,
-		// is the host's (a towerd installed there, or another run's).
-		config, body := "", set.towerdConfig+"[control]\nsocket = \"\"\n"
+		config, body := "", set.towerdConfig
 		if set.searchResolvConf != "" {
 			body += fmt.Sprintf("[search]\nresolv_conf = %q\n", set.searchResolvConf)
 		}
@@ -143,7 +141,10 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			}
 		}
 		args := []string{"-config", config, "-listen", addr, "-upstream", set.upstream, "-consul-http", "off",
-			"-admin", set.admin, "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
+			"-admin", set.admin, "-state-dir", "",
+			// No control socket: the default path, /run/towerd/control.sock,
+			// is the host's (a towerd installed there, or another run's).
+			"-control", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
 		if set.consulDNS != "" {
 			// The watch on the agent's HTTP API (its default port) and its DNS.
 			api := consulHost + ":8500"
