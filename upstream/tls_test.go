@@ -354,15 +354,28 @@ func TestParseServer(t *testing.T) {
 }
 
 func TestFrameTLSQueryPads(t *testing.T) {
-	for _, edns := range []bool{true, false} {
+	// A name whose frame fits the query's room (tlsFrameRoom), and one of
+	// 250 octets, framed in three blocks beyond it.
+	long := strings.Repeat(strings.Repeat("x", 62)+".", 4)[:249] + "."
+	for _, tc := range []struct {
+		name string
+		edns bool
+	}{{"a-rather-long-name.for-padding.example.", true}, {"a-rather-long-name.for-padding.example.", false}, {long, true}} {
+		edns := tc.edns
 		m := new(dns.Msg)
-		m.SetQuestion("a-rather-long-name.for-padding.example.", dns.TypeAAAA)
+		m.SetQuestion(tc.name, dns.TypeAAAA)
 		if edns {
 			m.SetEdns0(1232, true)
 		}
 		packed, _ := m.Pack()
 		qend, _ := questionEnd(packed)
-		frame := frameTLSQuery(nil, packed, qend)
+		frame := newTLSQuery(nil, packed, qend, nil, nil).frame
+		if len(frame)-2 != int(frame[0])<<8|int(frame[1]) || (len(frame)-2)%128 != 0 {
+			t.Fatalf("frame of %d, prefix %d", len(frame), int(frame[0])<<8|int(frame[1]))
+		}
+		if blocks := (len(frame) - 2) / 128; (tc.name == long) != (blocks == 3) || (tc.name != long) != (blocks == 1) {
+			t.Fatalf("%d-octet name framed in %d blocks", len(tc.name), blocks)
+		}
 		if len(frame)-2 != int(frame[0])<<8|int(frame[1]) || (len(frame)-2)%128 != 0 {
 			t.Fatalf("frame of %d, prefix %d", len(frame), int(frame[0])<<8|int(frame[1]))
 		}

@@ -61,10 +61,14 @@ func frameTLSQuery(dst, query []byte, qend int) []byte {
 	return dnswire.AppendOption(out, ednsOptionPadding, zeros[:pad])
 }
 
-// tlsFrameRoom is what tlsQuery keeps for its frame: the longest name's
-// query (a question of 255 octets, an OPT record with a few options)
-// framed and padded to three blocks; a longer one is appended to the heap.
-const tlsFrameRoom = 2 + 3*queryPadBlock
+// tlsFrameRoom is what tlsQuery keeps for its frame: a query padded to
+// one block, which holds names of up to about 90 octets (most); a longer
+// one is appended to the heap. Each miss allocates its tlsQuery, and the
+// bytes allocated per miss set how often the collector runs, whose cycles
+// are much of the misses' slowest percent (docs/benchmarks.md): three
+// blocks of room would double the query's allocation for the few names
+// that need them.
+const tlsFrameRoom = 2 + queryPadBlock
 
 // replyKeepalive is the idle timeout a reply's edns-tcp-keepalive option
 // announces (RFC 7828 section 3.2.2: units of 100 ms), ok false when it
