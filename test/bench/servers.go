@@ -141,7 +141,10 @@ func (b *bench) serverCommand(s, addr string, round int, set serverSetup) (strin
 			}
 		}
 		args := []string{"-config", config, "-listen", addr, "-upstream", set.upstream, "-consul-http", "off",
-			"-admin", set.admin, "-state-dir", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
+			"-admin", set.admin, "-state-dir", "",
+			// No control socket: the default path, /run/towerd/control.sock,
+			// is the host's (a towerd installed there, or another run's).
+			"-control", "", "-log-level", "warn", "-cache-size", strconv.Itoa(set.cacheSize)}
 		if set.consulDNS != "" {
 			// The watch on the agent's HTTP API (its default port) and its DNS.
 			api := consulHost + ":8500"

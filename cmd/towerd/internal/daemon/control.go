@@ -42,9 +42,6 @@ type controlSocket struct {
 // reloads.
 func (d *Daemon) startControl(a *admin.Server) {
 	policy := controlPolicy(d.cfg.Control)
-	if !policy.HaveGroup && d.cfg.Control.Group != "" {
-		d.log.Info("control socket: no such group; only root and towerd's user may use it", "group", d.cfg.Control.Group)
-	}
 	l, how, err := d.controlListener(policy)
 	switch {
 	case err != nil:
@@ -54,6 +51,10 @@ func (d *Daemon) startControl(a *admin.Server) {
 	case l == nil:
 		d.log.Info("control socket off (control.socket is empty); SIGHUP reloads")
 		return
+	}
+	// Said only of a socket that is served: with none, no group matters.
+	if !policy.HaveGroup && d.cfg.Control.Group != "" {
+		d.log.Info("control socket: no such group; only root and towerd's user may use it", "group", d.cfg.Control.Group)
 	}
 	a.StartControl(l, policy, d.cfg.Control.MaxConnections)
 	d.log.Info("control socket listening", "socket", l.Addr().String(), "from", how, "group", d.cfg.Control.Group,
