@@ -56,19 +56,23 @@ func (w *Watcher) followList(now time.Time) {
 		return
 	}
 	w.following = true
-	w.log.Info("consul watch: many names asked for are no service; following the catalog's service list",
-		"kept_out", listAfter)
 	ctx := w.runCtx
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		l := &loop[knownServices]{
-			timing:  w.cfg.Timing,
-			clock:   w.clock,
-			jitter:  w.jitter,
-			fetch:   w.fetchKnown,
-			equal:   func(a, b knownServices) bool { return maps.Equal(a, b) },
-			deliver: func(list knownServices) { w.knownList.Store(&list) },
+			timing: w.cfg.Timing,
+			clock:  w.clock,
+			jitter: w.jitter,
+			fetch:  w.fetchKnown,
+			equal:  func(a, b knownServices) bool { return maps.Equal(a, b) },
+			deliver: func(list knownServices) {
+				if w.knownList.Swap(&list) == nil {
+					w.log.Info("consul watch: many names asked for are no service; following the catalog's "+
+						"service list, names it lacks are left to Consul's DNS", "kept_out", listAfter,
+						"services", len(list))
+				}
+			},
 		}
 		l.retry = func(ctx context.Context, err error, n int) error {
 			if errors.Is(err, ErrBodyTooLarge) || errors.Is(err, ErrACL) {

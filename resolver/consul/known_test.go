@@ -11,7 +11,6 @@ import (
 	"github.com/towerd/towerd/test/dnstest"
 )
 
-
 // TestServiceListFollowed: below listAfter names kept out the catalog's
 // service list is never read; at listAfter the watch follows it, and then a
 // name whose service it lacks is neither covered (the cache and Consul's
