@@ -64,7 +64,9 @@ func startDoTUnbound(t *testing.T, certName string) *dotUnbound {
 			t.Fatal(err)
 		}
 	}
-	port := freeTCPPort(t)
+	// Below the ephemeral range (freePort): a port the kernel hands out
+	// as a source port could be taken before unbound binds it.
+	port := freePort(t)
 	conf := filepath.Join(dir, "unbound.conf")
 	body := fmt.Sprintf(`server:
 	interface: 127.0.0.1@%[2]d
@@ -121,16 +123,6 @@ func (u *dotUnbound) stats(t *testing.T) map[string]float64 {
 		}
 	}
 	return stats
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startTowerdDoT runs towerd forwarding "." to u over TLS as auth, with
