@@ -65,7 +65,7 @@ func frameTLSQuery(dst, query []byte, qend int) []byte {
 // one block, which holds names of up to about 90 octets (most); a longer
 // one is appended to the heap. Each miss allocates its tlsQuery, and the
 // bytes allocated per miss set how often the collector runs, whose cycles
-// are much of the misses' slowest percent (docs/benchmarks.md): three
+// are much of towerd's own slowest misses (docs/benchmarks.md): three
 // blocks of room would double the query's allocation for the few names
 // that need them.
 const tlsFrameRoom = 2 + queryPadBlock
