@@ -262,6 +262,7 @@ const (
 	whyNoDC        = "the watch does not know the datacenter yet (it learns it from its first reply)"
 	whyOtherDC     = "a service of another datacenter: the watch holds the local datacenter's"
 	whyNotWatched  = "the watch holds no records of the service: it does not exist, has no healthy instance, or is not watched yet (questions for it ask for a watch)"
+	whyNotListed   = "the catalog's service list, which the watch follows (many names asked for are no service), has no such service"
 	whyNoInstances = "the service is watched but has no healthy instance now"
 	whyTooOld      = "the watch lost the agent longer ago than the maximum stale age"
 	whyNoTag       = "no healthy instance of the service has the tag"
@@ -348,6 +349,9 @@ func (w *Watcher) Answer(q dns.Question) (m *dns.Msg, stale bool, why string, ok
 	// unwatched one goes the normal way this time (noteAsked asks for the
 	// watch), a watched one without healthy instances too.
 	if !w.noteAsked(sq.service) {
+		if !w.known(sq.service) {
+			return nil, false, whyNotListed, false
+		}
 		return nil, false, whyNotWatched, false
 	}
 	svc := w.store.get(sq.service)

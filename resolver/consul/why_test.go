@@ -48,6 +48,11 @@ func TestAnswerSaysWhy(t *testing.T) {
 			t.Errorf("%s %s: ok %v why %q, want %v %q", tc.q.Name, dns.TypeToString[tc.q.Qtype], ok, why, tc.ok, tc.why)
 		}
 	}
+	list := knownServices{"web": {}, "old": {}, "empty": {}}
+	w.knownList.Store(&list) // following the service list
+	if _, _, why, _ := w.Answer(question("missing.service.consul.", dns.TypeA)); why != whyNotListed {
+		t.Errorf("following the service list, a service it lacks: why %q, want %q", why, whyNotListed)
+	}
 	w.info.Store(&agentInfo{domain: "consul."})
 	if _, _, why, _ := w.Answer(question("web.service.consul.", dns.TypeA)); why != whyNoDC {
 		t.Errorf("without a datacenter: why %q, want %q", why, whyNoDC)
