@@ -13,6 +13,16 @@ import (
 // list to every node.
 
 func (w *Watcher) fetchServiceList(ctx context.Context, index uint64) (map[string]string, uint64, error) {
+	services, last, err := w.readServices(ctx, index)
+	if err != nil {
+		return nil, 0, err
+	}
+	return w.filter(services), last, nil
+}
+
+// readServices is one (blocking) read of the catalog's service list: name →
+// tags. The catalog mode and the demand mode's list (known.go) read it.
+func (w *Watcher) readServices(ctx context.Context, index uint64) (map[string][]string, uint64, error) {
 	if err := w.ensureAgent(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -22,7 +32,7 @@ func (w *Watcher) fetchServiceList(ctx context.Context, index uint64) (map[strin
 	if err != nil {
 		return nil, 0, classify(err)
 	}
-	return w.filter(services), meta.LastIndex, nil
+	return services, meta.LastIndex, nil
 }
 
 // filter keeps the services the catalog mode watches: lower-case name →

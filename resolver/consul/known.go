@@ -93,18 +93,13 @@ func (w *Watcher) followList(now time.Time) {
 
 // fetchKnown reads the catalog's service list.
 func (w *Watcher) fetchKnown(ctx context.Context, index uint64) (knownServices, uint64, error) {
-	if err := w.ensureAgent(ctx); err != nil {
-		return nil, 0, err
-	}
-	q, cancel := w.queryOptions(ctx, index)
-	defer cancel()
-	services, meta, err := w.client.Catalog().Services(q)
+	services, last, err := w.readServices(ctx, index)
 	if err != nil {
-		return nil, 0, classify(err)
+		return nil, 0, err
 	}
 	list := make(knownServices, len(services))
 	for name := range services {
 		list[strings.ToLower(name)] = struct{}{}
 	}
-	return list, meta.LastIndex, nil
+	return list, last, nil
 }
