@@ -192,7 +192,7 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 			return err
 		}
 		name, args = b.towerd, []string{"-config", conf, "-listen", dotListenAt, "-consul-http", "off",
-			"-admin", "", "-state-dir", "", "-log-level", "warn"}
+			"-admin", "", "-state-dir", "", "-control", "", "-log-level", "warn"} // no control socket: as serverCommand
 	case "unbound-tls":
 		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-dot-%d.conf", round))
 		var err error
