@@ -165,9 +165,10 @@ func (w *Watcher) consider(key string) {
 // mayProbe reports whether key may be read now with a view to watching it,
 // counting a refusal. Callers hold w.mu.
 func (w *Watcher) mayProbe(key string) bool {
-	if w.gate.isClosed() && len(w.watches) > 0 {
-		// The agent is failing and a watch waits for it at the gate: its
-		// DNS answers meanwhile. (With no watch left, nobody probes: a
+	if w.gate.isClosed() && (len(w.watches) > 0 || w.knownList.Load() != nil) {
+		// The agent is failing and a watch or the service list waits for
+		// it at the gate: its DNS answers meanwhile, and a name asked for
+		// costs no attempt to reach it. (With neither, nobody probes: a
 		// first read is then the probe, and opens the gate.)
 		return false
 	}
