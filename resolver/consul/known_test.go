@@ -163,3 +163,51 @@ func TestServiceListAcrossRestart(t *testing.T) {
 		return ok && len(m.Answer) == 1
 	}, 10*time.Second, "new answered from the watch after the restart")
 }
+
+// TestFirstReadsBackOffWithoutWatch: with no watch and no list to wait at
+// the agent's gate, the first reads of names asked for are the only
+// attempts to reach the agent. While it is away they are spaced out by the
+// agent's backoff (50 ms doubling to 500 ms), not made at every question
+// once the last attempt failed: 20 questions at one instant, each after
+// the last read ended, cost one attempt; the next is made once the backoff
+// has passed, and after the agent answers again reads go on at once.
+func TestFirstReadsBackOffWithoutWatch(t *testing.T) {
+	f := newFakeAPI(t)
+	clk := newFakeClock()
+	w := newTestWatcher(t, f, Config{}, clk, noJitter)
+	runWatcher(t, w)
+	f.startOutage(http.StatusServiceUnavailable)
+	before := len(f.all())
+	idle := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.probing == "" && len(w.toProbe) == 0
+	}
+	// A question as Answer counts it (noteAsked), but considered on the
+	// test's goroutine rather than the demand loop's, so that whether it
+	// started a read is known when it returns.
+	askOne := func(svc string) {
+		if w.cands.ask(svc, clk.Now(), DefaultIdleTimeout) {
+			w.consider(svc)
+		}
+		dnstest.Eventually(t, idle, 10*time.Second, "no first read running")
+	}
+	for i := range 20 {
+		askOne(fmt.Sprint("svc", i%2))
+	}
+	if n := len(f.all()) - before; n != 1 {
+		t.Fatalf("%d attempts to reach the agent for 20 questions at one instant, want 1", n)
+	}
+	clk.Advance(DefaultProbeBase) // the first backoff's longest
+	askOne("svc0")
+	if n := len(f.all()) - before; n != 2 {
+		t.Fatalf("%d attempts after the backoff, want 2", n)
+	}
+	f.endOutage()
+	f.script(healthPath("svc1"), reply{index: 7, body: []any{}})
+	f.script(healthPath("svc0"), reply{index: 7, body: []any{}})
+	clk.Advance(2 * DefaultProbeBase)
+	askOne("svc1")
+	askOne("svc0") // the agent answered: no wait
+	waitState(t, w, "both read", func(s State) bool { return s.EmptyReads == 2 })
+}
