@@ -103,46 +103,56 @@ func (u *udpServer) read() error {
 	}
 	var q plainQuery
 	q.replier = u
+	answer := func(n int) (stop bool) {
+		u.answerBatch(io, &out, &q, n)
+		// Checked per batch: under load the loop may never wait in the
+		// poller, where shutdown's read deadline would stop it.
+		return u.closing.Load()
+	}
 	for {
-		n, err := io.readBatch()
-		if err != nil {
-			if u.closing.Load() {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return err
-			}
+		err := io.readLoop(answer)
+		if u.closing.Load() {
+			return nil
+		}
+		var ne net.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ne) && ne.Timeout():
+		case errors.Is(err, net.ErrClosed):
+			return err
+		default:
 			// Errors such as ECONNREFUSED left behind by an ICMP message
 			// concern one earlier peer, not the socket: go on reading.
-			continue
 		}
-		for i := range n {
-			pkt, from := io.packet(i)
-			if u.fast != nil {
-				if reply, ok := u.answerFast(out[i][:0], pkt, from, &q); ok {
-					if len(reply) > 0 { // else a wire miss: its flight answers
-						out[i] = reply[:0]
-						io.queue(reply, from)
-					}
-					continue
-				}
-			}
-			u.mu.Lock()
-			if u.drained.Load() {
-				u.mu.Unlock()
-				continue // cannot happen: shutdown waits for this reader
-			}
-			u.slow.Add(1)
-			u.mu.Unlock()
-			general, joined := append([]byte(nil), pkt...), q.joined
-			u.workers.do(func() { u.serveGeneral(general, from, joined) })
-		}
-		_ = io.flush() // a client gone is not our error
 	}
+}
+
+// answerBatch answers the n datagrams the reader just read: a hit into its
+// slot of out, queued and sent with the others in one flush; anything else
+// copied to the general path.
+func (u *udpServer) answerBatch(io *packetIO, out *[ioBatch][]byte, q *plainQuery, n int) {
+	for i := range n {
+		pkt, from := io.packet(i)
+		if u.fast != nil {
+			if reply, ok := u.answerFast(out[i][:0], pkt, from, q); ok {
+				if len(reply) > 0 { // else a wire miss: its flight answers
+					out[i] = reply[:0]
+					io.queue(reply, from)
+				}
+				continue
+			}
+		}
+		u.mu.Lock()
+		if u.drained.Load() {
+			u.mu.Unlock()
+			continue // cannot happen: shutdown waits for this reader
+		}
+		u.slow.Add(1)
+		u.mu.Unlock()
+		general, joined := append([]byte(nil), pkt...), q.joined
+		u.workers.do(func() { u.serveGeneral(general, from, joined) })
+	}
+	_ = io.flush() // a client gone is not our error
 }
 
 // answerFast runs the fast path; a panic in it is reported and the packet

@@ -29,6 +29,20 @@ func (p *packetIO) readBatch() (int, error) {
 	return 1, nil
 }
 
+// readLoop reads datagrams and hands each to handle until handle says stop
+// (nil) or a read fails (its error).
+func (p *packetIO) readLoop(handle func(n int) (stop bool)) error {
+	for {
+		n, err := p.readBatch()
+		if err != nil {
+			return err
+		}
+		if handle(n) {
+			return nil
+		}
+	}
+}
+
 func (p *packetIO) packet(int) ([]byte, netip.AddrPort) { return p.buf[:p.n], p.from }
 
 func (p *packetIO) queue(b []byte, to netip.AddrPort) { _, _ = p.c.WriteToUDPAddrPort(b, to) }

@@ -196,6 +196,16 @@ func (c *candidates) keepOut(key string, now time.Time, longest time.Duration) {
 	e.reading = time.Time{}
 }
 
+// letIn ends key's hold: a service of that name has appeared (known.go).
+// Its count of empty reads starts again.
+func (c *candidates) letIn(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.table.Peek(key); ok {
+		e.emptyUntil, e.empties, e.reading = time.Time{}, 0, time.Time{}
+	}
+}
+
 // readDone ends key's read without a verdict (an error, a refusal): its
 // questions count again.
 func (c *candidates) readDone(key string) {

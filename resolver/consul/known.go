@@ -60,35 +60,87 @@ func (w *Watcher) followList(now time.Time) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		l := &loop[knownServices]{
-			timing: w.cfg.Timing,
-			clock:  w.clock,
-			jitter: w.jitter,
-			fetch:  w.fetchKnown,
-			equal:  func(a, b knownServices) bool { return maps.Equal(a, b) },
-			deliver: func(list knownServices) {
-				if w.knownList.Swap(&list) == nil {
-					w.log.Info("consul watch: many names asked for are no service; following the catalog's "+
-						"service list, names it lacks are left to Consul's DNS", "kept_out", listAfter,
-						"services", len(list))
-				}
-			},
-		}
-		l.retry = func(ctx context.Context, err error, n int) error {
-			if errors.Is(err, ErrBodyTooLarge) || errors.Is(err, ErrACL) {
-				// It will not get better by asking again: back to reading
-				// names one by one.
-				w.knownList.Store(nil)
-				w.log.Warn("consul watch: cannot follow the catalog's service list; reading names one by one",
-					"err", err)
-				return err
-			}
-			// Meanwhile the last list stands: a service missing from it
-			// is answered by Consul's DNS, as before its watch.
-			return l.clock.Sleep(ctx, l.backoff(n))
-		}
-		l.run(ctx)
+		w.runKnown(ctx)
 	}()
+}
+
+// runKnown follows the service list until ctx ends or the list breaks a
+// bound. Across an outage of the agent (a restart, an upgrade) the loop
+// waits at the agent's gate with the watches (gate.go) rather than on a
+// backoff of its own: one probe at a time for all of them, and when the
+// agent answers again the list is read anew at once, at index 0 (the
+// restarted agent's index may be lower than the last one: loop.go), so a
+// service registered meanwhile is listed and one gone is not, within the
+// gate's probe interval of the agent's return instead of after a backoff
+// of up to BackoffMax.
+func (w *Watcher) runKnown(ctx context.Context) {
+	probed := false // this loop holds the gate's probe turn
+	var sent uint64 // the gate's generation when the list's query was sent
+	gate := w.retryAfter(&probed, &sent)
+	l := &loop[knownServices]{
+		timing: w.cfg.Timing,
+		clock:  w.clock,
+		jitter: w.jitter,
+		fetch: func(ctx context.Context, index uint64) (knownServices, uint64, error) {
+			sent = w.gate.generation()
+			return w.fetchKnown(ctx, index)
+		},
+		equal:   func(a, b knownServices) bool { return maps.Equal(a, b) },
+		deliver: w.deliverKnown,
+		contact: func(index uint64) {
+			probed = false
+			w.answered(index, sent)
+		},
+		failure: func(err error, n int) {
+			if !endsFollowing(err) { // that one is said below
+				w.listFailure(err, n)
+			}
+		},
+	}
+	l.retry = func(ctx context.Context, err error, n int) error {
+		if endsFollowing(err) {
+			// It will not get better by asking again: back to reading
+			// names one by one.
+			w.knownList.Store(nil)
+			w.log.Warn("consul watch: cannot follow the catalog's service list; reading names one by one",
+				"err", err)
+			return err
+		}
+		// Meanwhile the last list stands: a service missing from it is
+		// answered by Consul's DNS, as before its watch.
+		return gate(ctx, err, n)
+	}
+	l.run(ctx)
+	if probed {
+		w.gate.giveBack() // the loop ended holding the probe's turn
+	}
+}
+
+// endsFollowing reports whether the list's query failed in a way asking
+// again will not mend: a list past the body bound, or one the token may
+// not read.
+func endsFollowing(err error) bool {
+	return errors.Is(err, ErrBodyTooLarge) || errors.Is(err, ErrACL)
+}
+
+// deliverKnown takes a new service list. A name kept out after an empty
+// read that the list now names (registered since, or back after an
+// agent's restart) is let in again: its next questions ask for a read
+// instead of waiting out a hold of up to IdleTimeout. Names listed before
+// keep their holds (a listed service with no healthy instance).
+func (w *Watcher) deliverKnown(list knownServices) {
+	old := w.knownList.Swap(&list)
+	if old == nil {
+		w.log.Info("consul watch: many names asked for are no service; following the catalog's "+
+			"service list, names it lacks are left to Consul's DNS", "kept_out", listAfter,
+			"services", len(list))
+		return
+	}
+	for key := range list {
+		if _, ok := (*old)[key]; !ok {
+			w.cands.letIn(key)
+		}
+	}
 }
 
 // fetchKnown reads the catalog's service list.

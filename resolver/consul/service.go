@@ -250,6 +250,7 @@ func (w *Watcher) answered(index, sent uint64) {
 }
 
 func (w *Watcher) answeredLocked(index, sent uint64) {
+	w.readFailures, w.readAfter = 0, time.Time{} // the agent answers: first reads go on at once
 	if w.gate.answered(sent, w.clock.Now()) {
 		w.log.Debug("consul watch: every watch reads its service again (resync)", "address", w.address)
 	}

@@ -183,6 +183,10 @@ type Watcher struct {
 	// none): one at a time, on the spare connection; toProbe those waiting.
 	probing string
 	toProbe []string
+	// readFailures counts the first reads in a row that failed because of
+	// the agent; no first read starts before readAfter (mayProbe).
+	readFailures int
+	readAfter    time.Time
 	// recent holds the services whose watch ended while the agent had a
 	// streaming view for them, and when: the agent keeps the view (and its
 	// stream at a server) for agentViewTTL, so they still count against

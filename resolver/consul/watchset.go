@@ -165,13 +165,22 @@ func (w *Watcher) consider(key string) {
 // mayProbe reports whether key may be read now with a view to watching it,
 // counting a refusal. Callers hold w.mu.
 func (w *Watcher) mayProbe(key string) bool {
-	if w.gate.isClosed() && len(w.watches) > 0 {
-		// The agent is failing and a watch waits for it at the gate: its
-		// DNS answers meanwhile. (With no watch left, nobody probes: a
+	if w.gate.isClosed() && (len(w.watches) > 0 || w.knownList.Load() != nil) {
+		// The agent is failing and a watch or the service list waits for
+		// it at the gate: its DNS answers meanwhile, and a name asked for
+		// costs no attempt to reach it. (With neither, nobody probes: a
 		// first read is then the probe, and opens the gate.)
 		return false
 	}
-	hits, keptOut := w.cands.hits(key, w.clock.Now())
+	now := w.clock.Now()
+	if now.Before(w.readAfter) {
+		// The last first read failed because of the agent, and nothing
+		// waits at the gate: the next one waits the agent's backoff, so a
+		// name asked for while the agent is away costs an attempt per
+		// backoff, not per question.
+		return false
+	}
+	hits, keptOut := w.cands.hits(key, now)
 	if keptOut || !w.known(key) {
 		return false
 	}
@@ -233,8 +242,10 @@ func (w *Watcher) probeDone(r probeResult) {
 		w.cands.keepOut(r.key, now, w.cfg.IdleTimeout)
 		return
 	case r.err != nil:
-		w.recordError(r.err) // asked again at its next question
+		w.recordError(r.err) // asked again at its next question, after the agent's backoff
 		w.cands.readDone(r.key)
+		w.readFailures++
+		w.readAfter = now.Add(w.agentBackoff(w.readFailures))
 		return
 	}
 	w.answeredLocked(r.index, r.sent)
