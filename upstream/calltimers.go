@@ -23,10 +23,20 @@ import (
 //     reply;
 //   - otherwise (a test's clock, other systems) a timer of the clock.
 //
-// The wake is set again only when a call is due before it; the heap
-// emptying stops it (no firing for nothing). Its firing takes every call
-// due out of the heap and runs its expire, which rearms what is not due
-// after all (a call moved meanwhile).
+// The wake is set again only when a call is due before it. Its firing
+// takes every call due out of the heap and runs its expire, which rearms
+// what is not due after all (a call moved meanwhile). The heap emptying
+// stops the wake, except the timerfd's while calls come faster than it
+// would fire (lazy): a miss answered long before its RTO (100 ms at
+// least) empties the heap and the next fills it again, and stopping the
+// timerfd then setting it again was two system calls per miss
+// (timerfd_settime) at a few hundred misses a second. Left set for the
+// earlier call's due time, it is earlier than the next call's, which sets
+// nothing; it fires for nothing at most once per emptying, about once an
+// RTO under a steady load. It is left only when the last gap between two
+// calls armed was shorter than the time it has left: a wake due sooner
+// (a hedge's, a millisecond or so away) or a quiet node is stopped as
+// before, so nothing fires for nothing after each miss.
 type callTimers struct {
 	mu    sync.Mutex
 	calls []*WireCall // a min-heap by timerDue
@@ -38,6 +48,13 @@ type callTimers struct {
 	// of its own, a clock timer's); else each on a goroutine of its own,
 	// as a clock timer would (the reader must not wait for them).
 	inline bool
+	// lazy: the wake may be left set when the heap empties (the
+	// timerfd's, see above); armed stays when it is set for. lastArm is
+	// when a call was last put in the heap, gap the time between the
+	// last two.
+	lazy    bool
+	lastArm time.Time
+	gap     time.Duration
 }
 
 // timerWake makes its callTimers' fire run d from now (at the earliest
@@ -67,22 +84,30 @@ func (t *callTimers) arm(c *WireCall, due time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c.timerDue = due
+	now := t.clk.Now()
 	if heapidx.Fix(t.calls, byDue{}, c) < 0 {
 		heapidx.Push(&t.calls, byDue{}, c)
+		if t.lazy {
+			t.gap, t.lastArm = now.Sub(t.lastArm), now
+		}
 	}
 	if t.armed.IsZero() || due.Before(t.armed) {
 		t.armed = due
-		t.wake.set(due.Sub(t.clk.Now()))
+		t.wake.set(due.Sub(now))
 	}
 }
 
 // disarm takes c out of the heap (it has ended); the wake is stopped when
-// no call is left.
+// no call is left, unless it is lazy and the next call is expected before
+// it fires.
 func (t *callTimers) disarm(c *WireCall) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	heapidx.Remove(&t.calls, byDue{}, c)
 	if len(t.calls) == 0 && !t.armed.IsZero() {
+		if t.lazy && t.gap < t.armed.Sub(t.clk.Now()) {
+			return
+		}
 		t.armed = time.Time{}
 		t.wake.stop()
 	}

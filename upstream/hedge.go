@@ -147,12 +147,18 @@ func (g *Group) hedgeEvent(event string) {
 // tail estimate (r.hedgeAfter, at least minHedgeDelay) after it was sent,
 // if that comes before its RTO and another attempt may be sent. A
 // resolution whose first server is not sampled yet is not hedged.
+// Nor is one that could not send a hedge now (canSendLocked): what it
+// depends on does not change while a waits, the only time a hedge goes
+// out; so a first attempt waiting on the zone's only server's TLS
+// connection (nextLocked does not ask it again) arms no hedge, which
+// would set the calls' timer for nothing on nearly every miss
+// (calltimers.go).
 func (c *WireCall) armHedgeLocked(a *attempt, hedgeAfter time.Duration) {
 	if hedgeAfter <= 0 || c.g.budget.share == 0 {
 		return
 	}
 	hedgeAfter = max(hedgeAfter, minHedgeDelay)
-	if hedgeAfter >= a.rto || len(c.order) == 0 || c.g.opts.MaxAttempts < 2 {
+	if hedgeAfter >= a.rto || len(c.order) == 0 || !c.canSendLocked() {
 		return
 	}
 	c.hedgeAt = a.sent.Add(hedgeAfter)

@@ -147,7 +147,7 @@ func (r *udpReader) startTimers() {
 		return
 	}
 	r.timerfd = fd
-	r.timers = &callTimers{clk: clock.Real{}, wake: timerfdWake{fd}}
+	r.timers = &callTimers{clk: clock.Real{}, wake: timerfdWake{fd}, lazy: true}
 }
 
 // realCallTimers returns the process's calls' timers on the real clock

@@ -150,10 +150,23 @@ func (s *dotServer) serve(c *tls.Conn) {
 	}
 }
 
-// dotPeers are the rows of scenario 12, in order.
+// dotPeers are the rows of scenario 12, in order; towerd-tls-cmp, the
+// binary of -dot-compare over TLS, follows when it is given.
 var dotPeers = []string{"towerd-udp", "towerd-tls", "unbound-tls", "coredns-tls"}
 
-// dot runs scenario 12 for every peer once.
+const dotCompare = "towerd-tls-cmp"
+
+// peers are scenario 12's rows of this run.
+func (b *bench) dotRows() []string {
+	if b.dotCompare == "" {
+		return dotPeers
+	}
+	return append(slices.Clone(dotPeers), dotCompare)
+}
+
+// dot runs scenario 12 for every peer once, each round starting one
+// further along the rows: whatever else the machine does drifts over a
+// round, and no peer always goes first.
 func (b *bench) dot(round int) error {
 	srv, caFile, err := startDoT(b.dir)
 	if err != nil {
@@ -164,7 +177,9 @@ func (b *bench) dot(round int) error {
 		fmt.Printf("  dot: no CoreDNS at %s (make coredns): its row is left out\n", b.coredns)
 		b.coredns = ""
 	}
-	for _, peer := range dotPeers {
+	rows := b.dotRows()
+	for i := range rows {
+		peer := rows[(round-1+i)%len(rows)]
 		if peer == "coredns-tls" && b.coredns == "" {
 			continue
 		}
@@ -181,9 +196,9 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 	var args []string
 	tlsServer := "tls://" + dotAddr + "#" + dotName
 	switch peer {
-	case "towerd-udp", "towerd-tls":
+	case "towerd-udp", "towerd-tls", dotCompare:
 		up := dotUDPAddr
-		if peer == "towerd-tls" {
+		if peer != "towerd-udp" {
 			up = tlsServer
 		}
 		conf := filepath.Join(b.dir, fmt.Sprintf("towerd-dot-%d.toml", round))
@@ -191,7 +206,11 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			return err
 		}
-		name, args = b.towerd, []string{"-config", conf, "-listen", dotListenAt, "-consul-http", "off",
+		name = b.towerd
+		if peer == dotCompare {
+			name = b.dotCompare
+		}
+		args = []string{"-config", conf, "-listen", dotListenAt, "-consul-http", "off",
 			"-admin", "", "-state-dir", "", "-control", "", "-log-level", "warn"} // no control socket: as serverCommand
 	case "unbound-tls":
 		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-dot-%d.conf", round))
@@ -233,12 +252,12 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 	if err := waitAnswer(dotListenAt, "ready.dot.bench.example.", 15*time.Second); err != nil {
 		return fmt.Errorf("did not answer: %w (log: %s)", err, tail(logf))
 	}
-	cpu0, err := cpuTicks(p.cmd.Process.Pid)
+	cpu0, err := readCPU(p.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
 	lat, failed := dotLoad(round, peer)
-	cpu1, err := cpuTicks(p.cmd.Process.Pid)
+	cpu1, err := readCPU(p.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -251,12 +270,19 @@ func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) e
 	}
 	// Per 1,000 misses, the readiness query's connection included.
 	r.add("dot.handshakes", float64(srv.handshakes.Load()-h0)*1000/dotMisses)
-	r.add("dot.cpu", float64(cpu1-cpu0)*1e6/float64(clockTicks)/float64(max(answered, 1)))
+	cpu := cpu1.since(cpu0) / float64(max(answered, 1))
+	r.add("dot.cpu", cpu)
 	r.add("dot.p50", pct(lat, 50))
 	r.add("dot.p99", pct(lat, 99))
 	r.add("dot.failed", float64(failed))
-	fmt.Printf("  dot %-12s %d misses: %d answered, %d failed; %d handshakes, %d queries at the server\n",
-		peer, dotMisses, answered, failed, srv.handshakes.Load()-h0, srv.queries.Load()-q0)
+	fmt.Printf("  dot %-14s round %d, %d misses: %d answered, %d failed; %d handshakes, %d queries at the server; cpu %.1f µs/answer, p50 %.2f ms, p99 %.2f ms\n",
+		peer, round, dotMisses, answered, failed, srv.handshakes.Load()-h0, srv.queries.Load()-q0, cpu, pct(lat, 50), pct(lat, 99))
+	if b.dotLat == nil {
+		b.dotLat = map[string][]time.Duration{}
+	}
+	for _, ms := range lat {
+		b.dotLat[peer] = append(b.dotLat[peer], time.Duration(ms*float64(time.Millisecond)))
+	}
 	return nil
 }
 
@@ -315,11 +341,16 @@ func pct(sorted []float64, p int) float64 {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-// dotTable prints scenario 12's rows: medians over the rounds.
+// dotTable prints scenario 12's rows: medians over the rounds; then each
+// round's CPU per answer, so that their spread shows, and the p50 and p99
+// of every round's answers pooled, each with the 95 % interval of its rank
+// (quantileInterval): one round's p99 is its 30th-slowest answer, and a
+// few more or fewer slow ones move it.
 func (b *bench) dotTable(w io.Writer) {
 	fmt.Fprintf(w, "\n12. misses over DNS over TLS (%d first-time names at %d q/s, one DoT server)\n", dotMisses, dotRate)
 	fmt.Fprintf(w, "%-14s %18s %14s %10s %10s %8s\n", "", "handshakes/1000", "cpu µs/answer", "p50 ms", "p99 ms", "failed")
-	for _, peer := range dotPeers {
+	rows := b.dotRows()
+	for _, peer := range rows {
 		r := b.res[dotRowKey(peer)]
 		if r == nil {
 			continue
@@ -327,5 +358,23 @@ func (b *bench) dotTable(w io.Writer) {
 		v := func(k string) float64 { f, _ := r.median(k); return f }
 		fmt.Fprintf(w, "%-14s %18.1f %14.1f %10.2f %10.2f %8.0f\n", peer,
 			v("dot.handshakes"), v("dot.cpu"), v("dot.p50"), v("dot.p99"), v("dot.failed"))
+	}
+	fmt.Fprintf(w, "%-14s %-30s %-26s %s\n", "", "cpu µs/answer, each round", "p50 ms pooled [95 %]", "p99 ms pooled [95 %]")
+	for _, peer := range rows {
+		r := b.res[dotRowKey(peer)]
+		if r == nil {
+			continue
+		}
+		var cpus string
+		for _, c := range r.v["dot.cpu"] {
+			cpus += fmt.Sprintf(" %.1f", c)
+		}
+		all := slices.Clone(b.dotLat[peer])
+		slices.Sort(all)
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		p50, lo50, hi50 := quantileInterval(all, 0.50)
+		p99, lo99, hi99 := quantileInterval(all, 0.99)
+		fmt.Fprintf(w, "%-14s %-30s %.3f [%.3f, %.3f]%5s %.2f [%.2f, %.2f] of %d\n", peer, cpus,
+			ms(p50), ms(lo50), ms(hi50), "", ms(p99), ms(lo99), ms(hi99), len(all))
 	}
 }

@@ -78,6 +78,7 @@ func main() {
 		searchN   = flag.Int("search-lookups", 100, "lookups per name of the search scenario after the first, one every 100 ms")
 		consul    = flag.String("consul", "test/consulagent/bin/consul", "Consul agent binary for the search scenario's Consul rows (make consul-agent)")
 		coredns   = flag.String("coredns", "test/corednsbuild/bin/coredns", "CoreDNS binary for the dot scenario's CoreDNS row (make coredns)")
+		dotCmp    = flag.String("dot-compare", "", "another towerd binary (before a change) measured in the dot scenario beside -towerd, as the row towerd-tls-cmp")
 		pickWin   = flag.Duration("pick-window", 30*time.Second, "length of each day of the pick scenario")
 		pickOut   = flag.Duration("pick-outage", 60*time.Second, "length of the pick scenario's outage")
 		pickLossy = flag.Duration("pick-lossy-window", 90*time.Second, "length of the pick scenario's lossy day (its p99 is also read from all rounds pooled)")
@@ -116,6 +117,7 @@ func main() {
 			cacheSize: *cacheSize, servers: strings.Split(*only, ","), ttl: *ttl, faults: faults, seed: *seed,
 			want: want, memNames: *memNames, jitterWindow: *jitWindow, searchCount: *searchN, consul: *consul,
 			coredns:    *coredns,
+			dotCompare: *dotCmp,
 			pickWindow: *pickWin, pickLossyWindow: *pickLossy, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
 		}
 		err = b.run()
@@ -143,7 +145,11 @@ type bench struct {
 	searchCount  int    // lookups per name in scenario 10, after the first
 	consul       string // Consul agent binary; "" once it is found missing
 	coredns      string // CoreDNS binary (scenario 12); "" once it is found missing
-	pickWindow   time.Duration
+	dotCompare   string // a second towerd binary for scenario 12 (-dot-compare)
+	// dotLat holds each scenario 12 row's latencies of every round so far,
+	// pooled.
+	dotLat     map[string][]time.Duration
+	pickWindow time.Duration
 	// pickLossyWindow is scenario 13's lossy day, longer than the others:
 	// its p99 is the middle of the lost packets' answers, about 2 % of
 	// the queries, so a 30 s day's p99 is read from some 30 of them.
