@@ -377,4 +377,21 @@ func (b *bench) dotTable(w io.Writer) {
 		fmt.Fprintf(w, "%-14s %-30s %.3f [%.3f, %.3f]%5s %.2f [%.2f, %.2f] of %d\n", peer, cpus,
 			ms(p50), ms(lo50), ms(hi50), "", ms(p99), ms(lo99), ms(hi99), len(all))
 	}
+	// Each round's rows run one after the other: a ratio within a round
+	// is less moved by the machine's drift than the medians' ratio.
+	base := b.res[dotRowKey("unbound-tls")]
+	for _, peer := range rows {
+		r := b.res[dotRowKey(peer)]
+		if r == nil || base == nil || peer == "unbound-tls" || len(r.v["dot.cpu"]) != len(base.v["dot.cpu"]) {
+			continue
+		}
+		ratios := newResults()
+		var each string
+		for i, c := range r.v["dot.cpu"] {
+			ratios.add("x", c/base.v["dot.cpu"][i])
+			each += fmt.Sprintf(" %.2f", c/base.v["dot.cpu"][i])
+		}
+		m, _ := ratios.median("x")
+		fmt.Fprintf(w, "%-14s cpu / unbound-tls's in the same round:%s (median %.2f)\n", peer, each, m)
+	}
 }
