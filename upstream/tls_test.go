@@ -458,3 +458,34 @@ func TestHedgeFromATLSAttempt(t *testing.T) {
 		t.Errorf("TLS server asked %d times, want once", st.TLS.Queries)
 	}
 }
+
+// A first attempt waiting on the zone's only server's TLS connection can
+// never be hedged (the server is not asked again on its own line): no
+// hedge is armed, and the call's timer is its RTO's, not set and stopped
+// for nothing at the tail estimate on every miss.
+func TestNoHedgeArmedOnTheOnlyTLSServer(t *testing.T) {
+	ca := dnstest.NewCA(t)
+	cert, _, _ := ca.Leaf(t, "dns.test")
+	silent := dnstest.NewDoTServer(t, cert, dnstest.DoTSilent)
+	clk := dnstest.NewClock(time.Unix(1700000000, 0))
+	g, err := NewGroup(".", []string{"tls://" + silent.Addr + "#dns.test"}, GroupOptions{
+		MinAttemptTimeout: waitTimeout, MaxAttemptTimeout: waitTimeout, Clock: clk, TLSRoots: ca.Pool(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	g.budget.tokens = hedgeBurst
+	g.servers[0].addSample(10 * time.Millisecond)
+	if tail := g.Servers()[0].Tail; tail <= 0 || tail >= waitTimeout {
+		t.Fatalf("tail %v: a hedge would not be armed anyway", tail)
+	}
+	startExchange(t, g, "late.example.")
+	waitTimers(t, clk, 1)
+	g.timers.mu.Lock()
+	due := g.timers.calls[0].timerDue
+	g.timers.mu.Unlock()
+	if want := clk.Now().Add(waitTimeout); !due.Equal(want) {
+		t.Fatalf("call due in %v, want its RTO's %v", due.Sub(clk.Now()), waitTimeout)
+	}
+}
