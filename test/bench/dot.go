@@ -32,23 +32,42 @@ import (
 // and, as the floor, towerd over UDP to the same answers are sent the
 // same first-time names at the same rate. Per server: handshakes per
 // 1,000 misses, CPU per answer, and p50/p99 of the misses as the client
-// sees them.
+// sees them. The rows run at once, each on an address and a port of the
+// DoT server of its own, and the load asks each in turn, dotSlice
+// queries at a time: one row's six seconds alone used to meet bursts of
+// the machine's other load that the next row's did not, and a p99 (the
+// 30th-slowest answer) was whichever burst fell in the window.
 
 const (
-	dotAddr     = "127.0.0.18:8853" // TLS
-	dotUDPAddr  = "127.0.0.18:5300" // the same answers over UDP, towerd's UDP floor
-	dotName     = "dot.bench.example"
-	dotMisses   = 3000
-	dotRate     = 500 // q/s
-	dotListenAt = "127.0.0.19:" + port
+	dotHost    = "127.0.0.18"      // the DoT server: a TLS port per row (dotTLSPort)
+	dotUDPAddr = "127.0.0.18:5300" // the same answers over UDP, towerd's UDP floor
+	dotName    = "dot.bench.example"
+	dotMisses  = 3000
+	dotRate    = 500 // q/s
+	// dotSlice is how many queries in a row one row is asked in its turn:
+	// 100 ms at dotRate.
+	dotSlice = 50
 )
+
+// dotListen is each row's address; dotTLSPort its port of the DoT server,
+// whose handshakes and queries are counted by port.
+var (
+	dotListen = map[string]string{"towerd-udp": "127.0.0.19:" + port, "towerd-tls": "127.0.0.26:" + port,
+		"unbound-tls": "127.0.0.27:" + port, "coredns-tls": "127.0.0.28:" + port, dotCompare: "127.0.0.29:" + port}
+	dotTLSPort = map[string]int{"towerd-tls": 8853, "unbound-tls": 8854, "coredns-tls": 8855, dotCompare: 8856}
+)
+
+func dotTLSAddr(peer string) string { return fmt.Sprintf("%s:%d", dotHost, dotTLSPort[peer]) }
 
 // dotServer is the bench's DNS over TLS server.
 type dotServer struct {
-	handshakes, queries atomic.Int64
-	ln                  net.Listener
-	udp                 *dns.Server
+	counts map[string]*dotCounts // by row
+	lns    []net.Listener
+	udp    *dns.Server
 }
+
+// dotCounts are what one row's port of the server saw.
+type dotCounts struct{ handshakes, queries atomic.Int64 }
 
 func answerA(q *dns.Msg) *dns.Msg {
 	r := new(dns.Msg)
@@ -61,8 +80,9 @@ func answerA(q *dns.Msg) *dns.Msg {
 }
 
 // startDoT makes a CA and a certificate for dotName, writes the CA to
-// dir/dot-ca.pem and serves DNS over TLS on dotAddr, plain DNS on dotUDPAddr.
-func startDoT(dir string) (*dotServer, string, error) {
+// dir/dot-ca.pem and serves DNS over TLS on each of rows' TLS ports, plain
+// DNS on dotUDPAddr.
+func startDoT(dir string, rows []string) (*dotServer, string, error) {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
@@ -85,11 +105,29 @@ func startDoT(dir string) (*dotServer, string, error) {
 		return nil, "", err
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-	ln, err := tls.Listen("tcp", dotAddr, cfg)
-	if err != nil {
-		return nil, "", err
+	s := &dotServer{counts: map[string]*dotCounts{}}
+	for _, peer := range rows {
+		if _, ok := dotTLSPort[peer]; !ok {
+			continue
+		}
+		ln, err := tls.Listen("tcp", dotTLSAddr(peer), cfg)
+		if err != nil {
+			s.close()
+			return nil, "", err
+		}
+		s.lns = append(s.lns, ln)
+		n := &dotCounts{}
+		s.counts[peer] = n
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go n.serve(c.(*tls.Conn))
+			}
+		}()
 	}
-	s := &dotServer{ln: ln}
 	s.udp = &dns.Server{Addr: dotUDPAddr, Net: "udp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		_ = w.WriteMsg(answerA(q))
 	})}
@@ -101,28 +139,24 @@ func startDoT(dir string) (*dotServer, string, error) {
 		}
 	}()
 	if err := <-ready; err != nil {
-		ln.Close()
+		s.udp = nil
+		s.close()
 		return nil, "", err
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c.(*tls.Conn))
-		}
-	}()
 	return s, caFile, nil
 }
 
 func (s *dotServer) close() {
-	s.ln.Close()
-	_ = s.udp.Shutdown()
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	if s.udp != nil {
+		_ = s.udp.Shutdown()
+	}
 }
 
 // serve answers c's queries in order, pipelined.
-func (s *dotServer) serve(c *tls.Conn) {
+func (s *dotCounts) serve(c *tls.Conn) {
 	defer c.Close()
 	if c.Handshake() != nil {
 		return
@@ -164,173 +198,198 @@ func (b *bench) dotRows() []string {
 	return append(slices.Clone(dotPeers), dotCompare)
 }
 
-// dot runs scenario 12 for every peer once, each round starting one
-// further along the rows: whatever else the machine does drifts over a
-// round, and no peer always goes first.
+// dotRun is one row of a round, running.
+type dotRun struct {
+	peer   string
+	p      *proc
+	cpu0   cpuReading
+	lat    []float64 // ms
+	failed int
+}
+
+// dot runs scenario 12's round: every row started (each round starting
+// one further along the rows), then asked in turn (dotLoad).
 func (b *bench) dot(round int) error {
-	srv, caFile, err := startDoT(b.dir)
-	if err != nil {
-		return fmt.Errorf("dot server: %w", err)
-	}
-	defer srv.close()
 	if _, err := os.Stat(b.coredns); b.coredns != "" && err != nil {
 		fmt.Printf("  dot: no CoreDNS at %s (make coredns): its row is left out\n", b.coredns)
 		b.coredns = ""
 	}
-	rows := b.dotRows()
-	for i := range rows {
-		peer := rows[(round-1+i)%len(rows)]
-		if peer == "coredns-tls" && b.coredns == "" {
-			continue
+	var rows []string
+	all := b.dotRows()
+	for i := range all {
+		if peer := all[(round-1+i)%len(all)]; peer != "coredns-tls" || b.coredns != "" {
+			rows = append(rows, peer)
 		}
-		if err := b.dotPeer(round, peer, srv, caFile); err != nil {
+	}
+	srv, caFile, err := startDoT(b.dir, rows)
+	if err != nil {
+		return fmt.Errorf("dot server: %w", err)
+	}
+	defer srv.close()
+	var runs []*dotRun
+	defer func() {
+		for _, r := range runs {
+			b.procs.stop(r.p)
+		}
+	}()
+	for _, peer := range rows {
+		p, err := b.dotStart(round, peer, caFile)
+		if err != nil {
 			return fmt.Errorf("%s: %w", peer, err)
+		}
+		runs = append(runs, &dotRun{peer: peer, p: p})
+	}
+	for _, r := range runs {
+		if r.cpu0, err = readCPU(r.p.cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	dotLoad(round, runs)
+	for _, run := range runs {
+		cpu1, err := readCPU(run.p.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		peer, lat := run.peer, run.lat
+		answered := len(lat)
+		slices.Sort(lat)
+		r := b.res[dotRowKey(peer)]
+		if r == nil {
+			r = newResults()
+			b.res[dotRowKey(peer)] = r
+		}
+		// Per 1,000 misses, the readiness query's connection included.
+		var hs, qs int64
+		if n := srv.counts[peer]; n != nil {
+			hs, qs = n.handshakes.Load(), n.queries.Load()
+		}
+		r.add("dot.handshakes", float64(hs)*1000/dotMisses)
+		cpu := cpu1.since(run.cpu0) / float64(max(answered, 1))
+		r.add("dot.cpu", cpu)
+		r.add("dot.p50", pct(lat, 50))
+		r.add("dot.p99", pct(lat, 99))
+		r.add("dot.failed", float64(run.failed))
+		fmt.Printf("  dot %-14s round %d, %d misses: %d answered, %d failed; %d handshakes, %d queries at the server; cpu %.1f µs/answer, p50 %.2f ms, p99 %.2f ms\n",
+			peer, round, dotMisses, answered, run.failed, hs, qs, cpu, pct(lat, 50), pct(lat, 99))
+		if b.dotLat == nil {
+			b.dotLat = map[string][]time.Duration{}
+		}
+		for _, ms := range lat {
+			b.dotLat[peer] = append(b.dotLat[peer], time.Duration(ms*float64(time.Millisecond)))
 		}
 	}
 	return nil
 }
 
-func (b *bench) dotPeer(round int, peer string, srv *dotServer, caFile string) error {
+// dotStart starts peer on its address and waits until it answers.
+func (b *bench) dotStart(round int, peer, caFile string) (*proc, error) {
 	logf := filepath.Join(b.dir, fmt.Sprintf("%s-dot-%d.log", peer, round))
+	listen := dotListen[peer]
 	var name string
 	var args []string
-	tlsServer := "tls://" + dotAddr + "#" + dotName
+	tlsServer := "tls://" + dotTLSAddr(peer) + "#" + dotName
 	switch peer {
 	case "towerd-udp", "towerd-tls", dotCompare:
 		up := dotUDPAddr
 		if peer != "towerd-udp" {
 			up = tlsServer
 		}
-		conf := filepath.Join(b.dir, fmt.Sprintf("towerd-dot-%d.toml", round))
+		conf := filepath.Join(b.dir, fmt.Sprintf("%s-dot-%d.toml", peer, round))
 		body := fmt.Sprintf("[[zone]]\nname = \".\"\nservers = [%q]\ntls_ca_file = %q\n", up, caFile)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			return err
+			return nil, err
 		}
 		name = b.towerd
 		if peer == dotCompare {
 			name = b.dotCompare
 		}
-		args = []string{"-config", conf, "-listen", dotListenAt, "-consul-http", "off",
+		args = []string{"-config", conf, "-listen", listen, "-consul-http", "off",
 			"-admin", "", "-state-dir", "", "-control", "", "-log-level", "warn"} // no control socket: as serverCommand
 	case "unbound-tls":
 		conf := filepath.Join(b.dir, fmt.Sprintf("unbound-dot-%d.conf", round))
 		var err error
 		if name, args, err = dotUnboundConf(b.dir, caFile).write(conf); err != nil {
-			return err
+			return nil, err
 		}
 	case "coredns-tls":
 		// forward keeps idle connections for reuse (expire, 10 s), one
 		// query at a time on each; tls CA verifies the server against
 		// the bench's CA, tls_servername is the name checked.
 		conf := filepath.Join(b.dir, fmt.Sprintf("Corefile-dot-%d", round))
-		host, p, _ := net.SplitHostPort(dotListenAt)
+		host, p, _ := net.SplitHostPort(listen)
 		body := fmt.Sprintf(`.:%s {
 	bind %s
 	errors
 	cache
-	forward . tls://%s {
+	forward . %s {
 		tls %s
 		tls_servername %s
 	}
 }
-`, p, host, dotAddr, caFile, dotName)
+`, p, host, "tls://"+dotTLSAddr(peer), caFile, dotName)
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-			return err
+			return nil, err
 		}
 		name, args = b.coredns, []string{"-conf", conf, "-quiet"}
 	}
-	if err := addrFree(dotListenAt); err != nil {
-		return err
+	if err := addrFree(listen); err != nil {
+		return nil, err
 	}
-	// From the start: the first connection's handshake is the peer's too.
-	h0, q0 := srv.handshakes.Load(), srv.queries.Load()
 	p, err := b.procs.start(peer, logf, name, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer b.procs.stop(p)
-	if err := waitAnswer(dotListenAt, "ready.dot.bench.example.", 15*time.Second); err != nil {
-		return fmt.Errorf("did not answer: %w (log: %s)", err, tail(logf))
+	if err := waitAnswer(listen, "ready.dot.bench.example.", 15*time.Second); err != nil {
+		b.procs.stop(p)
+		return nil, fmt.Errorf("did not answer: %w (log: %s)", err, tail(logf))
 	}
-	cpu0, err := readCPU(p.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	lat, failed := dotLoad(round, peer)
-	cpu1, err := readCPU(p.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	answered := len(lat)
-	slices.Sort(lat)
-	r := b.res[dotRowKey(peer)]
-	if r == nil {
-		r = newResults()
-		b.res[dotRowKey(peer)] = r
-	}
-	// Per 1,000 misses, the readiness query's connection included.
-	r.add("dot.handshakes", float64(srv.handshakes.Load()-h0)*1000/dotMisses)
-	cpu := cpu1.since(cpu0) / float64(max(answered, 1))
-	r.add("dot.cpu", cpu)
-	r.add("dot.p50", pct(lat, 50))
-	r.add("dot.p99", pct(lat, 99))
-	r.add("dot.failed", float64(failed))
-	fmt.Printf("  dot %-14s round %d, %d misses: %d answered, %d failed; %d handshakes, %d queries at the server; cpu %.1f µs/answer, p50 %.2f ms, p99 %.2f ms\n",
-		peer, round, dotMisses, answered, failed, srv.handshakes.Load()-h0, srv.queries.Load()-q0, cpu, pct(lat, 50), pct(lat, 99))
-	if b.dotLat == nil {
-		b.dotLat = map[string][]time.Duration{}
-	}
-	for _, ms := range lat {
-		b.dotLat[peer] = append(b.dotLat[peer], time.Duration(ms*float64(time.Millisecond)))
-	}
-	return nil
+	return p, nil
 }
 
 // dotUnboundConf is the unbound of scenario 12: one thread, forwarding
 // everything to the DoT server, which it verifies against caFile.
 func dotUnboundConf(dir, caFile string) unboundConf {
 	return unboundConf{
-		addr:    dotListenAt,
+		addr:    dotListen["unbound-tls"],
 		dir:     dir,
 		threads: "\tnum-threads: 1\n",
 		server:  fmt.Sprintf("\ttls-cert-bundle: %q\n", caFile),
-		zones:   unboundForwardZone(".", dotAddr+"#"+dotName) + "\tforward-tls-upstream: yes\n",
+		zones:   unboundForwardZone(".", dotTLSAddr("unbound-tls")+"#"+dotName) + "\tforward-tls-upstream: yes\n",
 	}
 }
 
 func dotRowKey(peer string) string { return "dot:" + peer }
 
-// dotLoad sends dotMisses first-time names at dotRate, each waited for
-// (3 s), and returns the answered ones' latencies in milliseconds.
-func dotLoad(round int, peer string) ([]float64, int) {
+// dotLoad sends each of runs dotMisses first-time names, dotRate a second
+// in all, dotSlice to one row then dotSlice to the next, each waited for
+// (3 s), and keeps the answered ones' latencies in milliseconds.
+func dotLoad(round int, runs []*dotRun) {
 	var mu sync.Mutex
-	var lat []float64
-	failed := 0
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Second / dotRate)
 	defer tick.Stop()
 	c := &dns.Client{Timeout: 3 * time.Second}
-	for i := range dotMisses {
+	for i := range len(runs) * dotMisses {
 		<-tick.C
+		r := runs[(i/dotSlice)%len(runs)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			m := new(dns.Msg)
-			m.SetQuestion(fmt.Sprintf("m%d-%d.%s.bench.example.", i, round, peer), dns.TypeA)
+			m.SetQuestion(fmt.Sprintf("m%d-%d.%s.bench.example.", i, round, r.peer), dns.TypeA)
 			start := time.Now()
-			r, _, err := c.Exchange(m, dotListenAt)
+			resp, _, err := c.Exchange(m, dotListen[r.peer])
 			d := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-				failed++
+			if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+				r.failed++
 				return
 			}
-			lat = append(lat, float64(d.Microseconds())/1000)
+			r.lat = append(r.lat, float64(d.Microseconds())/1000)
 		}()
 	}
 	wg.Wait()
-	return lat, failed
 }
 
 // pct is the p-th percentile of sorted.
