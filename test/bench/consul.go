@@ -122,6 +122,8 @@ func (b *bench) consulScenario() error {
 	none := func() (uint64, error) { return 0, nil }
 	n := b.consulSlices()
 	ratios := newConsulRatios()
+	fmt.Printf("  consul: each load %s at %d/s, %d a round per server and set (not -duration); CPU from the threads' schedstat\n",
+		b.consulSlice, b.consulRate, n)
 	for round := 1; round <= b.rounds; round++ {
 		cpu, answers := map[consulCell]float64{}, map[consulCell]int{}
 		for k := range n {
