@@ -2,13 +2,13 @@ package test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -22,16 +22,25 @@ import (
 var allSubcommands = []string{"serve", "check", "stats", "reload", "flush", "cache list", "cache dump", "cache load",
 	"lookup", "log-queries", "install", "uninstall", "import-dnsmasq", "drill", "doctor", "completion", "version", "help"}
 
-// closedAdminAddr is a loopback address where nothing listens.
+// closedAdminAddr is a loopback address where nothing listens, for the
+// test's whole run: a TCP socket bound to a port the kernel picks but
+// never listening holds the port (nobody else can bind it, as they could
+// a listener's port closed at once), and a connection to it is refused.
 func closedAdminAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // cli runs `towerd args...` to its exit and fails the test unless the exit

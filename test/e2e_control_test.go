@@ -361,7 +361,7 @@ func TestControlCommandsWithBrokenConfig(t *testing.T) {
 	def, consul := newTestUpstream(t), newTestUpstream(t)
 	def.Add(t, "www.broken.example. 300 IN A 192.0.2.70")
 	sock := controlPath(t)
-	admin := closedAdminAddr(t) // free now; towerd binds it
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // free now; towerd binds it
 	good := fmt.Sprintf("listen = [\"127.0.0.1:0\"]\n[admin]\nlisten = %q\n[control]\nsocket = %q\n", admin, sock) + zonesFor(def, consul)
 	cfg := writeConfig(t, good)
 	d := startTowerd(t, "-config", cfg, "-admin", admin, "-control", sock)
