@@ -20,7 +20,9 @@ import (
 // whose records carry TTL 300; towerd also watches a real Consul agent
 // (test/consulagent's binary) holding three instances of web (pinned).
 // Interleaved, each load dnsperf at a fixed rate (-consul-rate) for
-// -duration, CPU of the answering server's process per answer:
+// -consul-slice, each server asked each set 8 s a round (consulbars.go),
+// CPU of the answering server's threads (their schedstat, cpuReading)
+// per answer:
 //
 //	h: h<N>.bench.example, a cached name of another zone
 //	c: c<N>.service.consul, a cached Consul name (forwarded, TTL 300;
@@ -43,7 +45,8 @@ const (
 	consulAdmin = "127.0.0.24:5301"
 )
 
-// consulSets are the name sets of scenario 15, in the order they load.
+// consulSets are the name sets of scenario 15, in the order they load in
+// a round's first slice.
 var consulSets = []struct{ key, label string }{
 	{"h", "cached name of another zone (h<N>.bench.example)"},
 	{"c", "cached Consul name (c<N>.service.consul, TTL 300)"},
@@ -66,6 +69,9 @@ func (b *bench) consulRows() []row {
 func (b *bench) consulScenario() error {
 	if _, err := os.Stat(b.consul); err != nil {
 		return fmt.Errorf("scenario consul needs the Consul agent at %s (make consul-agent)", b.consul)
+	}
+	if b.consulSlice <= 0 || b.consulSlice > consulRoundLoad {
+		return fmt.Errorf("-consul-slice %s: want more than 0, at most %s", b.consulSlice, consulRoundLoad)
 	}
 	if err := b.startUpstream("consul-upstream", consulUpstreamAddr, consulTTL, b.faults); err != nil {
 		return err
@@ -114,54 +120,66 @@ func (b *bench) consulScenario() error {
 		}
 	}
 	none := func() (uint64, error) { return 0, nil }
+	n := b.consulSlices()
+	ratios := newConsulRatios()
+	fmt.Printf("  consul: each load %s at %d/s, %d a round per server and set (not -duration); CPU from the threads' schedstat\n",
+		b.consulSlice, b.consulRate, n)
 	for round := 1; round <= b.rounds; round++ {
-		// Interleaved: each set across the servers in turn, the servers'
-		// order turned each round.
-		order := append(append([]string(nil), b.servers[(round-1)%len(b.servers):]...), b.servers[:(round-1)%len(b.servers)]...)
+		cpu, answers := map[consulCell]float64{}, map[consulCell]int{}
+		for k := range n {
+			// Interleaved: each set across the servers in turn, sets and
+			// servers one further along each slice, so that no server
+			// always follows the same one.
+			pass := (round-1)*n + k
+			slice := map[consulCell]float64{}
+			for _, set := range rotated(consulSets, pass) {
+				for _, s := range rotated(b.servers, pass) {
+					count := none
+					if s == "towerd" {
+						count = consulReads
+					}
+					out, err := b.measure(pids[s], count, serverAddr(s), files[set.key],
+						"-l", strconv.FormatFloat(b.consulSlice.Seconds(), 'f', -1, 64),
+						"-Q", strconv.Itoa(b.consulRate), "-q", "2000", "-c", "4", "-t", "2")
+					if err != nil {
+						return fmt.Errorf("round %d.%d, %s, consul %s: %w", round, k+1, s, set.key, err)
+					}
+					cell := consulCell{s, set.key}
+					us := out.schedUs / float64(max(out.noerror, 1))
+					slice[cell] = us
+					cpu[cell] += out.schedUs
+					answers[cell] += out.noerror
+					reads := ""
+					if s == "towerd" {
+						reads = fmt.Sprintf(", %d names read at the agent", out.upstream)
+					}
+					fmt.Printf("  round %d.%d %-8s consul %s @%d/s: %8.0f answered/s, %5.2f µs CPU/answer, lost %d of %d, NOERROR %d%s\n",
+						round, k+1, s, set.key, b.consulRate, out.qps, us, out.lost, out.sent, out.noerror, reads)
+				}
+			}
+			ratios.add(false, slice)
+		}
+		// The round's figure of a server and set: its slices' CPU over
+		// their answers.
+		whole := map[consulCell]float64{}
+		for cell, c := range cpu {
+			whole[cell] = c / float64(max(answers[cell], 1))
+			b.res[cell.server].add(consulKey(cell.set), whole[cell])
+		}
+		fmt.Printf("  round %d consul µs CPU/answer:", round)
 		for _, set := range consulSets {
-			for _, s := range order {
-				count := none
-				if s == "towerd" {
-					count = consulReads
-				}
-				out, err := b.measure(pids[s], count, serverAddr(s), files[set.key], "-l", secs(b.duration),
-					"-Q", strconv.Itoa(b.consulRate), "-q", "2000", "-c", "4", "-t", "2")
-				if err != nil {
-					return fmt.Errorf("round %d, %s, consul %s: %w", round, s, set.key, err)
-				}
-				us := out.usPer(out.noerror)
-				b.res[s].add(consulKey(set.key), us)
-				reads := ""
-				if s == "towerd" {
-					reads = fmt.Sprintf(", %d names read at the agent", out.upstream)
-				}
-				fmt.Printf("  round %d %-8s consul %s @%d/s: %8.0f answered/s, %5.2f µs CPU/answer, lost %d of %d, NOERROR %d%s\n",
-					round, s, set.key, b.consulRate, out.qps, us, out.lost, out.sent, out.noerror, reads)
+			for _, s := range b.servers {
+				fmt.Printf(" %s %s %.2f", s, set.key, whole[consulCell{s, set.key}])
 			}
 		}
-		b.consulRatios(round)
-	}
-	return nil
-}
-
-// consulRatios prints round's bars of issue 34.
-func (b *bench) consulRatios(round int) {
-	t, u := b.res["towerd"], b.res["unbound"]
-	last := func(r *results, set string) float64 {
-		if r == nil || len(r.v[consulKey(set)]) < round {
-			return 0
+		fmt.Println()
+		if bars := consulBarsOf(whole); bars != "" {
+			fmt.Printf("  round %d consul bars: %s\n", round, bars)
 		}
-		return r.v[consulKey(set)][round-1]
+		ratios.add(true, whole)
 	}
-	h, c, w := last(t, "h"), last(t, "c"), last(t, "w")
-	if h == 0 || c == 0 {
-		return
-	}
-	fmt.Printf("  round %d consul bars: towerd c/h %.2f (≤ 1.15), w/c %.2f (≤ 1.25)", round, c/h, w/c)
-	if uc := last(u, "c"); uc > 0 {
-		fmt.Printf(", c/unbound's c %.2f (≤ 0.85)", c/uc)
-	}
-	fmt.Println()
+	ratios.print(os.Stdout, b.consulSlice)
+	return nil
 }
 
 // startConsulAgent runs the Consul agent on host (its default ports free

@@ -84,6 +84,7 @@ func main() {
 		pickLossy = flag.Duration("pick-lossy-window", 90*time.Second, "length of the pick scenario's lossy day (its p99 is also read from all rounds pooled)")
 		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
 		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
+		consulSl  = flag.Duration("consul-slice", 4*time.Second, "length of each load of the consul scenario: each server is asked each set 8 s a round, in loads this long")
 	)
 	flag.Parse()
 	faults := faultproxy.Faults{Delay: *delay, Jitter: *jitter, Loss: *loss}
@@ -119,6 +120,7 @@ func main() {
 			coredns:    *coredns,
 			dotCompare: *dotCmp,
 			pickWindow: *pickWin, pickLossyWindow: *pickLossy, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
+			consulSlice: *consulSl,
 		}
 		err = b.run()
 	}
@@ -165,6 +167,8 @@ type bench struct {
 	abuseServers *abuseServers
 	// consulRate is scenario 15's offered rate, queries/s.
 	consulRate int
+	// consulSlice is the length of each of scenario 15's loads.
+	consulSlice time.Duration
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder

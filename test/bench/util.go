@@ -250,7 +250,8 @@ func (b *bench) dnsperf(addr, file string, args ...string) (perfOut, error) {
 // CPU time over the run and the upstream queries counted around it.
 type load struct {
 	perfOut
-	cpuUs    float64 // the server process's CPU time over the run, µs
+	cpuUs    float64 // the server process's CPU time over the run, µs (utime+stime, 10 ms ticks)
+	schedUs  float64 // the same from its threads' schedstat, to the nanosecond (cpuReading.since)
 	upstream uint64  // upstream queries counted between before and after
 }
 
@@ -265,7 +266,7 @@ func (b *bench) measure(pid int, upCount func() (uint64, error), addr, file stri
 	if err != nil {
 		return load{}, err
 	}
-	cpu0, err := cpuTicks(pid)
+	cpu0, err := readCPU(pid)
 	if err != nil {
 		return load{}, err
 	}
@@ -273,7 +274,7 @@ func (b *bench) measure(pid int, upCount func() (uint64, error), addr, file stri
 	if err != nil {
 		return load{}, err
 	}
-	cpu1, err := cpuTicks(pid)
+	cpu1, err := readCPU(pid)
 	if err != nil {
 		return load{}, err
 	}
@@ -281,7 +282,8 @@ func (b *bench) measure(pid int, upCount func() (uint64, error), addr, file stri
 	if err != nil {
 		return load{}, err
 	}
-	return load{perfOut: out, cpuUs: float64(cpu1-cpu0) * 1e6 / float64(clockTicks), upstream: up1 - up0}, nil
+	return load{perfOut: out, cpuUs: float64(cpu1.ticks-cpu0.ticks) * 1e6 / float64(clockTicks),
+		schedUs: cpu1.since(cpu0), upstream: up1 - up0}, nil
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
