@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 )
@@ -120,10 +119,4 @@ func (c *consulRatios) print(w io.Writer, slice time.Duration) {
 		}
 		fmt.Fprintln(w, strings.TrimSuffix(line, ";"))
 	}
-}
-
-// rotated is s begun k further along.
-func rotated[T any](s []T, k int) []T {
-	k %= len(s)
-	return append(slices.Clone(s[k:]), s[:k]...)
 }

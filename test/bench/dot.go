@@ -215,9 +215,8 @@ func (b *bench) dot(round int) error {
 		b.coredns = ""
 	}
 	var rows []string
-	all := b.dotRows()
-	for i := range all {
-		if peer := all[(round-1+i)%len(all)]; peer != "coredns-tls" || b.coredns != "" {
+	for _, peer := range rotated(b.dotRows(), round-1) {
+		if peer != "coredns-tls" || b.coredns != "" {
 			rows = append(rows, peer)
 		}
 	}
@@ -436,8 +435,8 @@ func (b *bench) dotTable(w io.Writer) {
 		fmt.Fprintf(w, "%-14s %-30s %.3f [%.3f, %.3f]%5s %.2f [%.2f, %.2f] of %d\n", peer, cpus,
 			ms(p50), ms(lo50), ms(hi50), "", ms(p99), ms(lo99), ms(hi99), len(all))
 	}
-	// Each round's rows run one after the other: a ratio within a round
-	// is less moved by the machine's drift than the medians' ratio.
+	// A ratio within a round (its rows asked in turn, dotLoad) is less
+	// moved by the machine's drift than the medians' ratio.
 	base := b.res[dotRowKey("unbound-tls")]
 	for _, peer := range rows {
 		r := b.res[dotRowKey(peer)]

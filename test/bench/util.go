@@ -382,3 +382,9 @@ func (r cpuReading) since(r0 cpuReading) float64 {
 	}
 	return float64(ns) / 1e3
 }
+
+// rotated is s begun k further along.
+func rotated[T any](s []T, k int) []T {
+	k %= len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
+}
