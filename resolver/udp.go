@@ -114,16 +114,12 @@ func (u *udpServer) read() error {
 		if u.closing.Load() {
 			return nil
 		}
-		var ne net.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout():
-		case errors.Is(err, net.ErrClosed):
+		if errors.Is(err, net.ErrClosed) {
 			return err
-		default:
-			// Errors such as ECONNREFUSED left behind by an ICMP message
-			// concern one earlier peer, not the socket: go on reading.
 		}
+		// Anything else (a deadline not shutdown's, an error such as
+		// ECONNREFUSED left behind by an ICMP message, which concerns one
+		// earlier peer, not the socket): go on reading.
 	}
 }
 
