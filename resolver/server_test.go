@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/cache"
+	"github.com/towerd/towerd/resolver/udpio"
 )
 
 // startTCP serves h with the given TCP idle timeout and returns the TCP
@@ -193,7 +194,7 @@ func TestUDPListenerFastAndGeneralPaths(t *testing.T) {
 	}
 }
 
-// A burst larger than one batch (ioBatch datagrams per recvmmsg/sendmmsg),
+// A burst larger than one batch (udpio.Batch datagrams per recvmmsg/sendmmsg),
 // mixing hits and misses from several clients, gets every query answered
 // exactly once with its own ID.
 func TestUDPListenerAnswersBursts(t *testing.T) {
@@ -205,7 +206,7 @@ func TestUDPListenerAnswersBursts(t *testing.T) {
 	if _, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(warm, addr); err != nil {
 		t.Fatal(err)
 	}
-	const clients, perClient = 3, 3 * ioBatch
+	const clients, perClient = 3, 3 * udpio.Batch
 	for c := range clients {
 		conn, err := net.Dial("udp", addr)
 		if err != nil {

@@ -4,7 +4,7 @@ package resolver
 
 import "syscall"
 
-// sendArgs is unused where there are no raw calls (rawSend is false): a
+// sendArgs is unused where there are no raw calls (udpio.RawSend is false): a
 // TCP connection's answers are written by its flusher (tcppipe.go).
 type sendArgs struct {
 	fn func(fd uintptr) bool

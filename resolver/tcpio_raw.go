@@ -22,7 +22,7 @@ type sendArgs struct {
 
 // now writes head and body to the connection's socket with one raw,
 // non-blocking sendmsg (the runtime's bookkeeping around a blocking call
-// is not needed, as for the UDP listeners' calls: udpio_raw.go), and
+// is not needed, as for the UDP listeners' calls: resolver/udpio/raw.go), and
 // returns how many bytes the socket took: fewer than given, even none,
 // when its send buffer is full. MSG_NOSIGNAL: a client gone is an error,
 // not a SIGPIPE.

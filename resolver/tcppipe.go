@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/resolver/dnswire"
+	"github.com/towerd/towerd/resolver/udpio"
 )
 
 // A TCP connection's queries are pipelined (issue 22; RFC 7766 §6.2.1.1:
@@ -79,7 +80,7 @@ type tcpPipe struct {
 func newTCPPipe(c net.Conn, timeout time.Duration, report func(any, []byte), budget *tcpBudget, tc *tcpConn) *tcpPipe {
 	p := &tcpPipe{conn: c, timeout: timeout, report: report, budget: budget, tc: tc}
 	p.cond.L = &p.mu
-	if sc, ok := c.(syscall.Conn); ok && rawSend {
+	if sc, ok := c.(syscall.Conn); ok && udpio.RawSend {
 		if rc, err := sc.SyscallConn(); err == nil {
 			p.rc = rc
 			p.send.fn = p.send.call

@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/towerd/towerd/resolver/dnswire"
+	"github.com/towerd/towerd/resolver/udpio"
 )
 
 // udpServer serves one bound UDP socket itself rather than through
@@ -62,14 +63,6 @@ type udpServer struct {
 // them, one read it and the others went back to sleep (make bench, issue 6;
 // figures in docs/benchmarks.md).
 
-// ioBatch is the most datagrams the reader takes from the socket, and
-// replies it sends, in one system call (see packetIO).
-const ioBatch = 16
-
-// udpReadBuffer takes any datagram: a query larger than 512 bytes (EDNS
-// lets clients send big ones) is read whole, not cut.
-const udpReadBuffer = 65535
-
 func newUDPServer(conn *net.UDPConn, handler dns.Handler, fast packetAnswerer, onPanic func(any, []byte), onBadPkt func(error)) *udpServer {
 	u := &udpServer{conn: conn, fast: fast, handler: handler, onPanic: onPanic, onBadPkt: onBadPkt, workers: newWorkers(), fd: -1,
 		readerDone: make(chan struct{})}
@@ -91,13 +84,13 @@ func (u *udpServer) serve(started func()) error {
 
 // read is the reader's loop; it returns nil once shutdown began.
 func (u *udpServer) read() error {
-	io, err := newPacketIO(u.conn)
+	io, err := udpio.New(u.conn)
 	if err != nil {
 		return err
 	}
 	// One reply buffer per batch slot: a queued reply stays put until the
 	// batch is flushed. They start small and keep what they grow to.
-	var out [ioBatch][]byte
+	var out [udpio.Batch][]byte
 	for i := range out {
 		out[i] = make([]byte, 0, 4096)
 	}
@@ -110,7 +103,7 @@ func (u *udpServer) read() error {
 		return u.closing.Load()
 	}
 	for {
-		err := io.readLoop(answer)
+		err := io.ReadLoop(answer)
 		if u.closing.Load() {
 			return nil
 		}
@@ -126,14 +119,14 @@ func (u *udpServer) read() error {
 // answerBatch answers the n datagrams the reader just read: a hit into its
 // slot of out, queued and sent with the others in one flush; anything else
 // copied to the general path.
-func (u *udpServer) answerBatch(io *packetIO, out *[ioBatch][]byte, q *plainQuery, n int) {
+func (u *udpServer) answerBatch(io *udpio.PacketIO, out *[udpio.Batch][]byte, q *plainQuery, n int) {
 	for i := range n {
-		pkt, from := io.packet(i)
+		pkt, from := io.Packet(i)
 		if u.fast != nil {
 			if reply, ok := u.answerFast(out[i][:0], pkt, from, q); ok {
 				if len(reply) > 0 { // else a wire miss: its flight answers
 					out[i] = reply[:0]
-					io.queue(reply, from)
+					io.Queue(reply, from)
 				}
 				continue
 			}
@@ -148,7 +141,7 @@ func (u *udpServer) answerBatch(io *packetIO, out *[ioBatch][]byte, q *plainQuer
 		general, joined := append([]byte(nil), pkt...), q.joined
 		u.workers.do(func() { u.serveGeneral(general, from, joined) })
 	}
-	_ = io.flush() // a client gone is not our error
+	_ = io.Flush() // a client gone is not our error
 }
 
 // answerFast runs the fast path; a panic in it is reported and the packet
@@ -244,12 +237,12 @@ func (u *udpServer) beginMiss() bool {
 // goroutine of the socket's pool wait to write it (one per answer, and
 // answers are bounded by the in-flight cap and its waiters).
 func (u *udpServer) sendMiss(b []byte, to netip.AddrPort) {
-	if !rawSend {
+	if !udpio.RawSend {
 		_, _ = u.conn.WriteToUDPAddrPort(b, to) // the client is gone; nothing to do about it
 		return
 	}
 	u.fdMu.RLock()
-	sent := u.fd >= 0 && sendNow(u.fd, b, to)
+	sent := u.fd >= 0 && udpio.SendNow(u.fd, b, to)
 	u.fdMu.RUnlock()
 	if sent {
 		return

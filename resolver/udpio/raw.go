@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package resolver
+package udpio
 
 import (
 	"encoding/binary"
@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// packetIO reads and writes datagrams on one UDP socket for one goroutine,
-// in batches: recvmmsg takes every datagram waiting (up to ioBatch) in one
+// PacketIO reads and writes datagrams on one UDP socket for one goroutine,
+// in batches: recvmmsg takes every datagram waiting (up to Batch) in one
 // system call, and sendmmsg sends their replies in one. Under load that
 // divides the per-call costs by the batch size; with one datagram waiting
 // it costs what recvfrom/sendto cost.
@@ -25,32 +25,32 @@ import (
 // sysmon thread they keep awake), a large share of towerd's CPU on a busy
 // node (perf, issue 6; docs/benchmarks.md). When nothing
 // is waiting the poller parks the goroutine as usual.
-type packetIO struct {
+type PacketIO struct {
 	rc interface {
 		Read(func(fd uintptr) bool) error
 		Write(func(fd uintptr) bool) error
 	}
 
-	// Receiving: ioBatch slots, each a buffer, its iovec, the sender's
+	// Receiving: Batch slots, each a buffer, its iovec, the sender's
 	// address and the mmsghdr tying them together; received is how many
 	// slots the last recvmmsg filled.
-	bufs     [ioBatch][]byte
-	iovs     [ioBatch]unix.Iovec
-	names    [ioBatch]unix.RawSockaddrAny
-	msgs     [ioBatch]mmsghdr
+	bufs     [Batch][]byte
+	iovs     [Batch]unix.Iovec
+	names    [Batch]unix.RawSockaddrAny
+	msgs     [Batch]mmsghdr
 	received int
 
 	// Sending: the replies queued since the last flush.
-	siovs  [ioBatch]unix.Iovec
-	snames [ioBatch]unix.RawSockaddrAny
-	smsgs  [ioBatch]mmsghdr
+	siovs  [Batch]unix.Iovec
+	snames [Batch]unix.RawSockaddrAny
+	smsgs  [Batch]mmsghdr
 	queued int
 	sent   int
 
 	errno  unix.Errno
 	sendFn func(fd uintptr) bool
 
-	// readLoop's: the batch handler and the loop run inside one
+	// ReadLoop's: the batch handler and the loop run inside one
 	// RawConn.Read.
 	handle func(n int) (stop bool)
 	loopFn func(fd uintptr) bool
@@ -67,14 +67,14 @@ type mmsghdr struct {
 var _ [unsafe.Sizeof(mmsghdr{}) - 64]byte
 var _ [64 - unsafe.Sizeof(mmsghdr{})]byte
 
-func newPacketIO(c *net.UDPConn) (*packetIO, error) {
+func New(c *net.UDPConn) (*PacketIO, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	p := &packetIO{rc: rc}
+	p := &PacketIO{rc: rc}
 	for i := range p.bufs {
-		p.bufs[i] = make([]byte, udpReadBuffer)
+		p.bufs[i] = make([]byte, ReadBuffer)
 		p.iovs[i].Base = &p.bufs[i][0]
 		p.iovs[i].SetLen(len(p.bufs[i]))
 		p.msgs[i].hdr.Iov = &p.iovs[i]
@@ -91,12 +91,12 @@ func newPacketIO(c *net.UDPConn) (*packetIO, error) {
 	return p, nil
 }
 
-func (p *packetIO) recvmmsg(fd uintptr) bool {
+func (p *PacketIO) recvmmsg(fd uintptr) bool {
 	for i := range p.msgs {
 		p.msgs[i].hdr.Namelen = uint32(unsafe.Sizeof(p.names[i]))
 		p.msgs[i].hdr.Flags = 0
 	}
-	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&p.msgs[0])), ioBatch, 0, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&p.msgs[0])), Batch, 0, 0, 0)
 	if errno == unix.EAGAIN {
 		return false // nothing yet: the poller waits for the socket
 	}
@@ -107,11 +107,11 @@ func (p *packetIO) recvmmsg(fd uintptr) bool {
 	return true
 }
 
-// readLoop reads batches and hands each to handle until handle says stop
+// ReadLoop reads batches and hands each to handle until handle says stop
 // (nil) or a read fails (its error).
 //
 // It runs in one RawConn.Read, which saves a system call per wake-up: a
-// batch smaller than ioBatch means recvmmsg found the socket empty, and
+// batch smaller than Batch means recvmmsg found the socket empty, and
 // the loop then waits in the poller at once instead of reading again to be
 // told EAGAIN (half of the reader's recvmmsg calls at 20k q/s, issue 34).
 // recvmmsg stops early otherwise only on an error after the first datagram,
@@ -122,7 +122,7 @@ func (p *packetIO) recvmmsg(fd uintptr) bool {
 // has raised the poller's edge, which the runtime keeps until the next wait
 // consumes it, and only RawConn.Read's entry clears it (pollReset), so a
 // Read per batch would have to read first.
-func (p *packetIO) readLoop(handle func(n int) (stop bool)) error {
+func (p *PacketIO) ReadLoop(handle func(n int) (stop bool)) error {
 	p.handle = handle
 	err := p.rc.Read(p.loopFn)
 	p.handle = nil
@@ -135,18 +135,18 @@ func (p *packetIO) readLoop(handle func(n int) (stop bool)) error {
 	return nil
 }
 
-func (p *packetIO) loop(fd uintptr) bool {
+func (p *PacketIO) loop(fd uintptr) bool {
 	for {
 		if !p.recvmmsg(fd) {
 			return false // nothing waiting: the poller wakes us
 		}
 		if p.errno != 0 {
-			return true // readLoop returns it
+			return true // ReadLoop returns it
 		}
 		if p.handle(p.received) {
 			return true
 		}
-		if p.received < ioBatch {
+		if p.received < Batch {
 			return false // the socket was empty: wait for its edge
 		}
 	}
@@ -155,18 +155,18 @@ func (p *packetIO) loop(fd uintptr) bool {
 // packet returns datagram i of the last batch and its sender. A datagram
 // larger than the buffer (flag MSG_TRUNC) comes back cut, and the general
 // path then finds it malformed, as it would any cut packet.
-func (p *packetIO) packet(i int) ([]byte, netip.AddrPort) {
+func (p *PacketIO) Packet(i int) ([]byte, netip.AddrPort) {
 	return p.bufs[i][:min(int(p.msgs[i].len), len(p.bufs[i]))], decodeSockaddr(&p.names[i])
 }
 
 // queue adds b, for to, to the replies sent by the next flush; b must stay
 // untouched until then. A full batch is flushed first.
-func (p *packetIO) queue(b []byte, to netip.AddrPort) {
+func (p *PacketIO) Queue(b []byte, to netip.AddrPort) {
 	if len(b) == 0 {
 		return
 	}
-	if p.queued == ioBatch {
-		p.flush()
+	if p.queued == Batch {
+		p.Flush()
 	}
 	i := p.queued
 	p.siovs[i].Base = &b[0]
@@ -175,7 +175,7 @@ func (p *packetIO) queue(b []byte, to netip.AddrPort) {
 	p.queued++
 }
 
-func (p *packetIO) sendmmsg(fd uintptr) bool {
+func (p *PacketIO) sendmmsg(fd uintptr) bool {
 	for p.sent < p.queued {
 		n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&p.smsgs[p.sent])),
 			uintptr(p.queued-p.sent), 0, 0, 0)
@@ -193,7 +193,7 @@ func (p *packetIO) sendmmsg(fd uintptr) bool {
 
 // flush sends the queued replies. A reply that cannot be sent is dropped:
 // its client asks again, as it would after a lost datagram.
-func (p *packetIO) flush() error {
+func (p *PacketIO) Flush() error {
 	if p.queued == 0 {
 		return nil
 	}
@@ -247,14 +247,14 @@ func encodeSockaddr(rsa *unix.RawSockaddrAny, to netip.AddrPort) uint32 {
 	return unix.SizeofSockaddrInet6
 }
 
-// rawSend: sendNow sends.
-const rawSend = true
+// RawSend: SendNow sends.
+const RawSend = true
 
-// sendNow sends b to to on fd (a non-blocking UDP socket) with one raw
+// SendNow sends b to to on fd (a non-blocking UDP socket) with one raw
 // sendto, and reports false only when the send buffer is full: the caller
 // then waits somewhere else. A reply that fails otherwise (its client is
 // gone) is dropped, as flush drops it.
-func sendNow(fd int, b []byte, to netip.AddrPort) bool {
+func SendNow(fd int, b []byte, to netip.AddrPort) bool {
 	var rsa unix.RawSockaddrAny
 	size := encodeSockaddr(&rsa, to)
 	_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),

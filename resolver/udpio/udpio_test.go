@@ -1,4 +1,4 @@
-package resolver
+package udpio
 
 import (
 	"net"
@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// readLoop waits in the poller at once after a batch smaller than ioBatch,
-// without reading to be told EAGAIN (udpio_raw.go). A datagram left in the
+// ReadLoop waits in the poller at once after a batch smaller than Batch,
+// without reading to be told EAGAIN (raw.go). A datagram left in the
 // socket while it waits would wait for the next one to arrive: with nothing
 // after it, forever. Each burst here is queued in full before the loop
 // starts (loopback delivers within the sender's write), so the first read
@@ -20,7 +20,7 @@ func TestReadLoopLeavesNoDatagramWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	io, err := newPacketIO(conn)
+	io, err := New(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestReadLoopLeavesNoDatagramWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer send.Close()
-	for burst := 1; burst <= 3*ioBatch+1; burst++ {
+	for burst := 1; burst <= 3*Batch+1; burst++ {
 		for i := range burst {
 			if _, err := send.Write([]byte{byte(burst), byte(i)}); err != nil {
 				t.Fatal(err)
@@ -41,9 +41,9 @@ func TestReadLoopLeavesNoDatagramWaiting(t *testing.T) {
 		got := 0
 		done := make(chan error, 1)
 		go func() {
-			done <- io.readLoop(func(n int) bool {
+			done <- io.ReadLoop(func(n int) bool {
 				for i := range n {
-					pkt, _ := io.packet(i)
+					pkt, _ := io.Packet(i)
 					if len(pkt) != 2 || int(pkt[0]) != burst {
 						t.Errorf("burst %d: datagram %v", burst, pkt)
 					}
