@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -16,11 +17,12 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/towerd/towerd/resolver/udpio"
 	"github.com/towerd/towerd/test/faultproxy"
 )
 
 // The two helper servers run as child processes of the bench (the same
-// binary with -serve-upstream or -serve-null), so each has its own PID whose
+// binary with -serve-upstream, -serve-null or -serve-null-go), so each has its own PID whose
 // CPU is read from /proc and which is stopped by that PID.
 
 // controlName asks the synthetic upstream how many queries it has answered
@@ -207,6 +209,48 @@ func serveNull(addr string) error {
 	}()
 	waitForStop()
 	return nil // the process exits; the socket goes with it
+}
+
+// serveNullGo is scenario 15's Go floor: every UDP packet sent back with
+// QR set through towerd's own reader and writer (resolver/udpio: the
+// runtime's poller, recvmmsg and sendmmsg in batches), nothing else. What
+// towerd costs above it is its DNS work and its bookkeeping; what it costs
+// above the null responder's one blocking thread is Go's poller besides.
+func serveNullGo(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return err
+	}
+	io, err := udpio.New(conn)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	go func() {
+		echo := func(n int) bool {
+			for i := range n {
+				pkt, from := io.Packet(i)
+				if len(pkt) < 12 {
+					continue
+				}
+				pkt[2] |= 0x80
+				io.Queue(pkt, from) // sent by Flush, before the next read reuses the buffer
+			}
+			_ = io.Flush()
+			return false
+		}
+		for {
+			if err := io.ReadLoop(echo); errors.Is(err, net.ErrClosed) {
+				return
+			}
+		}
+	}()
+	waitForStop()
+	return conn.Close()
 }
 
 func waitForStop() {

@@ -31,7 +31,8 @@ func (b *bench) consulSlices() int {
 type consulCell struct{ server, set string }
 
 // consulBar is one of issue 34's bars: num's CPU per answer at most bound
-// × den's.
+// × den's; a bound of 0 is a quotient printed for reading, not a bar (the
+// floors', -consul-floor).
 type consulBar struct {
 	label    string
 	num, den consulCell
@@ -42,6 +43,10 @@ var consulBars = []consulBar{
 	{"towerd c/h", consulCell{"towerd", "c"}, consulCell{"towerd", "h"}, 1.15},
 	{"w/c", consulCell{"towerd", "w"}, consulCell{"towerd", "c"}, 1.25},
 	{"c/unbound's c", consulCell{"towerd", "c"}, consulCell{"unbound", "c"}, 0.85},
+	// The floors against the same bar, and towerd above its own I/O.
+	{"null c/unbound's c", consulCell{"null", "c"}, consulCell{"unbound", "c"}, 0.85},
+	{"nullgo c/unbound's c", consulCell{"nullgo", "c"}, consulCell{"unbound", "c"}, 0.85},
+	{"towerd c/nullgo c", consulCell{"towerd", "c"}, consulCell{"nullgo", "c"}, 0},
 }
 
 // ratio is the bar's quotient in one slice's or round's figures; false
@@ -55,7 +60,12 @@ func (r consulBar) ratio(fig map[consulCell]float64) (float64, bool) {
 func consulBarsOf(fig map[consulCell]float64) string {
 	var parts []string
 	for _, bar := range consulBars {
-		if q, ok := bar.ratio(fig); ok {
+		q, ok := bar.ratio(fig)
+		switch {
+		case !ok:
+		case bar.bound == 0:
+			parts = append(parts, fmt.Sprintf("%s %.2f", bar.label, q))
+		default:
 			parts = append(parts, fmt.Sprintf("%s %.2f (≤ %.2f)", bar.label, q, bar.bound))
 		}
 	}
@@ -106,16 +116,26 @@ func (c *consulRatios) print(w io.Writer, slice time.Duration) {
 			continue
 		}
 		line := fmt.Sprintf("  %-14s ≤ %.2f:", bar.label, bar.bound)
+		if bar.bound == 0 {
+			line = fmt.Sprintf("  %-14s:", bar.label)
+		}
 		for _, by := range []struct {
 			name string
 			qs   []float64
 		}{{"rounds", c.rounds[i]}, {"slices", c.slices[i]}} {
+			if len(by.qs) == 0 {
+				continue
+			}
 			m, met := meets(by.qs, bar.bound)
 			line += fmt.Sprintf(" %s", by.name)
 			for _, q := range by.qs {
 				line += fmt.Sprintf(" %.3f", q)
 			}
-			line += fmt.Sprintf(" (median %.3f, %d of %d meet it);", m, met, len(by.qs))
+			if bar.bound == 0 {
+				line += fmt.Sprintf(" (median %.3f);", m)
+			} else {
+				line += fmt.Sprintf(" (median %.3f, %d of %d meet it);", m, met, len(by.qs))
+			}
 		}
 		fmt.Fprintln(w, strings.TrimSuffix(line, ";"))
 	}

@@ -34,6 +34,27 @@ func TestConsulBarsMedianAndMet(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
+	if strings.Contains(out.String(), "null") {
+		t.Errorf("the floors' quotients printed without -consul-floor:\n%s", out.String())
+	}
+
+	// With the floors: their quotients against the same bar, and towerd's
+	// above its own I/O with no bound.
+	f := newConsulRatios()
+	fig = map[consulCell]float64{{"towerd", "c"}: 11, {"unbound", "c"}: 12, {"null", "c"}: 9, {"nullgo", "c"}: 10}
+	f.add(true, fig)
+	out.Reset()
+	f.print(&out, consulRoundLoad)
+	for _, want := range []string{"null c/unbound's c ≤ 0.85: rounds 0.750 (median 0.750, 1 of 1 meet it)",
+		"nullgo c/unbound's c ≤ 0.85: rounds 0.833 (median 0.833, 1 of 1 meet it)",
+		"towerd c/nullgo c: rounds 1.100 (median 1.100)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if got := consulBarsOf(fig); !strings.Contains(got, "towerd c/nullgo c 1.10") || strings.Contains(got, "c/nullgo c 1.10 (") {
+		t.Errorf("bars line %q", got)
+	}
 }
 
 // Each slice's order starts one further along, round after round.

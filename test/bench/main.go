@@ -84,6 +84,8 @@ func main() {
 		pickLossy = flag.Duration("pick-lossy-window", 90*time.Second, "length of the pick scenario's lossy day (its p99 is also read from all rounds pooled)")
 		abuseWin  = flag.Duration("abuse-window", 20*time.Second, "how long the abuse scenario asks fresh names beside its flood")
 		consulQPS = flag.Int("consul-rate", 20000, "offered rate of each load of the consul scenario, queries/s")
+		consulFl  = flag.Bool("consul-floor", false, "scenario 15 also asks two floors that send every query back with QR set: the null responder (one blocking thread) and towerd's own UDP I/O with no DNS (resolver/udpio)")
+		serveNulG = flag.String("serve-null-go", "", "internal: run the Go floor (towerd's UDP I/O, no DNS) on `ADDR`")
 		consulSl  = flag.Duration("consul-slice", 4*time.Second, "length of each load of the consul scenario: each server is asked each set 8 s a round, in loads this long")
 	)
 	flag.Parse()
@@ -94,6 +96,8 @@ func main() {
 		err = serveUpstream(*serveUp, *ttl, faults, *seed, *zone)
 	case *serveNul != "":
 		err = serveNull(*serveNul)
+	case *serveNulG != "":
+		err = serveNullGo(*serveNulG)
 	default:
 		var rs []int
 		for _, f := range strings.Split(*rates, ",") {
@@ -120,7 +124,7 @@ func main() {
 			coredns:    *coredns,
 			dotCompare: *dotCmp,
 			pickWindow: *pickWin, pickLossyWindow: *pickLossy, pickOutageLen: *pickOut, abuseWindow: *abuseWin, consulRate: *consulQPS,
-			consulSlice: *consulSl,
+			consulSlice: *consulSl, consulFloor: *consulFl,
 		}
 		err = b.run()
 	}
@@ -169,6 +173,8 @@ type bench struct {
 	consulRate int
 	// consulSlice is the length of each of scenario 15's loads.
 	consulSlice time.Duration
+	// consulFloor adds the two floors to scenario 15's rows.
+	consulFloor bool
 
 	dir   string
 	self  string // this binary: the upstreams and the null responder

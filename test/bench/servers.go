@@ -18,6 +18,8 @@ func serverAddr(s string) string {
 		return "127.0.0.12:" + port
 	case "unbound":
 		return "127.0.0.13:" + port
+	case "nullgo":
+		return "127.0.0.43:" + port
 	default: // null
 		return "127.0.0.14:" + port
 	}
@@ -71,9 +73,12 @@ func (b *bench) startServer(s string, round int, set serverSetup) (*proc, error)
 	logf := filepath.Join(b.dir, fmt.Sprintf("%s-%s-%d.log", s, set.phase, round))
 	var p *proc
 	var err error
-	if s == "null" {
+	switch s {
+	case "null":
 		p, err = b.procs.start(s, logf, b.self, "-serve-null", addr)
-	} else {
+	case "nullgo":
+		p, err = b.procs.start(s, logf, b.self, "-serve-null-go", addr)
+	default:
 		name, args, cerr := b.serverCommand(s, addr, round, set)
 		if cerr != nil {
 			return nil, cerr
