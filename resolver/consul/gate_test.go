@@ -176,3 +176,36 @@ func TestGateIgnoresOldNews(t *testing.T) {
 		t.Errorf("a new failure: err %v, closed %v; want closed", err, g.isClosed())
 	}
 }
+
+// After the agent restarts its indexes start lower. In demand mode
+// State.LastIndex (towerd_consul_watch_index) is the highest index of the
+// watched services: rebuilt from the resync's reads, not kept at the old
+// agent's, which no watch would pass for a long time.
+func TestWatchIndexAfterAgentRestart(t *testing.T) {
+	f := newFakeAPI(t)
+	services := []string{"a", "b"}
+	for i, svc := range services {
+		f.script(healthPath(svc), reply{index: uint64(900 - 200*i), body: []any{entry("n1", fmt.Sprintf("10.0.0.%d", i+1), svc+"1", "", 80, nil)}})
+	}
+	w := newTestWatcher(t, f, Config{Services: services, MaxStale: 1000 * time.Hour,
+		Timing: Timing{ProbeBase: 30 * time.Millisecond}}, newFakeClock(), noJitter)
+	runWatcher(t, w)
+	for _, svc := range services {
+		f.waitQueries(t, healthPath(svc), 2) // read, then blocking
+	}
+	if got := w.State().LastIndex; got != 900 {
+		t.Fatalf("before the restart: LastIndex %d, want 900", got)
+	}
+	f.startOutage(http.StatusServiceUnavailable)
+	waitState(t, w, "the agent lost", func(st State) bool { return !st.Connected })
+	f.endOutage()
+	for i, svc := range services {
+		f.script(healthPath(svc), reply{index: uint64(5 + 2*i), body: []any{entry("n1", fmt.Sprintf("10.0.1.%d", i+1), svc+"1", "", 80, nil)}})
+	}
+	for _, svc := range services {
+		f.waitQueries(t, healthPath(svc), 4) // the resync, then blocking at its new index
+	}
+	if st := w.State(); st.LastIndex != 7 || st.Resyncs != 1 {
+		t.Errorf("after the restart: LastIndex %d, resyncs %d; want 7 (the highest of the new agent's), 1", st.LastIndex, st.Resyncs)
+	}
+}

@@ -76,7 +76,8 @@ type State struct {
 	// OversizeBodies counts replies refused for a body past its bound.
 	OversizeBodies uint64
 	// LastIndex is the service list's last X-Consul-Index (catalog mode),
-	// else the highest index of the watched services.
+	// else the highest index of the watched services since the agent last
+	// answered again after failing (the resync's reads rebuild it).
 	LastIndex uint64
 	// LastSuccess is when a query last reached the agent.
 	LastSuccess time.Time

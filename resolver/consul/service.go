@@ -251,10 +251,18 @@ func (w *Watcher) answered(index, sent uint64) {
 
 func (w *Watcher) answeredLocked(index, sent uint64) {
 	w.readFailures, w.readAfter = 0, time.Time{} // the agent answers: first reads go on at once
-	if w.gate.answered(sent, w.clock.Now()) {
+	resync := w.gate.answered(sent, w.clock.Now())
+	if resync {
 		w.log.Debug("consul watch: every watch reads its service again (resync)", "address", w.address)
 	}
 	if !w.cfg.watchAll() {
+		if resync {
+			// Every watch that failed reads again from index 0: the
+			// highest index is rebuilt from their answers. A restarted
+			// agent's are lower than the old ones, which would otherwise
+			// stay on the gauge until a watch passed them.
+			w.state.LastIndex = 0
+		}
 		w.contactLocked(index)
 	}
 }
