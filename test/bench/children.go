@@ -213,9 +213,10 @@ func serveNull(addr string) error {
 
 // serveNullGo is scenario 15's Go floor: every UDP packet sent back with
 // QR set through towerd's own reader and writer (resolver/udpio: the
-// runtime's poller, recvmmsg and sendmmsg in batches), nothing else. What
-// towerd costs above it is its DNS work and its bookkeeping; what it costs
-// above the null responder's one blocking thread is Go's poller besides.
+// runtime's poller, recvmmsg and sendmmsg in batches), nothing else: what
+// towerd's answer costs above its own I/O. On this loopback bench that is
+// not only work: a server a little slower to answer wakes more often per
+// answer (docs/benchmarks.md, "Against the floors").
 func serveNullGo(addr string) error {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
