@@ -40,7 +40,7 @@ type PacketIO struct {
 	msgs     [Batch]mmsghdr
 	received int
 
-	// Sending: the replies queued since the last flush.
+	// Sending: the replies queued since the last Flush.
 	siovs  [Batch]unix.Iovec
 	snames [Batch]unix.RawSockaddrAny
 	smsgs  [Batch]mmsghdr
@@ -67,6 +67,8 @@ type mmsghdr struct {
 var _ [unsafe.Sizeof(mmsghdr{}) - 64]byte
 var _ [64 - unsafe.Sizeof(mmsghdr{})]byte
 
+// New reads and writes on c, which stays the caller's: closing it ends a
+// ReadLoop with net.ErrClosed.
 func New(c *net.UDPConn) (*PacketIO, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -152,14 +154,14 @@ func (p *PacketIO) loop(fd uintptr) bool {
 	}
 }
 
-// packet returns datagram i of the last batch and its sender. A datagram
+// Packet returns datagram i of the last batch and its sender. A datagram
 // larger than the buffer (flag MSG_TRUNC) comes back cut, and the general
 // path then finds it malformed, as it would any cut packet.
 func (p *PacketIO) Packet(i int) ([]byte, netip.AddrPort) {
 	return p.bufs[i][:min(int(p.msgs[i].len), len(p.bufs[i]))], decodeSockaddr(&p.names[i])
 }
 
-// queue adds b, for to, to the replies sent by the next flush; b must stay
+// Queue adds b, for to, to the replies sent by the next Flush; b must stay
 // untouched until then. A full batch is flushed first.
 func (p *PacketIO) Queue(b []byte, to netip.AddrPort) {
 	if len(b) == 0 {
@@ -191,7 +193,7 @@ func (p *PacketIO) sendmmsg(fd uintptr) bool {
 	return true
 }
 
-// flush sends the queued replies. A reply that cannot be sent is dropped:
+// Flush sends the queued replies. A reply that cannot be sent is dropped:
 // its client asks again, as it would after a lost datagram.
 func (p *PacketIO) Flush() error {
 	if p.queued == 0 {
@@ -253,7 +255,7 @@ const RawSend = true
 // SendNow sends b to to on fd (a non-blocking UDP socket) with one raw
 // sendto, and reports false only when the send buffer is full: the caller
 // then waits somewhere else. A reply that fails otherwise (its client is
-// gone) is dropped, as flush drops it.
+// gone) is dropped, as Flush drops it.
 func SendNow(fd int, b []byte, to netip.AddrPort) bool {
 	var rsa unix.RawSockaddrAny
 	size := encodeSockaddr(&rsa, to)
