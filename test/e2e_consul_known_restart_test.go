@@ -85,6 +85,9 @@ func TestConsulServiceListAcrossAgentRestart(t *testing.T) {
 		waitMetric(t, d, "towerd_consul_watch_empty_reads_total", float64(i+1), 10*time.Second)
 	}
 	waitLog(t, d, regexp.MustCompile(`following the catalog's service list`), 10*time.Second)
+	if idx := towerdMetric(t, d, "towerd_consul_watch_index"); idx < float64(oldIndex) {
+		t.Fatalf("towerd_consul_watch_index %v before the restart, want at least the list's %d", idx, oldIndex)
+	}
 
 	// The outage: SIGTERM by PID. It lasts until towerd has tried the
 	// agent outageAttempts times (its backoff's cycles, not a timer),
@@ -160,6 +163,12 @@ func TestConsulServiceListAcrossAgentRestart(t *testing.T) {
 	t.Logf("agent up %v after SIGTERM; new answered %v after its registration",
 		up.Sub(down).Round(time.Millisecond), time.Since(registered).Round(time.Millisecond))
 	webAnswered("after the restart")
+	// The watch index follows the new agent, whose indexes are all lower
+	// than the old one's: not kept at the old value until a watch passes it.
+	dnstest.Eventually(t, func() bool {
+		v, _ := readMetric(t, d, "towerd_consul_watch_index")
+		return v > 0 && v < float64(oldIndex)
+	}, 10*time.Second, fmt.Sprintf("towerd_consul_watch_index below the old agent's %d", oldIndex))
 	reads := towerdMetric(t, d, "towerd_consul_watch_empty_reads_total")
 	proxy.reset()
 	// gone was in the list before the restart; the new one lacks it.
